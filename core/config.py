@@ -1,0 +1,143 @@
+"""Configuration: one TOML file plus environment variables, every default documented.
+
+Where things live:
+- ``CLAWPOINT_HOME`` (default: the user's state directory, e.g. ``~/.local/state/clawpoint``)
+  holds ``state.db`` (SQLite, WAL), ``checkpoints/`` (the local store), ``run/`` (control
+  sockets, pid files) and ``logs/``.
+- The config file is ``CLAWPOINT_CONFIG`` or ``$CLAWPOINT_HOME/config.toml``; absent = all
+  defaults, which run the local backend with two virtual nodes out of the box.
+
+Every section is a pydantic model with ``extra="forbid"``, so ``clawpoint config check``
+names an unknown or misspelled key instead of silently ignoring it.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from core import errors
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LocalNodeConfig(_Section):
+    name: str
+    price_per_hour: float = 0.0
+    spot: bool = False
+    labels: dict[str, str] = Field(default_factory=dict)
+    gpus: int = 0
+
+
+def _default_local_nodes() -> list[LocalNodeConfig]:
+    return [
+        LocalNodeConfig(name="node-a", price_per_hour=3.06, spot=False, labels={"pool": "on-demand"}),
+        LocalNodeConfig(name="node-b", price_per_hour=0.92, spot=True, labels={"pool": "spot"}),
+    ]
+
+
+class LocalBackendConfig(_Section):
+    enabled: bool = True
+    nodes: list[LocalNodeConfig] = Field(default_factory=_default_local_nodes)
+
+
+class StoreConfig(_Section):
+    # Where checkpoint images go; default $CLAWPOINT_HOME/checkpoints. On Slurm this must be
+    # a directory every node sees (the cluster's shared filesystem).
+    path: str | None = None
+    keep_per_workload: int = Field(default=3, ge=1)
+
+
+class CheckpointConfig(_Section):
+    default_engine: str = "criu"  # criu | cooperative
+    criu_path: str = "criu"
+    cooperative_timeout_s: float = Field(default=60.0, gt=0)
+    cooperative_signal: str = "SIGUSR1"
+
+
+class McpConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, ge=1, le=65535)
+    # Bearer token for the streamable HTTP transport; CLAWPOINT_MCP_TOKEN overrides.
+    token: str | None = None
+
+
+class Settings(_Section):
+    home: Path
+    local: LocalBackendConfig = Field(default_factory=LocalBackendConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    mcp: McpConfig = Field(default_factory=McpConfig)
+    # Sections of later capabilities (policy, slurm, signals, ...) are added as fields here.
+    extra_sections: dict[str, Any] = Field(default_factory=dict, exclude=True)
+
+    @property
+    def state_db(self) -> Path:
+        return self.home / "state.db"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return Path(self.store.path) if self.store.path else self.home / "checkpoints"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home / "run"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def mcp_token(self) -> str | None:
+        return os.environ.get("CLAWPOINT_MCP_TOKEN") or self.mcp.token
+
+
+def default_home() -> Path:
+    env = os.environ.get("CLAWPOINT_HOME")
+    if env:
+        return Path(env).expanduser().resolve()
+    return Path(platformdirs.user_state_dir("clawpoint"))
+
+
+def config_path(home: Path) -> Path:
+    env = os.environ.get("CLAWPOINT_CONFIG")
+    return Path(env).expanduser() if env else home / "config.toml"
+
+
+def load_settings(home: Path | None = None) -> Settings:
+    """Read settings; raise InvalidInput naming the bad key and the file."""
+    home = home or default_home()
+    path = config_path(home)
+    data: dict[str, Any] = {}
+    if path.exists():
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise errors.InvalidInput(
+                f"config file {path} is not valid TOML: {exc}",
+                hint="fix the syntax, then run 'clawpoint config check'",
+            ) from exc
+    data.pop("home", None)
+    try:
+        return Settings(home=home, **data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise errors.InvalidInput(
+            f"config file {path} has problems: {problems}",
+            hint="fix these keys (see docs/configuration.md), then run 'clawpoint config check'",
+        ) from exc
+
+
+def ensure_dirs(settings: Settings) -> None:
+    for d in (settings.home, settings.checkpoint_dir, settings.run_dir, settings.log_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    os.chmod(settings.home, 0o700)

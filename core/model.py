@@ -1,0 +1,262 @@
+"""The domain model: nodes, workloads, checkpoints, plans and executions.
+
+Pure data and pure functions (no I/O). Every boundary (CLI, MCP, backends, state) speaks
+these pydantic models. Ids are validated here, once: a name that could escape a directory
+or reach a shell (``../x``, ``1;rm -rf /``) never gets past ``parse_workload_id``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core import errors
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+BACKEND_RE = re.compile(r"^[a-z][a-z0-9]{0,15}$")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def validate_name(value: str, *, what: str = "name") -> str:
+    """Accept a plain name (letters, digits, ``_ . -``; no ``..``); raise InvalidInput otherwise."""
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value) or ".." in value:
+        raise errors.InvalidInput(
+            f"invalid {what} {value!r}: use 1-63 letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit, without '..'",
+            hint=f"list the existing ones and pass one of those as the {what}",
+        )
+    return value
+
+
+class ObjectRef(BaseModel):
+    """A ``BACKEND:NAME`` reference (workload, node or checkpoint)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    backend: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.backend}:{self.name}"
+
+
+def parse_ref(value: str, *, what: str = "workload", default_backend: str | None = None) -> ObjectRef:
+    """Parse ``BACKEND:NAME``. Without a backend prefix, ``default_backend`` is used if given."""
+    if not isinstance(value, str) or not value:
+        raise errors.InvalidInput(
+            f"empty {what} id", hint=f"pass a {what} id like local:train-1"
+        )
+    backend, sep, name = value.partition(":")
+    if not sep:
+        if default_backend is None:
+            raise errors.InvalidInput(
+                f"malformed {what} id {value!r}: expected BACKEND:NAME",
+                hint=f"pass a {what} id like local:train-1 (see the list command for ids)",
+            )
+        backend, name = default_backend, value
+    if not BACKEND_RE.fullmatch(backend):
+        raise errors.InvalidInput(
+            f"malformed {what} id {value!r}: backend {backend!r} is not a backend name",
+            hint="backends are lowercase names such as local, slurm, kubernetes",
+        )
+    validate_name(name, what=f"{what} name")
+    return ObjectRef(backend=backend, name=name)
+
+
+class RiskClass(StrEnum):
+    READ = "read"
+    SAFE = "safe"
+    DISRUPTIVE = "disruptive"
+    DESTRUCTIVE = "destructive"
+
+
+class Action(StrEnum):
+    CHECKPOINT = "checkpoint"
+    RESTORE = "restore"
+    MIGRATE = "migrate"
+    PREEMPT = "preempt"
+    RESUME = "resume"
+    FAILOVER = "failover"
+    REQUEUE = "requeue"
+    DRAIN_NODE = "drain_node"
+    SCALE = "scale"
+    KILL = "kill"
+    DELETE_CHECKPOINT = "delete_checkpoint"
+
+
+def risk_of(action: Action, params: dict[str, Any]) -> RiskClass:
+    """The risk class of an action with its parameters (see DESIGN: risk classes)."""
+    if action is Action.CHECKPOINT:
+        return RiskClass.DISRUPTIVE if params.get("stop") else RiskClass.SAFE
+    if action in (Action.KILL, Action.DELETE_CHECKPOINT):
+        return RiskClass.DESTRUCTIVE
+    if action is Action.DRAIN_NODE and not params.get("save", True):
+        return RiskClass.DESTRUCTIVE
+    if action is Action.SCALE and params.get("down_without_save"):
+        return RiskClass.DESTRUCTIVE
+    return RiskClass.DISRUPTIVE
+
+
+class NodeHealth(StrEnum):
+    HEALTHY = "healthy"
+    DEGRADED = "degraded"
+    DOWN = "down"
+
+
+class NodeInfo(BaseModel):
+    id: str
+    backend: str
+    name: str
+    price_per_hour: float = 0.0
+    spot: bool = False
+    labels: dict[str, str] = Field(default_factory=dict)
+    health: NodeHealth = NodeHealth.HEALTHY
+    schedulable: bool = True
+    state: str = "up"
+    reason: str = ""
+    cpus: int | None = None
+    memory_mb: int | None = None
+    gpus: int = 0
+    partitions: list[str] = Field(default_factory=list)
+    workloads: list[str] = Field(default_factory=list)
+
+
+class WorkloadState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    CHECKPOINTING = "checkpointing"
+    STOPPED = "stopped"  # checkpointed and stopped (preempted, migrated away): resumable
+    COMPLETED = "completed"
+    FAILED = "failed"  # died (signal, node loss): failover restores its newest checkpoint
+    UNKNOWN = "unknown"
+
+
+class WorkloadInfo(BaseModel):
+    id: str
+    backend: str
+    name: str
+    state: WorkloadState
+    node: str | None = None
+    engine: str = "criu"
+    pid: int | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    namespace: str | None = None
+    partition: str | None = None
+    gpus: int = 0
+    started_at: datetime | None = None
+    last_checkpoint: str | None = None
+    checkpoint_every: float | None = None
+    exit_status: str | None = None
+    message: str = ""
+
+
+class CheckpointFile(BaseModel):
+    name: str
+    size: int
+    digest: str  # "sha256:<hex>"
+
+
+class CheckpointStatus(StrEnum):
+    GOOD = "good"
+    CORRUPT = "corrupt"
+    UNVERIFIED = "unverified"
+
+
+class CheckpointInfo(BaseModel):
+    """A published checkpoint, as its manifest describes it."""
+
+    id: str  # BACKEND:LINEAGE/SEQ form is built by backends; store ids are LINEAGE/SEQ
+    lineage: str
+    seq: int
+    parent: str | None = None
+    engine: str
+    node: str | None = None
+    created_at: datetime
+    size_bytes: int
+    files: list[CheckpointFile] = Field(default_factory=list)
+    timings: dict[str, float] = Field(default_factory=dict)  # seconds
+    leave_running: bool = True
+    status: CheckpointStatus = CheckpointStatus.UNVERIFIED
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class PlanStep(BaseModel):
+    """One journaled step. ``args`` values of the form ``$STEP.FIELD`` take a prior step's output."""
+
+    name: str
+    op: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    description: str
+
+
+class Plan(BaseModel):
+    action: Action
+    target: str
+    backend: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    steps: list[PlanStep]
+    risk: RiskClass
+    summary: str
+    expected_pause_s: float | None = None
+    saves: str = ""
+    rollback: str = ""
+    cost_effect: str = ""
+    reason: str = ""
+    scope: dict[str, Any] = Field(default_factory=dict)  # namespace/partition/labels/gpus/node
+    created_at: datetime = Field(default_factory=utcnow)
+    hash: str = ""
+
+    def compute_hash(self) -> str:
+        """Stable over what the plan does: action, target, params, steps (not time or prose)."""
+        body = {
+            "action": self.action.value,
+            "target": self.target,
+            "backend": self.backend,
+            "params": self.params,
+            "steps": [s.model_dump(mode="json", exclude={"description"}) for s in self.steps],
+            "risk": self.risk.value,
+        }
+        raw = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+    def sealed(self) -> Plan:
+        return self.model_copy(update={"hash": self.compute_hash()})
+
+
+class ExecutionStatus(StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    ROLLED_BACK = "rolled_back"
+
+
+class StepRecord(BaseModel):
+    name: str
+    status: str  # started | done | failed | skipped
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    output: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+
+
+class Execution(BaseModel):
+    id: str
+    plan_hash: str
+    action: Action
+    target: str
+    status: ExecutionStatus
+    principal: str
+    started_at: datetime
+    finished_at: datetime | None = None
+    steps: list[StepRecord] = Field(default_factory=list)
+    result: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None

@@ -1,0 +1,215 @@
+"""SQLite state (WAL) shared by the CLI, the MCP server and every workload wrapper.
+
+Several processes write at once (a wrapper records its workload's state while the CLI
+journals an execution), so each operation opens a short connection with a busy timeout and
+writes inside ``BEGIN IMMEDIATE``. Schema versioning is per component: each component
+(``core``, ``guardrails``, ``runbooks``, ...) registers an ordered list of migrations and
+``migrate()`` applies the missing ones, so capabilities can add tables without touching one
+another's. Limits: one machine's file system (SQLite over NFS is not supported; on Slurm the
+state lives on the host where clawpoint runs, checkpoint images on the shared filesystem).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from core import errors
+
+# component -> ordered migrations (each a SQL script). Append only: never edit a shipped one.
+MIGRATIONS: dict[str, list[str]] = {
+    "core": [
+        """
+        CREATE TABLE workloads (
+            backend TEXT NOT NULL,
+            name TEXT NOT NULL,
+            node TEXT,
+            state TEXT NOT NULL,
+            engine TEXT NOT NULL,
+            pid INTEGER,
+            wrapper_pid INTEGER,
+            socket TEXT,
+            command TEXT NOT NULL DEFAULT '[]',
+            cwd TEXT,
+            labels TEXT NOT NULL DEFAULT '{}',
+            checkpoint_every REAL,
+            last_checkpoint TEXT,
+            exit_status TEXT,
+            message TEXT NOT NULL DEFAULT '',
+            started_at TEXT,
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (backend, name)
+        );
+        CREATE TABLE plans (
+            hash TEXT PRIMARY KEY,
+            body TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        CREATE TABLE executions (
+            id TEXT PRIMARY KEY,
+            plan_hash TEXT NOT NULL,
+            action TEXT NOT NULL,
+            target TEXT NOT NULL,
+            status TEXT NOT NULL,
+            principal TEXT NOT NULL,
+            started_at TEXT NOT NULL,
+            finished_at TEXT,
+            result TEXT NOT NULL DEFAULT '{}',
+            error TEXT
+        );
+        CREATE INDEX executions_status ON executions(status);
+        CREATE TABLE execution_steps (
+            execution_id TEXT NOT NULL REFERENCES executions(id),
+            idx INTEGER NOT NULL,
+            name TEXT NOT NULL,
+            status TEXT NOT NULL,
+            started_at TEXT,
+            finished_at TEXT,
+            output TEXT NOT NULL DEFAULT '{}',
+            error TEXT,
+            PRIMARY KEY (execution_id, idx)
+        );
+        CREATE TABLE audit (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            ts TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            principal TEXT NOT NULL,
+            subject TEXT NOT NULL,
+            data TEXT NOT NULL,
+            prev_hash TEXT NOT NULL,
+            hash TEXT NOT NULL
+        );
+        """,
+    ],
+}
+
+
+def register_migrations(component: str, scripts: Sequence[str]) -> None:
+    """Declare a component's migrations (idempotent; call before ``Database.migrate``)."""
+    MIGRATIONS[component] = list(scripts)
+
+
+class Database:
+    """A handle on the state file; cheap to create, opens connections per operation."""
+
+    def __init__(self, path: Path, *, timeout_s: float = 30.0) -> None:
+        self.path = path
+        self.timeout_s = timeout_s
+        self._migrated = False
+        self._lock = threading.Lock()
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                self.path, timeout=self.timeout_s, isolation_level=None, check_same_thread=False
+            )
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute(f"PRAGMA busy_timeout={int(self.timeout_s * 1000)}")
+        except (sqlite3.Error, OSError) as exc:
+            raise errors.OperationFailed(
+                f"cannot open the state database {self.path}: {exc}",
+                hint="check that CLAWPOINT_HOME is writable and not on a network filesystem",
+            ) from exc
+        return conn
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        self.migrate()
+        conn = self._open()
+        try:
+            yield conn
+        except sqlite3.Error as exc:
+            raise errors.OperationFailed(
+                f"state database error: {exc}", hint="run 'clawpoint config check'"
+            ) from exc
+        finally:
+            conn.close()
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """A transaction that holds the write lock from its first statement."""
+        self.migrate()
+        conn = self._open()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise errors.OperationFailed(
+                f"state database error: {exc}", hint="retry; if it persists run 'clawpoint config check'"
+            ) from exc
+        finally:
+            conn.close()
+
+    def migrate(self) -> None:
+        if self._migrated:
+            return
+        with self._lock:
+            if self._migrated:
+                return
+            conn = self._open()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_versions "
+                    "(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+                )
+                for component, scripts in MIGRATIONS.items():
+                    row = conn.execute(
+                        "SELECT version FROM schema_versions WHERE component=?", (component,)
+                    ).fetchone()
+                    have = row[0] if row else 0
+                    if have > len(scripts):
+                        conn.execute("ROLLBACK")
+                        raise errors.OperationFailed(
+                            f"state database {self.path} has {component} schema v{have}, newer "
+                            f"than this clawpoint knows (v{len(scripts)})",
+                            hint="upgrade clawpoint, or point CLAWPOINT_HOME elsewhere",
+                        )
+                    for script in scripts[have:]:
+                        for statement in _split_sql(script):
+                            conn.execute(statement)
+                    if len(scripts) > have:
+                        conn.execute(
+                            "INSERT INTO schema_versions(component, version) VALUES(?, ?) "
+                            "ON CONFLICT(component) DO UPDATE SET version=excluded.version",
+                            (component, len(scripts)),
+                        )
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise errors.OperationFailed(
+                    f"cannot migrate the state database {self.path}: {exc}",
+                    hint="check the file is not corrupt (sqlite3 state.db 'PRAGMA integrity_check')",
+                ) from exc
+            finally:
+                conn.close()
+            self._migrated = True
+
+    def schema_versions(self) -> dict[str, int]:
+        with self.read() as conn:
+            return {r[0]: r[1] for r in conn.execute("SELECT component, version FROM schema_versions")}
+
+
+def _split_sql(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def loads(value: str | None) -> Any:
+    return json.loads(value) if value else None
