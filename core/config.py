@@ -38,7 +38,9 @@ class LocalNodeConfig(_Section):
 
 def _default_local_nodes() -> list[LocalNodeConfig]:
     return [
-        LocalNodeConfig(name="node-a", price_per_hour=3.06, spot=False, labels={"pool": "on-demand"}),
+        LocalNodeConfig(
+            name="node-a", price_per_hour=3.06, spot=False, labels={"pool": "on-demand"}
+        ),
         LocalNodeConfig(name="node-b", price_per_hour=0.92, spot=True, labels={"pool": "spot"}),
     ]
 

@@ -49,12 +49,12 @@ class ObjectRef(BaseModel):
         return f"{self.backend}:{self.name}"
 
 
-def parse_ref(value: str, *, what: str = "workload", default_backend: str | None = None) -> ObjectRef:
+def parse_ref(
+    value: str, *, what: str = "workload", default_backend: str | None = None
+) -> ObjectRef:
     """Parse ``BACKEND:NAME``. Without a backend prefix, ``default_backend`` is used if given."""
     if not isinstance(value, str) or not value:
-        raise errors.InvalidInput(
-            f"empty {what} id", hint=f"pass a {what} id like local:train-1"
-        )
+        raise errors.InvalidInput(f"empty {what} id", hint=f"pass a {what} id like local:train-1")
     backend, sep, name = value.partition(":")
     if not sep:
         if default_backend is None:
@@ -204,6 +204,9 @@ class Plan(BaseModel):
     backend: str
     params: dict[str, Any] = Field(default_factory=dict)
     steps: list[PlanStep]
+    # Run best-effort when a step fails after the workload was stopped (e.g. restart it on
+    # its source node from the checkpoint just taken), so a failed move never strands work.
+    on_failure: list[PlanStep] = Field(default_factory=list)
     risk: RiskClass
     summary: str
     expected_pause_s: float | None = None
@@ -223,6 +226,9 @@ class Plan(BaseModel):
             "backend": self.backend,
             "params": self.params,
             "steps": [s.model_dump(mode="json", exclude={"description"}) for s in self.steps],
+            "on_failure": [
+                s.model_dump(mode="json", exclude={"description"}) for s in self.on_failure
+            ],
             "risk": self.risk.value,
         }
         raw = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
@@ -260,3 +266,22 @@ class Execution(BaseModel):
     steps: list[StepRecord] = Field(default_factory=list)
     result: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
+
+
+class PrincipalKind(StrEnum):
+    AGENT = "agent"  # an MCP session (any client): may plan and request, never approve
+    PERSON = "person"  # a human at the CLI, the approval page, or answering an elicitation
+    SCHEDULER = "scheduler"  # the watch loop acting under standing approvals
+
+
+class Principal(BaseModel):
+    """Who asks or approves. Approvals require a PERSON different from the requester."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    kind: PrincipalKind
+    scopes: frozenset[str] = frozenset()
+
+    def __str__(self) -> str:
+        return f"{self.kind.value}:{self.id}"

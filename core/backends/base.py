@@ -32,6 +32,7 @@ class PlanDraft(BaseModel):
     """What a backend proposes for an action; the service adds risk, hash and policy."""
 
     steps: list[PlanStep]
+    on_failure: list[PlanStep] = Field(default_factory=list)
     summary: str
     expected_pause_s: float | None = None
     saves: str = ""

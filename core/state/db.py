@@ -85,6 +85,8 @@ MIGRATIONS: dict[str, list[str]] = {
             hash TEXT NOT NULL
         );
         """,
+        # v2: which process runs an execution, so recovery never resumes a live one.
+        "ALTER TABLE executions ADD COLUMN owner_pid INTEGER",
     ],
 }
 
@@ -149,7 +151,8 @@ class Database:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise errors.OperationFailed(
-                f"state database error: {exc}", hint="retry; if it persists run 'clawpoint config check'"
+                f"state database error: {exc}",
+                hint="retry; if it persists run 'clawpoint config check'",
             ) from exc
         finally:
             conn.close()
@@ -200,7 +203,9 @@ class Database:
 
     def schema_versions(self) -> dict[str, int]:
         with self.read() as conn:
-            return {r[0]: r[1] for r in conn.execute("SELECT component, version FROM schema_versions")}
+            return {
+                r[0]: r[1] for r in conn.execute("SELECT component, version FROM schema_versions")
+            }
 
 
 def _split_sql(script: str) -> list[str]:
@@ -213,3 +218,19 @@ def dumps(value: Any) -> str:
 
 def loads(value: str | None) -> Any:
     return json.loads(value) if value else None
+
+
+register_migrations(
+    "local",
+    [
+        """
+        CREATE TABLE local_nodes (
+            name TEXT PRIMARY KEY,
+            schedulable INTEGER NOT NULL DEFAULT 1,
+            health TEXT NOT NULL DEFAULT 'healthy',
+            reason TEXT NOT NULL DEFAULT '',
+            updated_at TEXT NOT NULL
+        );
+        """
+    ],
+)

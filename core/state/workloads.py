@@ -55,9 +55,23 @@ class WorkloadRecord(BaseModel):
 
 
 _COLUMNS = (
-    "backend", "name", "node", "state", "engine", "pid", "wrapper_pid", "socket", "command",
-    "cwd", "labels", "checkpoint_every", "last_checkpoint", "exit_status", "message",
-    "started_at", "updated_at",
+    "backend",
+    "name",
+    "node",
+    "state",
+    "engine",
+    "pid",
+    "wrapper_pid",
+    "socket",
+    "command",
+    "cwd",
+    "labels",
+    "checkpoint_every",
+    "last_checkpoint",
+    "exit_status",
+    "message",
+    "started_at",
+    "updated_at",
 )
 
 
@@ -96,7 +110,8 @@ class WorkloadRegistry:
             ).fetchone()
             if row is None:
                 raise errors.NotFound(
-                    f"no workload {self.backend}:{name}", hint="run 'clawpoint workloads' to list them"
+                    f"no workload {self.backend}:{name}",
+                    hint="run 'clawpoint workloads' to list them",
                 )
             record = _row_to_record(row).model_copy(update=fields)
             record.updated_at = utcnow()

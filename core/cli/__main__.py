@@ -1,0 +1,3 @@
+from core.cli.app import main
+
+main()

@@ -1,0 +1,471 @@
+"""``clawpoint`` commands: parse, call the service, render. No logic of its own.
+
+Every command takes ``--json``. Disruptive and destructive actions ask for confirmation (or
+``--yes``) after showing the plan. Errors are caught once, in ``main``, and mapped to the
+exit codes listed in ``core.cli.output``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import secrets
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import click
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from core import errors
+from core.cli import output
+from core.config import Settings, load_settings
+from core.model import Action, Plan, Principal, PrincipalKind, RiskClass, validate_name
+from core.service.facade import ActionResult, Service, bootstrap
+from core.wrapper.spec import RunSpec
+
+app = typer.Typer(
+    name="clawpoint",
+    help="Checkpoint, migrate, resume and fail over stateful workloads, with guardrails.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+config_app = typer.Typer(help="Inspect and validate configuration.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+ReasonOpt = Annotated[str, typer.Option("--reason", help="Why (recorded in the audit log).")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Show the plan; change nothing.")]
+ToOpt = Annotated[
+    str | None, typer.Option("--to", help="Target node name (default: best available).")
+]
+
+
+def _settings() -> Settings:
+    return load_settings()
+
+
+def _service(*, recover: bool = True) -> Service:
+    service = bootstrap(_settings())
+    if recover:
+        for execution in service.recover():
+            output.err.print(
+                f"recovered interrupted execution {execution.id}: {execution.status.value}"
+            )
+    return service
+
+
+def _person() -> Principal:
+    return Principal(id=getpass.getuser(), kind=PrincipalKind.PERSON)
+
+
+# --------------------------------------------------------------------------- inventory
+@app.command()
+def nodes(json_: JsonOpt = False, backend: Annotated[str | None, typer.Option()] = None) -> None:
+    """List nodes with price, spot flag, health and the workloads on them."""
+    items = _service().nodes(backend)
+    if json_:
+        return output.emit_json(items)
+    output.table(
+        "Nodes",
+        ["id", "state", "health", "spot", "$/h", "labels", "workloads"],
+        [
+            (
+                n.id,
+                n.state,
+                n.health.value,
+                "yes" if n.spot else "no",
+                f"{n.price_per_hour:.2f}",
+                ",".join(f"{k}={v}" for k, v in n.labels.items()),
+                ", ".join(n.workloads),
+            )
+            for n in items
+        ],
+    )
+
+
+@app.command()
+def workloads(
+    json_: JsonOpt = False, backend: Annotated[str | None, typer.Option()] = None
+) -> None:
+    """List workloads and their state."""
+    items = _service().workloads(backend)
+    if json_:
+        return output.emit_json(items)
+    output.table(
+        "Workloads",
+        ["id", "state", "node", "engine", "pid", "last checkpoint", "message"],
+        [
+            (w.id, w.state.value, w.node, w.engine, w.pid, w.last_checkpoint, w.message)
+            for w in items
+        ],
+    )
+
+
+@app.command()
+def checkpoints(
+    workload: Annotated[str | None, typer.Argument(help="Workload id, e.g. local:train-1")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """List checkpoints (of one workload, or all), newest first."""
+    items = _service().checkpoints(workload)
+    if json_:
+        return output.emit_json(items)
+    output.table(
+        "Checkpoints",
+        ["id", "engine", "node", "created (UTC)", "size MiB", "dump s", "status"],
+        [
+            (
+                c.id,
+                c.engine,
+                c.node,
+                f"{c.created_at:%Y-%m-%d %H:%M:%S}",
+                f"{c.size_bytes / 2**20:.1f}",
+                _fmt(c.timings.get("total_s") or c.timings.get("dump_s")),
+                c.status.value,
+            )
+            for c in items
+        ],
+    )
+
+
+def _fmt(v: Any) -> str:
+    return f"{float(v):.2f}" if isinstance(v, int | float) else ""
+
+
+# --------------------------------------------------------------------------- actions
+def _show_plan(plan: Plan) -> None:
+    output.out.print(f"[bold]{plan.summary}[/]  (risk: {plan.risk.value}, plan {plan.hash[:12]})")
+    for i, step in enumerate(plan.steps, 1):
+        output.out.print(f"  {i}. {step.description}")
+    if plan.expected_pause_s is not None:
+        output.out.print(f"  expected pause: ~{plan.expected_pause_s:.1f} s")
+    for label, text in (("saves", plan.saves), ("cost", plan.cost_effect), ("undo", plan.rollback)):
+        if text:
+            output.out.print(f"  {label}: {text}")
+
+
+def _act(
+    action: Action,
+    target: str,
+    params: dict[str, Any],
+    *,
+    yes: bool,
+    json_: bool,
+    reason: str,
+    dry_run: bool,
+) -> None:
+    service = _service()
+    plan = service.plan(action, target, params, reason=reason)
+    confirmed = yes
+    if not json_:
+        _show_plan(plan)
+    if dry_run:
+        result = service.perform(plan, principal=_person(), dry_run=True)
+        return _render_result(result, json_=json_)
+    if plan.risk in (RiskClass.DISRUPTIVE, RiskClass.DESTRUCTIVE) and not yes:
+        if json_ or not sys.stdin.isatty():
+            raise errors.ApprovalRequired(
+                f"{plan.risk.value} action not confirmed: {plan.summary}",
+                hint="re-run with --yes to confirm, or run it in a terminal to be asked",
+            )
+        confirmed = typer.confirm("Proceed?", default=False)
+        if not confirmed:
+            raise errors.ApprovalRequired(
+                "not confirmed; nothing was changed", hint="re-run and answer y"
+            )
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=output.err,
+        disable=json_,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(plan.action.value, total=len(plan.steps))
+
+        def progress(done: float, total: float | None, message: str) -> None:
+            bar.update(task, completed=done, total=total, description=message[:60])
+
+        result = service.perform(plan, principal=_person(), confirmed=confirmed, progress=progress)
+    _render_result(result, json_=json_)
+
+
+def _render_result(result: ActionResult, *, json_: bool) -> None:
+    if json_:
+        output.emit_json(result)
+    else:
+        colour = {"executed": "green", "planned": "cyan"}.get(result.status, "red")
+        output.out.print(f"[{colour}]{result.status}[/]: {result.message}")
+        if result.execution:
+            for step in result.execution.steps:
+                out = ", ".join(f"{k}={v}" for k, v in step.output.items() if k != "timings")
+                output.out.print(f"  - {step.name}: {step.status} {out}")
+    if result.status == "failed":
+        raise typer.Exit(errors.OperationFailed.exit_code)
+    if result.status == "denied":
+        raise typer.Exit(errors.PolicyDenied.exit_code)
+    if result.status == "approval_required":
+        raise typer.Exit(errors.ApprovalRequired.exit_code)
+
+
+@app.command()
+def checkpoint(
+    workload: Annotated[str, typer.Argument(help="Workload id, e.g. local:train-1")],
+    stop: Annotated[
+        bool, typer.Option("--stop", help="Stop the workload after the checkpoint.")
+    ] = False,
+    json_: JsonOpt = False,
+    yes: YesOpt = False,
+    reason: ReasonOpt = "",
+    dry_run: DryRunOpt = False,
+) -> None:
+    """Checkpoint a workload (leave-running unless --stop)."""
+    _act(
+        Action.CHECKPOINT,
+        workload,
+        {"stop": stop},
+        yes=yes,
+        json_=json_,
+        reason=reason,
+        dry_run=dry_run,
+    )
+
+
+@app.command()
+def restore(
+    checkpoint_id: Annotated[
+        str, typer.Argument(metavar="CHECKPOINT", help="e.g. local:train-1@3")
+    ],
+    to: ToOpt = None,
+    json_: JsonOpt = False,
+    yes: YesOpt = False,
+    reason: ReasonOpt = "",
+    dry_run: DryRunOpt = False,
+) -> None:
+    """Restore a stopped or failed workload from a specific checkpoint."""
+    _act(
+        Action.RESTORE,
+        checkpoint_id,
+        {"to": to},
+        yes=yes,
+        json_=json_,
+        reason=reason,
+        dry_run=dry_run,
+    )
+
+
+@app.command()
+def migrate(
+    workload: Annotated[str, typer.Argument()],
+    to: ToOpt = None,
+    json_: JsonOpt = False,
+    yes: YesOpt = False,
+    reason: ReasonOpt = "",
+    dry_run: DryRunOpt = False,
+) -> None:
+    """Move a running workload to another node without losing progress."""
+    _act(Action.MIGRATE, workload, {"to": to}, yes=yes, json_=json_, reason=reason, dry_run=dry_run)
+
+
+@app.command()
+def preempt(
+    workload: Annotated[str, typer.Argument()],
+    json_: JsonOpt = False,
+    yes: YesOpt = False,
+    reason: ReasonOpt = "",
+    dry_run: DryRunOpt = False,
+) -> None:
+    """Checkpoint and stop a workload, freeing its node; resume it later."""
+    _act(Action.PREEMPT, workload, {}, yes=yes, json_=json_, reason=reason, dry_run=dry_run)
+
+
+@app.command()
+def resume(
+    workload: Annotated[str, typer.Argument()],
+    to: ToOpt = None,
+    json_: JsonOpt = False,
+    yes: YesOpt = False,
+    reason: ReasonOpt = "",
+    dry_run: DryRunOpt = False,
+) -> None:
+    """Resume a preempted workload from its newest good checkpoint."""
+    _act(Action.RESUME, workload, {"to": to}, yes=yes, json_=json_, reason=reason, dry_run=dry_run)
+
+
+@app.command()
+def failover(
+    workload: Annotated[str, typer.Argument()],
+    to: ToOpt = None,
+    json_: JsonOpt = False,
+    yes: YesOpt = False,
+    reason: ReasonOpt = "",
+    dry_run: DryRunOpt = False,
+) -> None:
+    """Recover a workload that died: restore its newest good checkpoint on another node."""
+    _act(
+        Action.FAILOVER, workload, {"to": to}, yes=yes, json_=json_, reason=reason, dry_run=dry_run
+    )
+
+
+@app.command()
+def drain(
+    node: Annotated[str, typer.Argument(help="Node id, e.g. local:node-a")],
+    to: ToOpt = None,
+    json_: JsonOpt = False,
+    yes: YesOpt = False,
+    reason: ReasonOpt = "",
+    dry_run: DryRunOpt = False,
+) -> None:
+    """Save and move every workload off a node, then mark it unschedulable."""
+    _act(
+        Action.DRAIN_NODE,
+        node,
+        {"to": to, "reason": reason or None},
+        yes=yes,
+        json_=json_,
+        reason=reason,
+        dry_run=dry_run,
+    )
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def run(
+    command: Annotated[list[str], typer.Argument(help="The command to run, after --")],
+    name: Annotated[
+        str | None, typer.Option(help="Workload name (its checkpoint lineage).")
+    ] = None,
+    node: Annotated[str | None, typer.Option(help="Local node to place it on.")] = None,
+    engine: Annotated[str, typer.Option(help="criu | cooperative")] = "criu",
+    checkpoint_every: Annotated[
+        float | None, typer.Option(help="Periodic checkpoint interval, seconds.")
+    ] = None,
+    label: Annotated[list[str] | None, typer.Option(help="KEY=VALUE label (repeatable).")] = None,
+    detach: Annotated[bool, typer.Option("--detach", "-d", help="Run in the background.")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Run CMD checkpointably; restores the newest good checkpoint of NAME if there is one."""
+    if engine not in ("criu", "cooperative"):
+        raise errors.InvalidInput(
+            f"unknown engine {engine!r}", hint="use --engine criu or --engine cooperative"
+        )
+    labels: dict[str, str] = {}
+    for item in label or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise errors.InvalidInput(
+                f"label {item!r} is not KEY=VALUE", hint="e.g. --label team=ml"
+            )
+        labels[key] = value
+    workload_name = validate_name(name, what="workload name") if name else _default_name(command[0])
+    settings = _settings()
+    service = bootstrap(settings)
+    spec = RunSpec(
+        name=workload_name,
+        node=node,
+        engine=engine,  # type: ignore[arg-type]
+        checkpoint_every=checkpoint_every,
+        command=command,
+        cwd=os.getcwd(),
+        labels=labels,
+        home=str(settings.home),
+    )
+    result = service.run_workload(spec, detach=detach, principal=_person())
+    if isinstance(result, int):
+        raise typer.Exit(result)
+    if json_:
+        return output.emit_json(result)
+    output.out.print(f"started [bold]{result.id}[/] on {result.node} (pid {result.pid})")
+
+
+def _default_name(program: str) -> str:
+    base = (
+        "".join(c if c.isalnum() or c in "-_." else "-" for c in Path(program).name).strip("-.")
+        or "job"
+    )
+    return f"{base[:40]}-{secrets.token_hex(2)}"
+
+
+# --------------------------------------------------------------------------- serve, demo, config
+@app.command()
+def serve(
+    http: Annotated[
+        bool, typer.Option("--http", help="Serve streamable HTTP instead of stdio.")
+    ] = False,
+    host: Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default from config, 8765).")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Run the MCP server (stdio by default)."""
+    from mcp_server.server import serve_http, serve_stdio
+
+    settings = _settings()
+    if http:
+        serve_http(settings, host=host or settings.mcp.host, port=port or settings.mcp.port)
+    else:
+        serve_stdio(settings)
+
+
+@app.command()
+def demo(
+    state_mb: Annotated[int, typer.Option(help="Workload state size in MiB.")] = 200,
+    keep: Annotated[bool, typer.Option(help="Keep the demo's CLAWPOINT_HOME afterwards.")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Checkpoint, migrate, kill and fail over a real stateful workload, then summarise."""
+    from core.demo import run_demo
+
+    def say(line: str) -> None:
+        if not json_:
+            output.out.print(line, highlight=False)
+
+    report = run_demo(state_mb=state_mb, keep_home=keep, say=say)
+    if json_:
+        return output.emit_json(report)
+    output.table(
+        "Summary",
+        ["what", "value"],
+        [(k, v) for k, v in report.summary_rows()],
+    )
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@config_app.command("check")
+def config_check(json_: JsonOpt = False) -> None:
+    """Validate the configuration and report what works here (state, store, CRIU)."""
+    from core.service.diagnostics import check_configuration
+
+    report = check_configuration()
+    if json_:
+        output.emit_json(report)
+    else:
+        for item in report.items:
+            mark = {"ok": "[green]ok[/]", "warn": "[yellow]warn[/]", "error": "[red]error[/]"}[
+                item.level
+            ]
+            output.out.print(f"{mark}  {item.name}: {item.message}", highlight=False)
+    if not report.ok:
+        raise typer.Exit(errors.InvalidInput.exit_code)
+
+
+def main() -> None:
+    as_json = "--json" in sys.argv
+    try:
+        app(standalone_mode=False)
+    except errors.ClawpointError as exc:
+        output.render_error(exc, as_json=as_json)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        output.err.print("interrupted")
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,56 @@
+"""Rendering for the CLI: rich tables for people, JSON for scripts, errors in one shape.
+
+Exit codes (documented in docs/cli.md): 0 ok; 1 operation failed; 2 invalid input;
+3 not found; 4 not supported by the backend; 5 denied by policy; 6 approval required /
+not confirmed; 7 backend unavailable (retry); 8 checkpoint failed or corrupt; 9 engine
+unavailable (e.g. CRIU); 10 conflict with the current state; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+
+from core import errors
+
+out = Console()
+err = Console(stderr=True)
+
+
+def to_jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_jsonable(v) for k, v in value.items()}
+    return value
+
+
+def emit_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(to_jsonable(value), indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    t = Table(title=title, title_justify="left")
+    for c in columns:
+        t.add_column(c)
+    for r in rows:
+        t.add_row(*("" if v is None else str(v) for v in r))
+    out.print(t)
+
+
+def render_error(exc: errors.ClawpointError, *, as_json: bool) -> None:
+    if as_json:
+        emit_json(exc.to_dict())
+        return
+    err.print(f"[bold red]error[/] ({exc.code}): {exc.message}", highlight=False)
+    if exc.hint:
+        err.print(f"[yellow]hint[/]: {exc.hint}", highlight=False)

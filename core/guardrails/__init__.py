@@ -1,0 +1,1 @@
+"""Guardrails: risk classes, policy, approvals (incl. standing ones) and the audit chain."""

@@ -1,0 +1,439 @@
+"""Approval requests: one sealed plan, one person's yes or no, used at most once.
+
+An approval is bound to the plan hash (any change to target, params or steps needs a new
+one), expires, and can only be approved by a PERSON principal other than the requester: an
+agent can never approve, and this store enforces it, whatever interface calls it.
+
+Each request has a short one-time code for the chat flow (a person reads the code from the
+webhook message, the approval page or ``clawpoint approvals show`` and types it back to the
+agent, which presents it with ``approve_with_code``). The code is derived from a local
+secret with HMAC and only its hash is stored, so the database never holds it; ``ApprovalView``
+(what agents see) has no code field, and ``reveal_code`` refuses anyone but a person.
+Too many wrong codes lock the request. ``consume`` turns approved into used in one guarded
+UPDATE inside ``BEGIN IMMEDIATE``, so two concurrent executions of the same plan run once.
+Limits: the secret file protects the code only from those who cannot read it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from datetime import datetime, timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from core import errors
+from core.guardrails import schema
+from core.guardrails.audit import AuditLog
+from core.guardrails.durations import parse_duration
+from core.model import Plan, Principal, PrincipalKind, RiskClass, utcnow
+from core.state.db import Database, loads
+
+CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: easy to read and type
+
+
+class ApprovalsConfig(BaseModel):
+    """The ``[approvals]`` section."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    expiry: str = "15m"  # how long a request waits for a person, and then how long it stays usable
+    max_code_attempts: int = Field(default=3, ge=1, le=10)
+    code_length: int = Field(default=8, ge=6, le=12)
+    cli_enabled: bool = True  # a person can run 'clawpoint approvals approve ID' on this host
+    cli_command: str = "clawpoint"
+    page_url: str | None = (
+        None  # base URL of the approval page, e.g. http://127.0.0.1:8765/approvals
+    )
+
+    @field_validator("expiry")
+    @classmethod
+    def _check_expiry(cls, value: str) -> str:
+        try:
+            parse_duration(value, what="approvals.expiry")
+        except errors.InvalidInput as exc:
+            raise ValueError(exc.message) from exc
+        return value
+
+    @property
+    def expiry_delta(self) -> timedelta:
+        return parse_duration(self.expiry, what="approvals.expiry")
+
+
+class ApprovalStatus(StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+    EXPIRED = "expired"
+    USED = "used"
+    LOCKED = "locked"  # too many wrong codes
+
+
+class ApprovalView(BaseModel):
+    """What anyone, agents included, may see of an approval. Never carries the code."""
+
+    id: str
+    plan_hash: str
+    plan: Plan
+    action: str
+    target: str
+    risk: RiskClass
+    summary: str
+    reason: str
+    requester: str
+    status: ApprovalStatus
+    created_at: datetime
+    expires_at: datetime
+    decided_by: str | None = None
+    decided_via: str | None = None
+    decided_at: datetime | None = None
+    note: str = ""
+    used_at: datetime | None = None
+    failed_attempts: int = 0
+
+
+def load_or_create_secret(path: Path) -> bytes:
+    """The key codes are derived from: 32 random bytes in a 0600 file, created on first use."""
+    try:
+        return bytes.fromhex(path.read_text().strip())
+    except FileNotFoundError:
+        pass
+    except ValueError as exc:
+        raise errors.OperationFailed(
+            f"the approval key {path} is corrupt", hint="delete it; pending codes become invalid"
+        ) from exc
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_bytes(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(key.hex())
+    return key
+
+
+def normalize_code(code: str) -> str:
+    return "".join(ch for ch in code.upper() if ch.isalnum())
+
+
+class ApprovalStore:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        secret: bytes,
+        audit: AuditLog,
+        config: ApprovalsConfig | None = None,
+    ) -> None:
+        if len(secret) < 16:
+            raise errors.InvalidInput("approval secret too short", hint="use 32 random bytes")
+        self.db = db
+        self.audit = audit
+        self.config = config or ApprovalsConfig()
+        self._secret = secret
+        schema.ensure_schema(db)
+
+    # -- codes ------------------------------------------------------------------------------
+
+    def _code_for(self, approval_id: str) -> str:
+        digest = hmac.new(self._secret, f"approval-code:{approval_id}".encode(), "sha256")
+        number = int.from_bytes(digest.digest(), "big")
+        chars = []
+        for _ in range(self.config.code_length):
+            number, index = divmod(number, len(CODE_ALPHABET))
+            chars.append(CODE_ALPHABET[index])
+        return "".join(chars)
+
+    @staticmethod
+    def _code_hash(approval_id: str, code: str) -> str:
+        return hashlib.sha256(f"{approval_id}:{normalize_code(code)}".encode()).hexdigest()
+
+    def reveal_code(self, approval_id: str, *, principal: Principal) -> str:
+        """The one-time code, for people paths only (webhook, page, CLI ``approvals show``)."""
+        _require_person(principal, "see an approval code")
+        view = self.get(approval_id)
+        if view.status is not ApprovalStatus.PENDING:
+            raise errors.Conflict(
+                f"approval {approval_id} is {view.status.value}; its code is no longer usable",
+                hint="list pending approvals with 'clawpoint approvals list'",
+            )
+        return self._code_for(approval_id)
+
+    def delivery_code(self, approval_id: str) -> str:
+        """The code for a people channel the guard writes to (the webhook). Never expose this
+        through anything an agent can call; people-facing interfaces use ``reveal_code``."""
+        return self._code_for(approval_id)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def create(self, plan: Plan, requester: Principal, reason: str) -> ApprovalView:
+        if not plan.hash or plan.hash != plan.compute_hash():
+            raise errors.InvalidInput(
+                "the plan is not sealed (its hash is missing or stale)",
+                hint="plan again; only sealed plans can be approved",
+            )
+        approval_id = "apr-" + secrets.token_hex(5)
+        now = utcnow()
+        with self.db.write() as conn:
+            conn.execute(
+                "INSERT INTO approvals(id, plan_hash, plan, requester, requester_kind, reason, "
+                "status, code_hash, created_at, expires_at) VALUES(?,?,?,?,?,?,?,?,?,?)",
+                (
+                    approval_id,
+                    plan.hash,
+                    plan.model_dump_json(),
+                    requester.id,
+                    requester.kind.value,
+                    reason,
+                    ApprovalStatus.PENDING.value,
+                    self._code_hash(approval_id, self._code_for(approval_id)),
+                    now.isoformat(),
+                    (now + self.config.expiry_delta).isoformat(),
+                ),
+            )
+        self._audit(
+            "approval.requested", requester, approval_id, plan_hash=plan.hash, reason=reason
+        )
+        return self.get(approval_id)
+
+    def get(self, approval_id: str) -> ApprovalView:
+        self._expire_due()
+        with self.db.read() as conn:
+            row = conn.execute("SELECT * FROM approvals WHERE id=?", (approval_id,)).fetchone()
+        if row is None:
+            raise errors.NotFound(
+                f"no approval {approval_id!r}", hint="list them with 'clawpoint approvals list'"
+            )
+        return _view(row)
+
+    def list(self, *, status: ApprovalStatus | None = None) -> list[ApprovalView]:
+        self._expire_due()
+        sql, args = "SELECT * FROM approvals", []
+        if status is not None:
+            sql, args = sql + " WHERE status=?", [status.value]
+        with self.db.read() as conn:
+            rows = conn.execute(sql + " ORDER BY created_at DESC", args).fetchall()
+        return [_view(r) for r in rows]
+
+    def approve(self, approval_id: str, approver: Principal, *, via: str = "cli") -> ApprovalView:
+        _require_person(approver, "approve")
+        return self._decide(approval_id, approver.id, via, ApprovalStatus.APPROVED, "", approver)
+
+    def deny(
+        self, approval_id: str, approver: Principal, why: str, *, via: str = "cli"
+    ) -> ApprovalView:
+        _require_person(approver, "deny")
+        return self._decide(approval_id, approver.id, via, ApprovalStatus.DENIED, why, approver)
+
+    def cancel(self, approval_id: str, by: Principal, why: str) -> ApprovalView:
+        """Withdraw a pending request: its requester may, or any person."""
+        view = self.get(approval_id)
+        if by.kind is not PrincipalKind.PERSON and by.id != view.requester:
+            raise errors.PolicyDenied(
+                f"{by} did not request approval {approval_id} and cannot withdraw it",
+                hint="only the requester or a person can withdraw a request",
+            )
+        with self.db.write() as conn:
+            cur = conn.execute(
+                "UPDATE approvals SET status='denied', decided_by=?, decided_via='withdrawn', "
+                "decided_at=?, note=? WHERE id=? AND status='pending'",
+                (by.id, utcnow().isoformat(), why, approval_id),
+            )
+        if cur.rowcount != 1:
+            raise errors.Conflict(
+                f"approval {approval_id} is {self.get(approval_id).status.value}, not pending",
+                hint="nothing to withdraw",
+            )
+        self._audit("approval.withdrawn", by, approval_id, note=why)
+        return self.get(approval_id)
+
+    def approve_with_code(self, approval_id: str, code: str, presenter: Principal) -> ApprovalView:
+        """A person typed the code back in chat; the agent relays it. Wrong codes count."""
+        view = self.get(approval_id)
+        expected = self._code_hash(approval_id, self._code_for(approval_id))
+        if view.status is ApprovalStatus.PENDING and hmac.compare_digest(
+            expected, self._code_hash(approval_id, code)
+        ):
+            return self._decide(
+                approval_id,
+                "person via chat code",
+                "chat-code",
+                ApprovalStatus.APPROVED,
+                f"code presented by {presenter}",
+                presenter,
+            )
+        if view.status is not ApprovalStatus.PENDING:
+            raise errors.Conflict(
+                f"approval {approval_id} is {view.status.value}, not pending",
+                hint="request a new approval for the plan",
+            )
+        with self.db.write() as conn:
+            conn.execute(
+                "UPDATE approvals SET failed_attempts=failed_attempts+1, status=CASE WHEN "
+                "failed_attempts+1>=? THEN 'locked' ELSE status END "
+                "WHERE id=? AND status='pending'",
+                (self.config.max_code_attempts, approval_id),
+            )
+        after = self.get(approval_id)
+        self._audit(
+            "approval.code-rejected", presenter, approval_id, attempts=after.failed_attempts
+        )
+        if after.status is ApprovalStatus.LOCKED:
+            self._audit("approval.locked", presenter, approval_id, attempts=after.failed_attempts)
+            raise errors.PolicyDenied(
+                f"wrong code for approval {approval_id}; it is now locked after "
+                f"{after.failed_attempts} wrong codes",
+                hint="a person must request a new approval or approve it with the CLI or page",
+            )
+        left = self.config.max_code_attempts - after.failed_attempts
+        raise errors.PolicyDenied(
+            f"wrong code for approval {approval_id} ({left} attempts left)",
+            hint="ask the person to read the code again from the approval message",
+        )
+
+    def consume(self, approval_id: str, plan_hash: str, principal: Principal) -> ApprovalView:
+        """Mark an approved request used, once. Raise unless it approves exactly this plan."""
+        self._expire_due()
+        with self.db.write() as conn:
+            row = conn.execute("SELECT * FROM approvals WHERE id=?", (approval_id,)).fetchone()
+            if row is None:
+                raise errors.NotFound(f"no approval {approval_id!r}", hint="request one first")
+            if row["plan_hash"] != plan_hash:
+                raise errors.PolicyDenied(
+                    f"approval {approval_id} was given for plan {row['plan_hash'][:12]}, not "
+                    f"{plan_hash[:12]}: the plan changed after it was approved",
+                    hint="request a new approval for the new plan",
+                )
+            if principal.kind is not PrincipalKind.PERSON and principal.id != row["requester"]:
+                raise errors.PolicyDenied(
+                    f"approval {approval_id} was requested by {row['requester']}, "
+                    f"not {principal.id}",
+                    hint="the requester (or a person) executes an approved plan",
+                )
+            cur = conn.execute(
+                "UPDATE approvals SET status='used', used_at=?, used_by=? "
+                "WHERE id=? AND status='approved' AND plan_hash=?",
+                (utcnow().isoformat(), str(principal), approval_id, plan_hash),
+            )
+            status = row["status"]
+        if cur.rowcount != 1:
+            raise errors.ApprovalRequired(
+                f"approval {approval_id} is {status}, not approved; it cannot be used",
+                hint="used and expired approvals cannot be reused: request a new approval",
+            )
+        self._audit("approval.used", principal, approval_id, plan_hash=plan_hash)
+        return self.get(approval_id)
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _decide(
+        self,
+        approval_id: str,
+        decided_by: str,
+        via: str,
+        status: ApprovalStatus,
+        note: str,
+        actor: Principal,
+    ) -> ApprovalView:
+        view = self.get(approval_id)
+        if decided_by == view.requester:
+            raise errors.PolicyDenied(
+                f"{decided_by} requested approval {approval_id} and cannot decide it",
+                hint="another person must approve or deny it",
+            )
+        now = utcnow()
+        # Approval restarts the clock: the plan must be used within one expiry window.
+        expires = now + self.config.expiry_delta if status is ApprovalStatus.APPROVED else None
+        with self.db.write() as conn:
+            cur = conn.execute(
+                "UPDATE approvals SET status=?, decided_by=?, decided_via=?, decided_at=?, note=?, "
+                "expires_at=COALESCE(?, expires_at) WHERE id=? AND status='pending'",
+                (
+                    status.value,
+                    decided_by,
+                    via,
+                    now.isoformat(),
+                    note,
+                    expires.isoformat() if expires else None,
+                    approval_id,
+                ),
+            )
+        if cur.rowcount != 1:
+            raise errors.Conflict(
+                f"approval {approval_id} is {self.get(approval_id).status.value}, not pending",
+                hint="list pending approvals with 'clawpoint approvals list'",
+            )
+        self._audit(f"approval.{status.value}", actor, approval_id, via=via, note=note)
+        return self.get(approval_id)
+
+    def _expire_due(self) -> None:
+        now = utcnow().isoformat()
+        with self.db.write() as conn:
+            expired = [
+                r["id"]
+                for r in conn.execute(
+                    "SELECT id FROM approvals "
+                    "WHERE status IN ('pending','approved') AND expires_at<?",
+                    (now,),
+                )
+            ]
+            conn.execute(
+                "UPDATE approvals SET status='expired' "
+                "WHERE status IN ('pending','approved') AND expires_at<?",
+                (now,),
+            )
+        for approval_id in expired:
+            self.audit.append("approval.expired", principal="system", subject=approval_id, data={})
+
+    def _audit(self, kind: str, principal: Principal, approval_id: str, **data: Any) -> None:
+        self.audit.append(kind, principal=str(principal), subject=approval_id, data=data)
+
+
+def _require_person(principal: Principal, what: str) -> None:
+    if principal.kind is not PrincipalKind.PERSON:
+        raise errors.PolicyDenied(
+            f"only a person may {what}; {principal} is a {principal.kind.value}",
+            hint="a person must use 'clawpoint approvals', the approval page or the chat code",
+        )
+
+
+def _view(row: Any) -> ApprovalView:
+    plan = Plan.model_validate(loads(row["plan"]))
+
+    def ts(value: str | None) -> datetime | None:
+        return datetime.fromisoformat(value) if value else None
+
+    return ApprovalView(
+        id=row["id"],
+        plan_hash=row["plan_hash"],
+        plan=plan,
+        action=plan.action.value,
+        target=plan.target,
+        risk=plan.risk,
+        summary=plan.summary,
+        reason=row["reason"],
+        requester=row["requester"],
+        status=ApprovalStatus(row["status"]),
+        created_at=datetime.fromisoformat(row["created_at"]),
+        expires_at=datetime.fromisoformat(row["expires_at"]),
+        decided_by=row["decided_by"],
+        decided_via=row["decided_via"],
+        decided_at=ts(row["decided_at"]),
+        note=row["note"],
+        used_at=ts(row["used_at"]),
+        failed_attempts=row["failed_attempts"],
+    )
+
+
+__all__ = [
+    "CODE_ALPHABET",
+    "ApprovalStatus",
+    "ApprovalStore",
+    "ApprovalView",
+    "ApprovalsConfig",
+    "load_or_create_secret",
+    "normalize_code",
+]

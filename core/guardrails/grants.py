@@ -1,0 +1,234 @@
+"""Standing approvals: a person pre-authorises one action in a scope, with a budget and an expiry.
+
+Example: "checkpoint-and-requeue any job in partition gpu on a spot interruption notice, at
+most 20 per hour, for 7 days" - a 120-second notice cannot wait for a person. A grant turns
+the policy's "approve" into "allow" for plans it matches; it never overrides a "deny" or a
+limit. ``claim`` finds a matching grant with budget left and records the use in the same
+``BEGIN IMMEDIATE`` transaction, so concurrent claims cannot overspend the hourly budget.
+
+Scope keys (all must match; an unknown or absent key never matches, failing closed):
+``trigger`` (the event that prompted the plan), ``backend``, ``target``, any string key of
+the plan's scope (``namespace``, ``partition``, ``node``, ``pool``), ``labels.KEY`` (workload
+label) and ``node_labels.KEY`` (node label).
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel
+
+from core import errors
+from core.guardrails import schema
+from core.guardrails.audit import AuditLog
+from core.guardrails.durations import parse_duration
+from core.model import Action, Plan, Principal, PrincipalKind, utcnow
+from core.state.db import Database, dumps, loads
+
+
+class Grant(BaseModel):
+    id: str
+    action: Action
+    scope: dict[str, str]
+    max_per_hour: int
+    created_at: datetime
+    expires_at: datetime
+    reason: str
+    granted_by: str
+    revoked_at: datetime | None = None
+    revoked_by: str | None = None
+    used_last_hour: int = 0
+
+    def active(self, now: datetime) -> bool:
+        return self.revoked_at is None and now < self.expires_at
+
+
+def scope_matches(scope: dict[str, str], plan: Plan, trigger: str | None) -> bool:
+    for key, wanted in scope.items():
+        have: Any
+        if key == "trigger":
+            have = trigger
+        elif key == "backend":
+            have = plan.backend
+        elif key == "target":
+            have = plan.target
+        elif key.startswith(("labels.", "node_labels.")):
+            group, _, label = key.partition(".")
+            labels = plan.scope.get(group)
+            have = labels.get(label) if isinstance(labels, dict) else None
+        else:
+            have = plan.scope.get(key)
+        if have is None or str(have) != wanted:
+            return False
+    return True
+
+
+class GrantStore:
+    def __init__(self, db: Database, *, audit: AuditLog) -> None:
+        self.db = db
+        self.audit = audit
+        schema.ensure_schema(db)
+
+    def grant(
+        self,
+        action: Action,
+        scope: dict[str, str],
+        *,
+        max_per_hour: int,
+        expires: str | timedelta,
+        reason: str,
+        granted_by: Principal,
+    ) -> Grant:
+        if granted_by.kind is not PrincipalKind.PERSON:
+            raise errors.PolicyDenied(
+                f"only a person may grant a standing approval; {granted_by} is a "
+                f"{granted_by.kind.value}",
+                hint="ask a person to run 'clawpoint approvals grant'",
+            )
+        if max_per_hour < 1:
+            raise errors.InvalidInput(
+                f"max_per_hour must be at least 1, got {max_per_hour}",
+                hint="revoke the grant instead of giving it a zero budget",
+            )
+        if not reason.strip():
+            raise errors.InvalidInput(
+                "a standing approval needs a reason", hint="say why, e.g. 'spot notices'"
+            )
+        lifetime = parse_duration(expires, what="expires")
+        now = utcnow()
+        grant_id = "grt-" + secrets.token_hex(5)
+        with self.db.write() as conn:
+            conn.execute(
+                "INSERT INTO grants(id, action, scope, max_per_hour, created_at, expires_at, "
+                "reason, granted_by) VALUES(?,?,?,?,?,?,?,?)",
+                (
+                    grant_id,
+                    action.value,
+                    dumps({str(k): str(v) for k, v in scope.items()}),
+                    max_per_hour,
+                    now.isoformat(),
+                    (now + lifetime).isoformat(),
+                    reason,
+                    granted_by.id,
+                ),
+            )
+        self.audit.append(
+            "grant.created",
+            principal=str(granted_by),
+            subject=grant_id,
+            data={
+                "action": action.value,
+                "scope": scope,
+                "max_per_hour": max_per_hour,
+                "expires_in_s": lifetime.total_seconds(),
+                "reason": reason,
+            },
+        )
+        return self.get(grant_id)
+
+    def get(self, grant_id: str) -> Grant:
+        with self.db.read() as conn:
+            row = conn.execute("SELECT * FROM grants WHERE id=?", (grant_id,)).fetchone()
+            if row is None:
+                raise errors.NotFound(
+                    f"no standing approval {grant_id!r}",
+                    hint="list them with 'clawpoint approvals grants'",
+                )
+            return _grant(row, _uses_since(conn, grant_id, utcnow() - timedelta(hours=1)))
+
+    def list(self, *, include_inactive: bool = False) -> list[Grant]:
+        now = utcnow()
+        with self.db.read() as conn:
+            rows = conn.execute("SELECT * FROM grants ORDER BY created_at").fetchall()
+            grants = [_grant(r, _uses_since(conn, r["id"], now - timedelta(hours=1))) for r in rows]
+        return [g for g in grants if include_inactive or g.active(now)]
+
+    def revoke(self, grant_id: str, *, by: Principal) -> Grant:
+        if by.kind is not PrincipalKind.PERSON:
+            raise errors.PolicyDenied(
+                f"only a person may revoke a standing approval; {by} is a {by.kind.value}",
+                hint="ask a person to run 'clawpoint approvals revoke'",
+            )
+        self.get(grant_id)
+        with self.db.write() as conn:
+            conn.execute(
+                "UPDATE grants SET revoked_at=?, revoked_by=? WHERE id=? AND revoked_at IS NULL",
+                (utcnow().isoformat(), by.id, grant_id),
+            )
+        self.audit.append("grant.revoked", principal=str(by), subject=grant_id, data={})
+        return self.get(grant_id)
+
+    def match(self, plan: Plan, trigger: str | None = None) -> Grant | None:
+        """The first active grant covering this plan with budget left (read only)."""
+        now = utcnow()
+        for grant in self.list():
+            if (
+                grant.action is plan.action
+                and scope_matches(grant.scope, plan, trigger)
+                and grant.active(now)
+                and grant.used_last_hour < grant.max_per_hour
+            ):
+                return grant
+        return None
+
+    def claim(self, plan: Plan, principal: Principal, trigger: str | None = None) -> Grant | None:
+        """Like ``match``, and record one use of the grant's budget in the same transaction."""
+        now = utcnow()
+        chosen: Grant | None = None
+        with self.db.write() as conn:
+            rows = conn.execute(
+                "SELECT * FROM grants WHERE action=? AND revoked_at IS NULL AND expires_at>? "
+                "ORDER BY created_at",
+                (plan.action.value, now.isoformat()),
+            ).fetchall()
+            for row in rows:
+                used = _uses_since(conn, row["id"], now - timedelta(hours=1))
+                grant = _grant(row, used)
+                if scope_matches(grant.scope, plan, trigger) and used < grant.max_per_hour:
+                    conn.execute(
+                        "INSERT INTO grant_uses(grant_id, ts, plan_hash, principal) "
+                        "VALUES(?,?,?,?)",
+                        (grant.id, now.isoformat(), plan.hash, str(principal)),
+                    )
+                    chosen = grant.model_copy(update={"used_last_hour": used + 1})
+                    break
+        if chosen is not None:
+            self.audit.append(
+                "grant.used",
+                principal=str(principal),
+                subject=chosen.id,
+                data={
+                    "plan_hash": plan.hash,
+                    "action": plan.action.value,
+                    "target": plan.target,
+                    "trigger": trigger,
+                    "used_last_hour": chosen.used_last_hour,
+                    "max_per_hour": chosen.max_per_hour,
+                },
+            )
+        return chosen
+
+
+def _uses_since(conn: Any, grant_id: str, since: datetime) -> int:
+    row = conn.execute(
+        "SELECT COUNT(*) FROM grant_uses WHERE grant_id=? AND ts>=?", (grant_id, since.isoformat())
+    ).fetchone()
+    return int(row[0])
+
+
+def _grant(row: Any, used: int) -> Grant:
+    return Grant(
+        id=row["id"],
+        action=Action(row["action"]),
+        scope=loads(row["scope"]) or {},
+        max_per_hour=row["max_per_hour"],
+        created_at=datetime.fromisoformat(row["created_at"]),
+        expires_at=datetime.fromisoformat(row["expires_at"]),
+        reason=row["reason"],
+        granted_by=row["granted_by"],
+        revoked_at=datetime.fromisoformat(row["revoked_at"]) if row["revoked_at"] else None,
+        revoked_by=row["revoked_by"],
+        used_last_hour=used,
+    )

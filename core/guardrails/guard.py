@@ -1,0 +1,218 @@
+"""The guard: the one object the service asks "may this plan run, and if not, who can say yes?".
+
+Flow (``core.service``): seal a plan -> ``decide`` -> allow: execute / approve:
+``request_approval`` and return the paths to the caller / deny: refuse with the reason.
+After a person approves, the service calls ``consume`` right before executing, which
+succeeds once per approval and only for the exact plan hash.
+
+``decide`` combines the policy (``policy.evaluate``: dry-run, protections, limits, rules,
+defaults) with standing grants: a policy "approve" becomes "allow" when a grant covers the
+plan and has budget left (the use is counted atomically and audited with the grant id).
+``request_approval`` fails closed: if no person can be reached (no CLI path, no page, the
+webhook absent or failing, no elicitation) the request is withdrawn and PolicyDenied is
+raised. Every decision, approval event and grant use goes to the audit log.
+Limits: the guard trusts the ``PolicyContext`` the service builds (counts, pool sizes).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core import errors
+from core.guardrails.approvals import (
+    ApprovalsConfig,
+    ApprovalStore,
+    ApprovalView,
+    load_or_create_secret,
+)
+from core.guardrails.audit import AuditLog
+from core.guardrails.grants import GrantStore
+from core.guardrails.notify import Notifier, NotifyConfig, build_payload
+from core.guardrails.policy import Decision, Outcome, PolicyConfig, PolicyContext, evaluate
+from core.guardrails.prompts import ApprovalPath, approval_text
+from core.model import Plan, Principal
+from core.state.db import Database
+
+
+class Guard:
+    def __init__(
+        self,
+        *,
+        policy: PolicyConfig,
+        approvals: ApprovalStore,
+        grants: GrantStore,
+        audit: AuditLog,
+        notifier: Notifier | None = None,
+    ) -> None:
+        self.policy = policy
+        self.approvals = approvals
+        self.grants = grants
+        self.audit = audit
+        self.notifier = notifier
+
+    @classmethod
+    def open(
+        cls,
+        db: Database,
+        *,
+        home: Path,
+        policy: PolicyConfig | None = None,
+        approvals: ApprovalsConfig | None = None,
+        notify: NotifyConfig | None = None,
+    ) -> Guard:
+        """Wire everything from settings; the code key lives in ``home/approval.key`` (0600)."""
+        audit = AuditLog(db)
+        return cls(
+            policy=policy or PolicyConfig(),
+            approvals=ApprovalStore(
+                db,
+                secret=load_or_create_secret(home / "approval.key"),
+                audit=audit,
+                config=approvals,
+            ),
+            grants=GrantStore(db, audit=audit),
+            audit=audit,
+            notifier=Notifier(notify) if notify and notify.webhook_url else None,
+        )
+
+    def decide(
+        self,
+        plan: Plan,
+        principal: Principal,
+        context: PolicyContext,
+        *,
+        trigger: str | None = None,
+    ) -> Decision:
+        _require_sealed(plan)
+        decision = evaluate(plan, self.policy, context)
+        if decision.outcome is Outcome.APPROVE:
+            grant = self.grants.claim(plan, principal, trigger)
+            if grant is not None:
+                decision = decision.model_copy(
+                    update={
+                        "outcome": Outcome.ALLOW,
+                        "grant_id": grant.id,
+                        "reason": f"Standing approval {grant.id} by {grant.granted_by} covers "
+                        f"this ({grant.reason}); use {grant.used_last_hour} of "
+                        f"{grant.max_per_hour} this hour.",
+                    }
+                )
+        self.audit.append(
+            "decision",
+            principal=str(principal),
+            subject=plan.target,
+            data={
+                "plan_hash": plan.hash,
+                "action": plan.action.value,
+                "outcome": decision.outcome.value,
+                "reason": decision.reason,
+                "rule_id": decision.rule_id,
+                "grant_id": decision.grant_id,
+                "risk": decision.risk.value,
+                "trigger": trigger,
+            },
+        )
+        return decision
+
+    def request_approval(
+        self,
+        plan: Plan,
+        principal: Principal,
+        reason: str,
+        *,
+        elicitation_available: bool = False,
+    ) -> tuple[ApprovalView, list[ApprovalPath]]:
+        """Create a pending approval, notify people, and say exactly how a person can approve.
+
+        Raises PolicyDenied (and leaves nothing pending) when no person can be reached.
+        """
+        _require_sealed(plan)
+        cfg = self.approvals.config
+        webhook = self.notifier is not None and self.notifier.enabled
+        if not (cfg.cli_enabled or cfg.page_url or webhook or elicitation_available):
+            self.audit.append(
+                "approval.no-path",
+                principal=str(principal),
+                subject=plan.target,
+                data={"plan_hash": plan.hash},
+            )
+            raise _no_path(plan)
+        view = self.approvals.create(plan, principal, reason)
+        paths: list[ApprovalPath] = []
+        if elicitation_available:
+            paths.append(
+                ApprovalPath(
+                    kind="elicitation",
+                    how="answer the approval question your chat client shows you",
+                )
+            )
+        if cfg.cli_enabled:
+            paths.append(
+                ApprovalPath(
+                    kind="cli",
+                    how=f"on the clawpoint host run: {cfg.cli_command} approvals show {view.id} "
+                    f"then {cfg.cli_command} approvals approve {view.id}",
+                )
+            )
+        if cfg.page_url:
+            paths.append(
+                ApprovalPath(kind="page", how=f"open {cfg.page_url.rstrip('/')}/{view.id}")
+            )
+        if webhook and self.notifier is not None:
+            # The message needs the paths known so far (page, CLI), then reports its own fate.
+            code = self.approvals.delivery_code(view.id)
+            announced = [*paths, _chat_path(view.id)]
+            text = approval_text(plan, view, announced)
+            delivered = self.notifier.send(build_payload(view, text, code, announced))
+            paths.append(
+                ApprovalPath(
+                    kind="webhook",
+                    how="a person was notified in the team channel"
+                    if delivered
+                    else "the webhook notification failed",
+                    available=delivered,
+                )
+            )
+        # The chat code only helps if some people path shows the code to a person.
+        if any(p.available and p.kind in ("cli", "page", "webhook") for p in paths):
+            paths.append(_chat_path(view.id))
+        self.audit.append(
+            "approval.paths",
+            principal=str(principal),
+            subject=view.id,
+            data={"paths": [p.kind for p in paths if p.available]},
+        )
+        if not any(p.available for p in paths):
+            self.approvals.cancel(view.id, principal, "no approval path could reach a person")
+            raise _no_path(plan)
+        return view, paths
+
+    def consume(self, approval_id: str, plan: Plan, principal: Principal) -> ApprovalView:
+        """Use an approval for this exact plan, once; call right before executing."""
+        _require_sealed(plan)
+        return self.approvals.consume(approval_id, plan.hash, principal)
+
+
+def _chat_path(approval_id: str) -> ApprovalPath:
+    return ApprovalPath(
+        kind="chat-code",
+        how=f"tell the agent the one-time code from the approval message; it submits it "
+        f"for approval {approval_id}",
+    )
+
+
+def _require_sealed(plan: Plan) -> None:
+    if not plan.hash or plan.hash != plan.compute_hash():
+        raise errors.InvalidInput(
+            "the plan is not sealed: its hash is missing or does not match its content",
+            hint="plan again (plans are sealed when made) and pass the plan unchanged",
+        )
+
+
+def _no_path(plan: Plan) -> errors.PolicyDenied:
+    return errors.PolicyDenied(
+        f"the {plan.action.value} of {plan.target} needs a person's approval, and no person "
+        "can be reached to give it, so it is refused",
+        hint="configure an approval path: [approvals] page_url, [notify] webhook_url, or "
+        "enable the CLI path ([approvals] cli_enabled = true)",
+    )

@@ -1,0 +1,144 @@
+"""Tell people that an approval is waiting: a JSON POST to a Slack-compatible webhook.
+
+The body has ``text`` (the whole message, for clients that show only that) and ``blocks``
+(Slack's layout: a header, a section of fields, the code, and how to approve), plus a
+``clawpoint`` object with the same facts as data for non-Slack receivers. One short timeout,
+a few retries with backoff on connection errors and 5xx/429; a 4xx other than 429 is final.
+The webhook is a people path, so the message carries the one-time code; point it only at a
+channel agents cannot read. Limits: synchronous (the guard runs in a worker thread); no
+signing of the body (use a secret URL, as Slack does).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2
+import structlog
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from tenacity import (
+    RetryError,
+    retry,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from core.guardrails.approvals import ApprovalView
+from core.guardrails.prompts import ApprovalPath, ApprovalText, format_code
+
+log = structlog.get_logger(__name__)
+
+
+class NotifyConfig(BaseModel):
+    """The ``[notify]`` section."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    webhook_url: str | None = None  # e.g. a Slack incoming webhook; absent = no notifications
+    timeout_s: float = Field(default=5.0, gt=0, le=60)
+    attempts: int = Field(default=3, ge=1, le=10)
+    headers: dict[str, str] = Field(default_factory=dict)  # e.g. an Authorization header
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("https://", "http://")):
+            raise ValueError("webhook_url must start with https:// (or http:// for a local relay)")
+        return value
+
+
+class _Retryable(Exception):
+    pass
+
+
+def build_payload(
+    view: ApprovalView, text: ApprovalText, code: str, paths: list[ApprovalPath]
+) -> dict[str, Any]:
+    """The webhook body (documented in docs/guardrails.md)."""
+
+    def field(label: str, value: str) -> dict[str, str]:
+        return {"type": "mrkdwn", "text": f"*{label}*\n{value}"}
+
+    how = "\n".join(f"• {h}" for h in text.how_to_approve) or "no path available"
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": "Approval needed"}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": text.headline}},
+        {
+            "type": "section",
+            "fields": [
+                field("Why", text.why),
+                field("Risk", text.risk),
+                field("Pause", text.pause),
+                field("Cost", text.cost),
+                field("Could lose", text.could_lose),
+                field("Undo", text.undo),
+            ],
+        },
+        {
+            "type": "section",
+            "text": {
+                "type": "mrkdwn",
+                "text": f"*Code:* `{format_code(code)}`  (expires {text.expires})",
+            },
+        },
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"*How to approve*\n{how}"}},
+    ]
+    return {
+        "text": text.as_text(code=code),
+        "blocks": blocks,
+        "clawpoint": {
+            "approval_id": view.id,
+            "plan_hash": view.plan_hash,
+            "action": view.action,
+            "target": view.target,
+            "risk": view.risk.value,
+            "requester": view.requester,
+            "reason": text.why,
+            "expected_pause": text.pause,
+            "cost_effect": text.cost,
+            "undo": text.undo,
+            "expires_at": view.expires_at.isoformat(),
+            "code": code,
+            "paths": [p.model_dump() for p in paths if p.available],
+        },
+    }
+
+
+class Notifier:
+    def __init__(self, config: NotifyConfig, *, transport: httpx2.BaseTransport | None = None):
+        self.config = config
+        self._transport = transport
+
+    @property
+    def enabled(self) -> bool:
+        return self.config.webhook_url is not None
+
+    def send(self, payload: dict[str, Any]) -> bool:
+        """POST the payload; True if the receiver accepted it. Never raises for delivery."""
+        url = self.config.webhook_url
+        if url is None:
+            return False
+
+        @retry(
+            stop=stop_after_attempt(self.config.attempts),
+            wait=wait_exponential(multiplier=0.2, max=2),
+            retry=retry_if_exception_type(_Retryable),
+        )
+        def post(client: httpx2.Client) -> None:
+            try:
+                response = client.post(url, json=payload, headers=self.config.headers)
+            except httpx2.TransportError as exc:
+                raise _Retryable(str(exc)) from exc
+            if response.status_code == 429 or response.status_code >= 500:
+                raise _Retryable(f"HTTP {response.status_code}")
+            response.raise_for_status()
+
+        try:
+            with httpx2.Client(timeout=self.config.timeout_s, transport=self._transport) as client:
+                post(client)
+        except (RetryError, httpx2.HTTPError) as exc:
+            # The URL is a secret (Slack style): log the host only.
+            log.warning("webhook delivery failed", host=httpx2.URL(url).host, error=str(exc))
+            return False
+        return True

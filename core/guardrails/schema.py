@@ -1,0 +1,78 @@
+"""The guardrails tables: the audit head, approvals, standing grants and their uses.
+
+Registered as the ``guardrails`` component of ``core.state.db`` by ``install()`` (no work at
+import time). Append only: a shipped script is never edited; changes go in a new script.
+"""
+
+from __future__ import annotations
+
+from core.state.db import Database, register_migrations
+
+GENESIS = "0" * 64
+
+MIGRATIONS: list[str] = [
+    f"""
+    CREATE TABLE audit_head (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        seq INTEGER NOT NULL,
+        hash TEXT NOT NULL
+    );
+    INSERT INTO audit_head(id, seq, hash)
+        SELECT 1, COALESCE(MAX(seq), 0),
+               COALESCE((SELECT hash FROM audit ORDER BY seq DESC LIMIT 1), '{GENESIS}')
+        FROM audit;
+    CREATE TABLE approvals (
+        id TEXT PRIMARY KEY,
+        plan_hash TEXT NOT NULL,
+        plan TEXT NOT NULL,
+        requester TEXT NOT NULL,
+        requester_kind TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        status TEXT NOT NULL,
+        code_hash TEXT NOT NULL,
+        failed_attempts INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        expires_at TEXT NOT NULL,
+        decided_by TEXT,
+        decided_via TEXT,
+        decided_at TEXT,
+        note TEXT NOT NULL DEFAULT '',
+        used_at TEXT,
+        used_by TEXT
+    );
+    CREATE INDEX approvals_status ON approvals(status);
+    CREATE TABLE grants (
+        id TEXT PRIMARY KEY,
+        action TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        max_per_hour INTEGER NOT NULL,
+        created_at TEXT NOT NULL,
+        expires_at TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        granted_by TEXT NOT NULL,
+        revoked_at TEXT,
+        revoked_by TEXT
+    );
+    CREATE TABLE grant_uses (
+        grant_id TEXT NOT NULL REFERENCES grants(id),
+        ts TEXT NOT NULL,
+        plan_hash TEXT NOT NULL,
+        principal TEXT NOT NULL
+    );
+    CREATE INDEX grant_uses_grant_ts ON grant_uses(grant_id, ts);
+    """,
+]
+
+
+def install() -> None:
+    """Register the guardrails migrations (idempotent); call at startup, before the DB opens."""
+    register_migrations("guardrails", MIGRATIONS)
+
+
+def ensure_schema(db: Database) -> None:
+    """Make sure ``db`` has the guardrails tables, even if it was migrated before ``install()``."""
+    install()
+    if db.schema_versions().get("guardrails", 0) < len(MIGRATIONS):
+        # The handle remembers it migrated; make it look again now that we registered.
+        db._migrated = False
+        db.migrate()

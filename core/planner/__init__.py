@@ -1,0 +1,1 @@
+"""Planning: deciding where and on what capacity workloads should run."""

@@ -1,0 +1,78 @@
+"""The catalogue of MCP tool names that skills and runbook steps may call.
+
+One place for the list, grouped by what a call can do: ``READ_TOOLS`` and ``PLAN_TOOLS``
+never change anything; ``ACTION_TOOLS`` take ``dry_run`` and ``reason`` and answer with a
+``status`` from ``ACTION_STATUSES``. Limits: this is a static mirror of the MCP server's
+tools; when the server can report its own list, replace these constants with that list
+(the tests and the runbook validator read only the names exported here).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "ACTION_STATUSES",
+    "ACTION_TOOLS",
+    "ALL_TOOLS",
+    "ENGINE_ONLY_TOOLS",
+    "PLAN_TOOLS",
+    "READ_TOOLS",
+    "is_mutating",
+]
+
+READ_TOOLS: Final[frozenset[str]] = frozenset(
+    {
+        "cluster_status",
+        "list_workloads",
+        "get_workload",
+        "list_checkpoints",
+        "queue_depth",
+        "sla_risk",
+        "spot_market",
+        "cluster_health",
+        "plan_actions",
+        "list_approvals",
+        "get_approval",
+        "list_runbooks",
+        "runbook_status",
+    }
+)
+
+PLAN_TOOLS: Final[frozenset[str]] = frozenset({"plan_migration", "plan_failover"})
+
+ACTION_TOOLS: Final[frozenset[str]] = frozenset(
+    {
+        "checkpoint_workload",
+        "migrate_workload",
+        "preempt_workload",
+        "resume_workload",
+        "restore_checkpoint",
+        "failover_workload",
+        "drain_node",
+        "scale_workload",
+        "delete_checkpoint",
+        "execute_approved",
+        "start_runbook",
+        "continue_runbook",
+    }
+)
+
+ALL_TOOLS: Final[frozenset[str]] = READ_TOOLS | PLAN_TOOLS | ACTION_TOOLS
+
+# A runbook step may not call these directly: the engine calls ``execute_approved`` itself
+# when an approval gate opens, and continuing a run is the engine's own job.
+ENGINE_ONLY_TOOLS: Final[frozenset[str]] = frozenset({"execute_approved", "continue_runbook"})
+
+ACTION_STATUSES: Final[tuple[str, ...]] = (
+    "executed",
+    "approval_required",
+    "denied",
+    "failed",
+    "planned",
+)
+
+
+def is_mutating(tool: str) -> bool:
+    """True when calling ``tool`` can change a cluster (it is an action tool)."""
+    return tool in ACTION_TOOLS

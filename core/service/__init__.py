@@ -1,0 +1,1 @@
+"""The service facade every interface calls: plan -> guard -> execute -> audit."""

@@ -1,0 +1,112 @@
+"""``clawpoint config check``: load the configuration and probe what clawpoint needs.
+
+Each check reports ok / warn / error with a message that says what to do. Read-only: it
+creates the state directory and migrates the database (what any command would do) but
+changes no workload.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Literal
+
+from pydantic import BaseModel
+
+from core import errors
+from core.config import config_path, default_home, ensure_dirs, load_settings
+
+
+class CheckItem(BaseModel):
+    name: str
+    level: Literal["ok", "warn", "error"]
+    message: str
+
+
+class CheckReport(BaseModel):
+    ok: bool
+    items: list[CheckItem]
+
+
+def check_configuration() -> CheckReport:
+    from core.checkpoint.criu import criu_status
+
+    items: list[CheckItem] = []
+    home = default_home()
+    path = config_path(home)
+    try:
+        settings = load_settings(home)
+    except errors.ClawpointError as exc:
+        items.append(CheckItem(name="config", level="error", message=str(exc)))
+        return CheckReport(ok=False, items=items)
+    items.append(
+        CheckItem(
+            name="config",
+            level="ok",
+            message=f"{path} loaded" if path.exists() else f"no {path}: using documented defaults",
+        )
+    )
+    try:
+        ensure_dirs(settings)
+        from core.state.db import Database
+
+        versions = Database(settings.state_db).schema_versions()
+        items.append(
+            CheckItem(name="state", level="ok", message=f"{settings.state_db} schema {versions}")
+        )
+    except (errors.ClawpointError, OSError) as exc:
+        items.append(CheckItem(name="state", level="error", message=str(exc)))
+    try:
+        with tempfile.NamedTemporaryFile(dir=settings.checkpoint_dir):
+            pass
+        items.append(
+            CheckItem(name="store", level="ok", message=f"{settings.checkpoint_dir} is writable")
+        )
+    except OSError as exc:
+        items.append(
+            CheckItem(
+                name="store",
+                level="error",
+                message=f"{settings.checkpoint_dir} is not writable: {exc}",
+            )
+        )
+    status = criu_status()
+    items.append(
+        CheckItem(
+            name="criu",
+            level="ok" if status.available else "warn",
+            message=(
+                f"criu {status.version} works"
+                if status.available
+                else f"{status.reason}; the cooperative engine still works (--engine cooperative)"
+            ),
+        )
+    )
+    names = [n.name for n in settings.local.nodes]
+    if len(set(names)) != len(names):
+        items.append(
+            CheckItem(name="local", level="error", message=f"duplicate local node names: {names}")
+        )
+    elif settings.local.enabled:
+        items.append(
+            CheckItem(name="local", level="ok", message=f"local nodes: {', '.join(names)}")
+        )
+    token = settings.mcp_token
+    items.append(
+        CheckItem(
+            name="mcp",
+            level="ok" if token else "warn",
+            message="HTTP bearer token configured"
+            if token
+            else "no HTTP token: 'clawpoint serve --http' will refuse to start (set CLAWPOINT_MCP_TOKEN)",
+        )
+    )
+    if os.geteuid() != 0:
+        items.append(
+            CheckItem(
+                name="privileges",
+                level="warn",
+                message="not root: CRIU needs root (or CAP_CHECKPOINT_RESTORE)",
+            )
+        )
+    return CheckReport(ok=all(i.level != "error" for i in items), items=items)

@@ -1,0 +1,150 @@
+"""Runs a sealed plan step by step against its backend, journaling every step.
+
+A step's arguments may name an earlier step's output as ``$STEP.FIELD`` (the migrate plan's
+restore step takes ``$checkpoint.checkpoint_id``). Outputs are persisted before the next
+step starts, so ``resume`` can pick up an execution whose process died: it asks the backend
+whether the interrupted step completed (``recover_step``) and goes on from there. When a step
+fails, the plan's ``on_failure`` steps run best-effort (restart the workload where it was) and
+the execution is marked failed or rolled back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from core import errors
+from core.backends.base import Backend, ProgressFn, no_progress
+from core.model import Execution, ExecutionStatus, Plan, PlanStep
+from core.service.journal import Journal
+
+log = structlog.get_logger("clawpoint.executor")
+
+
+def resolve_args(args: dict[str, Any], outputs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    resolved: dict[str, Any] = {}
+    for key, value in args.items():
+        if isinstance(value, str) and value.startswith("$") and "." in value:
+            step, _, field = value[1:].partition(".")
+            if step not in outputs or field not in outputs[step]:
+                raise errors.OperationFailed(
+                    f"step argument {key}={value} refers to an output that does not exist",
+                    hint="this is a bug in the backend's plan; report it with the plan JSON",
+                )
+            resolved[key] = outputs[step][field]
+        else:
+            resolved[key] = value
+    return resolved
+
+
+class Executor:
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+
+    def run(
+        self, plan: Plan, backend: Backend, *, principal: str, progress: ProgressFn = no_progress
+    ) -> Execution:
+        execution = self.journal.start(plan, principal)
+        return self._continue(plan, backend, execution, outputs={}, first=0, progress=progress)
+
+    def resume(self, execution: Execution, plan: Plan, backend: Backend) -> Execution:
+        """Finish an execution whose process died; steps already done are not run again."""
+        outputs: dict[str, dict[str, Any]] = {}
+        first = 0
+        for idx, record in enumerate(execution.steps):
+            step = plan.steps[idx]
+            if record.status == "done":
+                outputs[step.name] = record.output
+                first = idx + 1
+                continue
+            if record.status == "started" and record.started_at is not None:
+                args = resolve_args(step.args, outputs)
+                recovered = backend.recover_step(step.op, args, record.started_at)
+                if recovered is not None:
+                    self.journal.step_finished(execution.id, idx, status="done", output=recovered)
+                    outputs[step.name] = recovered
+                    first = idx + 1
+                    continue
+            break
+        log.info("resuming execution", execution=execution.id, from_step=first)
+        return self._continue(
+            plan, backend, execution, outputs=outputs, first=first, progress=no_progress
+        )
+
+    def _continue(
+        self,
+        plan: Plan,
+        backend: Backend,
+        execution: Execution,
+        *,
+        outputs: dict[str, dict[str, Any]],
+        first: int,
+        progress: ProgressFn,
+    ) -> Execution:
+        total = len(plan.steps)
+        for idx in range(first, total):
+            step = plan.steps[idx]
+            self.journal.step_started(execution.id, idx)
+
+            def step_progress(done: float, of: float | None, message: str, _i: int = idx) -> None:
+                # Scale the step's own progress into the plan's: step i covers [i, i+1).
+                fraction = (done / of) if of else 0.0
+                progress(_i + min(max(fraction, 0.0), 1.0), float(total), f"{step.name}: {message}")
+
+            progress(float(idx), float(total), f"{step.name}: {step.description}")
+            try:
+                args = resolve_args(step.args, outputs)
+                output = backend.run_step(step.op, args, step_progress)
+            except errors.ClawpointError as exc:
+                return self._fail(plan, backend, execution, idx, exc, outputs)
+            except Exception as exc:  # a bug must not leave the journal "running" forever
+                log.exception("step crashed", step=step.name)
+                wrapped = errors.OperationFailed(
+                    f"step {step.name} crashed: {exc!r}",
+                    hint="see the log; the journal has the details",
+                )
+                return self._fail(plan, backend, execution, idx, wrapped, outputs)
+            outputs[step.name] = output
+            self.journal.step_finished(execution.id, idx, status="done", output=output)
+        progress(float(total), float(total), "done")
+        result = {name: out for name, out in outputs.items()}
+        self.journal.finish(execution.id, status=ExecutionStatus.SUCCEEDED, result=result)
+        return self.journal.get(execution.id)
+
+    def _fail(
+        self,
+        plan: Plan,
+        backend: Backend,
+        execution: Execution,
+        idx: int,
+        exc: errors.ClawpointError,
+        outputs: dict[str, dict[str, Any]],
+    ) -> Execution:
+        self.journal.step_finished(execution.id, idx, status="failed", output={}, error=str(exc))
+        status = ExecutionStatus.FAILED
+        compensation: list[dict[str, Any]] = []
+        if plan.on_failure and idx > 0:
+            ok = True
+            for step in plan.on_failure:
+                compensation.append(self._compensate(step, backend, outputs))
+                ok = ok and compensation[-1].get("ok", False)
+            if ok:
+                status = ExecutionStatus.ROLLED_BACK
+        self.journal.finish(
+            execution.id,
+            status=status,
+            result={"outputs": outputs, "compensation": compensation, "error": exc.to_dict()},
+            error=str(exc),
+        )
+        return self.journal.get(execution.id)
+
+    def _compensate(
+        self, step: PlanStep, backend: Backend, outputs: dict[str, dict[str, Any]]
+    ) -> dict[str, Any]:
+        try:
+            out = backend.run_step(step.op, resolve_args(step.args, outputs), no_progress)
+            return {"step": step.name, "ok": True, "output": out}
+        except Exception as exc:  # best effort: record and go on
+            log.error("compensation failed", step=step.name, error=str(exc))
+            return {"step": step.name, "ok": False, "error": str(exc)}

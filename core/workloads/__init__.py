@@ -1,0 +1,1 @@
+"""Workloads shipped for demos and tests (they run as payloads under the wrapper)."""

@@ -1,0 +1,1 @@
+"""The workload wrapper: runs a command checkpointable, serves checkpoint requests, restores."""

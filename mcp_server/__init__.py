@@ -1,0 +1,1 @@
+"""clawpoint's MCP server: thin tools over ``core.service`` (stdio and streamable HTTP)."""

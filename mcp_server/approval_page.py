@@ -1,0 +1,290 @@
+"""The approval web page: people log in with an approver token, read a request, approve or deny.
+
+Server-rendered HTML, no JavaScript, nothing loaded from elsewhere (a strict CSP says so).
+Login posts the approver token once; the page then keeps a random session id in an
+HttpOnly, SameSite=Strict cookie scoped to the page's path. Every state-changing form
+carries a per-session CSRF token that is checked, and cross-origin posts are refused.
+Requests carrying an ``Authorization`` header are refused outright: that is how agents and
+MCP clients authenticate, and no agent credential should ever work here (the caller's
+``approver_token_ok`` must also reject agent tokens). The page only calls an
+``ApprovalDesk``; the approval store behind it enforces that approvers are people other than
+the requester. Limits: sessions live in this process's memory (a restart logs people out);
+serve it over HTTPS or on 127.0.0.1 only, since the token crosses the wire at login.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import html
+import re
+import secrets
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+from urllib.parse import parse_qs, urlsplit
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from core import errors
+from core.guardrails.approvals import ApprovalStatus, ApprovalView
+from core.guardrails.prompts import approval_text, format_code
+from core.model import Principal, PrincipalKind
+
+COOKIE = "clawpoint_approver"
+SESSION_LIFETIME = timedelta(hours=8)
+MAX_FORM_BYTES = 16 * 1024
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,62}$")
+_CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
+
+
+class ApprovalDesk(Protocol):
+    """What the page needs from the service (people-side operations only)."""
+
+    def list_pending(self) -> Sequence[ApprovalView]: ...
+    def get(self, approval_id: str) -> ApprovalView: ...
+    def approve(self, approval_id: str, principal: Principal) -> ApprovalView: ...
+    def deny(self, approval_id: str, principal: Principal, why: str) -> ApprovalView: ...
+    def reveal_code(self, approval_id: str) -> str: ...
+
+
+@dataclass
+class _Session:
+    principal: Principal
+    csrf: str
+    created: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+def approval_routes(
+    desk: ApprovalDesk,
+    *,
+    approver_token_ok: Callable[[str], bool],
+    prefix: str = "/approvals",
+) -> list[Route]:
+    """The page's routes, to add to the HTTP app next to the MCP endpoint."""
+    sessions: dict[str, _Session] = {}
+    prefix = "/" + prefix.strip("/")
+
+    def session_of(request: Request) -> _Session | None:
+        sid = request.cookies.get(COOKIE)
+        session = sessions.get(sid) if sid else None
+        if session is None or datetime.now(UTC) - session.created > SESSION_LIFETIME:
+            if sid:
+                sessions.pop(sid, None)
+            return None
+        return session
+
+    def guarded(
+        handler: Callable[[Request], Awaitable[Response]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            if "authorization" in request.headers:
+                return _page("Not here", "<p>Agent and API credentials are not accepted.</p>", 403)
+            origin = request.headers.get("origin")
+            if request.method == "POST" and origin and origin != "null":
+                if urlsplit(origin).netloc != request.url.netloc:
+                    return _page("Refused", "<p>Cross-site form posts are refused.</p>", 403)
+            try:
+                return await handler(request)
+            except errors.ClawpointError as exc:
+                status = {3: 404, 5: 403, 10: 409}.get(exc.exit_code, 400)
+                body = f"<p>{_e(exc.message)}</p><p>{_e(exc.hint)}</p>"
+                return _page("Cannot do that", body + _back(prefix), status)
+
+        return endpoint
+
+    async def index(request: Request) -> Response:
+        session = session_of(request)
+        if session is None:
+            return _page("Approver login", _login_form(prefix))
+        pending = await run_in_threadpool(desk.list_pending)
+        items = "".join(
+            f'<li><a href="{prefix}/{_e(v.id)}">{_e(v.summary or v.action)}</a> '
+            f"<small>{_e(v.risk.value)} · by {_e(v.requester)} · expires "
+            f"{v.expires_at:%H:%M} UTC</small></li>"
+            for v in pending
+        )
+        body = f"<ul>{items}</ul>" if items else "<p>Nothing is waiting for approval.</p>"
+        return _page(f"Pending approvals ({len(pending)})", body + _logout_form(prefix, session))
+
+    async def login(request: Request) -> Response:
+        form = await _form(request)
+        token = form.get("token", "")
+        name = form.get("name", "").strip()
+        if not token or not approver_token_ok(token):
+            return _page("Approver login", "<p>Wrong token.</p>" + _login_form(prefix), 401)
+        if name and not _NAME_RE.fullmatch(name):
+            return _page("Approver login", "<p>Use a plain name.</p>" + _login_form(prefix), 400)
+        fingerprint = hashlib.sha256(token.encode()).hexdigest()[:8]
+        principal = Principal(id=f"page:{name or fingerprint}", kind=PrincipalKind.PERSON)
+        sid = secrets.token_urlsafe(32)
+        sessions[sid] = _Session(principal=principal, csrf=secrets.token_urlsafe(32))
+        response = RedirectResponse(prefix, status_code=303)
+        response.set_cookie(
+            COOKIE,
+            sid,
+            max_age=int(SESSION_LIFETIME.total_seconds()),
+            path=prefix,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return response
+
+    async def logout(request: Request) -> Response:
+        session = session_of(request)
+        form = await _form(request)
+        if session is not None and _csrf_ok(session, form):
+            sessions.pop(request.cookies.get(COOKIE, ""), None)
+        response = RedirectResponse(prefix, status_code=303)
+        response.delete_cookie(COOKIE, path=prefix)
+        return response
+
+    async def detail(request: Request) -> Response:
+        session = session_of(request)
+        if session is None:
+            return RedirectResponse(prefix, status_code=303)
+        approval_id = request.path_params["approval_id"]
+        view = await run_in_threadpool(desk.get, approval_id)
+        code = ""
+        if view.status is ApprovalStatus.PENDING:
+            code = await run_in_threadpool(desk.reveal_code, approval_id)
+        return _page(view.summary or view.action, _detail(prefix, view, code, session))
+
+    async def decide(request: Request) -> Response:
+        session = session_of(request)
+        if session is None:
+            return _page("Log in first", _login_form(prefix), 401)
+        form = await _form(request)
+        if not _csrf_ok(session, form):
+            return _page("Refused", "<p>The form expired or did not come from this page.</p>", 403)
+        approval_id = request.path_params["approval_id"]
+        verb = request.path_params["verb"]
+        if verb == "approve":
+            view = await run_in_threadpool(desk.approve, approval_id, session.principal)
+        else:
+            why = form.get("why", "").strip() or "denied on the approval page"
+            view = await run_in_threadpool(desk.deny, approval_id, session.principal, why)
+        body = f"<p>Request {_e(view.id)} is now <b>{_e(view.status.value)}</b>.</p>"
+        return _page("Done", body + _back(prefix))
+
+    return [
+        Route(prefix, guarded(index), methods=["GET"]),
+        Route(f"{prefix}/login", guarded(login), methods=["POST"]),
+        Route(f"{prefix}/logout", guarded(logout), methods=["POST"]),
+        Route(f"{prefix}/{{approval_id}}", guarded(detail), methods=["GET"]),
+        Route(
+            f"{prefix}/{{approval_id}}/{{verb:str}}", guarded(_only_verbs(decide)), methods=["POST"]
+        ),
+    ]
+
+
+def _only_verbs(
+    handler: Callable[[Request], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        if request.path_params["verb"] not in ("approve", "deny"):
+            return _page("Not found", "<p>No such action.</p>", 404)
+        return await handler(request)
+
+    return endpoint
+
+
+async def _form(request: Request) -> dict[str, str]:
+    # Parsed by hand: a small urlencoded body, so no multipart dependency and a hard size cap.
+    body = await request.body()
+    if len(body) > MAX_FORM_BYTES:
+        raise errors.InvalidInput("form too large", hint="submit the page's own form")
+    parsed = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+    return {k: v[0] for k, v in parsed.items() if v}
+
+
+def _csrf_ok(session: _Session, form: dict[str, str]) -> bool:
+    return hmac.compare_digest(session.csrf.encode(), form.get("csrf", "").encode())
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _back(prefix: str) -> str:
+    return f'<p><a href="{prefix}">Back to pending approvals</a></p>'
+
+
+def _login_form(prefix: str) -> str:
+    return (
+        f'<form method="post" action="{prefix}/login">'
+        '<label>Approver token <input type="password" name="token" autocomplete="off" required>'
+        '</label><label>Your name (optional) <input name="name" maxlength="63"></label>'
+        '<button type="submit">Log in</button></form>'
+    )
+
+
+def _logout_form(prefix: str, session: _Session) -> str:
+    return (
+        f'<form method="post" action="{prefix}/logout">'
+        f'<input type="hidden" name="csrf" value="{_e(session.csrf)}">'
+        f"<small>Logged in as {_e(session.principal.id)}</small> "
+        '<button type="submit">Log out</button></form>'
+    )
+
+
+def _detail(prefix: str, view: ApprovalView, code: str, session: _Session) -> str:
+    text = approval_text(view.plan, view)
+    rows = [
+        ("What", text.headline),
+        ("Why", text.why),
+        ("Risk", text.risk),
+        ("Could lose", text.could_lose),
+        ("Pause", text.pause),
+        ("Cost", text.cost),
+        ("Undo", text.undo),
+        ("Requested by", view.requester),
+        ("Status", view.status.value),
+        ("Expires", text.expires),
+        ("Plan hash", view.plan_hash[:16]),
+    ]
+    table = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
+    steps = "".join(f"<li>{_e(s.description)}</li>" for s in view.plan.steps)
+    body = f"<table>{table}</table><h2>Steps</h2><ol>{steps}</ol>"
+    if view.status is ApprovalStatus.PENDING:
+        csrf = f'<input type="hidden" name="csrf" value="{_e(session.csrf)}">'
+        body += (
+            f"<p>One-time code for the chat: <code>{_e(format_code(code))}</code></p>"
+            f'<form method="post" action="{prefix}/{_e(view.id)}/approve">{csrf}'
+            '<button type="submit">Approve</button></form>'
+            f'<form method="post" action="{prefix}/{_e(view.id)}/deny">{csrf}'
+            '<label>Reason <input name="why" maxlength="500"></label>'
+            '<button type="submit">Deny</button></form>'
+        )
+    return body + _back(prefix)
+
+
+def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
+    doc = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(title)} · clawpoint</title><style>"
+        "body{font-family:system-ui,sans-serif;max-width:40rem;margin:1rem auto;padding:0 1rem}"
+        "th{text-align:left;vertical-align:top;padding-right:1rem}form{margin:1rem 0}"
+        "label{display:block;margin:.5rem 0}button{padding:.6rem 1.2rem;font-size:1rem}"
+        f"</style></head><body><h1>{_e(title)}</h1>{body}</body></html>"
+    )
+    return HTMLResponse(
+        doc,
+        status_code=status,
+        headers={
+            "Content-Security-Policy": _CSP,
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer",
+            "Cache-Control": "no-store",
+            "X-Frame-Options": "DENY",
+        },
+    )

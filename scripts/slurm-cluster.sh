@@ -1,0 +1,253 @@
+#!/usr/bin/env bash
+# A real three-node Slurm cluster on loopback, for development and tests.
+#
+#   scripts/slurm-cluster.sh up       install what is missing, start everything (idempotent)
+#   scripts/slurm-cluster.sh down     stop everything this script started
+#   scripts/slurm-cluster.sh status   print daemon and node states
+#   scripts/slurm-cluster.sh env      print the environment clients need
+#
+# Everything lives under CLAWPOINT_SLURM_DIR (default /var/lib/clawpoint-slurm): its own
+# slurm.conf, its own munged (own key and socket), spool, logs, pid files, the JWT key and
+# the shared checkpoint directory every node sees. A system Slurm or munge is never touched:
+# the daemons use non-default ports and the clients find this cluster through SLURM_CONF,
+# which `up` writes to $DIR/env (source it).
+#
+# Nodes n1..n3 are three `slurmd -N` on this host. Partitions: `debug` (n1-n3, default) and
+# `gpu` (n3, with two GRES "gpu" that are only counted, not bound to devices).
+# slurmrestd runs as the system user clawpoint-rest: one instance on a unix socket
+# (rest_auth/local) and one on TCP 127.0.0.1 with JWT (rest_auth/jwt).
+# Works with Debian 12 (Slurm 22.05) and Debian 13 (Slurm 24.11). Needs root.
+set -euo pipefail
+
+DIR="${CLAWPOINT_SLURM_DIR:-/var/lib/clawpoint-slurm}"
+CTLD_PORT="${CLAWPOINT_SLURM_CTLD_PORT:-16817}"
+REST_PORT="${CLAWPOINT_SLURM_REST_PORT:-16820}"
+REST_USER="clawpoint-rest"
+NODES=(n1 n2 n3)
+CONF="$DIR/etc/slurm.conf"
+MUNGE_SOCKET="$DIR/munge/munge.socket"
+REST_SOCKET="$DIR/rest/slurmrestd.sock"
+export SLURM_CONF="$CONF"
+
+log() { printf 'slurm-cluster: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+alive() { # alive PIDFILE: the pid in the file names a running process
+    [[ -s "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null
+}
+
+need_root() { [[ $EUID -eq 0 ]] || die "run as root (it starts slurmctld, slurmd and munged)"; }
+
+install_packages() {
+    local missing=()
+    command -v slurmctld >/dev/null || missing+=(slurmctld)
+    command -v slurmd >/dev/null || missing+=(slurmd)
+    command -v sinfo >/dev/null || missing+=(slurm-client)
+    command -v slurmrestd >/dev/null || missing+=(slurmrestd)
+    command -v munged >/dev/null || missing+=(munge)
+    [[ ${#missing[@]} -eq 0 ]] && return 0
+    log "installing slurm-wlm slurmrestd munge (missing: ${missing[*]})"
+    export DEBIAN_FRONTEND=noninteractive
+    # Only refresh the package lists when apt does not know the packages yet.
+    if ! apt-cache show slurm-wlm slurmrestd munge >/dev/null 2>&1; then
+        apt-get update -qq
+    fi
+    apt-get install -y -qq --no-install-recommends slurm-wlm slurmrestd munge >/dev/null
+}
+
+make_dirs() {
+    mkdir -p "$DIR"/{etc,spool/ctld,log,run,checkpoints,munge,rest}
+    for n in "${NODES[@]}"; do mkdir -p "$DIR/spool/d/$n"; done
+    chmod 755 "$DIR" "$DIR/etc" "$DIR/run"
+    # Jobs of any user write their checkpoints here (sticky, like /tmp).
+    chmod 1777 "$DIR/checkpoints"
+    id -u "$REST_USER" >/dev/null 2>&1 ||
+        useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$REST_USER"
+    chown munge:munge "$DIR/munge"
+    chmod 700 "$DIR/munge"
+    chown "$REST_USER" "$DIR/rest"
+    chmod 755 "$DIR/rest"
+}
+
+make_keys() {
+    if [[ ! -s "$DIR/munge/munge.key" ]]; then
+        head -c 1024 /dev/urandom >"$DIR/munge/munge.key"
+    fi
+    chown munge:munge "$DIR/munge/munge.key"
+    chmod 400 "$DIR/munge/munge.key"
+    if [[ ! -s "$DIR/etc/jwt_hs256.key" ]]; then
+        head -c 32 /dev/urandom >"$DIR/etc/jwt_hs256.key"
+    fi
+    chown root:root "$DIR/etc/jwt_hs256.key"
+    chmod 600 "$DIR/etc/jwt_hs256.key"
+}
+
+write_conf() {
+    local host
+    host="$(hostname)"
+    local tmp="$CONF.tmp"
+    cat >"$tmp" <<EOF
+# Written by scripts/slurm-cluster.sh: a loopback cluster for clawpoint development.
+ClusterName=clawpoint
+SlurmctldHost=$host
+SlurmctldPort=$CTLD_PORT
+SlurmUser=root
+AuthType=auth/munge
+AuthInfo=socket=$MUNGE_SOCKET
+CredType=cred/munge
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=$DIR/etc/jwt_hs256.key
+StateSaveLocation=$DIR/spool/ctld
+SlurmdSpoolDir=$DIR/spool/d/%n
+SlurmctldPidFile=$DIR/run/slurmctld.pid
+SlurmdPidFile=$DIR/run/slurmd-%n.pid
+SlurmctldLogFile=$DIR/log/slurmctld.log
+SlurmdLogFile=$DIR/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+MpiDefault=none
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+JobRequeue=1
+SlurmdTimeout=30
+GresTypes=gpu
+NodeName=n[1-2] NodeHostname=$host NodeAddr=127.0.0.1 Port=17001-17002 CPUs=2 RealMemory=2000 Feature=cpu State=UNKNOWN
+NodeName=n3 NodeHostname=$host NodeAddr=127.0.0.1 Port=17003 CPUs=2 RealMemory=2000 Gres=gpu:2 Feature=cpu,gpu State=UNKNOWN
+PartitionName=debug Nodes=n[1-3] Default=YES MaxTime=INFINITE State=UP
+PartitionName=gpu Nodes=n3 MaxTime=INFINITE State=UP
+EOF
+    mv "$tmp" "$CONF"
+    printf 'NodeName=n3 Name=gpu Count=2\n' >"$DIR/etc/gres.conf"
+    chmod 644 "$CONF" "$DIR/etc/gres.conf"
+    cat >"$DIR/env" <<EOF
+export SLURM_CONF=$CONF
+export CLAWPOINT_SLURM_SOCKET=$REST_SOCKET
+export CLAWPOINT_SLURM_URL=http://127.0.0.1:$REST_PORT
+export CLAWPOINT_SLURM_CHECKPOINT_DIR=$DIR/checkpoints
+EOF
+    chmod 644 "$DIR/env"
+}
+
+start_munge() {
+    alive "$DIR/munge/munged.pid" && return 0
+    runuser -u munge -- munged --socket="$MUNGE_SOCKET" --key-file="$DIR/munge/munge.key" \
+        --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/munge/munged.log" \
+        --seed-file="$DIR/munge/munged.seed" --force
+    # The socket must be reachable by every user (clients of any uid authenticate with it).
+    chmod 711 "$DIR/munge"
+}
+
+start_slurm() {
+    if ! alive "$DIR/run/slurmctld.pid"; then
+        slurmctld -f "$CONF"
+    fi
+    for n in "${NODES[@]}"; do
+        alive "$DIR/run/slurmd-$n.pid" || slurmd -f "$CONF" -N "$n"
+    done
+}
+
+rest_plugins() {
+    # 22.05 offers openapi/v0.0.3x (and dbv0.0.3x, which needs slurmdbd); 24.11 offers
+    # openapi/slurmctld. Load every controller plugin on offer and no accounting one.
+    local list
+    list="$(runuser -u "$REST_USER" -- env SLURM_CONF="$CONF" slurmrestd -f "$CONF" -s list 2>&1 || true)"
+    local plugins
+    plugins="$(grep -oE 'openapi/(v[0-9.]+|slurmctld)' <<<"$list" | sort -u | paste -sd, -)"
+    [[ -n "$plugins" ]] || die "slurmrestd offers no openapi plugin: $list"
+    printf '%s' "$plugins"
+}
+
+start_rest() {
+    local plugins
+    plugins="$(rest_plugins)"
+    if ! alive "$DIR/run/slurmrestd-unix.pid"; then
+        rm -f "$REST_SOCKET"
+        runuser -u "$REST_USER" -- env SLURM_CONF="$CONF" \
+            setsid slurmrestd -f "$CONF" -a rest_auth/local -s "$plugins" "unix:$REST_SOCKET" \
+            </dev/null >>"$DIR/log/slurmrestd-unix.log" 2>&1 &
+        echo $! >"$DIR/run/slurmrestd-unix.pid"
+    fi
+    if ! alive "$DIR/run/slurmrestd-tcp.pid"; then
+        # SLURM_JWT=daemon: slurmrestd forwards each client's token to slurmctld.
+        runuser -u "$REST_USER" -- env SLURM_CONF="$CONF" SLURM_JWT=daemon \
+            setsid slurmrestd -f "$CONF" -a rest_auth/jwt -s "$plugins" "127.0.0.1:$REST_PORT" \
+            </dev/null >>"$DIR/log/slurmrestd-tcp.log" 2>&1 &
+        echo $! >"$DIR/run/slurmrestd-tcp.pid"
+    fi
+}
+
+wait_ready() {
+    local i
+    for i in $(seq 1 100); do
+        if sinfo -h -N -o '%N %t' 2>/dev/null | grep -qvE 'unk|down|\*' &&
+            [[ "$(sinfo -h -N -o '%t' 2>/dev/null | grep -cE '^(idle|mix|alloc|drain|drng)')" -ge 3 ]] &&
+            [[ -S "$REST_SOCKET" ]]; then
+            return 0
+        fi
+        sleep 0.2
+    done
+    log "nodes not all up yet:"
+    sinfo -N 2>&1 >&2 || true
+}
+
+up() {
+    need_root
+    install_packages
+    make_dirs
+    make_keys
+    write_conf
+    start_munge
+    start_slurm
+    start_rest
+    wait_ready
+    cat "$DIR/env"
+}
+
+stop_pidfile() { # stop_pidfile FILE: TERM, then KILL after a few seconds
+    local f="$1" pid i
+    [[ -s "$f" ]] || return 0
+    pid="$(cat "$f")"
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$f"
+}
+
+down() {
+    need_root
+    [[ -d "$DIR" ]] || return 0
+    stop_pidfile "$DIR/run/slurmrestd-unix.pid"
+    stop_pidfile "$DIR/run/slurmrestd-tcp.pid"
+    for n in "${NODES[@]}"; do stop_pidfile "$DIR/run/slurmd-$n.pid"; done
+    stop_pidfile "$DIR/run/slurmctld.pid"
+    stop_pidfile "$DIR/munge/munged.pid"
+    rm -f "$REST_SOCKET"
+    log "stopped"
+}
+
+status() {
+    local name f rc=0
+    for name in munged slurmctld slurmd-n1 slurmd-n2 slurmd-n3 slurmrestd-unix slurmrestd-tcp; do
+        case "$name" in
+            munged) f="$DIR/munge/munged.pid" ;;
+            *) f="$DIR/run/$name.pid" ;;
+        esac
+        if alive "$f"; then echo "$name: running (pid $(cat "$f"))"; else echo "$name: stopped"; rc=1; fi
+    done
+    if [[ -f "$CONF" ]]; then sinfo -N -o '%N %P %t %E' 2>&1 || rc=1; fi
+    return $rc
+}
+
+case "${1:-}" in
+    up) up ;;
+    down) down ;;
+    status) status ;;
+    env) cat "$DIR/env" ;;
+    *) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;
+esac
