@@ -48,6 +48,7 @@ from core.wrapper.spec import RunSpec
 log = structlog.get_logger("clawpoint.local")
 
 NAME = "local"
+_LIVE = (WorkloadState.RUNNING, WorkloadState.CHECKPOINTING)
 _CAPABILITIES = frozenset(
     {
         Action.CHECKPOINT,
@@ -136,7 +137,7 @@ class LocalBackend:
                 [
                     w.id
                     for w in workloads
-                    if w.node == cfg.name and w.state is WorkloadState.RUNNING
+                    if w.node == cfg.name and w.state in _LIVE
                 ],
             )
             for cfg in self.settings.local.nodes
@@ -227,7 +228,7 @@ class LocalBackend:
         if not ckpts:
             return None
         last = ckpts[0]
-        dump = last.timings.get("total_s") or last.timings.get("dump_s") or last.size_bytes / 1e9
+        dump = last.timings.get("engine_total_s") or last.size_bytes / 1e9
         return round(2 * float(dump) + 0.5, 2)
 
     def _scope(self, rec: WorkloadRecord) -> dict[str, Any]:
@@ -354,7 +355,7 @@ class LocalBackend:
                 scope={**self._scope(rec), "target_node": dest},
             )
         if action is Action.FAILOVER:
-            if rec.state is WorkloadState.RUNNING:
+            if rec.state in _LIVE:
                 raise errors.Conflict(
                     f"{ref} is running on {rec.node}; failover is for a workload that died",
                     hint=f"to move a live workload use: clawpoint migrate {ref}",
@@ -413,7 +414,7 @@ class LocalBackend:
         rec = self.registry.get(ckpt.lineage)
         if rec is not None:
             rec = self._refresh(rec)
-            if rec.state is WorkloadState.RUNNING:
+            if rec.state in _LIVE:
                 raise errors.Conflict(
                     f"{NAME}:{ckpt.lineage} is running; restoring it would run two copies",
                     hint=f"preempt it first (clawpoint preempt {NAME}:{ckpt.lineage}) or migrate it",
@@ -479,7 +480,7 @@ class LocalBackend:
         save = bool(params.get("save", True))
         steps: list[PlanStep] = []
         running = [
-            w for w in self.workloads() if w.node == node and w.state is WorkloadState.RUNNING
+            w for w in self.workloads() if w.node == node and w.state in _LIVE
         ]
         targets: list[str] = []
         for w in running:
@@ -552,7 +553,10 @@ class LocalBackend:
     def _require_state(
         self, rec: WorkloadRecord, allowed: set[WorkloadState], action: Action
     ) -> None:
-        if rec.state not in allowed:
+        # A periodic checkpoint in progress is still a running workload: the wrapper
+        # serialises control requests, so the action simply follows that checkpoint.
+        state = WorkloadState.RUNNING if rec.state is WorkloadState.CHECKPOINTING else rec.state
+        if state not in allowed:
             wanted = " or ".join(sorted(s.value for s in allowed))
             raise errors.Conflict(
                 f"cannot {action.value} {NAME}:{rec.name}: it is {rec.state.value}, not {wanted}",
@@ -650,7 +654,7 @@ class LocalBackend:
 
     def _start(self, name: str, *, node: str, restore_from: str | None) -> dict[str, Any]:
         rec = self.registry.require(name)
-        if _wrapper_alive(self.settings, rec) and rec.state is WorkloadState.RUNNING:
+        if _wrapper_alive(self.settings, rec) and rec.state in _LIVE:
             raise errors.Conflict(
                 f"{NAME}:{name} is already running on {rec.node}",
                 hint="preempt or migrate it instead of starting a second copy",

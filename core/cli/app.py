@@ -124,7 +124,7 @@ def checkpoints(
                 c.node,
                 f"{c.created_at:%Y-%m-%d %H:%M:%S}",
                 f"{c.size_bytes / 2**20:.1f}",
-                _fmt(c.timings.get("total_s") or c.timings.get("dump_s")),
+                _fmt(c.timings.get("engine_total_s")),
                 c.status.value,
             )
             for c in items

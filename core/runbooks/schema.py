@@ -462,7 +462,7 @@ def _semantic_problems(rb: Runbook) -> list[Problem]:
                 )
             )
 
-    def refs(i: int, field: str, value: Any) -> None:
+    def refs(i: int, field: str, value: Any, *, self_ok: bool = False) -> None:
         where = f"steps[{i}]({ids[i]}).{field}"
         try:
             paths = templates.find_refs(value)
@@ -478,7 +478,9 @@ def _semantic_problems(rb: Runbook) -> list[Problem]:
                         where, f"{{{{{path}}}}}: no parameter {head!r}", "declare it under params"
                     )
                 )
-            elif root == "steps" and (head not in ids or ids.index(head) >= i):
+            elif root == "steps" and (
+                head not in ids or ids.index(head) > i or (ids.index(head) == i and not self_ok)
+            ):
                 problems.append(
                     Problem(
                         where,
@@ -576,7 +578,7 @@ def _semantic_problems(rb: Runbook) -> list[Problem]:
                         )
                     )
             if step.until is not None:
-                refs(i, "until", step.until.model_dump(by_alias=True))
+                refs(i, "until", step.until.model_dump(by_alias=True), self_ok=True)
         elif isinstance(step, CheckStep):
             refs(i, "condition", step.condition.model_dump(by_alias=True))
             refs(i, "message", step.message)

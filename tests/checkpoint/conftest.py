@@ -40,8 +40,14 @@ def counter_spec(settings: Settings, name: str, *, engine: str = "criu", mb: int
     cmd = [sys.executable, "-m", "core.workloads.counter", "--state-mb", str(mb),
            "--step-seconds", str(step_s)]  # fmt: skip
     return RunSpec.model_validate(
-        {"name": name, "engine": engine, "command": cmd, "home": str(settings.home),
-         "cwd": str(ROOT), **kw}  # fmt: skip
+        {
+            "name": name,
+            "engine": engine,
+            "command": cmd,
+            "home": str(settings.home),
+            "cwd": str(ROOT),
+            **kw,
+        }
     )
 
 

@@ -62,7 +62,7 @@ def test_cooperative_timeout_names_dir_and_marker(settings: Settings) -> None:
 
 
 def test_bad_spec_is_refused() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(errors.InvalidInput, match="invalid workload name"):
         RunSpec(name="../x", command=["true"], home="/tmp")
     with pytest.raises(ValueError):
         RunSpec(name="x", command=[], home="/tmp")

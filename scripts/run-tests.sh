@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Run the test suite with the services it needs: the local Slurm cluster is brought up
+# first (when this machine can run it) and taken down afterwards, whatever the outcome.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+started_slurm=0
+if [[ -x scripts/slurm-cluster.sh && $(id -u) -eq 0 ]]; then
+  if scripts/slurm-cluster.sh up; then started_slurm=1; else echo "slurm cluster could not start: its tests will skip" >&2; fi
+fi
+cleanup() { (( started_slurm )) && scripts/slurm-cluster.sh down >/dev/null 2>&1; }
+trap cleanup EXIT
+.venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -1,0 +1,183 @@
+"""The guard facade and the webhook, against a real HTTP receiver on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from core import errors
+from core.guardrails.approvals import ApprovalsConfig, ApprovalStatus, ApprovalStore
+from core.guardrails.audit import AuditLog
+from core.guardrails.grants import GrantStore
+from core.guardrails.guard import Guard
+from core.guardrails.notify import Notifier, NotifyConfig
+from core.guardrails.policy import Outcome, PolicyConfig, PolicyContext
+from core.model import Action
+from core.state.db import Database
+from tests.guardrails.conftest import AGENT, ALICE, SECRET, make_plan
+
+
+class Receiver:
+    """A webhook endpoint: records JSON bodies, answers with the queued status codes."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        self.statuses: list[int] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers["Content-Length"])
+                receiver.bodies.append(json.loads(self.rfile.read(length)))
+                status = receiver.statuses.pop(0) if receiver.statuses else 200
+                self.send_response(status)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def make_guard(
+    db: Database,
+    *,
+    policy: PolicyConfig | None = None,
+    approvals: ApprovalsConfig | None = None,
+    webhook: str | None = None,
+) -> Guard:
+    audit = AuditLog(db)
+    return Guard(
+        policy=policy or PolicyConfig(),
+        approvals=ApprovalStore(db, secret=SECRET, audit=audit, config=approvals),
+        grants=GrantStore(db, audit=audit),
+        audit=audit,
+        notifier=Notifier(NotifyConfig(webhook_url=webhook, attempts=3)) if webhook else None,
+    )
+
+
+def test_decide_is_audited_with_reason_and_rule(db: Database) -> None:
+    guard = make_guard(db)
+    plan = make_plan()
+    decision = guard.decide(plan, AGENT, PolicyContext())
+    assert decision.outcome is Outcome.APPROVE and decision.plan_hash == plan.hash
+    [entry] = [e for e in guard.audit.entries() if e.kind == "decision"]
+    assert entry.principal == "agent:agent-1" and entry.subject == plan.target
+    assert entry.data["rule_id"] == "default:disruptive" and entry.data["reason"]
+
+
+def test_standing_grant_turns_approve_into_allow_but_not_deny(db: Database) -> None:
+    guard = make_guard(db)
+    grant = guard.grants.grant(
+        Action.REQUEUE,
+        {"partition": "gpu", "trigger": "spot-interruption"},
+        max_per_hour=1,
+        expires="1d",
+        reason="spot notices",
+        granted_by=ALICE,
+    )
+    plan = make_plan(Action.REQUEUE, scope={"partition": "gpu"})
+    first = guard.decide(plan, AGENT, PolicyContext(), trigger="spot-interruption")
+    assert (first.outcome, first.grant_id) == (Outcome.ALLOW, grant.id)
+    assert "spot notices" in first.reason
+    second = guard.decide(plan, AGENT, PolicyContext(), trigger="spot-interruption")
+    assert (second.outcome, second.grant_id) == (Outcome.APPROVE, None)  # budget spent
+    dry = make_guard(db, policy=PolicyConfig(dry_run=True))
+    assert dry.decide(plan, AGENT, PolicyContext(), trigger="spot-interruption").outcome is (
+        Outcome.DENY
+    )
+
+
+def test_unsealed_or_altered_plan_is_refused(db: Database) -> None:
+    guard = make_guard(db)
+    altered = make_plan().model_copy(update={"params": {"to": "elsewhere"}})
+    with pytest.raises(errors.InvalidInput, match="not sealed"):
+        guard.decide(altered, AGENT, PolicyContext())
+
+
+def test_no_path_fails_closed(db: Database) -> None:
+    guard = make_guard(db, approvals=ApprovalsConfig(cli_enabled=False))
+    with pytest.raises(errors.PolicyDenied, match="no person") as info:
+        guard.request_approval(make_plan(), AGENT, "spot notice")
+    assert "page_url" in info.value.hint
+    assert guard.approvals.list(status=ApprovalStatus.PENDING) == []
+
+
+def test_failing_webhook_as_only_path_fails_closed(db: Database, receiver: Receiver) -> None:
+    receiver.statuses = [503, 503, 503]
+    guard = make_guard(db, approvals=ApprovalsConfig(cli_enabled=False), webhook=receiver.url)
+    with pytest.raises(errors.PolicyDenied, match="no person"):
+        guard.request_approval(make_plan(), AGENT, "spot notice")
+    assert len(receiver.bodies) == 3  # retried, then gave up
+    assert guard.approvals.list(status=ApprovalStatus.PENDING) == []
+
+
+def test_webhook_payload_and_paths(db: Database, receiver: Receiver) -> None:
+    receiver.statuses = [502]  # one transient failure, then delivered
+    page = "http://127.0.0.1:8765/approvals"
+    guard = make_guard(db, approvals=ApprovalsConfig(page_url=page), webhook=receiver.url)
+    plan = make_plan()
+    view, paths = guard.request_approval(plan, AGENT, "node-a is being reclaimed")
+    by_kind = {p.kind: p for p in paths}
+    assert set(by_kind) == {"cli", "page", "webhook", "chat-code"}
+    assert all(p.available for p in paths)
+    assert f"clawpoint approvals approve {view.id}" in by_kind["cli"].how
+    assert by_kind["page"].how == f"open {page}/{view.id}"
+    assert len(receiver.bodies) == 2
+    body = receiver.bodies[-1]
+    code = guard.approvals.reveal_code(view.id, principal=ALICE)
+    assert body["clawpoint"]["code"] == code
+    assert body["clawpoint"]["approval_id"] == view.id
+    assert body["clawpoint"]["plan_hash"] == plan.hash
+    assert "node-a is being reclaimed" in body["text"]
+    assert f"{code[:4]}-{code[4:]}" in body["text"]
+    assert "about 40 seconds" in body["text"] and "$2.14" in body["text"]
+    assert body["blocks"][0]["type"] == "header"
+    # What the agent gets back never contains the code.
+    agent_side = view.model_dump_json() + json.dumps([p.model_dump() for p in paths])
+    assert code not in agent_side
+    # The approval is then resolved and used exactly once.
+    guard.approvals.approve_with_code(view.id, code, AGENT)
+    assert guard.consume(view.id, plan, AGENT).status is ApprovalStatus.USED
+    kinds = [e.kind for e in guard.audit.entries(subject=view.id)]
+    assert kinds == ["approval.requested", "approval.paths", "approval.approved", "approval.used"]
+
+
+def test_client_error_is_not_retried(receiver: Receiver) -> None:
+    receiver.statuses = [404]
+    notifier = Notifier(NotifyConfig(webhook_url=receiver.url, attempts=3))
+    assert notifier.send({"text": "x"}) is False
+    assert len(receiver.bodies) == 1
+
+
+def test_elicitation_alone_is_a_path(db: Database) -> None:
+    guard = make_guard(db, approvals=ApprovalsConfig(cli_enabled=False))
+    view, paths = guard.request_approval(make_plan(), AGENT, "x", elicitation_available=True)
+    assert [p.kind for p in paths] == ["elicitation"]  # no code path: nothing shows the code
+    assert view.status is ApprovalStatus.PENDING
+
+
+def test_webhook_url_must_be_http() -> None:
+    with pytest.raises(ValueError, match="webhook_url"):
+        NotifyConfig(webhook_url="file:///etc/passwd")
