@@ -253,6 +253,12 @@ class ApprovalStore:
     def approve_with_code(self, approval_id: str, code: str, presenter: Principal) -> ApprovalView:
         """A person typed the code back in chat; the agent relays it. Wrong codes count."""
         view = self.get(approval_id)
+        if presenter.id == view.requester and presenter.kind is PrincipalKind.PERSON:
+            # A person relaying their own request's code would be approving it themselves.
+            raise errors.PolicyDenied(
+                f"{presenter.id} requested approval {approval_id} and cannot approve it",
+                hint="another person must approve it",
+            )
         expected = self._code_hash(approval_id, self._code_for(approval_id))
         if view.status is ApprovalStatus.PENDING and hmac.compare_digest(
             expected, self._code_hash(approval_id, code)

@@ -205,3 +205,13 @@ def test_expiry_is_configurable() -> None:
     assert ApprovalsConfig(expiry="2h").expiry_delta == timedelta(hours=2)
     with pytest.raises(ValueError, match="expiry"):
         ApprovalsConfig(expiry="soon")
+
+
+def test_a_person_cannot_approve_their_own_request_with_its_code(
+    approvals: ApprovalStore,
+) -> None:
+    view = approvals.create(make_plan(), ALICE, "x")
+    code = approvals.reveal_code(view.id, principal=ALICE)
+    with pytest.raises(errors.PolicyDenied, match="cannot approve"):
+        approvals.approve_with_code(view.id, code, ALICE)
+    assert approvals.get(view.id).status is ApprovalStatus.PENDING

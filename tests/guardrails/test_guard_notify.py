@@ -6,6 +6,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -181,3 +182,11 @@ def test_elicitation_alone_is_a_path(db: Database) -> None:
 def test_webhook_url_must_be_http() -> None:
     with pytest.raises(ValueError, match="webhook_url"):
         NotifyConfig(webhook_url="file:///etc/passwd")
+
+
+def test_open_wires_everything_from_settings(db: Database, tmp_path: Path) -> None:
+    guard = Guard.open(db, home=tmp_path, approvals=ApprovalsConfig(page_url="http://x/a"))
+    view, paths = guard.request_approval(make_plan(), AGENT, "x")
+    assert {p.kind for p in paths} == {"cli", "page", "chat-code"}
+    assert (tmp_path / "approval.key").exists() and guard.audit.verify().ok
+    assert guard.notifier is None and view.status is ApprovalStatus.PENDING

@@ -1,0 +1,178 @@
+"""The MCP server through the SDK's own client over real transports (stdio and HTTP)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from core.config import Settings
+from core.service.facade import Service
+from tests.service.conftest import PERSON, counter, wait_step
+
+ROOT = Path(__file__).resolve().parents[2]
+READ_TOOLS = {
+    "cluster_status", "list_nodes", "list_workloads", "get_workload", "list_checkpoints",
+    "plan_migration", "plan_failover",
+}  # fmt: skip
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _params(settings: Settings) -> StdioServerParameters:
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
+    env.update({"CLAWPOINT_HOME": str(settings.home), "PYTHONPATH": str(ROOT)})
+    return StdioServerParameters(command=sys.executable, args=["-m", "core.cli", "serve"], env=env)
+
+
+def _text(result: Any) -> str:
+    return " ".join(getattr(c, "text", "") for c in result.content)
+
+
+@pytest.mark.anyio
+@pytest.mark.criu
+async def test_stdio_lists_tools_with_annotations_and_calls_each(
+    service: Service, settings: Settings, need_criu: None
+) -> None:
+    service.run_workload(counter(settings, "mcp-w", mb=30), detach=True, principal=PERSON)
+    wait_step(settings, "mcp-w", 5)
+    async with Client(_params(settings)) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(tools) == READ_TOOLS | {"checkpoint_workload"}
+        for name in READ_TOOLS:
+            ann = tools[name].annotations
+            assert ann is not None and ann.read_only_hint is True and ann.destructive_hint is False, name
+            assert tools[name].output_schema, f"{name} has no output schema"
+        ann = tools["checkpoint_workload"].annotations
+        assert ann is not None and ann.read_only_hint is False and ann.destructive_hint is False
+
+        status = await client.call_tool("cluster_status", {})
+        assert not status.is_error and status.structured_content
+        assert {n["name"] for n in status.structured_content["nodes"]} == {"node-a", "node-b"}
+        listed = await client.call_tool("list_workloads", {})
+        assert [w["id"] for w in listed.structured_content["workloads"]] == ["local:mcp-w"]  # type: ignore[index]
+        nodes = await client.call_tool("list_nodes", {"backend": "local"})
+        assert len(nodes.structured_content["nodes"]) == 2  # type: ignore[index]
+        one = await client.call_tool("get_workload", {"workload": "local:mcp-w"})
+        assert one.structured_content["state"] in ("running", "checkpointing")  # type: ignore[index]
+
+        seen: list[tuple[float, float | None, str | None]] = []
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            seen.append((done, total, message))
+
+        ck = await client.call_tool(
+            "checkpoint_workload", {"workload": "local:mcp-w", "reason": "test"}, progress_callback=on_progress
+        )
+        assert not ck.is_error, _text(ck)
+        assert ck.structured_content["status"] == "executed"  # type: ignore[index]
+        assert seen, "no progress notifications during the checkpoint"
+        cks = await client.call_tool("list_checkpoints", {"workload": "local:mcp-w"})
+        assert len(cks.structured_content["checkpoints"]) == 1  # type: ignore[index]
+
+        plan = await client.call_tool("plan_migration", {"workload": "local:mcp-w"})
+        assert not plan.is_error, _text(plan)
+        assert plan.structured_content["risk"] == "disruptive"  # type: ignore[index]
+        assert plan.structured_content["scope"]["target_node"] == "node-b"  # type: ignore[index]
+        fo = await client.call_tool("plan_failover", {"workload": "local:mcp-w"})
+        assert fo.is_error and "migrate" in _text(fo)  # it is alive: failover is refused with the next step
+
+    # Planning changed nothing: still running on node-a, one checkpoint.
+    w = service.get_workload("local:mcp-w")
+    assert w.node == "node-a" and len(service.checkpoints("local:mcp-w")) == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("tool", "args", "expect"),
+    [
+        ("get_workload", {"workload": "local:missing"}, "no workload"),
+        ("get_workload", {"workload": "train-1"}, "malformed"),
+        ("get_workload", {"workload": "local:../x"}, "invalid workload name"),
+        ("list_checkpoints", {"workload": "../../etc"}, "malformed"),
+        ("checkpoint_workload", {"workload": "local:a;rm -rf /"}, "invalid workload name"),
+        ("plan_migration", {"workload": "nope:w1"}, "no backend"),
+        ("get_workload", {}, "workload"),
+    ],
+)
+async def test_invalid_arguments_give_clear_errors_and_change_nothing(
+    settings: Settings, service: Service, tool: str, args: dict[str, Any], expect: str
+) -> None:
+    before = len(service.audit.entries())
+    async with Client(_params(settings)) as client:
+        result = await client.call_tool(tool, args)
+    assert result.is_error
+    assert expect in _text(result).lower() or expect in _text(result)
+    assert len(service.audit.entries()) == before
+    assert not any(settings.checkpoint_dir.iterdir())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def http_server(settings: Settings) -> Iterator[tuple[str, str]]:
+    port = _free_port()
+    token = "t0k-" + os.urandom(16).hex()
+    env = dict(os.environ, CLAWPOINT_HOME=str(settings.home), CLAWPOINT_MCP_TOKEN=token, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "core.cli", "serve", "--http", "--port", str(port)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/mcp"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx2.get(url, timeout=1)
+            break
+        except httpx2.TransportError:
+            time.sleep(0.1)
+    try:
+        yield url, token
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.anyio
+async def test_http_requires_bearer_token(http_server: tuple[str, str]) -> None:
+    url, token = http_server
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {"Accept": "application/json, text/event-stream"}
+    assert httpx2.post(url, json=body, headers=headers).status_code == 401
+    bad = httpx2.post(url, json=body, headers={**headers, "Authorization": "Bearer wrong"})
+    assert bad.status_code == 401
+    assert "www-authenticate" in {k.lower() for k in bad.headers}
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert "cluster_status" in names
+            status = await client.call_tool("cluster_status", {})
+            assert not status.is_error
+
+
+def test_http_refuses_to_start_without_token(settings: Settings) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "CLAWPOINT_MCP_TOKEN"}
+    env.update(CLAWPOINT_HOME=str(settings.home), PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-m", "core.cli", "serve", "--http", "--port", str(_free_port())],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "CLAWPOINT_MCP_TOKEN" in proc.stderr
