@@ -59,11 +59,17 @@ class DemoReport(BaseModel):
         return [
             ("engine", self.engine),
             ("workload state", f"{self.state_mb} MiB, verified every step"),
-            ("checkpoint (leave-running)", f"{self.checkpoint_mb:.0f} MiB in {self.checkpoint_s:.2f} s"),
+            (
+                "checkpoint (leave-running)",
+                f"{self.checkpoint_mb:.0f} MiB in {self.checkpoint_s:.2f} s",
+            ),
             ("pause during migration", f"{self.migration_pause_s:.2f} s"),
             ("work lost by migration", f"{self.migration_steps_lost} steps"),
-            ("work lost by failover", f"{self.failover_steps_lost} steps "
-             f"(bound: one checkpoint interval = {self.failover_bound_steps} steps)"),
+            (
+                "work lost by failover",
+                f"{self.failover_steps_lost} steps "
+                f"(bound: one checkpoint interval = {self.failover_bound_steps} steps)",
+            ),
             ("state check failures", "yes" if self.state_checks_failed else "none"),
             ("result", "OK" if self.ok else f"FAILED: {self.error}"),
         ]
@@ -113,37 +119,58 @@ class _Demo:
                 return s
             state = self.service.get_workload(f"local:{NAME}")
             if state.state is WorkloadState.FAILED and above >= 0:
-                raise errors.OperationFailed(f"the workload died: {state.exit_status} {state.message}",
-                                             hint="see the workload log under CLAWPOINT_HOME/logs")
+                raise errors.OperationFailed(
+                    f"the workload died: {state.exit_status} {state.message}",
+                    hint="see the workload log under CLAWPOINT_HOME/logs",
+                )
             time.sleep(0.05)
-        raise errors.OperationFailed(f"the workload made no progress past step {above} in {timeout_s:.0f} s",
-                                     hint="see the workload log under CLAWPOINT_HOME/logs")
+        raise errors.OperationFailed(
+            f"the workload made no progress past step {above} in {timeout_s:.0f} s",
+            hint="see the workload log under CLAWPOINT_HOME/logs",
+        )
 
     def act(self, action: Action, params: dict[str, Any]) -> dict[str, Any]:
-        result = self.service.act(action, f"local:{NAME}", params, principal=self.person, confirmed=True,
-                                  reason="demo")
+        result = self.service.act(
+            action, f"local:{NAME}", params, principal=self.person, confirmed=True, reason="demo"
+        )
         if result.status != "executed" or result.execution is None:
-            raise errors.OperationFailed(f"{action.value} did not run: {result.message}", hint="see the audit log")
+            raise errors.OperationFailed(
+                f"{action.value} did not run: {result.message}", hint="see the audit log"
+            )
         return {s.name: s.output for s in result.execution.steps}
 
     def run(self, state_mb: int) -> None:
         engine = self.report.engine
         spec = RunSpec(
-            name=NAME, node="node-a", engine=engine,  # type: ignore[arg-type]
+            name=NAME,
+            node="node-a",
+            engine=engine,
             checkpoint_every=CHECKPOINT_EVERY_S,
-            command=[sys.executable, "-m", "core.workloads.counter", "--state-mb", str(state_mb),
-                     "--step-seconds", "0.05"],
-            cwd=str(Path.cwd()), home=str(self.service.settings.home),
+            command=[
+                sys.executable,
+                "-m",
+                "core.workloads.counter",
+                "--state-mb",
+                str(state_mb),
+                "--step-seconds",
+                "0.05",
+            ],
+            cwd=str(Path.cwd()),
+            home=str(self.service.settings.home),
         )
         self.service.run_workload(spec, detach=True, principal=self.person)
-        self.mark(f"started local:{NAME} on node-a ({state_mb} MiB of self-verifying state, "
-                  f"{engine} engine, periodic checkpoint every {CHECKPOINT_EVERY_S:.0f} s)")
+        self.mark(
+            f"started local:{NAME} on node-a ({state_mb} MiB of self-verifying state, "
+            f"{engine} engine, periodic checkpoint every {CHECKPOINT_EVERY_S:.0f} s)"
+        )
         self.wait_step(20)
 
         out = self.act(Action.CHECKPOINT, {"stop": False})["checkpoint"]
         self.report.checkpoint_mb = out["size_bytes"] / 2**20
         self.report.checkpoint_s = float(out.get("timings", {}).get("engine_total_s") or 0.0)
-        self.mark(f"checkpoint {out['checkpoint_id']}: {self.report.checkpoint_mb:.0f} MiB, workload kept running")
+        self.mark(
+            f"checkpoint {out['checkpoint_id']}: {self.report.checkpoint_mb:.0f} MiB, workload kept running"
+        )
 
         before = self.wait_step(self.step())
         t_before = time.monotonic()
@@ -152,8 +179,10 @@ class _Demo:
         after = self.wait_step(-1)
         self.report.migration_pause_s = round(time.monotonic() - t_before, 2)
         self.report.migration_steps_lost = max(0, saved_step - after)
-        self.mark(f"migrated to node-b: resumed at step {after} (checkpointed at {saved_step}), "
-                  f"pause {self.report.migration_pause_s:.2f} s")
+        self.mark(
+            f"migrated to node-b: resumed at step {after} (checkpointed at {saved_step}), "
+            f"pause {self.report.migration_pause_s:.2f} s"
+        )
 
         self.wait_step(after + 150)
         w = self.service.get_workload(f"local:{NAME}")
@@ -164,20 +193,27 @@ class _Demo:
         deadline = time.monotonic() + 30
         while self.service.get_workload(f"local:{NAME}").state is not WorkloadState.FAILED:
             if time.monotonic() > deadline:
-                raise errors.OperationFailed("the wrapper did not record the death", hint="see logs")
+                raise errors.OperationFailed(
+                    "the wrapper did not record the death", hint="see logs"
+                )
             time.sleep(0.05)
         self.mark("clawpoint sees it failed")
         outs = self.act(Action.FAILOVER, {"to": "node-a"})
         resumed = self.wait_step(-1)
         self.report.failover_steps_lost = max(0, at_kill - resumed)
         self.report.failover_bound_steps = int(CHECKPOINT_EVERY_S / 0.05)
-        self.mark(f"failed over to node-a from {outs['start'].get('restored_from')}: resumed at step {resumed}, "
-                  f"{self.report.failover_steps_lost} steps redone")
+        self.mark(
+            f"failed over to node-a from {outs['start'].get('restored_from')}: resumed at step {resumed}, "
+            f"{self.report.failover_steps_lost} steps redone"
+        )
         self.wait_step(resumed + 20)
         self.mark("workload keeps running and its state checks pass")
 
     def _checkpoint_step(self, checkpoint_id: str, *, fallback: int) -> int:
-        info = next((c for c in self.service.checkpoints(f"local:{NAME}") if c.id.endswith(checkpoint_id)), None)
+        info = next(
+            (c for c in self.service.checkpoints(f"local:{NAME}") if c.id.endswith(checkpoint_id)),
+            None,
+        )
         if info and isinstance(info.extra.get("progress"), dict):
             return int(info.extra["progress"].get("step", fallback))
         return fallback
@@ -186,28 +222,40 @@ class _Demo:
         try:
             w = self.service.get_workload(f"local:{NAME}")
             if w.state is WorkloadState.RUNNING:
-                self.service.act(Action.KILL, f"local:{NAME}", {}, principal=self.person, confirmed=True,
-                                 reason="demo cleanup")
+                self.service.act(
+                    Action.KILL,
+                    f"local:{NAME}",
+                    {},
+                    principal=self.person,
+                    confirmed=True,
+                    reason="demo cleanup",
+                )
         except errors.ClawpointError:
             pass
 
 
-def run_demo(*, state_mb: int = 200, keep_home: bool = False, say: Callable[[str], None] = print) -> DemoReport:
+def run_demo(
+    *, state_mb: int = 200, keep_home: bool = False, say: Callable[[str], None] = print
+) -> DemoReport:
     status = criu_status()
     engine = "criu" if status.available else "cooperative"
     if not status.available:
-        say(f"CRIU is not usable here ({status.reason}); running the demo with the cooperative engine")
+        say(
+            f"CRIU is not usable here ({status.reason}); running the demo with the cooperative engine"
+        )
     with _temporary_home(keep_home) as home:
         service = bootstrap(load_settings(home))
         report = DemoReport(ok=False, engine=engine, home=str(home), state_mb=state_mb)
         demo = _Demo(service, report, say)
         try:
             demo.run(state_mb)
-            log = (service.settings.log_dir / f"{NAME}.log")
+            log = service.settings.log_dir / f"{NAME}.log"
             text = log.read_text(errors="replace") if log.exists() else ""
             report.state_checks_failed = "STATE CHECK FAILED" in text
-            report.ok = not report.state_checks_failed and report.migration_steps_lost == 0 and (
-                report.failover_steps_lost <= report.failover_bound_steps
+            report.ok = (
+                not report.state_checks_failed
+                and report.migration_steps_lost == 0
+                and (report.failover_steps_lost <= report.failover_bound_steps)
             )
         except errors.ClawpointError as exc:
             report.error = str(exc)

@@ -134,11 +134,7 @@ class LocalBackend:
             self._node_info(
                 cfg,
                 overrides,
-                [
-                    w.id
-                    for w in workloads
-                    if w.node == cfg.name and w.state in _LIVE
-                ],
+                [w.id for w in workloads if w.node == cfg.name and w.state in _LIVE],
             )
             for cfg in self.settings.local.nodes
         ]
@@ -334,12 +330,8 @@ class LocalBackend:
             )
         if action is Action.RESUME:
             self._require_state(rec, {WorkloadState.STOPPED}, action)
-            dest = params.get("to") or rec.node
-            dest = (
-                self._pick_target(exclude=set(), requested=dest)
-                if dest
-                else self._pick_target(exclude=set(), requested=None)
-            )
+            wanted: str | None = params.get("to") or rec.node
+            dest = self._pick_target(exclude=set(), requested=wanted)
             return PlanDraft(
                 steps=[
                     PlanStep(
@@ -479,9 +471,7 @@ class LocalBackend:
         info = self.get_node(node)
         save = bool(params.get("save", True))
         steps: list[PlanStep] = []
-        running = [
-            w for w in self.workloads() if w.node == node and w.state in _LIVE
-        ]
+        running = [w for w in self.workloads() if w.node == node and w.state in _LIVE]
         targets: list[str] = []
         for w in running:
             if save:

@@ -366,7 +366,7 @@ def run(
     spec = RunSpec(
         name=workload_name,
         node=node,
-        engine=engine,  # type: ignore[arg-type]
+        engine=engine,
         checkpoint_every=checkpoint_every,
         command=command,
         cwd=os.getcwd(),

@@ -87,10 +87,12 @@ class Executor:
             step = plan.steps[idx]
             self.journal.step_started(execution.id, idx)
 
-            def step_progress(done: float, of: float | None, message: str, _i: int = idx) -> None:
+            def step_progress(
+                done: float, of: float | None, message: str, _i: int = idx, _name: str = step.name
+            ) -> None:
                 # Scale the step's own progress into the plan's: step i covers [i, i+1).
                 fraction = (done / of) if of else 0.0
-                progress(_i + min(max(fraction, 0.0), 1.0), float(total), f"{step.name}: {message}")
+                progress(_i + min(max(fraction, 0.0), 1.0), float(total), f"{_name}: {message}")
 
             progress(float(idx), float(total), f"{step.name}: {step.description}")
             try:

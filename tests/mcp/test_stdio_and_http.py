@@ -54,7 +54,9 @@ async def test_stdio_lists_tools_with_annotations_and_calls_each(
         assert set(tools) == READ_TOOLS | {"checkpoint_workload"}
         for name in READ_TOOLS:
             ann = tools[name].annotations
-            assert ann is not None and ann.read_only_hint is True and ann.destructive_hint is False, name
+            assert (
+                ann is not None and ann.read_only_hint is True and ann.destructive_hint is False
+            ), name
             assert tools[name].output_schema, f"{name} has no output schema"
         ann = tools["checkpoint_workload"].annotations
         assert ann is not None and ann.read_only_hint is False and ann.destructive_hint is False
@@ -75,7 +77,9 @@ async def test_stdio_lists_tools_with_annotations_and_calls_each(
             seen.append((done, total, message))
 
         ck = await client.call_tool(
-            "checkpoint_workload", {"workload": "local:mcp-w", "reason": "test"}, progress_callback=on_progress
+            "checkpoint_workload",
+            {"workload": "local:mcp-w", "reason": "test"},
+            progress_callback=on_progress,
         )
         assert not ck.is_error, _text(ck)
         assert ck.structured_content["status"] == "executed"  # type: ignore[index]
@@ -88,7 +92,9 @@ async def test_stdio_lists_tools_with_annotations_and_calls_each(
         assert plan.structured_content["risk"] == "disruptive"  # type: ignore[index]
         assert plan.structured_content["scope"]["target_node"] == "node-b"  # type: ignore[index]
         fo = await client.call_tool("plan_failover", {"workload": "local:mcp-w"})
-        assert fo.is_error and "migrate" in _text(fo)  # it is alive: failover is refused with the next step
+        assert fo.is_error and "migrate" in _text(
+            fo
+        )  # it is alive: failover is refused with the next step
 
     # Planning changed nothing: still running on node-a, one checkpoint.
     w = service.get_workload("local:mcp-w")
@@ -130,7 +136,12 @@ def _free_port() -> int:
 def http_server(settings: Settings) -> Iterator[tuple[str, str]]:
     port = _free_port()
     token = "t0k-" + os.urandom(16).hex()
-    env = dict(os.environ, CLAWPOINT_HOME=str(settings.home), CLAWPOINT_MCP_TOKEN=token, PYTHONPATH=str(ROOT))
+    env = dict(
+        os.environ,
+        CLAWPOINT_HOME=str(settings.home),
+        CLAWPOINT_MCP_TOKEN=token,
+        PYTHONPATH=str(ROOT),
+    )
     proc = subprocess.Popen(
         [sys.executable, "-m", "core.cli", "serve", "--http", "--port", str(port)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

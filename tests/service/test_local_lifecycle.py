@@ -19,7 +19,9 @@ from tests.service.conftest import AGENT, PERSON, counter, log_text, step, wait_
 pytestmark = [pytest.mark.criu]
 
 
-def test_checkpoint_migrate_kill_failover(service: Service, settings: Settings, need_criu: None) -> None:
+def test_checkpoint_migrate_kill_failover(
+    service: Service, settings: Settings, need_criu: None
+) -> None:
     service.run_workload(counter(settings, "w200", every=3.0), detach=True, principal=PERSON)
     wait_step(settings, "w200", 10)
 
@@ -32,7 +34,10 @@ def test_checkpoint_migrate_kill_failover(service: Service, settings: Settings, 
     assert service.checkpoints("local:w200")[0].size_bytes > 200 * 2**20
     s = step(settings, "w200")
     wait_step(settings, "w200", s + 5)
-    assert service.get_workload("local:w200").state in (WorkloadState.RUNNING, WorkloadState.CHECKPOINTING)
+    assert service.get_workload("local:w200").state in (
+        WorkloadState.RUNNING,
+        WorkloadState.CHECKPOINTING,
+    )
 
     # Migrate to the other node: resumes at or after the checkpointed step, never from zero.
     before = step(settings, "w200")
@@ -52,7 +57,9 @@ def test_checkpoint_migrate_kill_failover(service: Service, settings: Settings, 
     while service.get_workload("local:w200").state is not WorkloadState.FAILED:
         assert time.monotonic() < deadline, "the wrapper did not record the death"
         time.sleep(0.05)
-    result = service.act(Action.FAILOVER, "local:w200", {"to": "node-a"}, principal=PERSON, confirmed=True)
+    result = service.act(
+        Action.FAILOVER, "local:w200", {"to": "node-a"}, principal=PERSON, confirmed=True
+    )
     assert result.status == "executed", result.message
     resumed = wait_step(settings, "w200", -1)
     assert 0 < resumed <= at_kill
@@ -62,7 +69,9 @@ def test_checkpoint_migrate_kill_failover(service: Service, settings: Settings, 
     assert "STATE CHECK FAILED" not in log_text(settings, "w200")
 
 
-def test_agent_cannot_run_disruptive_actions_yet(service: Service, settings: Settings, need_criu: None) -> None:
+def test_agent_cannot_run_disruptive_actions_yet(
+    service: Service, settings: Settings, need_criu: None
+) -> None:
     service.run_workload(counter(settings, "w-agent", mb=20), detach=True, principal=PERSON)
     wait_step(settings, "w-agent", 3)
     before = service.audit.entries()
@@ -82,7 +91,9 @@ def test_person_must_confirm(service: Service, settings: Settings, need_criu: No
     assert service.get_workload("local:w-conf").state is WorkloadState.RUNNING
 
 
-def test_preempt_frees_node_and_resume_keeps_progress(service: Service, settings: Settings, need_criu: None) -> None:
+def test_preempt_frees_node_and_resume_keeps_progress(
+    service: Service, settings: Settings, need_criu: None
+) -> None:
     service.run_workload(counter(settings, "w-pre", mb=50), detach=True, principal=PERSON)
     wait_step(settings, "w-pre", 20)
     result = service.act(Action.PREEMPT, "local:w-pre", {}, principal=PERSON, confirmed=True)
@@ -96,7 +107,9 @@ def test_preempt_frees_node_and_resume_keeps_progress(service: Service, settings
     assert wait_step(settings, "w-pre", saved - 1) >= saved
 
 
-def test_killed_mid_migration_is_finished_by_recovery(service: Service, settings: Settings, need_criu: None) -> None:
+def test_killed_mid_migration_is_finished_by_recovery(
+    service: Service, settings: Settings, need_criu: None
+) -> None:
     """clawpoint itself SIGKILLed between the checkpoint and the restore: the next start of
     clawpoint finishes the migration from the journal; the workload is neither lost nor
     duplicated."""
@@ -107,7 +120,8 @@ def test_killed_mid_migration_is_finished_by_recovery(service: Service, settings
     wait_step(settings, "w-crash", 10)
     proc = subprocess.Popen(
         [sys.executable, "-m", "core.cli", "migrate", "local:w-crash", "--yes", "--json"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     # Kill the CLI as soon as the journal shows the checkpoint step finished.
     deadline = time.monotonic() + 60
@@ -135,7 +149,9 @@ def test_killed_mid_migration_is_finished_by_recovery(service: Service, settings
     assert service.recover() == []  # nothing left to recover, nothing run twice
 
 
-@pytest.mark.parametrize("bad", ["../x", "local:../x", "local:", "x", "local:a;rm -rf /", "nope:w", "local:missing"])
+@pytest.mark.parametrize(
+    "bad", ["../x", "local:../x", "local:", "x", "local:a;rm -rf /", "nope:w", "local:missing"]
+)
 def test_bad_ids_are_refused(service: Service, bad: str) -> None:
     with pytest.raises((errors.InvalidInput, errors.NotFound)) as info:
         service.plan(Action.MIGRATE, bad, {})

@@ -178,7 +178,7 @@ def test_no_library(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_probe_script_prints_json() -> None:
-    out = subprocess.run(  # noqa: S603 - fixed argv, our own script
+    out = subprocess.run(
         [sys.executable, str(ROOT / "scripts/nvml-probe.py")],
         capture_output=True,
         text=True,

@@ -37,7 +37,9 @@ def _ones_ahead(avail: npt.NDArray[np.int8]) -> npt.NDArray[np.int64]:
     return out
 
 
-def omniscient_costs(avail: Sequence[int], starts: Sequence[int], job: Job, tick_hours: float) -> F64:
+def omniscient_costs(
+    avail: Sequence[int], starts: Sequence[int], job: Job, tick_hours: float
+) -> F64:
     """Minimum cost (same units as ``sim.cost_of``) of ``job`` started at each of ``starts``.
 
     Returns ``inf`` where no schedule meets the deadline (cannot happen when the deadline
