@@ -58,7 +58,7 @@ def _start(mb: int, out_w: int) -> tuple[subprocess.Popen[bytes], int]:
            "core.workloads.counter", "--state-mb", str(mb), "--step-seconds", "0.05",
            "--print-every", "1000000"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CLAWPOINT_WORKLOAD": "bench"}
-    proc = subprocess.Popen(cmd, stdout=out_w, stderr=out_w, stdin=subprocess.DEVNULL, env=env)  # noqa: S603
+    proc = subprocess.Popen(cmd, stdout=out_w, stderr=out_w, stdin=subprocess.DEVNULL, env=env)
     while True:
         kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
         if kids:
@@ -72,7 +72,7 @@ def _start(mb: int, out_w: int) -> tuple[subprocess.Popen[bytes], int]:
 
 def _timed(argv: list[str], **kw: Any) -> float:
     t0 = time.monotonic()
-    subprocess.run(argv, check=True, capture_output=True, **kw)  # noqa: S603
+    subprocess.run(argv, check=True, capture_output=True, **kw)
     return time.monotonic() - t0
 
 

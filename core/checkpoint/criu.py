@@ -67,8 +67,8 @@ def criu_status(criu_path: str = "criu") -> EngineStatus:
             name="criu", available=False, reason=f"criu not installed: {INSTALL_HINT}"
         )
     try:
-        ver = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)  # noqa: S603
-        chk = subprocess.run([exe, "check"], capture_output=True, text=True, timeout=60)  # noqa: S603
+        ver = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
+        chk = subprocess.run([exe, "check"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return EngineStatus(name="criu", available=False, reason=f"cannot run {exe}: {exc}")
     match = re.search(r"Version:\s*(\S+)", ver.stdout)
@@ -134,7 +134,7 @@ def dump(
     follower = DirectoryFollower(images_dir).start()
     t0 = time.monotonic()
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)  # noqa: S603
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except (OSError, subprocess.TimeoutExpired) as exc:
         follower.close()
         raise errors.CheckpointError(
@@ -209,7 +209,7 @@ def restore(
             passed.append(fds[name])
     t0 = time.monotonic()
     try:
-        proc = subprocess.Popen(  # noqa: S603 (argv list, no shell)
+        proc = subprocess.Popen(
             argv, pass_fds=passed, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
         )
     except OSError as exc:

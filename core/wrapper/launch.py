@@ -40,7 +40,7 @@ def launch_detached(settings: Settings, spec: RunSpec, *, wait_s: float = 60) ->
     )
     with open(log_path, "ab") as logf:
         try:
-            proc = subprocess.Popen(  # noqa: S603 (argv list, no shell)
+            proc = subprocess.Popen(
                 [sys.executable, "-m", "core.wrapper", spec.model_dump_json()],
                 stdin=subprocess.DEVNULL,
                 stdout=logf,

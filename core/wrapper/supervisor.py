@@ -91,6 +91,7 @@ class Supervisor:
         self._last_checkpoint: str | None = None
         self._lock_fd: int | None = None
         self._pipes: dict[str, tuple[int, int]] = {}
+        self._copiers: list[threading.Thread] = []
 
     # -- setup ------------------------------------------------------------------------------
 
@@ -125,16 +126,18 @@ class Supervisor:
             r, w = os.pipe()
             self._pipes[stream] = (r, w)
             target = 1 if stream == "stdout" else 2
-            threading.Thread(
+            t = threading.Thread(
                 target=_copy, args=(r, target), name=f"copy-{stream}", daemon=True
-            ).start()
+            )
+            t.start()
+            self._copiers.append(t)
 
     def _start_fresh(self, restore_dir: Path | None) -> None:
         argv = list(self.spec.command)
         if self.spec.engine == "criu":
             argv = ["unshare", "--pid", "--fork", "setsid", *argv]
         try:
-            self._popen = subprocess.Popen(  # noqa: S603 (argv list, no shell)
+            self._popen = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=self._pipes["stdout"][1],
@@ -443,7 +446,8 @@ class Supervisor:
                 state = WorkloadState.STOPPED
         self.registry.update(self.name, state=state, exit_status=exit_status)
         log.info("wrapper.exit", workload=self.name, state=state.value, exit_status=exit_status)
-        time.sleep(0.05)  # let the copy threads drain the pipes
+        for t in self._copiers:  # drain the payload's output before we go
+            t.join(timeout=2.0)
         return rc
 
 

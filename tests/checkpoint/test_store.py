@@ -119,7 +119,7 @@ _KILLED_WRITER = textwrap.dedent(
 
 def test_writer_killed_mid_publish_leaves_nothing_listed(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    proc = subprocess.run(  # noqa: S603 (argv list)
+    proc = subprocess.run(
         [sys.executable, "-c", _KILLED_WRITER, str(root)],
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
         capture_output=True,
