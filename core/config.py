@@ -22,6 +22,7 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core import errors
+from core.signals.config import SignalsConfig
 
 
 class _Section(BaseModel):
@@ -77,6 +78,7 @@ class Settings(_Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     mcp: McpConfig = Field(default_factory=McpConfig)
+    signals: SignalsConfig = Field(default_factory=SignalsConfig)
     # Sections of later capabilities (policy, slurm, signals, ...) are added as fields here.
     extra_sections: dict[str, Any] = Field(default_factory=dict, exclude=True)
 

@@ -84,6 +84,7 @@ class Guard:
         trigger: str | None = None,
     ) -> Decision:
         _require_sealed(plan)
+        context = context.model_copy(update={"principal_kind": principal.kind})
         decision = evaluate(plan, self.policy, context)
         if decision.outcome is Outcome.APPROVE:
             grant = self.grants.claim(plan, principal, trigger)

@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from core import errors
-from core.model import Action, Plan, RiskClass, risk_of, utcnow
+from core.model import Action, Plan, PrincipalKind, RiskClass, risk_of, utcnow
 
 Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 WEEKDAYS: tuple[Weekday, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -91,9 +91,14 @@ class PolicyRule(_Section):
     gpus_min: int | None = Field(default=None, ge=0)
     gpus_max: int | None = Field(default=None, ge=0)
     when: list[TimeWindow] | None = None  # matches inside any of these windows
+    principals: list[PrincipalKind] | None = None  # who asks: agent, person, scheduler
 
-    def matches(self, plan: Plan, risk: RiskClass, now: datetime) -> bool:
+    def matches(
+        self, plan: Plan, risk: RiskClass, now: datetime, principal: PrincipalKind | None = None
+    ) -> bool:
         scope = plan.scope
+        if self.principals is not None and principal not in self.principals:
+            return False
         if self.risk is not None and risk not in self.risk:
             return False
         if self.actions is not None and plan.action not in self.actions:
@@ -214,6 +219,7 @@ class PolicyContext(BaseModel):
     # True when the plan deletes the newest good checkpoint of a workload that is running.
     deletes_newest_good_checkpoint: bool = False
     now: datetime = Field(default_factory=utcnow)
+    principal_kind: PrincipalKind | None = None  # filled in by Guard.decide
 
 
 class Decision(BaseModel):
@@ -278,7 +284,7 @@ def evaluate(plan: Plan, policy: PolicyConfig, context: PolicyContext) -> Decisi
     if limited is not None:
         return decide(Outcome.DENY, limited[0], limited[1])
     for rule in policy.rules:
-        if rule.matches(plan, risk, context.now):
+        if rule.matches(plan, risk, context.now, context.principal_kind):
             reason = rule.reason or f"Rule {rule.id!r} says {rule.outcome.value} for the {what}."
             return decide(rule.outcome, rule.id, reason)
     outcome = policy.defaults[risk]

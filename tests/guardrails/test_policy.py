@@ -194,3 +194,22 @@ def test_validation_errors_name_the_key(data: dict[str, object], key: str) -> No
     with pytest.raises(errors.InvalidInput) as info:
         PolicyConfig.from_mapping(data)
     assert key in info.value.message
+
+
+def test_rules_can_match_who_asks() -> None:
+    policy = PolicyConfig.from_mapping(
+        {
+            "rules": [
+                {
+                    "id": "people-at-cli",
+                    "outcome": "allow",
+                    "principals": ["person"],
+                    "risk": ["disruptive"],
+                }
+            ]
+        }
+    )
+    plan = make_plan()
+    assert evaluate(plan, policy, ctx(principal_kind="person")).rule_id == "people-at-cli"
+    assert evaluate(plan, policy, ctx(principal_kind="agent")).rule_id == "default:disruptive"
+    assert evaluate(plan, policy, ctx()).rule_id == "default:disruptive"
