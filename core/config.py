@@ -22,6 +22,9 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core import errors
+from core.guardrails.approvals import ApprovalsConfig
+from core.guardrails.notify import NotifyConfig
+from core.guardrails.policy import PolicyConfig
 from core.signals.config import SignalsConfig
 
 
@@ -68,8 +71,11 @@ class CheckpointConfig(_Section):
 class McpConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=1, le=65535)
-    # Bearer token for the streamable HTTP transport; CLAWPOINT_MCP_TOKEN overrides.
+    # Bearer token for agents on the streamable HTTP transport; CLAWPOINT_MCP_TOKEN overrides.
     token: str | None = None
+    # Token(s) for people on the approval page (never give these to an agent);
+    # CLAWPOINT_APPROVER_TOKEN overrides.
+    approver_token: str | None = None
 
 
 class Settings(_Section):
@@ -79,6 +85,9 @@ class Settings(_Section):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     mcp: McpConfig = Field(default_factory=McpConfig)
     signals: SignalsConfig = Field(default_factory=SignalsConfig)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
+    notify: NotifyConfig = Field(default_factory=NotifyConfig)
     # Sections of later capabilities (policy, slurm, signals, ...) are added as fields here.
     extra_sections: dict[str, Any] = Field(default_factory=dict, exclude=True)
 
@@ -101,6 +110,10 @@ class Settings(_Section):
     @property
     def mcp_token(self) -> str | None:
         return os.environ.get("CLAWPOINT_MCP_TOKEN") or self.mcp.token
+
+    @property
+    def approver_token(self) -> str | None:
+        return os.environ.get("CLAWPOINT_APPROVER_TOKEN") or self.mcp.approver_token
 
 
 def default_home() -> Path:

@@ -38,6 +38,14 @@ alive() { # alive PIDFILE: the pid in the file names a running process
 
 need_root() { [[ $EUID -eq 0 ]] || die "run as root (it starts slurmctld, slurmd and munged)"; }
 
+plugin_dir() { # where Debian puts Slurm's plugins (multiarch path)
+    local d
+    for d in /usr/lib/*/slurm-wlm /usr/lib/slurm-wlm /usr/lib64/slurm; do
+        [[ -d "$d" ]] && { printf '%s' "$d"; return 0; }
+    done
+    printf '/nonexistent'
+}
+
 install_packages() {
     local missing=()
     command -v slurmctld >/dev/null || missing+=(slurmctld)
@@ -45,6 +53,7 @@ install_packages() {
     command -v sinfo >/dev/null || missing+=(slurm-client)
     command -v slurmrestd >/dev/null || missing+=(slurmrestd)
     command -v munged >/dev/null || missing+=(munge)
+    [[ -e "$(plugin_dir)/auth_jwt.so" ]] || missing+=(slurm-wlm-jwt-plugin)
     [[ ${#missing[@]} -eq 0 ]] && return 0
     log "installing slurm-wlm slurmrestd munge (missing: ${missing[*]})"
     export DEBIAN_FRONTEND=noninteractive
@@ -52,7 +61,8 @@ install_packages() {
     if ! apt-cache show slurm-wlm slurmrestd munge >/dev/null 2>&1; then
         apt-get update -qq
     fi
-    apt-get install -y -qq --no-install-recommends slurm-wlm slurmrestd munge >/dev/null
+    apt-get install -y -qq --no-install-recommends slurm-wlm slurmrestd munge \
+        slurm-wlm-jwt-plugin >/dev/null
 }
 
 make_dirs() {
@@ -154,11 +164,15 @@ rest_plugins() {
     # 22.05 offers openapi/v0.0.3x (and dbv0.0.3x, which needs slurmdbd); 24.11 offers
     # openapi/slurmctld. Load every controller plugin on offer and no accounting one.
     local list
-    list="$(runuser -u "$REST_USER" -- env SLURM_CONF="$CONF" slurmrestd -f "$CONF" -s list 2>&1 || true)"
+    list="$(setpriv --reuid="$REST_USER" --regid="$REST_USER" --init-groups -- env SLURM_CONF="$CONF" slurmrestd -f "$CONF" -s list 2>&1 || true)"
     local plugins
     plugins="$(grep -oE 'openapi/(v[0-9.]+|slurmctld)' <<<"$list" | sort -u | paste -sd, -)"
     [[ -n "$plugins" ]] || die "slurmrestd offers no openapi plugin: $list"
     printf '%s' "$plugins"
+}
+
+as_rest() { # run a command as the REST user, exec'd (so $! is its pid), in a new session
+    setsid setpriv --reuid="$REST_USER" --regid="$REST_USER" --init-groups -- "$@"
 }
 
 start_rest() {
@@ -166,15 +180,13 @@ start_rest() {
     plugins="$(rest_plugins)"
     if ! alive "$DIR/run/slurmrestd-unix.pid"; then
         rm -f "$REST_SOCKET"
-        runuser -u "$REST_USER" -- env SLURM_CONF="$CONF" \
-            setsid slurmrestd -f "$CONF" -a rest_auth/local -s "$plugins" "unix:$REST_SOCKET" \
+        as_rest env SLURM_CONF="$CONF" slurmrestd -f "$CONF" -a rest_auth/local -s "$plugins" "unix:$REST_SOCKET" \
             </dev/null >>"$DIR/log/slurmrestd-unix.log" 2>&1 &
         echo $! >"$DIR/run/slurmrestd-unix.pid"
     fi
     if ! alive "$DIR/run/slurmrestd-tcp.pid"; then
         # SLURM_JWT=daemon: slurmrestd forwards each client's token to slurmctld.
-        runuser -u "$REST_USER" -- env SLURM_CONF="$CONF" SLURM_JWT=daemon \
-            setsid slurmrestd -f "$CONF" -a rest_auth/jwt -s "$plugins" "127.0.0.1:$REST_PORT" \
+        as_rest env SLURM_CONF="$CONF" SLURM_JWT=daemon slurmrestd -f "$CONF" -a rest_auth/jwt -s "$plugins" "127.0.0.1:$REST_PORT" \
             </dev/null >>"$DIR/log/slurmrestd-tcp.log" 2>&1 &
         echo $! >"$DIR/run/slurmrestd-tcp.pid"
     fi
@@ -182,16 +194,17 @@ start_rest() {
 
 wait_ready() {
     local i
+    alive "$DIR/run/slurmctld.pid" || die "slurmctld did not start: see $DIR/log/slurmctld.log"
     for i in $(seq 1 100); do
-        if sinfo -h -N -o '%N %t' 2>/dev/null | grep -qvE 'unk|down|\*' &&
-            [[ "$(sinfo -h -N -o '%t' 2>/dev/null | grep -cE '^(idle|mix|alloc|drain|drng)')" -ge 3 ]] &&
+        # Ready: every node answers (no unknown/down/not-responding) and the socket exists.
+        if [[ "$(timeout 5 sinfo -h -N -p debug -o '%t' 2>/dev/null | grep -cvE 'unk|down|\*|^$')" -ge 3 ]] &&
             [[ -S "$REST_SOCKET" ]]; then
             return 0
         fi
         sleep 0.2
     done
     log "nodes not all up yet:"
-    sinfo -N 2>&1 >&2 || true
+    timeout 5 sinfo -N >&2 || true
 }
 
 up() {

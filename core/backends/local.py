@@ -231,6 +231,7 @@ class LocalBackend:
         node = self._node_config.get(rec.node or "")
         return {
             "backend": NAME,
+            "pool": (node.labels.get("pool") if node else None) or f"{NAME}:{rec.node}",
             "node": rec.node,
             "labels": rec.labels,
             "node_labels": node.labels if node else {},

@@ -3,7 +3,7 @@
 Every mutating operation goes plan -> decide -> execute -> audit:
 - ``plan`` asks the target's backend for a draft, adds the risk class and seals it with a
   stable hash; planning is read-only and always allowed;
-- ``perform`` decides whether the plan may run for this principal (see ``_decide``), runs it
+- ``perform`` decides whether the plan may run for this principal (``core.guardrails``: policy, standing approvals, approvals), runs it
   step by step through the journaled executor, and appends every stage to the audit chain;
 - ``recover`` finishes executions a killed clawpoint left half-done.
 
@@ -12,6 +12,9 @@ Inventory calls fan out to the configured backends. Nothing here knows about MCP
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, Literal
 
 import structlog
@@ -20,7 +23,12 @@ from pydantic import BaseModel, Field
 from core import errors
 from core.backends.base import Backend, ProgressFn, no_progress
 from core.config import Settings, ensure_dirs
+from core.guardrails import schema as guard_schema
+from core.guardrails.approvals import ApprovalStatus, ApprovalView
 from core.guardrails.audit import AuditLog
+from core.guardrails.guard import Guard
+from core.guardrails.policy import Outcome, PolicyContext, PoolLoad, pool_of
+from core.guardrails.prompts import ApprovalPath, approval_text
 from core.model import (
     Action,
     CheckpointInfo,
@@ -34,6 +42,7 @@ from core.model import (
     WorkloadInfo,
     parse_ref,
     risk_of,
+    utcnow,
 )
 from core.service.executor import Executor
 from core.service.journal import Journal
@@ -58,20 +67,48 @@ class ClusterStatus(BaseModel):
 
 class ActionResult(BaseModel):
     status: Literal["executed", "approval_required", "denied", "failed", "planned"]
-    plan: Plan
+    plan: Plan | None  # None only when the backend cannot do the action at all
     message: str
     execution: Execution | None = None
     approval: dict[str, Any] | None = None
 
 
+class PersonAnswer(BaseModel):
+    """A person's answer to an approval question asked through the agent's client."""
+
+    person: str
+    approved: bool
+    note: str = ""
+
+
+AskPerson = Callable[[Plan, ApprovalView], PersonAnswer | None]
+"""Ask the human at the calling client about a pending approval; None = could not ask."""
+
+
+def _approval_info(view: ApprovalView, paths: list[ApprovalPath]) -> dict[str, Any]:
+    return {
+        "id": view.id,
+        "status": view.status.value,
+        "expires_at": view.expires_at.isoformat(),
+        "how_to_approve": [p.model_dump() for p in paths if p.available],
+    }
+
+
+def _node_pool(node: NodeInfo, backend: str) -> str:
+    return node.labels.get("pool") or (node.partitions[0] if node.partitions else backend)
+
+
 class Service:
-    def __init__(self, settings: Settings, db: Database, backends: dict[str, Backend]) -> None:
+    def __init__(
+        self, settings: Settings, db: Database, backends: dict[str, Backend], *, guard: Guard
+    ) -> None:
         self.settings = settings
         self.db = db
         self.backends = backends
         self.journal = Journal(db)
         self.executor = Executor(self.journal)
         self.audit = AuditLog(db)
+        self.guard = guard
 
     # ------------------------------------------------------------------ lookup
     def backend(self, name: str) -> Backend:
@@ -180,18 +217,41 @@ class Service:
         return plan
 
     # ------------------------------------------------------------------ acting
-    def _decide(self, plan: Plan, principal: Principal, *, confirmed: bool) -> tuple[str, str]:
-        """Until policy-driven approvals exist: read/safe run; anything riskier needs a person
-        at a terminal who confirmed this exact plan. Agents get ``approval_required``."""
-        if plan.risk in (RiskClass.READ, RiskClass.SAFE):
-            return "allow", f"{plan.risk.value} actions are allowed"
-        if principal.kind is PrincipalKind.PERSON and confirmed:
-            return "allow", f"{plan.risk.value} action confirmed by {principal}"
-        if principal.kind is PrincipalKind.PERSON:
-            return "approve", f"{plan.risk.value} action: confirm it interactively or pass --yes"
-        return "deny", (
-            f"{plan.risk.value} actions are not available to agents yet; a person can run "
-            f"it from the CLI: clawpoint {plan.action.value.replace('_', '-')} {plan.target}"
+    def policy_context(self, plan: Plan) -> PolicyContext:
+        """What the policy needs to know about the world right now (counts, pool loads)."""
+        since = utcnow() - timedelta(hours=1)
+        per_class: dict[RiskClass, int] = {}
+        running_disruptive = 0
+        with self.db.read() as conn:
+            rows = conn.execute(
+                "SELECT e.status, e.started_at, p.body FROM executions e "
+                "JOIN plans p ON p.hash = e.plan_hash WHERE e.started_at >= ? OR e.status='running'",
+                (since.isoformat(),),
+            ).fetchall()
+        for row in rows:
+            risk = RiskClass(json.loads(row["body"])["risk"])
+            if row["started_at"] >= since.isoformat():
+                per_class[risk] = per_class.get(risk, 0) + 1
+            if row["status"] == "running" and risk in (RiskClass.DISRUPTIVE, RiskClass.DESTRUCTIVE):
+                running_disruptive += 1
+        pools: dict[str, PoolLoad] = {}
+        pool = pool_of(plan)
+        try:
+            nodes = self.backend(plan.backend).nodes()
+            members = [n for n in nodes if _node_pool(n, plan.backend) == pool] or nodes
+            pools[pool] = PoolLoad(
+                nodes=len(members),
+                nodes_drained=sum(1 for n in members if not n.schedulable),
+                workloads=sum(len(n.workloads) for n in members),
+                workloads_disrupted=running_disruptive,
+            )
+        except errors.ClawpointError:
+            pass  # an unreachable backend will fail the plan's steps anyway
+        return PolicyContext(
+            running_disruptive=running_disruptive,
+            actions_last_hour=per_class,
+            pools=pools,
+            deletes_newest_good_checkpoint=bool(plan.scope.get("newest_of_live_workload")),
         )
 
     def perform(
@@ -202,8 +262,19 @@ class Service:
         confirmed: bool = False,
         dry_run: bool = False,
         progress: ProgressFn = no_progress,
+        trigger: str | None = None,
+        ask_person: AskPerson | None = None,
     ) -> ActionResult:
-        """Decide and (if allowed) execute a plan made by ``plan``."""
+        """Decide and (if allowed) execute a plan made by ``plan``.
+
+        - policy ``allow`` (or a standing approval): execute;
+        - ``deny``: return ``denied`` with the reason, change nothing;
+        - ``approve``: a person acting directly (CLI) approves by confirming this exact plan;
+          anyone else gets a pending approval bound to the plan hash. When the caller can
+          ask its human (``ask_person``, MCP elicitation) and they accept, the approval is
+          recorded as theirs and the plan runs; otherwise ``approval_required`` with the
+          ways a person can approve. No way to reach a person = refused (fail closed).
+        """
         if plan.hash != plan.compute_hash():
             raise errors.InvalidInput(
                 "the plan was changed after it was made",
@@ -219,21 +290,95 @@ class Service:
                 "risk": plan.risk.value,
                 "reason": plan.reason,
                 "summary": plan.summary,
+                "trigger": trigger,
             },
         )
-        if dry_run:
-            return ActionResult(status="planned", plan=plan, message="dry run: nothing was changed")
-        outcome, why = self._decide(plan, principal, confirmed=confirmed)
-        self.audit.append(
-            "decision",
-            principal=str(principal),
-            subject=plan.target,
-            data={"hash": plan.hash, "outcome": outcome, "reason": why},
+        decision = self.guard.decide(plan, principal, self.policy_context(plan), trigger=trigger)
+        if dry_run or decision.dry_run:
+            return ActionResult(
+                status="planned",
+                plan=plan,
+                message=f"dry run: nothing was changed (the policy would {decision.outcome.value}: "
+                f"{decision.reason})",
+            )
+        if decision.outcome is Outcome.DENY:
+            return ActionResult(status="denied", plan=plan, message=decision.reason)
+        if decision.outcome is Outcome.ALLOW:
+            return self._execute(plan, principal=principal, progress=progress)
+        if principal.kind is PrincipalKind.PERSON:
+            if confirmed:
+                self.audit.append(
+                    "approval.confirmed",
+                    principal=str(principal),
+                    subject=plan.target,
+                    data={"plan_hash": plan.hash, "via": "terminal"},
+                )
+                return self._execute(plan, principal=principal, progress=progress)
+            return ActionResult(
+                status="approval_required",
+                plan=plan,
+                message=f"{decision.reason} Confirm this plan (interactively or with --yes).",
+            )
+        try:
+            view, paths = self.guard.request_approval(
+                plan, principal, plan.reason, elicitation_available=ask_person is not None
+            )
+        except errors.PolicyDenied as exc:
+            return ActionResult(status="denied", plan=plan, message=str(exc))
+        if ask_person is not None:
+            answer = ask_person(plan, view)
+            if answer is not None:
+                person = Principal(id=answer.person, kind=PrincipalKind.PERSON)
+                if answer.approved:
+                    self.guard.approvals.approve(view.id, person, via="elicitation")
+                    return self._execute_approved(
+                        view.id, plan, principal=principal, progress=progress
+                    )
+                self.guard.approvals.deny(
+                    view.id, person, answer.note or "declined", via="elicitation"
+                )
+                return ActionResult(
+                    status="denied",
+                    plan=plan,
+                    message=f"the person declined: {answer.note or 'no reason given'}",
+                )
+        return ActionResult(
+            status="approval_required",
+            plan=plan,
+            message=f"{decision.reason} Approval {view.id} is waiting for a person until "
+            f"{view.expires_at:%H:%M:%S} UTC; explain the plan to them. Do not retry.",
+            approval=_approval_info(view, paths),
         )
-        if outcome == "deny":
-            return ActionResult(status="denied", plan=plan, message=why)
-        if outcome == "approve":
-            return ActionResult(status="approval_required", plan=plan, message=why)
+
+    def execute_approved(
+        self,
+        approval_id: str,
+        *,
+        principal: Principal,
+        code: str | None = None,
+        progress: ProgressFn = no_progress,
+    ) -> ActionResult:
+        """Run the exact plan a person approved, once. ``code``: the one-time code a person
+        gave the agent in chat (counts a failed attempt when wrong)."""
+        if code is not None:
+            self.guard.approvals.approve_with_code(approval_id, code, principal)
+        view = self.guard.approvals.get(approval_id)
+        plan = view.plan
+        if plan.compute_hash() != view.plan_hash:
+            raise errors.PolicyDenied(
+                f"approval {approval_id} does not match its stored plan",
+                hint="request a new approval",
+            )
+        return self._execute_approved(approval_id, plan, principal=principal, progress=progress)
+
+    def _execute_approved(
+        self, approval_id: str, plan: Plan, *, principal: Principal, progress: ProgressFn
+    ) -> ActionResult:
+        # Limits (rate, concurrency, blast radius, dry-run) still apply at execution time.
+        decision = self.guard.decide(plan, principal, self.policy_context(plan))
+        if decision.outcome is Outcome.DENY:
+            return ActionResult(status="denied", plan=plan, message=decision.reason)
+        self.guard.consume(approval_id, plan, principal)
         return self._execute(plan, principal=principal, progress=progress)
 
     def _execute(self, plan: Plan, *, principal: Principal, progress: ProgressFn) -> ActionResult:
@@ -274,12 +419,51 @@ class Service:
         confirmed: bool = False,
         dry_run: bool = False,
         progress: ProgressFn = no_progress,
+        trigger: str | None = None,
+        ask_person: AskPerson | None = None,
     ) -> ActionResult:
-        """Plan and perform in one call (what the CLI and the action tools use)."""
-        plan = self.plan(action, target, params, reason=reason)
+        """Plan and perform in one call (what the CLI, the action tools and watch use).
+
+        A backend that cannot do the action answers ``denied`` with the reason."""
+        try:
+            plan = self.plan(action, target, params, reason=reason)
+        except errors.NotSupported as exc:
+            self.audit.append(
+                "decision",
+                principal=str(principal),
+                subject=target,
+                data={"action": action.value, "outcome": "deny", "reason": exc.message},
+            )
+            return ActionResult(status="denied", plan=None, message=f"{exc.message}. {exc.hint}")
         return self.perform(
-            plan, principal=principal, confirmed=confirmed, dry_run=dry_run, progress=progress
+            plan,
+            principal=principal,
+            confirmed=confirmed,
+            dry_run=dry_run,
+            progress=progress,
+            trigger=trigger,
+            ask_person=ask_person,
         )
+
+    # ------------------------------------------------------------------ approvals (people)
+    def list_approvals(self, *, status: str | None = None) -> list[ApprovalView]:
+        wanted = ApprovalStatus(status) if status else None
+        return self.guard.approvals.list(status=wanted)
+
+    def get_approval(self, approval_id: str) -> ApprovalView:
+        return self.guard.approvals.get(approval_id)
+
+    def approval_text(self, approval_id: str, *, principal: Principal) -> str:
+        """The human-readable request with its one-time code: for people paths only."""
+        view = self.guard.approvals.get(approval_id)
+        code = self.guard.approvals.reveal_code(approval_id, principal=principal)
+        return approval_text(view.plan, view, []).as_text(code=code)
+
+    def approve(self, approval_id: str, *, principal: Principal, via: str) -> ApprovalView:
+        return self.guard.approvals.approve(approval_id, principal, via=via)
+
+    def deny(self, approval_id: str, *, principal: Principal, why: str, via: str) -> ApprovalView:
+        return self.guard.approvals.deny(approval_id, principal, why, via=via)
 
     # ------------------------------------------------------------------ workloads
     def default_node(self) -> str:
@@ -352,9 +536,17 @@ def bootstrap(settings: Settings) -> Service:
     from core.backends.local import LocalBackend
 
     ensure_dirs(settings)
+    guard_schema.install()
     db = Database(settings.state_db)
     db.migrate()
     backends: dict[str, Backend] = {}
     if settings.local.enabled:
         backends["local"] = LocalBackend(settings, db)
-    return Service(settings, db, backends)
+    guard = Guard.open(
+        db,
+        home=settings.home,
+        policy=settings.policy,
+        approvals=settings.approvals,
+        notify=settings.notify,
+    )
+    return Service(settings, db, backends, guard=guard)

@@ -69,18 +69,26 @@ def test_checkpoint_migrate_kill_failover(
     assert "STATE CHECK FAILED" not in log_text(settings, "w200")
 
 
-def test_agent_cannot_run_disruptive_actions_yet(
+def test_agent_disruptive_request_waits_for_a_person(
     service: Service, settings: Settings, need_criu: None
 ) -> None:
     service.run_workload(counter(settings, "w-agent", mb=20), detach=True, principal=PERSON)
     wait_step(settings, "w-agent", 3)
-    before = service.audit.entries()
-    result = service.act(Action.MIGRATE, "local:w-agent", {}, principal=AGENT)
-    assert result.status == "denied"
-    assert service.get_workload("local:w-agent").node == "node-a"
-    assert service.get_workload("local:w-agent").state is WorkloadState.RUNNING
+    result = service.act(Action.MIGRATE, "local:w-agent", {}, principal=AGENT, reason="cheaper")
+    assert result.status == "approval_required"
+    assert result.approval and result.approval["id"]
+    assert any(p["kind"] == "cli" for p in result.approval["how_to_approve"])
+    # Nothing happened: same node, running, no checkpoint.
+    w = service.get_workload("local:w-agent")
+    assert w.node == "node-a" and w.state in (WorkloadState.RUNNING, WorkloadState.CHECKPOINTING)
     assert len(service.checkpoints("local:w-agent")) == 0
-    assert len(service.audit.entries()) == len(before) + 2  # plan + decision, no execution
+    # A person approves; the agent executes exactly once.
+    service.approve(result.approval["id"], principal=PERSON, via="cli")
+    done = service.execute_approved(result.approval["id"], principal=AGENT)
+    assert done.status == "executed", done.message
+    assert service.get_workload("local:w-agent").node == "node-b"
+    with pytest.raises(errors.ApprovalRequired):
+        service.execute_approved(result.approval["id"], principal=AGENT)
 
 
 def test_person_must_confirm(service: Service, settings: Settings, need_criu: None) -> None:

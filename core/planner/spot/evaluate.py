@@ -243,8 +243,18 @@ def evaluate(
     else:
         for task in tasks:
             rows += _cell(*task)
-    return _report(loaded, rows, compute_hours, job_fractions, changeover_hours, starts, seed,
-                   policies, sp, odp)
+    return _report(
+        loaded,
+        rows,
+        compute_hours,
+        job_fractions,
+        changeover_hours,
+        starts,
+        seed,
+        policies,
+        sp,
+        odp,
+    )
 
 
 def _report(

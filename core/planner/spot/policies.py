@@ -92,9 +92,9 @@ class ClawpointPolicy(_Base):
     def __init__(
         self,
         *,
-        gamma: float = 1.0,
-        reserve_changeovers: float = 2.0,
-        hysteresis_changeovers: float = 2.0,
+        gamma: float = 0.5,
+        reserve_changeovers: float = 1.0,
+        hysteresis_changeovers: float = 6.0,
         wait_changeovers: float = 1.0,
         window_hours: float = 24.0,
         tick_hours: float = 195.0 / 3600.0,

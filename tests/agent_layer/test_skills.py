@@ -1,0 +1,102 @@
+"""Skills: every SKILL.md passes the Agent Skills validator and names only real MCP tools."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from core.runbooks import tools
+
+REPO = Path(__file__).resolve().parents[2]
+SKILLS = REPO / "skills"
+REQUIRED = {
+    "clawpoint-ops",
+    "spot-guardian",
+    "gpu-failover",
+    "sla-keeper",
+    "capacity-balancer",
+    "maintenance-drain",
+    "approvals-desk",
+}
+SKILL_DIRS = sorted(p.parent for p in SKILLS.glob("*/SKILL.md"))
+# A backticked snake_case word that looks like a tool call: two or more parts joined by "_".
+_TOOLISH = re.compile(r"`([a-z]+(?:_[a-z]+)+)`")
+# Argument and field names the bodies mention in backticks; they are not tools.
+_NOT_TOOLS = {"dry_run", "approval_id", "approval_required", "meet_deadline"}
+
+
+def _split(path: Path) -> tuple[dict[str, object], str]:
+    text = path.read_text(encoding="utf-8")
+    _, front, body = text.split("---", 2)
+    data = yaml.safe_load(front)
+    assert isinstance(data, dict)
+    return data, body
+
+
+def _agentskills() -> str:
+    exe = Path(sys.executable).parent / "agentskills"
+    found = str(exe) if exe.exists() else shutil.which("agentskills")
+    if found is None:
+        pytest.fail("agentskills not installed: pip install skills-ref")
+    return found
+
+
+def test_required_skills_exist() -> None:
+    assert {p.name for p in SKILL_DIRS} >= REQUIRED
+
+
+@pytest.mark.parametrize("skill", SKILL_DIRS, ids=lambda p: p.name)
+def test_agentskills_validate(skill: Path) -> None:
+    proc = subprocess.run(
+        [_agentskills(), "validate", str(skill)], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("skill", SKILL_DIRS, ids=lambda p: p.name)
+def test_frontmatter(skill: Path) -> None:
+    front, body = _split(skill / "SKILL.md")
+    assert front["name"] == skill.name
+    description = front["description"]
+    assert isinstance(description, str) and 0 < len(description) <= 300
+    assert "use when" in description.lower() or "use on" in description.lower()
+    meta = front["metadata"]
+    assert isinstance(meta, dict)
+    oc = meta["openclaw"]
+    assert oc["requires"]["bins"] == ["clawpoint"]
+    assert oc["emoji"] and oc["homepage"].startswith("https://")
+    assert "homepage" not in front
+    # Block YAML, not JSON-style flow maps (the PyPI validator rejects those).
+    assert "{" not in (skill / "SKILL.md").read_text(encoding="utf-8").split("---")[1]
+    assert len(body.splitlines()) < 120, "keep skill bodies tight"
+
+
+@pytest.mark.parametrize("skill", SKILL_DIRS, ids=lambda p: p.name)
+def test_body_names_only_known_tools(skill: Path) -> None:
+    _, body = _split(skill / "SKILL.md")
+    named = set(_TOOLISH.findall(body)) - _NOT_TOOLS
+    unknown = sorted(named - tools.ALL_TOOLS)
+    assert not unknown, f"{skill.name} names tools the MCP server does not have: {unknown}"
+    assert named, f"{skill.name} names no MCP tool at all"
+    assert "clawpoint " in body, f"{skill.name} gives no CLI fallback"
+
+
+@pytest.mark.parametrize("skill", SKILL_DIRS, ids=lambda p: p.name)
+def test_body_has_safety_rules(skill: Path) -> None:
+    _, body = _split(skill / "SKILL.md")
+    lowered = body.lower()
+    assert "## safety rules" in lowered
+    assert "untrusted" in lowered
+    assert "never approve" in lowered
+
+
+def test_tool_check_catches_a_typo(tmp_path: Path) -> None:
+    """The tool scan must be able to fail: a misspelt tool is reported."""
+    body = "Call `get_workload`, then `migrate_workloads`."
+    assert set(_TOOLISH.findall(body)) - tools.ALL_TOOLS == {"migrate_workloads"}
