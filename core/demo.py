@@ -167,7 +167,7 @@ class _Demo:
 
         out = self.act(Action.CHECKPOINT, {"stop": False})["checkpoint"]
         self.report.checkpoint_mb = out["size_bytes"] / 2**20
-        self.report.checkpoint_s = float(out.get("timings", {}).get("engine_total_s") or 0.0)
+        self.report.checkpoint_s = float(out.get("timings", {}).get("total_s") or 0.0)
         self.mark(
             f"checkpoint {out['checkpoint_id']}: {self.report.checkpoint_mb:.0f} MiB, workload kept running"
         )

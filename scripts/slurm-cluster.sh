@@ -131,7 +131,9 @@ PartitionName=debug Nodes=n[1-3] Default=YES MaxTime=INFINITE State=UP
 PartitionName=gpu Nodes=n3 MaxTime=INFINITE State=UP
 EOF
     mv "$tmp" "$CONF"
-    printf 'NodeName=n3 Name=gpu Count=2\n' >"$DIR/etc/gres.conf"
+    # Two placeholder device files: a count-only gpu GRES is not registered by 22.05's slurmd.
+    printf 'NodeName=n3 Name=gpu File=/dev/null\nNodeName=n3 Name=gpu File=/dev/zero\n' \
+        >"$DIR/etc/gres.conf"
     chmod 644 "$CONF" "$DIR/etc/gres.conf"
     cat >"$DIR/env" <<EOF
 export SLURM_CONF=$CONF
@@ -237,6 +239,8 @@ down() {
     [[ -d "$DIR" ]] || return 0
     stop_pidfile "$DIR/run/slurmrestd-unix.pid"
     stop_pidfile "$DIR/run/slurmrestd-tcp.pid"
+    # One RPC stops the controller and every slurmd at once (fast); pid files catch the rest.
+    alive "$DIR/run/slurmctld.pid" && timeout 5 scontrol shutdown >/dev/null 2>&1 || true
     for n in "${NODES[@]}"; do stop_pidfile "$DIR/run/slurmd-$n.pid"; done
     stop_pidfile "$DIR/run/slurmctld.pid"
     stop_pidfile "$DIR/munge/munged.pid"

@@ -82,7 +82,7 @@ def _pid_alive(pid: int | None) -> bool:
 
 def _wrapper_alive(settings: Settings, record: WorkloadRecord) -> bool:
     """True while the workload's wrapper holds its lock (it does for its whole life)."""
-    return fencing.wrapper_alive(fencing.lock_path(settings.run_dir, record.name))
+    return fencing.wrapper_alive(settings, record)
 
 
 class LocalBackend:
@@ -224,7 +224,7 @@ class LocalBackend:
         if not ckpts:
             return None
         last = ckpts[0]
-        dump = last.timings.get("engine_total_s") or last.size_bytes / 1e9
+        dump = last.timings.get("total_s") or last.size_bytes / 1e9
         return round(2 * float(dump) + 0.5, 2)
 
     def _scope(self, rec: WorkloadRecord) -> dict[str, Any]:
@@ -604,13 +604,13 @@ class LocalBackend:
             )
         if op == "fence":
             rec = self.registry.require(args["workload"])
-            killed = fencing.fence(rec)
+            killed = fencing.fence(self.settings, rec)
             return {"killed": killed}
         if op == "terminate":
             rec = self.registry.require(args["workload"])
             if rec.socket and _wrapper_alive(self.settings, rec):
                 ControlClient(Path(rec.socket)).terminate(timeout_s=30)
-            fencing.fence(rec)
+            fencing.fence(self.settings, rec)
             self.registry.update(
                 rec.name,
                 state=WorkloadState.FAILED,
@@ -650,7 +650,7 @@ class LocalBackend:
                 f"{NAME}:{name} is already running on {rec.node}",
                 hint="preempt or migrate it instead of starting a second copy",
             )
-        fencing.fence(rec)
+        fencing.fence(self.settings, rec)
         spec = RunSpec(
             name=name,
             node=node,

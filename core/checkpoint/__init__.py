@@ -1,1 +1,1 @@
-"""Checkpoint engines: CRIU (transparent, root) and cooperative (the app saves its own state)."""
+"""Checkpoint engines: ``criu`` (transparent, root) and ``cooperative`` (the app saves itself)."""

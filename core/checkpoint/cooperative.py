@@ -1,12 +1,18 @@
 """The cooperative engine: the application saves its own state when asked.
 
-Protocol (documented in docs/checkpointing.md): the payload's environment has
-``CLAWPOINT_CHECKPOINT_DIR``, a path that the wrapper points (a symlink, swapped atomically)
-at a fresh directory inside the pending checkpoint for each request; the wrapper sends the
-configured signal (SIGUSR1 by default) and waits until the application has written the marker
-file ``COMPLETE`` there. On start from a checkpoint the wrapper sets ``CLAWPOINT_RESTORE_DIR``
-to the published images directory. Works without root and without CRIU. Limits: the
-application decides what state it saves; the wrapper can only check that it finished.
+Protocol (what an application implements; see docs/checkpointing.md):
+
+- ``CLAWPOINT_CHECKPOINT_DIR`` is set in the application's environment at start. It is a
+  symbolic link that the wrapper points at a fresh, empty directory inside the pending
+  checkpoint before each request, so the application always writes to the same path.
+- On the configured signal (default SIGUSR1) the application writes its state into that
+  directory, makes it durable, and then creates the marker file ``COMPLETE`` there.
+- When started from a checkpoint, ``CLAWPOINT_RESTORE_DIR`` names the published directory
+  it wrote (read-only: the application must not modify it).
+
+Works without root and without CRIU. Limits: only what the application saves is saved; the
+wrapper cannot tell whether the state is complete beyond the marker; the application must
+handle the signal promptly (the wait has a timeout).
 """
 
 from __future__ import annotations
@@ -17,70 +23,85 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from core import errors
+import structlog
 
-COMPLETE = "COMPLETE"
+from core import errors
+from core.checkpoint import engine
+from core.store.store import PendingCheckpoint
+
+log = structlog.get_logger(__name__)
+
+MARKER = "COMPLETE"
 ENV_CHECKPOINT_DIR = "CLAWPOINT_CHECKPOINT_DIR"
 ENV_RESTORE_DIR = "CLAWPOINT_RESTORE_DIR"
 
 
-def parse_signal(name: str) -> signal.Signals:
+def status() -> engine.EngineStatus:
+    return engine.EngineStatus(name="cooperative", available=True, version="1")
+
+
+def parse_signal(name: str) -> int:
+    """``SIGUSR1`` / ``USR1`` / ``10`` -> signal number; InvalidInput otherwise."""
+    text = name.strip().upper()
+    if text.isdigit():
+        return int(text)
     try:
-        return signal.Signals[name.upper() if name.upper().startswith("SIG") else "SIG" + name]
+        return int(signal.Signals[text if text.startswith("SIG") else f"SIG{text}"])
     except KeyError as exc:
         raise errors.InvalidInput(
             f"unknown signal {name!r} for the cooperative engine",
-            hint="use a signal name such as SIGUSR1, SIGUSR2 or SIGHUP",
+            hint="set checkpoint.cooperative_signal to a name like SIGUSR1 or SIGUSR2",
         ) from exc
 
 
 def point_link(link: Path, target: Path) -> None:
-    """Make ``link`` a symlink to ``target``, replacing any previous one atomically."""
+    """Atomically make ``link`` a symlink to ``target`` (replace via rename)."""
     tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     os.symlink(target, tmp)
     os.replace(tmp, link)
 
 
-def request(
+def checkpoint(
     pid: int,
-    images_dir: Path,
+    pending: PendingCheckpoint,
     *,
     link: Path,
-    sig: signal.Signals = signal.SIGUSR1,
+    sig: int = signal.SIGUSR1,
     timeout_s: float = 60.0,
     alive: Callable[[], bool] | None = None,
-    poll_s: float = 0.02,
 ) -> dict[str, float]:
-    """Ask the payload to save into ``images_dir`` (through ``link``) and wait for ``COMPLETE``."""
-    images_dir.mkdir(parents=True, exist_ok=True)
-    point_link(link, images_dir)
-    marker = images_dir / COMPLETE
-    t0 = time.monotonic()
+    """Ask the application (``pid``) to save into ``pending.images_dir``; wait for the marker."""
+    target = pending.images_dir
+    point_link(link, target)
+    marker = target / MARKER
+    t0 = time.perf_counter()
     try:
         os.kill(pid, sig)
     except ProcessLookupError as exc:
         raise errors.CheckpointError(
-            f"the workload (pid {pid}) is gone; it cannot save a checkpoint",
-            hint="restart it with 'clawpoint run'; it resumes from its newest checkpoint",
+            f"the workload (pid {pid}) is gone: cannot ask it to checkpoint",
+            hint="start it again from its newest checkpoint",
         ) from exc
-    try:
-        while not marker.exists():
-            if alive is not None and not alive():
-                raise errors.CheckpointError(
-                    f"the workload (pid {pid}) exited before writing {marker}",
-                    hint="check its log; it must handle the signal and write the COMPLETE marker",
-                )
-            if time.monotonic() - t0 > timeout_s:
-                raise errors.CheckpointError(
-                    f"the workload did not write the marker {COMPLETE} in {images_dir} "
-                    f"within {timeout_s:g} s after {sig.name}",
-                    hint=f"make the app save into ${ENV_CHECKPOINT_DIR} and then write "
-                    f"'{COMPLETE}' there when it gets {sig.name}, or raise "
-                    "checkpoint.cooperative_timeout_s",
-                    details={"directory": str(images_dir), "marker": COMPLETE},
-                )
-            time.sleep(poll_s)
-    finally:
-        link.unlink(missing_ok=True)
-    return {"cooperative_save_s": time.monotonic() - t0}
+    deadline = t0 + timeout_s
+    delay = 0.005
+    while not marker.exists():
+        if alive is not None and not alive():
+            raise errors.CheckpointError(
+                f"the workload (pid {pid}) exited before writing {marker}",
+                hint="check the workload's log; its previous checkpoints are untouched",
+            )
+        if time.perf_counter() > deadline:
+            raise errors.CheckpointError(
+                f"the workload did not write the marker file {MARKER!r} in {target} within "
+                f"{timeout_s:g}s after {signal.Signals(sig).name}",
+                hint=f"make the application write its state to ${ENV_CHECKPOINT_DIR} and then "
+                f"create {MARKER} there on {signal.Signals(sig).name}, or raise "
+                "checkpoint.cooperative_timeout_s",
+                details={"dir": str(target), "marker": MARKER},
+            )
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+    wall = time.perf_counter() - t0
+    log.info("cooperative.saved", pid=pid, wall_s=round(wall, 3))
+    return {"cooperative_save_s": wall}

@@ -1,16 +1,21 @@
-"""The CRIU engine: dump and restore a process tree rooted at a PID-namespace init.
+"""The CRIU engine: transparent dump and restore of a process tree by calling ``criu``.
 
-The wrapper runs the payload as the init of its own PID namespace, with stdout/stderr on
-pipes the wrapper owns. Dump: the pipes are declared external (``--external pipe[INODE]``)
-and their inodes recorded, and the image files are hashed while CRIU writes them (a
-follower thread), so publishing adds little to CRIU's own time. Restore: the new wrapper's
-pipes are handed in with ``--inherit-fd``; CRIU restores the tree stopped
-(``--leave-stopped``) while the images are verified concurrently, and the tree is resumed
-(SIGCONT) only once every digest matched, else it is killed and the error raised.
+The wrapper runs each payload as the init of its own PID namespace, so ``criu dump -t PID``
+takes the whole namespace and ``criu restore`` can recreate it on any host, whatever PIDs are
+in use there. The payload's stdout/stderr are pipes owned by the wrapper: they are declared
+external at dump (``--external pipe[INODE]``) and replaced by the new wrapper's pipes at
+restore (``--inherit-fd fd[N]:pipe:[INODE]``), since a regular file that grew after the dump
+would make the restore fail.
 
-Limits: root only (unprivileged CRIU needs CAP_CHECKPOINT_RESTORE; not handled); no TCP
-connections, no GPU (the CUDA plugin is another engine); the caller must be a child
-subreaper to wait on a restored tree (``criu restore -d`` reparents it to us).
+Speed: while CRIU writes, a follower thread hashes the page images from the page cache
+(``core.store.digest``), so publishing does not re-read them. Restores run with
+``--leave-stopped`` so the caller can verify digests concurrently and resume the tree only
+when they match (``resume``), or kill it (``kill_tree``).
+
+Limits: needs root (or CAP_CHECKPOINT_RESTORE + CAP_SYS_PTRACE) and CRIU >= 4.1 on kernels
+>= 6.13. No TCP connections, no mount namespace, no GPU (a CUDA plugin would be another
+engine). ``criu`` is called with argv lists; library errors become CheckpointError or
+EngineUnavailable with the tail of CRIU's log.
 """
 
 from __future__ import annotations
@@ -22,252 +27,224 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import structlog
-from pydantic import BaseModel
 
 from core import errors
-from core.checkpoint import stats
-from core.store.digest import DirectoryFollower
+from core.checkpoint import engine, stats
+from core.store import digest
+from core.store.store import PendingCheckpoint
 
 log = structlog.get_logger(__name__)
 
-INSTALL_HINT = "run scripts/install-criu.sh (as root) to install CRIU >= 4.1"
+MIN_VERSION = (4, 1)
+_INSTALL_HINT = "run scripts/install-criu.sh as root"
+_COOP_HINT = (
+    "or run the workload with the cooperative engine (engine='cooperative'), "
+    "which needs neither root nor CRIU"
+)
 
 
-class EngineStatus(BaseModel):
-    name: str
-    available: bool
-    version: str | None = None
-    reason: str = ""
-
-
-class DumpResult(BaseModel):
-    digests: dict[str, tuple[int, str]]
-    timings: dict[str, float]
-    extra: dict[str, Any]
-
-
-class RestoreResult(BaseModel):
-    pid: int
-    timings: dict[str, float]
-
-
-@functools.cache
-def criu_status(criu_path: str = "criu") -> EngineStatus:
-    """Whether CRIU can run here, and why not (cached per process)."""
-    if os.geteuid() != 0:
-        return EngineStatus(name="criu", available=False, reason="not root: CRIU needs root here")
+@functools.lru_cache(maxsize=4)
+def criu_status(criu_path: str = "criu") -> engine.EngineStatus:
+    """Is CRIU usable here? Cached per process: ``criu check`` takes a moment."""
+    name = "criu"
     exe = shutil.which(criu_path)
     if exe is None:
-        return EngineStatus(
-            name="criu", available=False, reason=f"criu not installed: {INSTALL_HINT}"
+        return engine.EngineStatus(
+            name=name, available=False, reason=f"criu not installed: {_INSTALL_HINT}"
         )
     try:
-        ver = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
-        chk = subprocess.run([exe, "check"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return EngineStatus(name="criu", available=False, reason=f"cannot run {exe}: {exc}")
-    match = re.search(r"Version:\s*(\S+)", ver.stdout)
-    version = match.group(1) if match else None
-    if chk.returncode != 0:
-        tail = (chk.stderr or chk.stdout).strip().splitlines()[-3:]
-        return EngineStatus(
-            name="criu",
+        out = subprocess.run(  # noqa: S603 (argv list, resolved criu binary)  # noqa: S603 (argv list)
+            [exe, "--version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return engine.EngineStatus(name=name, available=False, reason=f"cannot run {exe}: {exc}")
+    m = re.search(r"Version:\s*([0-9]+)\.([0-9]+)(?:\.([0-9]+))?", out.stdout)
+    version = ".".join(g for g in m.groups() if g) if m else None
+    if m is None or (int(m.group(1)), int(m.group(2))) < MIN_VERSION:
+        return engine.EngineStatus(
+            name=name,
             available=False,
             version=version,
-            reason="criu check failed: " + " | ".join(tail) + f" ({INSTALL_HINT})",
+            reason=f"criu {version or '(unknown version)'} is older than 4.1, which this "
+            f"kernel needs: {_INSTALL_HINT}",
         )
-    return EngineStatus(name="criu", available=True, version=version)
+    if os.geteuid() != 0:
+        return engine.EngineStatus(
+            name=name, available=False, version=version, reason="not root: CRIU needs root"
+        )
+    try:
+        check = subprocess.run([exe, "check"], capture_output=True, text=True, timeout=60)  # noqa: S603 (argv list)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return engine.EngineStatus(
+            name=name, available=False, version=version, reason=f"criu check failed: {exc}"
+        )
+    if check.returncode != 0:
+        tail = (check.stderr or check.stdout).strip().splitlines()[-3:]
+        return engine.EngineStatus(
+            name=name,
+            available=False,
+            version=version,
+            reason=f"criu check failed: {' | '.join(tail)}",
+        )
+    return engine.EngineStatus(name=name, available=True, version=version)
 
 
-def require_criu(criu_path: str = "criu") -> str:
+def require(criu_path: str = "criu") -> str:
+    """The criu executable, or EngineUnavailable saying why and that cooperative still works."""
     status = criu_status(criu_path)
     if not status.available:
         raise errors.EngineUnavailable(
-            f"the CRIU engine is not available: {status.reason}",
-            hint="fix that, or run the workload with the cooperative engine",
+            f"the criu engine cannot run here: {status.reason}",
+            hint=f"{_INSTALL_HINT} if CRIU is missing or old, {_COOP_HINT}",
+            details={"engine": "criu", "reason": status.reason},
         )
     return shutil.which(criu_path) or criu_path
 
 
-def log_tail(path: Path, *, lines: int = 12) -> str:
-    """The most useful end of a CRIU log: its error lines, else its last lines."""
+def _log_tail(path: Path, lines: int = 12) -> str:
     try:
-        text = path.read_text(errors="replace").splitlines()
+        text = path.read_text(errors="replace").strip().splitlines()
     except OSError:
         return "(no CRIU log)"
-    bad = [ln for ln in text if "Error" in ln or "error" in ln]
-    return "\n".join((bad or text)[-lines:])
+    errs = [ln for ln in text if "Error" in ln or "error" in ln]
+    return " | ".join((errs or text)[-lines:])
 
 
-def pipe_inode(pid: int, fd: int) -> int | None:
-    """The inode of the pipe a process has on ``fd``, if it is a pipe."""
-    try:
-        target = os.readlink(f"/proc/{pid}/fd/{fd}")
-    except OSError:
-        return None
-    match = re.fullmatch(r"pipe:\[(\d+)\]", target)
-    return int(match.group(1)) if match else None
+def pipe_inode(fd: int) -> int:
+    return os.fstat(fd).st_ino
 
 
 def dump(
     pid: int,
-    images_dir: Path,
+    pending: PendingCheckpoint,
     *,
     leave_running: bool,
-    log_path: Path,
+    leave_stopped: bool = False,
+    external_pipes: Sequence[int] = (),
     criu_path: str = "criu",
     timeout_s: float = 3600,
-) -> DumpResult:
-    """Dump the tree rooted at ``pid`` into ``images_dir``, hashing files as they are written."""
-    exe = require_criu(criu_path)
-    pipes = {name: pipe_inode(pid, fd) for name, fd in (("stdout", 1), ("stderr", 2))}
-    argv = [exe, "dump", "-t", str(pid), "-D", str(images_dir), "-o", str(log_path), "-v2"]
-    for ino in sorted({i for i in pipes.values() if i is not None}):
-        argv += ["--external", f"pipe[{ino}]"]
+) -> dict[str, float]:
+    """Dump the tree rooted at ``pid`` into ``pending.images_dir``; returns timings (seconds).
+
+    Fills ``pending.precomputed`` with digests of the page images hashed while CRIU wrote them.
+    ``leave_running``: the tree goes on. ``leave_stopped``: the tree stays frozen (the caller
+    kills it once the checkpoint is published, or resumes it if publishing failed: never
+    lose the workload). Neither: CRIU kills the tree once the dump succeeded.
+    """
+    exe = require(criu_path)
+    logfile = pending.work_dir / "criu-dump.log"
+    argv = [exe, "dump", "-t", str(pid), "-D", str(pending.images_dir)]
+    argv += ["-W", str(pending.work_dir), "-o", str(logfile), "-v2"]
+    for inode in external_pipes:
+        argv += ["--external", f"pipe[{inode}]"]
     if leave_running:
         argv.append("--leave-running")
-    follower = DirectoryFollower(images_dir).start()
-    t0 = time.monotonic()
+    elif leave_stopped:
+        argv.append("--leave-stopped")
+    follower = digest.Follower(pending.images_dir)
+    follower.start()
+    t0 = time.perf_counter()
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        follower.close()
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)  # noqa: S603 (argv list)
+    except (OSError, subprocess.SubprocessError) as exc:
+        follower.cancel()
         raise errors.CheckpointError(
             f"criu dump of pid {pid} did not complete: {exc}",
-            hint="check the workload is alive; see the CRIU log " + str(log_path),
+            hint="the workload was left as it was; retry, and check the wrapper's log",
         ) from exc
-    dump_s = time.monotonic() - t0
+    wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        follower.close()
+        follower.cancel()
         raise errors.CheckpointError(
-            f"criu dump of pid {pid} failed (exit {proc.returncode}):\n{log_tail(log_path)}",
-            hint="the workload may use something CRIU cannot dump (TCP, GPU, a growing "
-            "regular file); see " + str(log_path),
-            details={"log": str(log_path)},
+            f"criu dump of pid {pid} failed (exit {proc.returncode}): {_log_tail(logfile)}",
+            hint=f"see {logfile}; the previous checkpoints are untouched"
+            + ("" if leave_running else "; CRIU does not stop a tree whose dump failed"),
+            details={"log": str(logfile)},
         )
-    digests = follower.finish()
-    timings = {"criu_dump_wall_s": dump_s, **stats.decode(images_dir / "stats-dump")}
-    extra: dict[str, Any] = {
-        "pipes": {k: v for k, v in pipes.items() if v is not None},
-    }
-    return DumpResult(digests=digests, timings=timings, extra=extra)
+    try:
+        pending.precomputed.update(follower.finish())
+    except OSError as exc:
+        log.warning("criu.follower_failed", error=str(exc))  # publish hashes everything instead
+    # With -W, CRIU writes its stats file into the work dir rather than the images dir.
+    dump_stats = stats.read_stats(pending.work_dir / "stats-dump") or stats.read_stats(
+        pending.images_dir / "stats-dump"
+    )
+    timings = {"criu_dump_s": wall, **dump_stats}
+    log.info("criu.dumped", pid=pid, wall_s=round(wall, 3), leave_running=leave_running)
+    return timings
 
 
-def tree_pids(root: int) -> list[int]:
-    """``root`` and every descendant (threads' children included), parents first."""
-    out: list[int] = []
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children") as f:
-                    todo.extend(int(c) for c in f.read().split())
-            except OSError:
-                continue
-    return out
+@dataclass
+class Restored:
+    pid: int
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 def restore(
     images_dir: Path,
     *,
-    pipes: dict[str, int],
-    fds: dict[str, int],
-    log_path: Path,
-    verify: Callable[[], object] | None = None,
+    work_dir: Path,
+    inherit_pipes: Mapping[int, int] | None = None,
+    leave_stopped: bool = True,
     criu_path: str = "criu",
     timeout_s: float = 3600,
-) -> RestoreResult:
-    """Restore a dumped tree, detached and stopped; verify meanwhile; resume only if intact.
+) -> Restored:
+    """Restore a dumped tree as a child of the calling process; returns its root's host pid.
 
-    ``pipes`` maps "stdout"/"stderr" to the pipe inodes recorded at dump time; ``fds`` maps
-    the same names to the write ends of our new pipes. Returns the host pid of the new root.
+    ``inherit_pipes`` maps a pipe inode recorded at dump to the write end (an fd of ours)
+    that replaces it. With ``leave_stopped`` the tree stays stopped until ``resume``.
+    Call from a long-lived thread: the tree's parent-death signal is tied to the thread that
+    starts CRIU (``--restore-sibling`` makes the tree our child, not CRIU's).
     """
-    exe = require_criu(criu_path)
-    pidfile = log_path.with_suffix(".pid")
+    exe = require(criu_path)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    logfile = work_dir / "criu-restore.log"
+    pidfile = work_dir / "restore.pid"
     pidfile.unlink(missing_ok=True)
-    argv = [
-        exe, "restore", "-D", str(images_dir), "-d", "--leave-stopped",
-        "--pidfile", str(pidfile), "-o", str(log_path), "-v2",
-    ]  # fmt: skip
-    passed: list[int] = []
-    seen: set[int] = set()
-    for name, ino in sorted(pipes.items()):
-        if name in fds and ino not in seen:  # stdout and stderr may share one pipe
-            seen.add(ino)
-            argv += ["--inherit-fd", f"fd[{fds[name]}]:pipe:[{ino}]"]
-            passed.append(fds[name])
-    t0 = time.monotonic()
+    argv = [exe, "restore", "-D", str(images_dir), "-W", str(work_dir), "-o", str(logfile)]
+    argv += ["-v2", "-d", "--restore-sibling", "--pidfile", str(pidfile)]
+    if leave_stopped:
+        argv.append("--leave-stopped")
+    fds = []
+    for inode, fd in (inherit_pipes or {}).items():
+        argv += ["--inherit-fd", f"fd[{fd}]:pipe:[{inode}]"]
+        fds.append(fd)
+    t0 = time.perf_counter()
     try:
-        proc = subprocess.Popen(
-            argv, pass_fds=passed, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-        )
-    except OSError as exc:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, pass_fds=fds)  # noqa: S603 (argv list)
+    except (OSError, subprocess.SubprocessError) as exc:
         raise errors.CheckpointError(
-            f"cannot start criu restore: {exc}", hint=INSTALL_HINT
+            f"criu restore from {images_dir} did not complete: {exc}",
+            hint="retry; the checkpoint itself is unchanged",
         ) from exc
-    verify_error: BaseException | None = None
-    t_verify = 0.0
-    if verify is not None:
-        tv = time.monotonic()
-        try:
-            verify()
-        except BaseException as exc:  # re-raised after the half-restored tree is removed
-            verify_error = exc
-        t_verify = time.monotonic() - tv
-    try:
-        proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired as exc:
-        proc.kill()
-        proc.wait()
-        raise errors.CheckpointError(
-            f"criu restore from {images_dir} timed out", hint=f"see the CRIU log {log_path}"
-        ) from exc
-    restore_s = time.monotonic() - t0
+    wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        if verify_error is not None:
-            raise verify_error
         raise errors.CheckpointError(
-            f"criu restore from {images_dir} failed (exit {proc.returncode}):\n"
-            f"{log_tail(log_path)}",
-            hint="if the message names a busy PID or a file, see docs/checkpointing.md; "
-            "an older checkpoint may restore",
-            details={"log": str(log_path)},
+            f"criu restore from {images_dir} failed (exit {proc.returncode}): {_log_tail(logfile)}",
+            hint=f"see {logfile}; the checkpoint is kept, an older one may be tried",
+            details={"log": str(logfile)},
         )
     try:
         pid = int(pidfile.read_text().strip())
     except (OSError, ValueError) as exc:
         raise errors.CheckpointError(
-            f"criu restore gave no pid file at {pidfile}", hint=f"see the CRIU log {log_path}"
+            f"criu restore reported success but wrote no pid file {pidfile}: {exc}",
+            hint=f"see {logfile}",
         ) from exc
-    if verify_error is not None:
-        _kill_tree(pid)
-        raise verify_error
-    for p in tree_pids(pid):
-        try:
-            os.kill(p, signal.SIGCONT)
-        except ProcessLookupError:
-            continue
-    timings = {"criu_restore_wall_s": restore_s, "verify_s": t_verify}
-    timings.update(stats.decode(images_dir / "stats-restore"))
-    log.info("criu.restored", pid=pid, images=str(images_dir), seconds=round(restore_s, 3))
-    return RestoreResult(pid=pid, timings=timings)
+    timings = {"criu_restore_s": wall}
+    restore_stats = stats.read_stats(work_dir / "stats-restore") or stats.read_stats(
+        images_dir / "stats-restore"
+    )
+    timings.update({f"restore_{k}": v for k, v in restore_stats.items()})
+    log.info("criu.restored", pid=pid, wall_s=round(wall, 3))
+    return Restored(pid=pid, timings=timings)
 
 
-def _kill_tree(pid: int) -> None:
-    """SIGKILL a restored tree: killing a PID namespace's init kills the whole namespace."""
-    try:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    except (ProcessLookupError, ChildProcessError):
-        return
+def resume(pid: int) -> None:
+    """Let a tree restored with ``leave_stopped`` run (SIGCONT to every task of the tree)."""
+    engine.signal_tree(pid, signal.SIGCONT)

@@ -1,10 +1,12 @@
-"""Decode CRIU's ``stats-dump`` / ``stats-restore`` files (CRIU's own timings, not guesses).
+"""Decode CRIU's ``stats-dump`` and ``stats-restore`` image files (without ``crit``).
 
-The ``crit`` tool is not always installed, so the few fields we report are decoded here. The
-file is a CRIU image: two little-endian u32 magics, then one entry framed as a u32 length and
-a protobuf ``StatsEntry`` (field 1 = dump stats, field 2 = restore stats). Field numbers
-follow CRIU's ``images/stats.proto``; times there are microseconds. Limits: only varint fields
-are read; an unreadable file gives an empty dict (stats are informative, never required).
+The files are CRIU images: two 32-bit magics, then one entry framed as a little-endian
+uint32 length followed by a protobuf ``StatsEntry`` (field 1: dump stats, field 2: restore
+stats). Only varint fields occur in those messages, so a minimal protobuf reader suffices.
+Times in the files are microseconds; we return seconds (``*_s``) and page counts.
+
+Limits: unknown fields are skipped; a malformed file yields an empty dict (stats are
+metrics, never a reason to fail a checkpoint).
 """
 
 from __future__ import annotations
@@ -12,6 +14,11 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+import structlog
+
+log = structlog.get_logger(__name__)
+
+# Field numbers from CRIU's images/stats.proto.
 _DUMP_FIELDS = {
     1: "freezing_time",
     2: "frozen_time",
@@ -29,23 +36,17 @@ _RESTORE_FIELDS = {
     4: "restore_time",
     5: "pages_restored",
 }
-_TIME_FIELDS = {
-    "freezing_time",
-    "frozen_time",
-    "memdump_time",
-    "memwrite_time",
-    "forking_time",
-    "restore_time",
-}
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
     value = shift = 0
     while True:
-        byte = buf[pos]
+        if pos >= len(buf) or shift > 63:
+            raise ValueError("truncated varint")
+        b = buf[pos]
         pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
             return value, pos
         shift += 7
 
@@ -68,31 +69,41 @@ def _fields(buf: bytes) -> dict[int, int | bytes]:
         elif wire == 5:
             pos += 4
         else:
-            raise ValueError(f"unsupported protobuf wire type {wire}")
+            raise ValueError(f"unsupported wire type {wire}")
     return out
 
 
-def decode(path: Path) -> dict[str, float]:
-    """Fields of a stats file; times converted to seconds (``*_s``), counters as numbers."""
+def _named(raw: int | bytes | None, names: dict[int, str]) -> dict[str, float]:
+    if not isinstance(raw, bytes):
+        return {}
+    out: dict[str, float] = {}
+    for number, value in _fields(raw).items():
+        name = names.get(number)
+        if name is None or not isinstance(value, int):
+            continue
+        if name.endswith("_time"):
+            out[name[: -len("_time")] + "_s"] = value / 1e6
+        else:
+            out[name] = float(value)
+    return out
+
+
+def decode(data: bytes) -> dict[str, float]:
+    """Decode a stats image's bytes; ``{}`` when it is not one."""
     try:
-        raw = path.read_bytes()
-        if len(raw) < 12:
+        if len(data) < 12:
             return {}
-        (length,) = struct.unpack_from("<I", raw, 8)
-        entry = _fields(raw[12 : 12 + length])
-        out: dict[str, float] = {}
-        for number, names in ((1, _DUMP_FIELDS), (2, _RESTORE_FIELDS)):
-            sub = entry.get(number)
-            if not isinstance(sub, bytes):
-                continue
-            for field, value in _fields(sub).items():
-                name = names.get(field)
-                if name is None or not isinstance(value, int):
-                    continue
-                if name in _TIME_FIELDS:
-                    out[f"criu_{name}_s"] = value / 1e6
-                else:
-                    out[f"criu_{name}"] = float(value)
-        return out
-    except (OSError, ValueError, IndexError, struct.error):
+        (size,) = struct.unpack_from("<I", data, 8)
+        entry = _fields(data[12 : 12 + size])
+        return {**_named(entry.get(1), _DUMP_FIELDS), **_named(entry.get(2), _RESTORE_FIELDS)}
+    except (ValueError, struct.error) as exc:
+        log.warning("criu.stats_undecodable", error=str(exc))
+        return {}
+
+
+def read_stats(path: Path) -> dict[str, float]:
+    """Decode ``stats-dump`` or ``stats-restore``; ``{}`` if absent or unreadable."""
+    try:
+        return decode(path.read_bytes())
+    except OSError:
         return {}

@@ -20,6 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from core import errors
 from core.cli import output
+from core.cli.approvals import approvals_app, audit_app
 from core.config import Settings, load_settings
 from core.model import Action, Plan, Principal, PrincipalKind, RiskClass, validate_name
 from core.service.facade import ActionResult, Service, bootstrap
@@ -34,6 +35,8 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Inspect and validate configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+app.add_typer(approvals_app, name="approvals")
+app.add_typer(audit_app, name="audit")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
@@ -124,7 +127,7 @@ def checkpoints(
                 c.node,
                 f"{c.created_at:%Y-%m-%d %H:%M:%S}",
                 f"{c.size_bytes / 2**20:.1f}",
-                _fmt(c.timings.get("engine_total_s")),
+                _fmt(c.timings.get("total_s")),
                 c.status.value,
             )
             for c in items

@@ -26,6 +26,7 @@ from core.config import Settings, ensure_dirs
 from core.guardrails import schema as guard_schema
 from core.guardrails.approvals import ApprovalStatus, ApprovalView
 from core.guardrails.audit import AuditLog
+from core.guardrails.grants import Grant
 from core.guardrails.guard import Guard
 from core.guardrails.policy import Outcome, PolicyContext, PoolLoad, pool_of
 from core.guardrails.prompts import ApprovalPath, approval_text
@@ -464,6 +465,27 @@ class Service:
 
     def deny(self, approval_id: str, *, principal: Principal, why: str, via: str) -> ApprovalView:
         return self.guard.approvals.deny(approval_id, principal, why, via=via)
+
+    def grant(
+        self,
+        action: Action,
+        scope: dict[str, str],
+        *,
+        max_per_hour: int,
+        expires: str,
+        reason: str,
+        principal: Principal,
+    ) -> Grant:
+        return self.guard.grants.grant(
+            action, scope, max_per_hour=max_per_hour, expires=expires, reason=reason,
+            granted_by=principal,
+        )
+
+    def grants(self, *, include_inactive: bool = False) -> list[Grant]:
+        return self.guard.grants.list(include_inactive=include_inactive)
+
+    def revoke_grant(self, grant_id: str, *, principal: Principal) -> Grant:
+        return self.guard.grants.revoke(grant_id, by=principal)
 
     # ------------------------------------------------------------------ workloads
     def default_node(self) -> str:

@@ -47,7 +47,9 @@ MEDIUM_SLACK_FRACTION = 0.25
 
 Basis = Literal["progress", "expected-duration", "none"]
 
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
+_DURATION = re.compile(
+    r"^(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$"
+)
 
 
 class RiskLevel(StrEnum):
@@ -198,7 +200,9 @@ def assess(
     if deadline is None:
         return None
     time_left = (deadline - now).total_seconds()
-    basis, fraction, rate, remaining = estimate(workload, now=now, progress=progress, history=history)
+    basis, fraction, rate, remaining = estimate(
+        workload, now=now, progress=progress, history=history
+    )
     if remaining is None:
         # No way to tell progress: only a passed deadline is certain.
         level = RiskLevel.HIGH if time_left < 0 else RiskLevel.LOW

@@ -1,1 +1,1 @@
-"""The local checkpoint store: images plus a manifest per checkpoint, atomic and verified."""
+"""Checkpoint images and their catalog: atomic, verified, retained (see ``core.store.store``)."""

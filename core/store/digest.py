@@ -1,11 +1,16 @@
-"""Digests of checkpoint files: whole-file hashing and a follower that hashes while a writer writes.
+"""File digests for checkpoint images: whole-file hashing, and a follower that hashes as files grow.
 
-The follower exists for speed: hashing 1 GiB costs about a second, so instead of hashing after
-CRIU has finished (serially), a thread reads each image file as it grows (from the page cache,
-so it costs no disk I/O) and flushes it to disk as it goes, so the final ``fsync`` of publish
-finds little left to write. Limits: it assumes the writer appends (CRIU writes its image files
-sequentially); a file rewritten in place would get a wrong digest, which verification on
-restore would then report as corruption (safe, never silent).
+Why a follower: hashing 1 GiB costs about a second here, so hashing after CRIU has finished
+would add that second to every checkpoint. The follower thread reads each large image file
+while CRIU is still appending to it (the bytes come from the page cache, so it costs no disk
+reads), hashes them, and asks the kernel to start writing them back (``fdatasync`` per few
+chunks) so the final fsync at publish has little left to do.
+
+Limits: the follower assumes the writer only appends to the files it follows (CRIU writes its
+``pages-*.img`` sequentially). Small files are never followed: the store hashes them after the
+writer is done, so a small file rewritten in place is still hashed correctly. If a followed
+file were ever rewritten in place its digest would not match the bytes, and verification on
+restore would refuse it as corrupt: safe, never silent.
 """
 
 from __future__ import annotations
@@ -13,122 +18,123 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 ALGO = "sha256"
-_CHUNK = 4 << 20
-
-
-def new_hash() -> hashlib._Hash:
-    return hashlib.new(ALGO)
+CHUNK = 8 << 20
+_SYNC_EVERY = 64 << 20  # start write-back every 64 MiB so publish's fsync finds little to do
 
 
 def file_digest(path: Path) -> tuple[int, str]:
-    """(size, "sha256:<hex>") of a file, read in large chunks."""
-    h = new_hash()
+    """(size, "sha256:<hex>") of a whole file, read in large chunks without Python buffering."""
+    h = hashlib.new(ALGO)
     size = 0
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
     with open(path, "rb", buffering=0) as f:
-        buf = bytearray(_CHUNK)
-        view = memoryview(buf)
-        while n := f.readinto(buf):
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                break
             h.update(view[:n])
             size += n
     return size, f"{ALGO}:{h.hexdigest()}"
 
 
-class _Tracked:
-    __slots__ = ("fd", "hash", "offset", "synced")
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.hash = new_hash()
+class _Followed:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_RDONLY)
+        self.hash = hashlib.new(ALGO)
         self.offset = 0
-        self.synced = 0
+        self.unsynced = 0
+
+    def pump(self, *, sync: bool) -> int:
+        """Hash whatever was appended since the last call; returns the bytes read."""
+        total = 0
+        while True:
+            data = os.pread(self.fd, CHUNK, self.offset)
+            if not data:
+                break
+            self.hash.update(data)
+            self.offset += len(data)
+            self.unsynced += len(data)
+            total += len(data)
+            if sync and self.unsynced >= _SYNC_EVERY:
+                os.fdatasync(self.fd)
+                self.unsynced = 0
+        return total
 
 
-class DirectoryFollower:
-    """Hash (and flush to disk) every regular file of a directory while another process writes it.
+class Follower:
+    """Hash files matching ``select`` in ``directory`` while another process writes them.
 
-    ``start()`` launches the thread; ``finish()`` is called once the writer has exited: it
-    reads what is left and returns ``{relative name: (size, digest)}``.
+    ``start()`` the thread before the writer starts, ``finish()`` after it has exited: the
+    result maps file name to (size, digest) for every followed file.
     """
 
-    def __init__(self, root: Path, *, poll_s: float = 0.005, sync_every: int = 64 << 20) -> None:
-        self.root = root
-        self.poll_s = poll_s
-        self.sync_every = sync_every
-        self._files: dict[str, _Tracked] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="digest-follower", daemon=True)
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        select: Callable[[str], bool] | None = None,
+        sync: bool = True,
+    ) -> None:
+        self.directory = directory
+        self.select = select or (lambda name: name.startswith("pages-") and name.endswith(".img"))
+        self.sync = sync
+        self._files: dict[str, _Followed] = {}
+        self._done = threading.Event()
         self._error: BaseException | None = None
-        self._buf = bytearray(_CHUNK)
+        self._thread = threading.Thread(target=self._loop, name="image-follower", daemon=True)
 
-    def start(self) -> DirectoryFollower:
+    def start(self) -> None:
         self._thread.start()
-        return self
 
-    def _scan(self, *, final: bool) -> bool:
-        progressed = False
+    def _scan(self) -> None:
         try:
-            entries = list(os.scandir(self.root))
+            names = os.listdir(self.directory)
         except FileNotFoundError:
-            return False
-        for entry in entries:
-            if not entry.is_file(follow_symlinks=False):
-                continue
-            tracked = self._files.get(entry.name)
-            if tracked is None:
+            return
+        for name in names:
+            if name not in self._files and self.select(name):
                 try:
-                    fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC)
+                    self._files[name] = _Followed(self.directory / name)
                 except FileNotFoundError:
                     continue
-                tracked = self._files[entry.name] = _Tracked(fd)
-            progressed |= self._drain(tracked, final=final)
-        return progressed
-
-    def _drain(self, tracked: _Tracked, *, final: bool) -> bool:
-        view = memoryview(self._buf)
-        progressed = False
-        while True:
-            n = os.preadv(tracked.fd, [self._buf], tracked.offset)
-            if n <= 0:
-                break
-            tracked.hash.update(view[:n])
-            tracked.offset += n
-            progressed = True
-            if not final and tracked.offset - tracked.synced >= self.sync_every:
-                # Start write-back early so publish's fsync has little left to do.
-                os.fdatasync(tracked.fd)
-                tracked.synced = tracked.offset
-            if self._stop.is_set() and not final:
-                break
-        return progressed
 
     def _loop(self) -> None:
         try:
-            while not self._stop.is_set():
-                if not self._scan(final=False):
-                    self._stop.wait(self.poll_s)
-        except BaseException as exc:  # reported by finish(); the thread must not die silently
+            while not self._done.is_set():
+                self._scan()
+                moved = sum(f.pump(sync=self.sync) for f in self._files.values())
+                if not moved:
+                    time.sleep(0.003)
+            # The writer has exited: pick up files created at the very end and the last bytes.
+            self._scan()
+            for f in self._files.values():
+                f.pump(sync=self.sync)
+        except BaseException as exc:  # reported by finish(); a thread must not die silently
             self._error = exc
 
     def finish(self) -> dict[str, tuple[int, str]]:
-        self._stop.set()
+        """Stop following (the writer must have exited) and return name -> (size, digest)."""
+        self._done.set()
         self._thread.join()
-        try:
-            if self._error is not None:
-                raise self._error
-            self._scan(final=True)
-            return {
-                name: (t.offset, f"{ALGO}:{t.hash.hexdigest()}") for name, t in self._files.items()
-            }
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join()
-        for tracked in self._files.values():
-            os.close(tracked.fd)
+        result: dict[str, tuple[int, str]] = {}
+        for name, f in self._files.items():
+            os.close(f.fd)
+            result[name] = (f.offset, f"{ALGO}:{f.hash.hexdigest()}")
         self._files.clear()
+        if self._error is not None:
+            raise self._error
+        return result
+
+    def cancel(self) -> None:
+        """Stop following and drop everything (the writer failed)."""
+        try:
+            self.finish()
+        except OSError:
+            pass

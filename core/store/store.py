@@ -1,40 +1,42 @@
 """The checkpoint store: ``ROOT/LINEAGE/SEQ/{manifest.json, images/}``, atomic and verified.
 
-A checkpoint is written under a temporary directory (``.tmp-SEQ-RANDOM``) in its lineage's
-directory, every file and directory is fsynced, then the directory is renamed to its 8-digit
-sequence number. The manifest is written last, inside the temporary directory, so a directory
-named ``SEQ`` with a manifest is a complete checkpoint and nothing else is: a writer killed
-half-way leaves only a ``.tmp-*`` directory, which ``list`` never shows and ``cleanup_partial``
-removes (once no live writer holds its lock).
+Writing a checkpoint: ``begin`` allocates the next sequence number under a per-lineage
+``flock`` (safe across processes) and creates ``ROOT/LINEAGE/.tmp-SEQ-RANDOM/images``; the
+engine writes there; ``publish`` hashes every file (reusing digests the engine computed while
+it wrote), fsyncs files and directories, writes ``manifest.json`` last, and renames the
+directory to its 8-digit sequence number. A directory named ``SEQ`` holding a manifest is a
+complete checkpoint and nothing else is one: a writer SIGKILLed half-way leaves only a
+``.tmp-*`` directory that ``list`` never shows and ``cleanup_partial`` removes once no live
+writer holds its lock.
 
-Limits: one filesystem (rename is atomic only within it; on a cluster this must be a shared
-filesystem with POSIX rename and flock, e.g. NFSv4 or Lustre). No compression yet.
+Corruption found by ``verify`` is recorded with a ``CORRUPT`` marker file next to the manifest
+(the manifest itself is never rewritten); such a checkpoint is never restored.
+
+Limits: one filesystem per root (rename is atomic only within one; on a cluster the root must
+be a shared filesystem with POSIX rename and flock, such as NFSv4 or Lustre). No compression.
 """
 
 from __future__ import annotations
 
 import builtins
 import fcntl
-import json
 import os
+import re
 import secrets
 import shutil
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import structlog
+from pydantic import ValidationError
 
 from core import errors
-from core.model import (
-    NAME_RE,
-    CheckpointFile,
-    CheckpointInfo,
-    CheckpointStatus,
-    utcnow,
-    validate_name,
-)
+from core.model import CheckpointFile, CheckpointInfo, CheckpointStatus, utcnow, validate_name
 from core.store import digest
 
 log = structlog.get_logger(__name__)
@@ -42,130 +44,145 @@ log = structlog.get_logger(__name__)
 MANIFEST = "manifest.json"
 IMAGES = "images"
 CORRUPT_MARK = "CORRUPT"
+FORMAT = 1
+_TMP = ".tmp-"
+_DEL = ".del-"
 _WRITER_LOCK = ".writer.lock"
-_TMP_PREFIX = ".tmp-"
+_SEQ_RE = re.compile(r"^[0-9]{8}$")
+_ID_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,62})@([0-9]{1,8})$")
+# Files an engine may add to an images dir after publish (CRIU writes stats-restore on each
+# restore); verification ignores them, everything else unknown is suspicious.
+_RESTORE_BYPRODUCTS = frozenset({"stats-restore"})
 
 
-def format_id(lineage: str, seq: int) -> str:
+def parse_checkpoint_id(checkpoint_id: str) -> tuple[str, int]:
+    """Split ``LINEAGE@SEQ`` strictly; anything else (paths, spaces, signs) is InvalidInput."""
+    m = _ID_RE.fullmatch(checkpoint_id) if isinstance(checkpoint_id, str) else None
+    if m is None or ".." in m.group(1) or int(m.group(2)) < 1:
+        raise errors.InvalidInput(
+            f"invalid checkpoint id {checkpoint_id!r}: expected LINEAGE@SEQ such as train-1@3",
+            hint="list the checkpoints and pass one of the ids shown",
+        )
+    return m.group(1), int(m.group(2))
+
+
+def checkpoint_id(lineage: str, seq: int) -> str:
     return f"{lineage}@{seq}"
 
 
-def parse_id(checkpoint_id: str) -> tuple[str, int]:
-    """Split ``LINEAGE@SEQ``; raise InvalidInput naming the expected form."""
-    lineage, sep, seq = str(checkpoint_id).rpartition("@")
-    if not sep or not seq.isdigit() or int(seq) < 1:
-        raise errors.InvalidInput(
-            f"malformed checkpoint id {checkpoint_id!r}: expected LINEAGE@SEQ, e.g. train-1@3",
-            hint="list checkpoints ('clawpoint checkpoints') and pass one of their ids",
-        )
-    validate_name(lineage, what="checkpoint lineage")
-    return lineage, int(seq)
+@dataclass
+class PendingCheckpoint:
+    """A checkpoint being written. The engine writes into ``images_dir`` and may add
+    ``precomputed`` digests (name -> (size, digest)) of files it hashed while writing."""
+
+    id: str
+    lineage: str
+    seq: int
+    parent: str | None
+    engine: str
+    node: str | None
+    tmp_dir: Path
+    images_dir: Path
+    precomputed: dict[str, tuple[int, str]] = field(default_factory=dict)
+    lock_fd: int = -1
+
+    @property
+    def work_dir(self) -> Path:
+        """Scratch space outside the images (engine logs); published along, not hashed."""
+        return self.tmp_dir
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+def _fsync_path(path: Path, *, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-class PendingCheckpoint:
-    """A checkpoint being written. The engine writes into ``images_dir``.
-
-    ``digests`` may be filled by the engine (name -> (size, digest)) when it hashed the files
-    while writing them; publish hashes whatever is missing or has a different size.
-    """
-
-    def __init__(
-        self, *, lineage: str, seq: int, engine: str, node: str | None, tmp_dir: Path, lock_fd: int
-    ) -> None:
-        self.lineage = lineage
-        self.seq = seq
-        self.id = format_id(lineage, seq)
-        self.engine = engine
-        self.node = node
-        self.tmp_dir = tmp_dir
-        self.images_dir = tmp_dir / IMAGES
-        self.digests: dict[str, tuple[int, str]] = {}
-        self._lock_fd: int | None = lock_fd
-
-    def _release(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+def _write_durable(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".part")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 class CheckpointStore:
-    """Catalog and images of checkpoints under ``root``; safe across processes."""
-
     def __init__(self, root: Path, *, keep: int = 3) -> None:
         if keep < 1:
             raise errors.InvalidInput(
-                f"keep must be >= 1, got {keep}", hint="set store.keep_per_workload to 1 or more"
+                f"keep must be at least 1, got {keep}",
+                hint="set store.keep_per_workload to 1 or more",
             )
         self.root = Path(root)
         self.keep = keep
 
-    # -- paths and locks -------------------------------------------------------------------
+    # -- paths and locks ------------------------------------------------------------------
 
     def _lineage_dir(self, lineage: str) -> Path:
-        return self.root / validate_name(lineage, what="checkpoint lineage")
+        return self.root / validate_name(lineage, what="lineage")
 
-    def _dir(self, lineage: str, seq: int) -> Path:
+    def _dir(self, checkpoint_id: str) -> Path:
+        lineage, seq = parse_checkpoint_id(checkpoint_id)
         return self._lineage_dir(lineage) / f"{seq:08d}"
 
     @contextmanager
-    def _locked(self, lineage: str) -> Iterator[Path]:
-        ldir = self._lineage_dir(lineage)
+    def _lineage_lock(self, lineage: str) -> Iterator[Path]:
+        d = self._lineage_dir(lineage)
         try:
-            ldir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(ldir / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            d.mkdir(parents=True, exist_ok=True)
+            fd = os.open(d / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             raise errors.CheckpointError(
-                f"cannot open the checkpoint store at {ldir}: {exc}",
+                f"cannot use the checkpoint store at {self.root}: {exc}",
                 hint="check that the store path exists, is writable and has free space",
             ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            yield ldir
+            yield d
         finally:
             os.close(fd)
-
-    def _seqs(self, ldir: Path) -> list[int]:
-        """Published sequence numbers of a lineage, newest first."""
-        if not ldir.is_dir():
-            return []
-        seqs = [
-            int(p.name) for p in ldir.iterdir() if p.name.isdigit() and (p / MANIFEST).is_file()
-        ]
-        return sorted(seqs, reverse=True)
 
     # -- writing ----------------------------------------------------------------------------
 
     def begin(self, lineage: str, *, engine: str, node: str | None) -> PendingCheckpoint:
-        """Allocate the next sequence number and a temporary directory to write into."""
-        with self._locked(lineage) as ldir:
-            used = [int(p.name) for p in ldir.iterdir() if p.name.isdigit()]
-            used += [
-                int(p.name[len(_TMP_PREFIX) :].split("-")[0])
-                for p in ldir.iterdir()
-                if p.name.startswith(_TMP_PREFIX)
+        """Allocate ``LINEAGE@SEQ`` and a temporary directory for the engine to write into."""
+        with self._lineage_lock(lineage) as d:
+            seqs = [int(p.name) for p in d.iterdir() if _SEQ_RE.fullmatch(p.name)]
+            seqs += [
+                int(p.name[len(_TMP) : len(_TMP) + 8])
+                for p in d.iterdir()
+                if p.name.startswith(_TMP) and p.name[len(_TMP) : len(_TMP) + 8].isdigit()
             ]
-            seq = max(used, default=0) + 1
-            tmp = ldir / f"{_TMP_PREFIX}{seq:08d}-{secrets.token_hex(4)}"
+            seq_file = d / ".seq"
+            last = int(seq_file.read_text() or 0) if seq_file.exists() else 0
+            seq = max([last, *seqs]) + 1
+            published = sorted(int(p.name) for p in d.iterdir() if self._is_published(p))
+            parent = checkpoint_id(lineage, published[-1]) if published else None
+            tmp = d / f"{_TMP}{seq:08d}-{secrets.token_hex(4)}"
             try:
                 (tmp / IMAGES).mkdir(parents=True)
-                lock_fd = os.open(tmp / _WRITER_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-                fcntl.flock(lock_fd, fcntl.LOCK_EX)
+                _write_durable(seq_file, str(seq).encode())
+                lock_fd = os.open(tmp / _WRITER_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+                fcntl.flock(lock_fd, fcntl.LOCK_EX)  # held until publish/abort or our death
             except OSError as exc:
+                shutil.rmtree(tmp, ignore_errors=True)
                 raise errors.CheckpointError(
-                    f"cannot create a checkpoint directory in {ldir}: {exc}",
+                    f"cannot create a checkpoint directory under {d}: {exc}",
                     hint="check free space and permissions of the checkpoint store",
                 ) from exc
-        log.debug("checkpoint.begin", id=format_id(lineage, seq), dir=str(tmp))
         return PendingCheckpoint(
-            lineage=lineage, seq=seq, engine=engine, node=node, tmp_dir=tmp, lock_fd=lock_fd
+            id=checkpoint_id(lineage, seq),
+            lineage=lineage,
+            seq=seq,
+            parent=parent,
+            engine=engine,
+            node=node,
+            tmp_dir=tmp,
+            images_dir=tmp / IMAGES,
+            lock_fd=lock_fd,
         )
 
     def publish(
@@ -176,236 +193,279 @@ class CheckpointStore:
         leave_running: bool,
         extra: dict[str, Any] | None = None,
     ) -> CheckpointInfo:
-        """Digest and fsync every file, write the manifest, then rename into place atomically."""
+        """Hash, fsync, write the manifest and rename: after this returns the checkpoint exists."""
+        t0 = time.perf_counter()
         try:
-            files = self._seal_files(pending)
-            parent = self._seqs(self._lineage_dir(pending.lineage))
+            files = self._hash_images(pending)
+            if not files:
+                raise errors.CheckpointError(
+                    f"checkpoint {pending.id} has no image files in {pending.images_dir}",
+                    hint="the engine wrote nothing; see the wrapper's log for the engine's error",
+                )
+            self._fsync_tree(pending.images_dir, [f.name for f in files])
             info = CheckpointInfo(
                 id=pending.id,
                 lineage=pending.lineage,
                 seq=pending.seq,
-                parent=format_id(pending.lineage, parent[0]) if parent else None,
+                parent=pending.parent,
                 engine=pending.engine,
                 node=pending.node,
                 created_at=utcnow(),
                 size_bytes=sum(f.size for f in files),
                 files=files,
-                timings=dict(timings),
+                timings={**timings, "publish_s": time.perf_counter() - t0},
                 leave_running=leave_running,
                 status=CheckpointStatus.GOOD,
-                extra=dict(extra or {}),
+                extra={"format": FORMAT, **(extra or {})},
             )
-            manifest = pending.tmp_dir / MANIFEST
-            with open(manifest, "w", encoding="utf-8") as f:
-                f.write(info.model_dump_json(indent=2, exclude={"status"}))
-                f.flush()
-                os.fsync(f.fileno())
-            (pending.tmp_dir / _WRITER_LOCK).unlink()
-            _fsync_dir(pending.tmp_dir)
-            final = self._dir(pending.lineage, pending.seq)
+            _write_durable(pending.tmp_dir / MANIFEST, info.model_dump_json(indent=1).encode())
+            _fsync_path(pending.tmp_dir, directory=True)
+            final = pending.tmp_dir.parent / f"{pending.seq:08d}"
             os.rename(pending.tmp_dir, final)
-            _fsync_dir(final.parent)
+            _fsync_path(final.parent, directory=True)
         except OSError as exc:
+            self.abort(pending)
             raise errors.CheckpointError(
                 f"cannot publish checkpoint {pending.id}: {exc}",
-                hint="check free space in the checkpoint store; the partial copy is not listed",
+                hint="check free space and permissions of the checkpoint store, then retry",
             ) from exc
-        finally:
-            pending._release()
-        log.info("checkpoint.published", id=info.id, size=info.size_bytes)
+        except errors.ClawpointError:
+            self.abort(pending)
+            raise
+        self._release(pending)
+        log.info("checkpoint.published", id=info.id, size=info.size_bytes, engine=info.engine)
         return info
 
-    def _seal_files(self, pending: PendingCheckpoint) -> list[CheckpointFile]:
-        files: list[CheckpointFile] = []
-        images = pending.images_dir
-        for path in sorted(images.rglob("*")):
-            if path.is_symlink() or not path.is_file():
-                continue
-            name = path.relative_to(images).as_posix()
-            size = path.stat().st_size
-            known = pending.digests.get(name)
-            if known is None or known[0] != size:
-                size, dig = digest.file_digest(path)
+    def _hash_images(self, pending: PendingCheckpoint) -> list[CheckpointFile]:
+        names = sorted(p.name for p in pending.images_dir.iterdir() if p.is_file())
+        todo: list[str] = []
+        out: dict[str, CheckpointFile] = {}
+        for name in names:
+            size = (pending.images_dir / name).stat().st_size
+            pre = pending.precomputed.get(name)
+            if pre is not None and pre[0] == size:
+                out[name] = CheckpointFile(name=name, size=size, digest=pre[1])
             else:
-                dig = known[1]
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            files.append(CheckpointFile(name=name, size=size, digest=dig))
-        for sub in sorted({p.parent for p in images.rglob("*")} | {images}):
-            _fsync_dir(sub)
-        return files
+                todo.append(name)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for name, (size, dig) in zip(
+                todo,
+                pool.map(lambda n: digest.file_digest(pending.images_dir / n), todo),
+                strict=True,
+            ):
+                out[name] = CheckpointFile(name=name, size=size, digest=dig)
+        return [out[n] for n in names]
+
+    @staticmethod
+    def _fsync_tree(images: Path, names: builtins.list[str]) -> None:
+        # fsync releases the GIL: flush files concurrently so one slow file does not serialise all.
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            builtins.list(pool.map(lambda n: _fsync_path(images / n), names))
+        _fsync_path(images, directory=True)
 
     def abort(self, pending: PendingCheckpoint) -> None:
-        """Throw away a pending checkpoint (the engine failed)."""
-        pending._release()
+        """Throw away a pending checkpoint (idempotent)."""
         shutil.rmtree(pending.tmp_dir, ignore_errors=True)
+        self._release(pending)
         log.info("checkpoint.aborted", id=pending.id)
+
+    @staticmethod
+    def _release(pending: PendingCheckpoint) -> None:
+        if pending.lock_fd >= 0:
+            os.close(pending.lock_fd)
+            pending.lock_fd = -1
 
     # -- reading ----------------------------------------------------------------------------
 
-    def _load(self, lineage: str, seq: int) -> CheckpointInfo:
-        cdir = self._dir(lineage, seq)
+    @staticmethod
+    def _is_published(path: Path) -> bool:
+        return bool(_SEQ_RE.fullmatch(path.name)) and (path / MANIFEST).is_file()
+
+    def _load(self, path: Path) -> CheckpointInfo:
         try:
-            raw = (cdir / MANIFEST).read_text(encoding="utf-8")
+            info = CheckpointInfo.model_validate_json((path / MANIFEST).read_bytes())
         except FileNotFoundError as exc:
             raise errors.NotFound(
-                f"no checkpoint {format_id(lineage, seq)}",
-                hint="list checkpoints ('clawpoint checkpoints') to see the existing ids",
+                f"no checkpoint at {path}", hint="list the checkpoints to see which exist"
             ) from exc
-        try:
-            info = CheckpointInfo.model_validate(json.loads(raw))
-        except ValueError as exc:
+        except (OSError, ValidationError, ValueError) as exc:
             raise errors.CorruptCheckpoint(
-                f"the manifest of checkpoint {format_id(lineage, seq)} is unreadable: {exc}",
-                hint="delete this checkpoint; restore uses the previous good one",
+                f"the manifest of {path} is unreadable: {exc}",
+                hint="this checkpoint cannot be restored; delete it and use an older one",
             ) from exc
-        status = (
-            CheckpointStatus.CORRUPT
-            if (cdir / CORRUPT_MARK).exists()
-            else CheckpointStatus.UNVERIFIED
-        )
-        return info.model_copy(update={"status": status})
+        if (path / CORRUPT_MARK).exists():
+            info.status = CheckpointStatus.CORRUPT
+            info.extra["corrupt_reason"] = (path / CORRUPT_MARK).read_text(errors="replace")
+        return info
 
-    def list(self, lineage: str | None = None) -> list[CheckpointInfo]:
-        """Published checkpoints, newest first (of one lineage, or of all)."""
+    def list(self, lineage: str | None = None) -> builtins.list[CheckpointInfo]:
+        """Published checkpoints, newest first (by creation time, then sequence)."""
         if lineage is not None:
-            lineages = [lineage]
+            dirs = [self._lineage_dir(lineage)]
         elif self.root.is_dir():
-            lineages = sorted(p.name for p in self.root.iterdir() if p.is_dir())
+            dirs = sorted(
+                p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")
+            )
         else:
-            lineages = []
-        out: list[CheckpointInfo] = []
-        for name in lineages:
-            for seq in self._seqs(self._lineage_dir(name)):
-                try:
-                    out.append(self._load(name, seq))
-                except (errors.NotFound, errors.CorruptCheckpoint):
-                    continue  # deleted meanwhile, or a broken manifest: not a usable checkpoint
-        out.sort(key=lambda c: (c.created_at, c.seq), reverse=True)
+            dirs = []
+        out: builtins.list[CheckpointInfo] = []
+        for d in dirs:
+            if not d.is_dir():
+                continue
+            for p in d.iterdir():
+                if self._is_published(p):
+                    try:
+                        out.append(self._load(p))
+                    except errors.CorruptCheckpoint as exc:
+                        log.warning("checkpoint.unreadable_manifest", path=str(p), error=str(exc))
+        out.sort(key=lambda i: (i.created_at, i.seq), reverse=True)
         return out
 
     def get(self, checkpoint_id: str) -> CheckpointInfo:
-        return self._load(*parse_id(checkpoint_id))
+        path = self._dir(checkpoint_id)
+        if not self._is_published(path):
+            raise errors.NotFound(
+                f"no checkpoint {checkpoint_id}",
+                hint="list the checkpoints (of this workload) to see the ids that exist",
+            )
+        return self._load(path)
 
     def images_dir(self, checkpoint_id: str) -> Path:
-        info = self.get(checkpoint_id)
-        return self._dir(info.lineage, info.seq) / IMAGES
-
-    def verify(self, checkpoint_id: str) -> CheckpointInfo:
-        """Check sizes, then digests; raise CorruptCheckpoint naming the first bad file."""
-        info = self.get(checkpoint_id)
-        images = self._dir(info.lineage, info.seq) / IMAGES
-        for f in info.files:  # sizes first: a truncated file is found without reading anything
-            path = images / f.name
-            size = path.stat().st_size if path.is_file() else -1
-            if size != f.size:
-                raise self._corrupt(info, f"{f.name} has {size} bytes, manifest says {f.size}")
-        for f in info.files:
-            _, dig = digest.file_digest(images / f.name)
-            if dig != f.digest:
-                raise self._corrupt(info, f"{f.name} digest {dig} != manifest {f.digest}")
-        return info.model_copy(update={"status": CheckpointStatus.GOOD})
-
-    def _corrupt(self, info: CheckpointInfo, why: str) -> errors.CorruptCheckpoint:
-        return errors.CorruptCheckpoint(
-            f"checkpoint {info.id} is corrupt: {why}",
-            hint="it will not be restored; use an older checkpoint of the same workload",
-            details={"checkpoint": info.id},
-        )
-
-    def mark_corrupt(self, checkpoint_id: str, reason: str) -> None:
-        """Remember that a checkpoint failed verification, so it is skipped from now on."""
-        lineage, seq = parse_id(checkpoint_id)
-        try:
-            (self._dir(lineage, seq) / CORRUPT_MARK).write_text(reason + "\n")
-        except OSError as exc:
-            log.warning("checkpoint.mark_corrupt_failed", id=checkpoint_id, error=str(exc))
-        log.warning("checkpoint.corrupt", id=checkpoint_id, reason=reason)
+        self.get(checkpoint_id)
+        return self._dir(checkpoint_id) / IMAGES
 
     def candidates(self, lineage: str) -> builtins.list[CheckpointInfo]:
-        """Checkpoints of a lineage not known to be corrupt, newest first (unverified)."""
-        return [c for c in self.list(lineage) if c.status is not CheckpointStatus.CORRUPT]
+        """Published checkpoints of a lineage not known to be corrupt, newest first."""
+        return [i for i in self.list(lineage) if i.status is not CheckpointStatus.CORRUPT]
 
-    def newest_good(self, lineage: str) -> CheckpointInfo | None:
-        """Verify the newest checkpoint; on corruption mark it, log it and try the older ones."""
-        for cand in self.candidates(lineage):
-            try:
-                return self.verify(cand.id)
-            except errors.CorruptCheckpoint as exc:
-                self.mark_corrupt(cand.id, exc.message)
-            except errors.NotFound:
-                continue
+    # -- verification -----------------------------------------------------------------------
+
+    def mark_corrupt(self, checkpoint_id: str, reason: str) -> None:
+        path = self._dir(checkpoint_id)
+        try:
+            _write_durable(path / CORRUPT_MARK, reason.encode())
+        except OSError as exc:
+            log.warning("checkpoint.cannot_mark_corrupt", id=checkpoint_id, error=str(exc))
+        log.warning("checkpoint.corrupt", id=checkpoint_id, reason=reason)
+
+    def verify(self, checkpoint_id: str, *, digests: bool = True) -> CheckpointInfo:
+        """Re-hash every file against the manifest; raise CorruptCheckpoint (and mark it).
+
+        ``digests=False`` checks only the file set and sizes (no reads: instant), which
+        catches truncation before an engine is even started.
+        """
+        info = self.get(checkpoint_id)
+        if info.status is CheckpointStatus.CORRUPT:
+            raise self._corrupt(info, info.extra.get("corrupt_reason", "marked corrupt"))
+        images = self._dir(checkpoint_id) / IMAGES
+        problem = self._check_files(info, images, digests=digests)
+        if problem:
+            self.mark_corrupt(checkpoint_id, problem)
+            raise self._corrupt(info, problem)
+        info.status = CheckpointStatus.GOOD
+        return info
+
+    def _check_files(self, info: CheckpointInfo, images: Path, *, digests: bool) -> str | None:
+        expected = {f.name: f for f in info.files}
+        try:
+            present = {p.name for p in images.iterdir()} - _RESTORE_BYPRODUCTS
+        except OSError as exc:
+            return f"images directory unreadable: {exc}"
+        if missing := sorted(set(expected) - present):
+            return f"missing files: {', '.join(missing)}"
+        if unknown := sorted(present - set(expected)):
+            return f"unexpected files: {', '.join(unknown)}"
+        for f in info.files:
+            size = (images / f.name).stat().st_size
+            if size != f.size:
+                return f"{f.name} has {size} bytes, the manifest says {f.size} (truncated?)"
+        if not digests:
+            return None
+        big_first = sorted(info.files, key=lambda f: -f.size)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            results = pool.map(lambda f: digest.file_digest(images / f.name), big_first)
+            for f, (_, got) in zip(big_first, results, strict=True):
+                if got != f.digest:
+                    return f"{f.name} digest {got} does not match the manifest's {f.digest}"
         return None
 
-    # -- deleting ---------------------------------------------------------------------------
+    @staticmethod
+    def _corrupt(info: CheckpointInfo, problem: str) -> errors.CorruptCheckpoint:
+        return errors.CorruptCheckpoint(
+            f"checkpoint {info.id} is corrupt and will not be restored: {problem}",
+            hint=f"restore an older checkpoint of {info.lineage} (the newest good one is used "
+            "automatically) and delete this one",
+            details={"checkpoint": info.id, "problem": problem},
+        )
+
+    def newest_good(self, lineage: str) -> CheckpointInfo | None:
+        """The newest checkpoint that verifies; corrupt ones are logged, marked and skipped."""
+        for info in self.candidates(lineage):
+            try:
+                return self.verify(info.id)
+            except errors.CorruptCheckpoint as exc:
+                log.warning("checkpoint.skipping_corrupt", id=info.id, error=exc.message)
+        return None
+
+    # -- deletion ---------------------------------------------------------------------------
 
     def delete(self, checkpoint_id: str) -> None:
-        lineage, seq = parse_id(checkpoint_id)
-        with self._locked(lineage):
-            cdir = self._dir(lineage, seq)
-            if not (cdir / MANIFEST).is_file():
-                raise errors.NotFound(
-                    f"no checkpoint {checkpoint_id}",
-                    hint="list checkpoints ('clawpoint checkpoints') to see the existing ids",
-                )
-            # Rename first so the catalog stops listing it at once, then remove at leisure.
-            doomed = cdir.with_name(f"{_TMP_PREFIX}{seq:08d}-deleted-{secrets.token_hex(4)}")
-            try:
-                os.rename(cdir, doomed)
-            except OSError as exc:
-                raise errors.CheckpointError(
-                    f"cannot delete checkpoint {checkpoint_id}: {exc}",
-                    hint="check the permissions of the checkpoint store",
-                ) from exc
-        shutil.rmtree(doomed, ignore_errors=True)
+        path = self._dir(checkpoint_id)
+        if not self._is_published(path):
+            raise errors.NotFound(
+                f"no checkpoint {checkpoint_id}", hint="list the checkpoints to see which exist"
+            )
+        # Rename first: the checkpoint disappears from the catalog atomically, then the bytes go.
+        gone = path.with_name(f"{_DEL}{path.name}-{secrets.token_hex(4)}")
+        try:
+            os.rename(path, gone)
+        except OSError as exc:
+            raise errors.CheckpointError(
+                f"cannot delete checkpoint {checkpoint_id}: {exc}",
+                hint="check the permissions of the checkpoint store",
+            ) from exc
+        shutil.rmtree(gone, ignore_errors=True)
         log.info("checkpoint.deleted", id=checkpoint_id)
 
     def apply_retention(self, lineage: str) -> builtins.list[str]:
-        """Keep the newest ``keep`` checkpoints; never delete the newest one not known corrupt."""
-        all_cps = self.list(lineage)
-        protected = next((c.id for c in all_cps if c.status is not CheckpointStatus.CORRUPT), None)
-        doomed = [c.id for c in all_cps[self.keep :] if c.id != protected]
+        """Keep the newest ``keep`` checkpoints and always the newest not known to be corrupt."""
+        infos = self.list(lineage)
+        protected = next((i.id for i in infos if i.status is not CheckpointStatus.CORRUPT), None)
+        doomed = [i.id for i in infos[self.keep :] if i.id != protected]
         for cid in doomed:
-            try:
-                self.delete(cid)
-            except errors.NotFound:
-                continue
+            self.delete(cid)
         return doomed
 
     def cleanup_partial(self) -> builtins.list[str]:
-        """Remove temporary directories whose writer is gone (killed mid-write)."""
-        removed: list[str] = []
+        """Remove temporary directories whose writer is gone (its flock is free)."""
+        removed: builtins.list[str] = []
         if not self.root.is_dir():
             return removed
-        for ldir in self.root.iterdir():
-            if not ldir.is_dir() or not NAME_RE.fullmatch(ldir.name):
+        for d in self.root.iterdir():
+            if not d.is_dir() or d.name.startswith("."):
                 continue
-            # Under the lineage lock: begin() creates a directory and its writer lock inside it.
-            with self._locked(ldir.name):
-                for tmp in ldir.iterdir():
-                    if not tmp.name.startswith(_TMP_PREFIX) or not tmp.is_dir():
-                        continue
-                    if _writer_alive(tmp):
-                        continue
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    removed.append(str(tmp))
-                    log.info("checkpoint.partial_removed", path=str(tmp))
+            # Under the lineage lock: ``begin`` creates a directory and takes its writer lock
+            # while holding it, so a directory without a lock file here really is orphaned.
+            with self._lineage_lock(d.name):
+                for p in d.iterdir():
+                    if p.name.startswith(_DEL) or (
+                        p.name.startswith(_TMP) and self._writer_gone(p)
+                    ):
+                        shutil.rmtree(p, ignore_errors=True)
+                        removed.append(str(p))
+                        log.info("checkpoint.partial_removed", path=str(p))
         return removed
 
-
-def _writer_alive(tmp: Path) -> bool:
-    """A live writer holds an exclusive flock on the directory's lock file."""
-    try:
-        fd = os.open(tmp / _WRITER_LOCK, os.O_RDWR | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    @staticmethod
+    def _writer_gone(tmp: Path) -> bool:
+        try:
+            fd = os.open(tmp / _WRITER_LOCK, os.O_RDWR)
+        except FileNotFoundError:
+            return True  # killed between mkdir and taking the lock
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
         return True
-    finally:
-        os.close(fd)
-    return False

@@ -1,1 +1,1 @@
-"""Workloads shipped for demos and tests (they run as payloads under the wrapper)."""
+"""Workloads shipped for demos, tests and benchmarks."""

@@ -1,16 +1,19 @@
-"""A self-verifying counter: the demo and test payload for checkpoint/restore.
+"""A self-verifying stateful workload for demos, tests and benchmarks.
 
-It holds ``--state-mb`` MB of memory in 1 MiB chunks. Step ``k`` overwrites chunk ``k % N``
-with a pattern derived from ``k`` after checking that the chunk still holds the pattern of
-step ``k - N``, and also checks one random other chunk; so every byte of state is checked
-within N steps, and a restore that lost or mixed up memory is caught. On any mismatch it
-prints "STATE CHECK FAILED" and exits with status 3.
+``python -m core.workloads.counter --state-mb 200 [--step-seconds 0.05] [--steps N]``
 
-Protocols it speaks: the progress file (``CLAWPOINT_PROGRESS_FILE``, written atomically,
-never held open: CRIU refuses to restore a regular file that grew after the dump) and the
-cooperative checkpoint (on SIGUSR1 it saves its counter and a state digest into
-``CLAWPOINT_CHECKPOINT_DIR`` and writes ``COMPLETE``; with ``CLAWPOINT_RESTORE_DIR`` set it
-resumes from there). Limits: a test workload, not a benchmark of anything but memory.
+It holds ``--state-mb`` MiB of memory whose content is a function of a counter. Every step it
+first checks that the memory still holds the previous step's value (so a restore that lost
+or mixed pages is caught at the next step), then rewrites it for the new value. Checking is
+cheap enough for 1 GiB: one 8-byte word per 4 KiB page is compared (every page is touched),
+plus a full digest of a small derived sample. On a failed check it prints
+``STATE CHECK FAILED`` and exits 3.
+
+It speaks the progress protocol (``$CLAWPOINT_PROGRESS_FILE``, written atomically each
+step; no regular file is kept open, which CRIU would refuse to restore if it grew) and the
+cooperative checkpoint protocol (on SIGUSR1: counter + digest into
+``$CLAWPOINT_CHECKPOINT_DIR`` then a ``COMPLETE`` marker; resumes from
+``$CLAWPOINT_RESTORE_DIR``). Limits: single-threaded; the state is synthetic.
 """
 
 from __future__ import annotations
@@ -19,84 +22,93 @@ import argparse
 import hashlib
 import json
 import os
-import random
 import signal
 import sys
 import time
+from array import array
 from pathlib import Path
 
-CHUNK = 1 << 20
-_PATTERN_REPEAT = CHUNK // 32
-
-
-def pattern(value: int) -> bytes:
-    return hashlib.sha256(str(value).encode()).digest() * _PATTERN_REPEAT
+PAGE_WORDS = 512  # 4096-byte pages of 8-byte words
+SAMPLE_PAGES = 16
 
 
 class State:
-    def __init__(self, chunks: int, counter: int) -> None:
-        self.n = chunks
-        self.counter = counter
-        self.mem = bytearray(chunks * CHUNK)
-        for c in range(chunks):  # chunk c was last written at the largest k <= counter, k = c mod n
-            self._write(c, self._last_write(c))
+    def __init__(self, mb: int) -> None:
+        self.pages = max(1, mb * 256)
+        self.buf = bytearray(self.pages * 4096)
+        self.words = memoryview(self.buf).cast("Q")
+        self.counter = 0
 
-    def _last_write(self, chunk: int) -> int:
-        return self.counter - ((self.counter - chunk) % self.n)
+    def _sample(self, value: int) -> bytes:
+        # Fills bytes 8..4095 of a page (word 0 holds the counter).
+        seed = hashlib.sha256(value.to_bytes(8, "little")).digest()
+        return (seed * 128)[8:]
 
-    def _write(self, chunk: int, value: int) -> None:
-        self.mem[chunk * CHUNK : (chunk + 1) * CHUNK] = pattern(value)
+    def write(self, value: int) -> None:
+        # Word 0 of every page holds the counter: touches every page (all of it is real state).
+        self.words[::PAGE_WORDS] = array("Q", [value]) * self.pages
+        sample = self._sample(value)
+        for page in range(min(SAMPLE_PAGES, self.pages)):
+            self.buf[page * 4096 + 8 : (page + 1) * 4096] = sample
+        self.counter = value
 
-    def _check(self, chunk: int) -> None:
-        want = pattern(self._last_write(chunk))
-        if self.mem[chunk * CHUNK : (chunk + 1) * CHUNK] != want:
-            print(f"STATE CHECK FAILED at counter {self.counter} chunk {chunk}", flush=True)
-            sys.exit(3)
-
-    def step(self) -> None:
-        nxt = self.counter + 1
-        self._check(nxt % self.n)
-        self._check(random.randrange(self.n))
-        self.counter = nxt
-        self._write(nxt % self.n, nxt)
+    def check(self) -> bool:
+        expected = array("Q", [self.counter]) * self.pages
+        if self.words[::PAGE_WORDS].tobytes() != expected.tobytes():
+            return False
+        sample = self._sample(self.counter)
+        return all(
+            self.buf[page * 4096 + 8 : (page + 1) * 4096] == sample
+            for page in range(min(SAMPLE_PAGES, self.pages))
+        )
 
     def digest(self) -> str:
-        return hashlib.sha256(self.mem).hexdigest()
+        return hashlib.sha256(
+            self.words[::PAGE_WORDS].tobytes() + bytes(self.buf[: SAMPLE_PAGES * 4096])
+        ).hexdigest()
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
+def _atomic_json(path: Path, data: dict[str, object]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data))
     os.replace(tmp, path)
 
 
 def _save(state: State, directory: Path) -> None:
-    data = {"counter": state.counter, "chunks": state.n, "digest": state.digest()}
-    (directory / "counter.json").write_text(json.dumps(data))
-    (directory / "COMPLETE").write_text("ok\n")  # last: the marker says the rest is written
-
-
-def _resume(directory: Path, chunks: int) -> State:
-    data = json.loads((directory / "counter.json").read_text())
-    state = State(int(data["chunks"]), int(data["counter"]))
-    if state.digest() != data["digest"] or state.n != chunks:
-        print(f"STATE CHECK FAILED: restored state of counter {state.counter}", flush=True)
-        sys.exit(3)
-    return state
+    """Cooperative checkpoint: the state file, made durable, then the marker."""
+    data = json.dumps({"counter": state.counter, "digest": state.digest()}).encode()
+    fd = os.open(directory / "state.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fd = os.open(directory / "COMPLETE", os.O_WRONLY | os.O_CREAT, 0o644)
+    os.fsync(fd)
+    os.close(fd)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m core.workloads.counter")
-    parser.add_argument("--state-mb", type=int, default=200)
-    parser.add_argument("--step-seconds", type=float, default=0.05)
-    parser.add_argument("--steps", type=int, default=0, help="stop after this counter (0: never)")
-    parser.add_argument("--print-every", type=int, default=20)
-    args = parser.parse_args(argv)
-    chunks = max(1, args.state_mb)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--state-mb", type=int, default=200)
+    ap.add_argument("--step-seconds", type=float, default=0.05)
+    ap.add_argument("--steps", type=int, default=0, help="stop after N steps (0: never)")
+    ap.add_argument("--print-every", type=int, default=20)
+    args = ap.parse_args(argv)
 
+    state = State(args.state_mb)
+    start = 0
     restore_dir = os.environ.get("CLAWPOINT_RESTORE_DIR")
-    state = _resume(Path(restore_dir), chunks) if restore_dir else State(chunks, 0)
-    print(f"counter start {state.counter} state_mb {chunks}", flush=True)
+    if restore_dir:
+        saved = json.loads((Path(restore_dir) / "state.json").read_text())
+        start = int(saved["counter"])
+        state.write(start)
+        if state.digest() != saved["digest"]:
+            print("STATE CHECK FAILED: restored digest mismatch", flush=True)
+            return 3
+        print(f"resumed from step {start}", flush=True)
+    else:
+        state.write(0)
 
     requested = False
 
@@ -104,25 +116,35 @@ def main(argv: list[str] | None = None) -> int:
         nonlocal requested
         requested = True
 
+    def on_term(signum: int, frame: object) -> None:
+        # As a PID-namespace init we would ignore SIGTERM without a handler.
+        print(f"terminated at step {state.counter}", flush=True)
+        sys.exit(143)
+
     signal.signal(signal.SIGUSR1, on_request)
-    # A PID-namespace init ignores signals it has no handler for: handle SIGTERM explicitly.
-    signal.signal(signal.SIGTERM, lambda s, f: sys.exit(143))
+    signal.signal(signal.SIGTERM, on_term)
     progress = os.environ.get("CLAWPOINT_PROGRESS_FILE")
     ckpt_dir = os.environ.get("CLAWPOINT_CHECKPOINT_DIR")
-    while not args.steps or state.counter < args.steps:
-        state.step()
+    print(f"counter started: state {args.state_mb} MiB, pid {os.getpid()}", flush=True)
+    step = start
+    while not args.steps or step < args.steps:
+        if not state.check():
+            print(f"STATE CHECK FAILED at step {step}", flush=True)
+            return 3
+        step += 1
+        state.write(step)
         if progress:
-            _atomic_write(
-                Path(progress), json.dumps({"step": state.counter, "total": args.steps or None})
+            _atomic_json(
+                Path(progress),
+                {"step": step, "total": args.steps or None, "verified": True, "ts": time.time()},
             )
-        if state.counter % args.print_every == 0:
-            print(f"counter {state.counter}", flush=True)
+        if step % args.print_every == 0:
+            print(f"step {step} verified", flush=True)
         if requested and ckpt_dir:
             requested = False
             _save(state, Path(ckpt_dir))
-            print(f"saved counter {state.counter}", flush=True)
         time.sleep(args.step_seconds)
-    print(f"counter done {state.counter}", flush=True)
+    print(f"done after {step} steps", flush=True)
     return 0
 
 

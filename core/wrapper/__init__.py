@@ -1,1 +1,2 @@
-"""The workload wrapper: runs a command checkpointable, serves checkpoint requests, restores."""
+"""The workload wrapper: runs a command checkpointable (``supervisor``), its control socket
+client (``control``), detached launch (``launch``) and fencing of orphans (``fence``)."""

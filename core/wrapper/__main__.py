@@ -1,8 +1,11 @@
-"""Entrypoint of a detached wrapper: ``python -m core.wrapper '<RunSpec JSON>'``."""
+"""Entrypoint of a detached wrapper: ``python -m core.wrapper '<RunSpec JSON>'``.
+
+Started by ``core.wrapper.launch.launch_detached`` with stdout/stderr on the workload's log
+file. Logs go to stderr. Exit code: the payload's, or the error's exit code.
+"""
 
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
 
@@ -16,24 +19,21 @@ from core.wrapper.supervisor import run
 
 
 def main(argv: list[str]) -> int:
-    # Logs go to stderr: the payload's stdout is copied to our stdout and must stay clean.
-    structlog.configure(
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-    )
-    if len(argv) != 2:
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    if len(argv) != 1:
         print("usage: python -m core.wrapper '<RunSpec JSON>'", file=sys.stderr)
         return 2
     try:
-        spec = RunSpec.model_validate_json(argv[1])
-        return run(load_settings(Path(spec.home)), spec)
+        spec = RunSpec.model_validate_json(argv[0])
+        settings = load_settings(Path(spec.home))
+        return run(settings, spec)
     except ValidationError as exc:
-        print(f"invalid run spec: {exc}", file=sys.stderr)
+        print(f"clawpoint wrapper: invalid run spec: {exc}", file=sys.stderr)
         return 2
     except errors.ClawpointError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"clawpoint wrapper: {exc}", file=sys.stderr)
         return exc.exit_code
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(main(sys.argv[1:]))

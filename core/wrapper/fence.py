@@ -1,80 +1,107 @@
-"""Fencing: make sure a workload whose wrapper is gone does not live on, unmanaged.
+"""Fencing: make sure a workload whose wrapper is gone is not still running somewhere.
 
-Used before a failover or a restart elsewhere, so a workload is never duplicated (two copies
-of the same lineage both writing checkpoints). A wrapper is alive exactly while it holds the
-flock on ``<run_dir>/NAME.lock``; the payload is recognised by ``CLAWPOINT_WORKLOAD=NAME`` in
-its environment, so a recycled pid is never killed by mistake. Limits: this host only.
+Before a failover restores a workload elsewhere, its old copy must be dead, or the workload
+would run twice. The payload normally dies with its wrapper (parent-death signal), but that
+is best effort, so ``fence`` checks and kills what is left.
+
+Identity: a pid alone can be reused by an unrelated process. The wrapper writes
+``<run_dir>/NAME.pids.json`` with the pids *and start times* (``/proc/PID/stat`` field 22)
+of itself and of the payload; a process is only treated as ours if both match.
+
+Limits: this host only (a process on another machine cannot be fenced from here).
 """
 
 from __future__ import annotations
 
-import fcntl
+import json
 import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import structlog
 
-from core import errors
+from core.checkpoint import engine
+from core.config import Settings
 from core.state.workloads import WorkloadRecord
 
 log = structlog.get_logger(__name__)
 
 
-def lock_path(run_dir: Path, name: str) -> Path:
-    return run_dir / f"{name}.lock"
+def pids_path(settings: Settings, name: str) -> Path:
+    return settings.run_dir / f"{name}.pids.json"
 
 
-def wrapper_alive(lock: Path) -> bool:
+def write_identity(settings: Settings, name: str, *, wrapper: int, payload: int | None) -> None:
+    data: dict[str, Any] = {
+        "wrapper_pid": wrapper,
+        "wrapper_start": engine.start_time(wrapper),
+        "payload_pid": payload,
+        "payload_start": engine.start_time(payload) if payload else None,
+    }
+    path = pids_path(settings, name)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def read_identity(settings: Settings, name: str) -> dict[str, Any]:
     try:
-        fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
-    except FileNotFoundError:
+        data = json.loads(pids_path(settings, name).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def same_process(pid: int | None, start: int | None) -> bool:
+    """True if ``pid`` is alive and is the process that started at ``start``."""
+    if not pid or start is None:
+        return False
+    got = engine.start_time(pid)
+    if got is None or got != start:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
-def is_payload_of(pid: int, name: str) -> bool:
-    """Whether ``pid`` runs with ``CLAWPOINT_WORKLOAD=name`` (guards against pid reuse)."""
-    try:
-        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
         return False
-    return f"CLAWPOINT_WORKLOAD={name}".encode() in env
+    return state != "Z"
 
 
-def fence(record: WorkloadRecord, *, timeout_s: float = 10.0) -> bool:
-    """Kill the payload of ``record`` if its wrapper is gone; True if something was killed.
+def wrapper_alive(settings: Settings, record: WorkloadRecord) -> bool:
+    ident = read_identity(settings, record.name)
+    return same_process(ident.get("wrapper_pid"), ident.get("wrapper_start"))
 
-    Raises Conflict if the wrapper is still alive: stop it through its control socket instead.
+
+def payload_alive(settings: Settings, record: WorkloadRecord) -> bool:
+    ident = read_identity(settings, record.name)
+    return same_process(ident.get("payload_pid"), ident.get("payload_start"))
+
+
+def fence(settings: Settings, record: WorkloadRecord, *, wait_s: float = 10.0) -> bool:
+    """Ensure no unmanaged copy of ``record``'s payload runs on this host.
+
+    Returns True when the workload is fenced (no payload of it is alive here: it was already
+    gone, or it was orphaned and has been killed); False when its wrapper is still alive, in
+    which case nothing is touched: ask the wrapper (control socket) instead.
     """
-    if record.socket:
-        lock = Path(record.socket).with_suffix(".lock")
-        if wrapper_alive(lock):
-            raise errors.Conflict(
-                f"the wrapper of {record.name} (pid {record.wrapper_pid}) is still running",
-                hint="checkpoint-and-stop or terminate it first; fencing is for dead wrappers",
-            )
-    pid = record.pid
-    if pid is None or not is_payload_of(pid, record.name):
+    ident = read_identity(settings, record.name)
+    if same_process(ident.get("wrapper_pid"), ident.get("wrapper_start")):
         return False
-    log.warning("fence.kill", workload=record.name, pid=pid)
-    try:
-        os.kill(pid, signal.SIGKILL)  # a PID-namespace init: the whole tree goes with it
-    except ProcessLookupError:
-        return False
-    deadline = time.monotonic() + timeout_s
-    while is_payload_of(pid, record.name):
-        if time.monotonic() > deadline:
-            raise errors.OperationFailed(
-                f"payload pid {pid} of {record.name} survived SIGKILL for {timeout_s:g} s",
-                hint="it may be in uninterruptible I/O; check 'ps -o stat -p PID'",
-            )
+    pid, start = ident.get("payload_pid"), ident.get("payload_start")
+    if not same_process(pid, start):
+        return True
+    assert isinstance(pid, int)
+    log.warning("fence.killing_orphan", workload=record.name, pid=pid)
+    engine.kill_tree(pid)
+    deadline = time.monotonic() + wait_s
+    while same_process(pid, start) and time.monotonic() < deadline:
+        try:  # reap it if it happens to be our child (tests, a wrapper in-process)
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
         time.sleep(0.02)
+    if same_process(pid, start):
+        os.kill(pid, signal.SIGKILL)
+        return False
     return True

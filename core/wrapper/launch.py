@@ -1,8 +1,11 @@
-"""Start a wrapper detached (its own session, output to ``$HOME/logs/NAME.log``).
+"""Start a wrapper detached from the caller (``clawpoint run --detach``, backend steps).
 
-Returns once the registry shows the new wrapper RUNNING, or raises with the tail of the log
-if the wrapper exited first. Limits: the wrapper outlives the caller by design; stop it with
-the control socket (checkpoint-and-stop or terminate).
+The wrapper runs as ``sys.executable -m core.wrapper <spec json>`` in a new session with its
+stdio on ``<log_dir>/NAME.log`` (appended), so it outlives the CLI or MCP server that
+started it. ``launch_detached`` returns once the registry shows the new wrapper RUNNING, or
+raises with the tail of the log if it exited first.
+
+Limits: waits by polling the registry (every 50 ms); this host only.
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ from core.wrapper.spec import RunSpec
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
+def log_path(settings: Settings, name: str) -> Path:
+    return settings.log_dir / f"{name}.log"
+
+
 def _tail(path: Path, lines: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -32,43 +39,54 @@ def _tail(path: Path, lines: int = 15) -> str:
 
 def launch_detached(settings: Settings, spec: RunSpec, *, wait_s: float = 60) -> WorkloadRecord:
     ensure_dirs(settings)
-    log_path = settings.log_dir / f"{spec.name}.log"
+    logfile = log_path(settings, spec.name)
     env = dict(os.environ)
     env["CLAWPOINT_HOME"] = spec.home
+    # The wrapper imports ``core``: make it importable even when clawpoint is not installed.
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(_PROJECT_ROOT), env.get("PYTHONPATH", "")) if p
     )
-    with open(log_path, "ab") as logf:
+    offset = logfile.stat().st_size if logfile.exists() else 0
+    with open(logfile, "ab") as log:
         try:
-            proc = subprocess.Popen(
+            proc = subprocess.Popen(  # noqa: S603 (our own interpreter and module)
                 [sys.executable, "-m", "core.wrapper", spec.model_dump_json()],
                 stdin=subprocess.DEVNULL,
-                stdout=logf,
-                stderr=logf,
+                stdout=log,
+                stderr=log,
                 env=env,
-                start_new_session=True,
                 cwd=spec.cwd or None,
+                start_new_session=True,
             )
         except OSError as exc:
             raise errors.OperationFailed(
                 f"cannot start the wrapper for {spec.name}: {exc}",
-                hint="check that the Python interpreter is usable",
+                hint="check that the working directory exists and Python is runnable",
             ) from exc
     registry = WorkloadRegistry(Database(settings.state_db))
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        rec = registry.get(spec.name)
-        if rec is not None and rec.wrapper_pid == proc.pid and rec.state is WorkloadState.RUNNING:
-            return rec
-        if proc.poll() is not None:
+        code = proc.poll()
+        record = registry.get(spec.name)
+        if (
+            record is not None
+            and record.wrapper_pid == proc.pid
+            and record.state is WorkloadState.RUNNING
+        ):
+            return record
+        if code is not None:
+            with open(logfile, "rb") as f:
+                f.seek(offset)
+                tail = "\n".join(f.read().decode(errors="replace").splitlines()[-15:])
             raise errors.OperationFailed(
-                f"the wrapper of {spec.name} exited with {proc.returncode} before running:\n"
-                f"{_tail(log_path)}",
-                hint=f"read the full log at {log_path}",
+                f"the wrapper of {spec.name} exited with code {code} before running:\n{tail}",
+                hint=f"read {logfile} for details; fix the cause and start it again",
+                details={"exit_code": code, "log": str(logfile)},
             )
         time.sleep(0.05)
     raise errors.OperationFailed(
-        f"the wrapper of {spec.name} did not report RUNNING within {wait_s:g} s:\n"
-        f"{_tail(log_path)}",
-        hint=f"it may still be restoring a large checkpoint; see {log_path}",
+        f"the wrapper of {spec.name} (pid {proc.pid}) did not report RUNNING within "
+        f"{wait_s:g}s:\n{_tail(logfile)}",
+        hint=f"it may still be restoring a large checkpoint; check {logfile} and the workload list",
+        details={"wrapper_pid": proc.pid, "log": str(logfile)},
     )

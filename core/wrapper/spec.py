@@ -1,7 +1,7 @@
-"""What to run under the wrapper: the validated, serialisable run specification.
+"""What the wrapper runs: a validated ``RunSpec`` (also its command-line argument, as JSON).
 
-The spec travels as JSON from the CLI or a backend to ``python -m core.wrapper``; everything
-that reaches a path or argv is validated here (names, engine, a non-empty command).
+Limits: validation is about shape (names, engine, non-empty command); whether the command
+exists is only known when it starts.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from core.model import validate_name
+from core.store.store import parse_checkpoint_id
 
 
 class RunSpec(BaseModel):
@@ -23,17 +24,24 @@ class RunSpec(BaseModel):
     command: list[str] = Field(min_length=1)
     cwd: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
-    restore_from: str | None = None  # a checkpoint id (LINEAGE@SEQ); None = newest good one
-    home: str  # CLAWPOINT_HOME of the wrapper process
+    restore_from: str | None = None
+    home: str
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
         return validate_name(value, what="workload name")
 
+    @field_validator("restore_from")
+    @classmethod
+    def _restore_from(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_checkpoint_id(value)
+        return value
+
     @field_validator("command")
     @classmethod
     def _command(cls, value: list[str]) -> list[str]:
         if not value[0]:
-            raise ValueError("the command's first word (the program) is empty")
+            raise ValueError("the command's program is empty")
         return value

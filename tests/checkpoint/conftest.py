@@ -1,97 +1,117 @@
-"""Fixtures for checkpoint tests: a per-test CLAWPOINT_HOME and helpers to run the counter."""
+"""Fixtures for the checkpoint tests: a private CLAWPOINT_HOME per test, and wrapper helpers."""
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from core import errors
 from core.checkpoint.criu import criu_status
 from core.config import Settings, load_settings
+from core.model import WorkloadState
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
+from core.wrapper import fence
+from core.wrapper.control import ControlClient
+from core.wrapper.launch import launch_detached
 from core.wrapper.spec import RunSpec
 
-ROOT = Path(__file__).resolve().parents[2]
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    status = criu_status()
+    if status.available:
+        return
+    skip = pytest.mark.skip(reason=f"CRIU unavailable: {status.reason}")
+    for item in items:
+        if "criu" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    home = tmp_path / "h"  # short: Unix socket paths are limited to 107 bytes
-    monkeypatch.setenv("CLAWPOINT_HOME", str(home))
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    h = tmp_path / "home"
+    h.mkdir()
+    monkeypatch.setenv("CLAWPOINT_HOME", str(h))
+    return h
+
+
+@pytest.fixture
+def settings(home: Path) -> Settings:
     return load_settings(home)
 
 
+def counter_cmd(mb: int, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "core.workloads.counter", "--state-mb", str(mb), *extra]
+
+
+class Harness:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.registry = WorkloadRegistry(Database(settings.state_db))
+        self.started: list[str] = []
+
+    def launch(self, name: str, command: list[str], **kw: Any) -> WorkloadRecord:
+        spec = RunSpec(name=name, command=command, home=str(self.settings.home), **kw)
+        self.started.append(name)
+        return launch_detached(self.settings, spec, wait_s=60)
+
+    def client(self, name: str) -> ControlClient:
+        return ControlClient(self.settings.run_dir / f"{name}.sock")
+
+    def progress(self, name: str) -> int:
+        prog = self.client(name).status().get("progress") or {}
+        return int(prog.get("step", -1))
+
+    def wait_for(self, what: str, check: Callable[[], bool], timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}; log:\n{self.log_text()}")
+
+    def wait_step(self, name: str, at_least: int) -> int:
+        got = [-1]
+
+        def ok() -> bool:
+            got[0] = self.progress(name)
+            return got[0] >= at_least
+
+        self.wait_for(f"{name} to reach step {at_least}", ok)
+        return got[0]
+
+    def wait_state(self, name: str, state: WorkloadState) -> WorkloadRecord:
+        self.wait_for(
+            f"{name} to be {state.value}",
+            lambda: (r := self.registry.get(name)) is not None and r.state is state,
+        )
+        record = self.registry.get(name)
+        assert record is not None
+        return record
+
+    def log_text(self) -> str:
+        logs = self.settings.log_dir
+        return "\n".join(p.read_text(errors="replace") for p in sorted(logs.glob("*.log")))
+
+    def cleanup(self) -> None:
+        for name in self.started:
+            record = self.registry.get(name)
+            if record is None:
+                continue
+            try:
+                self.client(name).terminate(timeout_s=3)
+            except errors.ClawpointError:
+                pass
+            fence.fence(self.settings, record)
+
+
 @pytest.fixture
-def need_criu() -> None:
-    status = criu_status()
-    if not status.available:
-        pytest.skip(f"CRIU unavailable: {status.reason}")
-
-
-def counter_spec(settings: Settings, name: str, *, engine: str = "criu", mb: int = 200,
-                 step_s: float = 0.02, **kw: object) -> RunSpec:  # fmt: skip
-    cmd = [sys.executable, "-m", "core.workloads.counter", "--state-mb", str(mb),
-           "--step-seconds", str(step_s)]  # fmt: skip
-    return RunSpec.model_validate(
-        {
-            "name": name,
-            "engine": engine,
-            "command": cmd,
-            "home": str(settings.home),
-            "cwd": str(ROOT),
-            **kw,
-        }
-    )
-
-
-def registry(settings: Settings) -> WorkloadRegistry:
-    return WorkloadRegistry(Database(settings.state_db))
-
-
-def progress_step(settings: Settings, name: str) -> int:
-    try:
-        return int(json.loads((settings.run_dir / f"{name}.progress.json").read_text())["step"])
-    except (OSError, ValueError, KeyError):
-        return -1
-
-
-def wait_for(cond: Callable[[], bool], *, timeout_s: float = 30, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-@pytest.fixture
-def cleanup_workloads(settings: Settings) -> Iterator[list[WorkloadRecord]]:
-    """Records appended here get their wrapper and payload killed at teardown."""
-    recs: list[WorkloadRecord] = []
-    yield recs
-    import signal
-
-    for rec in registry(settings).list():
-        for pid in (rec.wrapper_pid, rec.pid):
-            if pid and pid != os.getpid() and alive(pid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+def harness(settings: Settings) -> Iterator[Harness]:
+    h = Harness(settings)
+    yield h
+    h.cleanup()

@@ -25,7 +25,7 @@ class Script:
         return self.actions[t] if t < len(self.actions) else Inst.NONE
 
 
-S, O, N = Inst.SPOT, Inst.OD, Inst.NONE
+S, D, N = Inst.SPOT, Inst.OD, Inst.NONE  # D: on-demand
 
 
 def run(avail: list[int], actions: list[Inst], job: Job) -> tuple[float, int, int, bool, int]:
@@ -49,7 +49,7 @@ def test_thrifty_stops_billing_when_done() -> None:
 def test_preemption_loses_instance_and_restart_pays_changeover() -> None:
     job = Job(compute=3, deadline=8, changeover=1, spot_price=1.0, od_price=3.0)
     # spot up for 3 ticks (1 changeover + 2 work), down at t=3 -> on-demand pays d again
-    cost, spot, od, missed, changes = run([1, 1, 1, 0, 0, 0, 0, 0], [S, S, S, O, O, O], job)
+    cost, spot, od, missed, changes = run([1, 1, 1, 0, 0, 0, 0, 0], [S, S, S, D, D, D], job)
     assert (spot, od, missed, changes) == (3, 2, False, 2)
     assert cost == 3 * 1.0 + 2 * 3.0
 
@@ -57,14 +57,14 @@ def test_preemption_loses_instance_and_restart_pays_changeover() -> None:
 def test_switch_between_types_charges_changeover_idle_is_free() -> None:
     job = Job(compute=2, deadline=10, changeover=2, spot_price=1.0, od_price=3.0)
     # OD: 2 changeover ticks, 1 work; idle 2 free ticks; OD again: 2 changeover, 1 work
-    cost, spot, od, missed, changes = run([0] * 10, [O, O, O, N, N, O, O, O], job)
+    cost, spot, od, missed, changes = run([0] * 10, [D, D, D, N, N, D, D, D], job)
     assert (spot, od, missed, changes) == (0, 6, False, 2)
     assert cost == 18.0
 
 
 def test_missed_deadline_is_reported() -> None:
     job = Job(compute=3, deadline=4, changeover=1, spot_price=1.0, od_price=3.0)
-    *_, missed, _ = run([0] * 4, [N, O, O, O], job)
+    *_, missed, _ = run([0] * 4, [N, D, D, D], job)
     assert missed
 
 

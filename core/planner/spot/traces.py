@@ -12,6 +12,7 @@ the simulator bills constant spot / on-demand prices (see ``core.planner.spot.si
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import statistics
 from datetime import datetime
@@ -79,7 +80,7 @@ def load_csv(path: Path, *, prices: tuple[float, ...] | None = None) -> Trace:
             f"Trace {path} has {len(avail)} rows; at least 2 are needed.",
             hint="A trace needs enough rows to cover the job's deadline window.",
         )
-    spacings = [(b - a).total_seconds() for a, b in zip(dates, dates[1:], strict=False)]
+    spacings = [(b - a).total_seconds() for a, b in itertools.pairwise(dates)]
     tick_s = statistics.median(spacings)
     if tick_s <= 0:
         raise errors.InvalidInput(

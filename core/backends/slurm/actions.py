@@ -1,0 +1,389 @@
+"""Plans and steps of the Slurm backend's actions (see ``backend`` for what each does).
+
+Each step is one Slurm command or one wait, named, with JSON-able args; ``run_step``
+re-validates every arg (a journal could be edited) before it reaches an argv, and
+``recover_step`` says whether a step that had started before a crash took effect.
+Values of the form ``$STEP.FIELD`` are filled in by the service from earlier outputs.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from core import errors
+from core.backends.base import PlanDraft, ProgressFn
+from core.model import NodeInfo, PlanStep, WorkloadInfo, WorkloadState, validate_name
+
+if TYPE_CHECKING:
+    from core.backends.slurm.backend import SlurmBackend
+
+_SIGNALS = {"USR1", "USR2"}
+_UPDATE_KEYS = {"StartTime", "ExcNodeList", "NodeList"}
+_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,\[\]-]{1,200}$")
+_REASON_RE = re.compile(r"^[A-Za-z0-9 _.,:/()@+-]{1,200}$")
+_ENDED = {WorkloadState.COMPLETED, WorkloadState.FAILED, WorkloadState.STOPPED}
+
+
+def _step(name: str, op: str, description: str, **args: Any) -> PlanStep:
+    return PlanStep(name=name, op=op, args=args, description=description)
+
+
+def _save_and_stop(b: SlurmBackend, w: WorkloadInfo, prefix: str = "") -> list[PlanStep]:
+    lineage = b._lineage(w)
+    p = f"{prefix}{w.name}-" if prefix else ""
+    return [
+        _step(
+            f"{p}signal",
+            "signal",
+            f"send SIGUSR2 to the wrapper of job {w.name}: checkpoint, then stop",
+            job=w.name,
+            signal="USR2",
+            lineage=lineage,
+        ),
+        _step(
+            f"{p}wait_checkpoint",
+            "wait_checkpoint",
+            f"wait for a new checkpoint of {lineage} in the shared store",
+            lineage=lineage,
+            after_seq=f"${p}signal.after_seq",
+            timeout_s=b.cfg.checkpoint_timeout_s,
+        ),
+        _step(
+            f"{p}wait_ended",
+            "wait_ended",
+            f"wait for job {w.name} to leave its node",
+            job=w.name,
+            timeout_s=b.cfg.checkpoint_timeout_s,
+        ),
+        _step(
+            f"{p}requeue",
+            "requeue",
+            f"requeue job {w.name} held (it pends until released)",
+            job=w.name,
+            hold=True,
+        ),
+    ]
+
+
+def _restart(b: SlurmBackend, job: str, fields: dict[str, str], prefix: str = "") -> list[PlanStep]:
+    p = f"{prefix}{job}-" if prefix else ""
+    steps = []
+    if fields:
+        desc = ", ".join(f"{k}={v}" for k, v in fields.items())
+        steps.append(_step(f"{p}place", "update_job", f"set {desc}", job=job, fields=fields))
+    steps += [
+        _step(f"{p}release", "release", f"release job {job}", job=job),
+        _step(
+            f"{p}start_now",
+            "update_job",
+            "StartTime=now (a requeued job otherwise pends with reason BeginTime)",
+            job=job,
+            fields={"StartTime": "now"},
+        ),
+        _step(
+            f"{p}wait_running",
+            "wait_running",
+            f"wait until job {job} runs again (its wrapper restores the checkpoint)",
+            job=job,
+            timeout_s=b.cfg.start_timeout_s,
+        ),
+    ]
+    return steps
+
+
+def _scope(w: WorkloadInfo) -> dict[str, Any]:
+    return {"partition": w.partition, "node": w.node, "gpus": w.gpus, "labels": w.labels}
+
+
+def plan_checkpoint(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> PlanDraft:
+    _require_running(w)
+    lineage = b._lineage(w)
+    stop = bool(params.get("stop"))
+    sig = "USR2" if stop else "USR1"
+    steps = [
+        _step(
+            "signal",
+            "signal",
+            f"send SIG{sig} to the wrapper of job {w.name}",
+            job=w.name,
+            signal=sig,
+            lineage=lineage,
+        ),
+        _step(
+            "wait_checkpoint",
+            "wait_checkpoint",
+            f"wait for a new checkpoint of {lineage}",
+            lineage=lineage,
+            after_seq="$signal.after_seq",
+            timeout_s=b.cfg.checkpoint_timeout_s,
+        ),
+    ]
+    return PlanDraft(
+        steps=steps,
+        summary=f"checkpoint Slurm job {w.name} ({lineage}) on {w.node}"
+        + (" and stop it" if stop else ", leaving it running"),
+        expected_pause_s=None if stop else 1.0,
+        saves=f"the full process state of job {w.name} to the shared checkpoint directory",
+        rollback="nothing to roll back: a checkpoint only adds an image",
+        scope=_scope(w),
+    )
+
+
+def plan_preempt(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> PlanDraft:
+    _require_running(w)
+    return PlanDraft(
+        steps=_save_and_stop(b, w),
+        summary=f"preempt Slurm job {w.name}: checkpoint, stop, requeue held (frees {w.node})",
+        saves="the job's state; it resumes from it when released",
+        rollback="resume the job (release + StartTime=now): it restores the checkpoint",
+        scope=_scope(w),
+    )
+
+
+def plan_resume(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> PlanDraft:
+    if w.state is not WorkloadState.STOPPED and w.state is not WorkloadState.PENDING:
+        raise errors.Conflict(
+            f"Slurm job {w.name} is {w.state.value}, not held or pending",
+            hint="only a preempted (held) or pending job can be resumed",
+        )
+    return PlanDraft(
+        steps=_restart(b, w.name, {}),
+        summary=f"resume Slurm job {w.name}: release it and start it now",
+        saves="nothing new: the wrapper restores the newest good checkpoint",
+        rollback="preempt it again",
+        scope=_scope(w),
+    )
+
+
+def plan_migrate(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> PlanDraft:
+    _require_running(w)
+    source = w.node or ""
+    target = params.get("to_node") or params.get("node")
+    fields = {"NodeList": _value(str(target))} if target else {"ExcNodeList": _value(source)}
+    return PlanDraft(
+        steps=_save_and_stop(b, w) + _restart(b, w.name, fields),
+        summary=f"migrate Slurm job {w.name} off {source}"
+        + (f" onto {target}" if target else " (Slurm picks the node)"),
+        expected_pause_s=30.0,
+        saves="the job's full state, restored by the wrapper on the new node",
+        rollback="the job stays requeued; release it to run anywhere",
+        scope=_scope(w),
+    )
+
+
+def plan_drain(b: SlurmBackend, node: NodeInfo, params: dict[str, Any]) -> PlanDraft:
+    reason = _reason(str(params.get("reason") or "clawpoint drain"))
+    save = params.get("save", True)
+    jobs = [b.get_workload(wid) for wid in node.workloads]
+    wrapped = [w for w in jobs if w.labels.get("lineage") and w.state is WorkloadState.RUNNING]
+    others = [w.name for w in jobs if w not in wrapped]
+    steps = [
+        _step(
+            "drain",
+            "drain",
+            f"drain {node.name}: nothing new starts there",
+            node=node.name,
+            reason=reason,
+        )
+    ]
+    if save:
+        for w in wrapped:
+            steps += _save_and_stop(b, w, prefix="job") + _restart(b, w.name, {}, prefix="job")
+    note = f"; left running until they end: {', '.join(others)}" if others else ""
+    return PlanDraft(
+        steps=steps,
+        summary=f"drain Slurm node {node.name}, moving {len(wrapped)} wrapped job(s) off{note}",
+        saves="each wrapped job's state, restored on another node" if save else "",
+        rollback=f"scontrol update nodename={node.name} state=RESUME",
+        scope={"node": node.name, "partitions": node.partitions},
+    )
+
+
+def plan_failover(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> PlanDraft:
+    b._lineage(w)
+    node = str(params.get("node") or w.node or "")
+    return PlanDraft(
+        steps=_failover_steps(b, w.name, node),
+        summary=f"fail over Slurm job {w.name}"
+        + (f" from {node}" if node else "")
+        + ": requeue it elsewhere; the wrapper restores the newest good checkpoint",
+        saves="nothing new: progress since the newest checkpoint is lost",
+        rollback="none needed: the job restarts from its checkpoint",
+        scope=_scope(w),
+    )
+
+
+def plan_failover_node(b: SlurmBackend, node: NodeInfo, params: dict[str, Any]) -> PlanDraft:
+    steps: list[PlanStep] = []
+    for wid in node.workloads:
+        w = b.get_workload(wid)
+        if w.labels.get("lineage"):
+            steps += _failover_steps(b, w.name, node.name, prefix="job")
+    if not steps:
+        raise errors.NotFound(
+            f"no wrapped job runs on {node.name}", hint="nothing to fail over on this node"
+        )
+    return PlanDraft(
+        steps=steps,
+        summary=f"fail over every wrapped job of node {node.name}",
+        saves="nothing new: each job restarts from its newest checkpoint",
+        scope={"node": node.name, "partitions": node.partitions},
+    )
+
+
+def _failover_steps(b: SlurmBackend, job: str, node: str, prefix: str = "") -> list[PlanStep]:
+    p = f"{prefix}{job}-" if prefix else ""
+    steps: list[PlanStep] = []
+    if node:
+        steps.append(
+            _step(
+                f"{p}node_down",
+                "node_down",
+                f"mark {node} DOWN (its jobs end)",
+                node=_value(node),
+                reason="clawpoint failover",
+            )
+        )
+    steps.append(_step(f"{p}requeue", "requeue", f"requeue job {job} held", job=job, hold=True))
+    return steps + _restart(b, job, {"ExcNodeList": _value(node)} if node else {}, prefix)
+
+
+# ----- steps ---------------------------------------------------------------------------
+def run_step(
+    b: SlurmBackend, op: str, args: dict[str, Any], progress: ProgressFn
+) -> dict[str, Any]:
+    tr = b.transport
+    if op == "signal":
+        job, sig = _job(args), str(args.get("signal"))
+        if sig not in _SIGNALS:
+            raise errors.InvalidInput(f"signal {sig!r} is not USR1 or USR2")
+        after = b.newest_seq(validate_name(str(args.get("lineage")), what="lineage"))
+        tr.run("scancel", [f"--signal={sig}", "--batch", job])
+        return {"after_seq": after}
+    if op == "wait_checkpoint":
+        lineage = validate_name(str(args.get("lineage")), what="lineage")
+        after = int(args.get("after_seq") or 0)
+
+        def newer() -> dict[str, Any] | None:
+            seq = b.newest_seq(lineage)
+            return {"checkpoint": f"{lineage}/{seq}", "seq": seq} if seq > after else None
+
+        progress(0, None, f"waiting for a checkpoint of {lineage} newer than {after}")
+        out: dict[str, Any] = b.wait_until(f"a checkpoint of {lineage}", _timeout(args), newer)
+        return out
+    if op == "wait_ended":
+        job = _job(args)
+        state = b.wait_until(f"job {job} to stop", _timeout(args), lambda: _ended(b, job))
+        return {"state": state}
+    if op == "requeue":
+        job = _job(args)
+        w = _maybe(b, job)
+        if w is None or w.state is not WorkloadState.PENDING:
+            tr.run("scontrol", ["requeuehold" if args.get("hold") else "requeue", job])
+        elif args.get("hold"):
+            tr.run("scontrol", ["hold", job])
+        return {"job": job}
+    if op == "update_job":
+        job = _job(args)
+        fields = args.get("fields") or {}
+        if not isinstance(fields, dict) or not fields or set(fields) - _UPDATE_KEYS:
+            raise errors.InvalidInput(f"job fields must be some of {sorted(_UPDATE_KEYS)}")
+        pairs = [f"{k}={_value(str(v))}" for k, v in fields.items()]
+        tr.run("scontrol", ["update", f"jobid={job}", *pairs])
+        return {"job": job, **{k: str(v) for k, v in fields.items()}}
+    if op == "release":
+        job = _job(args)
+        tr.run("scontrol", ["release", job])
+        return {"job": job}
+    if op == "wait_running":
+        job = _job(args)
+
+        def running() -> str | None:
+            w = _maybe(b, job)
+            return (w.node or "?") if w and w.state is WorkloadState.RUNNING else None
+
+        return {"node": b.wait_until(f"job {job} to run", _timeout(args), running)}
+    if op in ("drain", "node_down"):
+        node = validate_name(str(args.get("node")), what="Slurm node name")
+        state = "DRAIN" if op == "drain" else "DOWN"
+        reason = _reason(str(args.get("reason") or "clawpoint"))
+        tr.run("scontrol", ["update", f"nodename={node}", f"state={state}", f"reason={reason}"])
+        return {"node": node, "state": state}
+    raise errors.InvalidInput(f"unknown Slurm step {op!r}", hint="re-plan the action")
+
+
+def recover_step(
+    b: SlurmBackend, op: str, args: dict[str, Any], started_at: datetime
+) -> dict[str, Any] | None:
+    """The output of a step that took effect before a crash, or None (run it again)."""
+    try:
+        if op == "signal":
+            return None  # a repeated signal only makes one more checkpoint: safe to resend
+        if op in ("requeue",):
+            w = _maybe(b, _job(args))
+            held = w is not None and w.labels.get("reason") in ("JobHeldUser", "JobHeldAdmin")
+            return (
+                {"job": w.name}
+                if w
+                and (held or not args.get("hold"))
+                and w.state in (WorkloadState.PENDING, WorkloadState.STOPPED)
+                else None
+            )
+        if op in ("drain", "node_down"):
+            n = b.get_node(str(args.get("node")))
+            flag = "drain" if op == "drain" else "down"
+            return {"node": n.name, "state": flag.upper()} if flag in n.state else None
+        return None  # waits, updates and releases are idempotent: run them again
+    except errors.NotFound:
+        return None
+
+
+# ----- validation helpers --------------------------------------------------------------
+def _job(args: dict[str, Any]) -> str:
+    from core.backends.slurm.backend import job_id
+
+    return job_id(str(args.get("job")))
+
+
+def _value(value: str) -> str:
+    if not _VALUE_RE.fullmatch(value):
+        raise errors.InvalidInput(
+            f"invalid Slurm value {value!r}", hint="use node names such as n1 or n[1-2]"
+        )
+    return value
+
+
+def _reason(value: str) -> str:
+    if not _REASON_RE.fullmatch(value):
+        raise errors.InvalidInput(
+            f"invalid reason {value!r}", hint="letters, digits, spaces and _.,:/()@+- only"
+        )
+    return value
+
+
+def _timeout(args: dict[str, Any]) -> float:
+    return max(1.0, min(float(args.get("timeout_s") or 60.0), 3600.0))
+
+
+def _require_running(w: WorkloadInfo) -> None:
+    if w.state is not WorkloadState.RUNNING:
+        raise errors.Conflict(
+            f"Slurm job {w.name} is {w.state.value}, not running",
+            hint="only a running job can be checkpointed or moved; resume it first",
+        )
+
+
+def _maybe(b: SlurmBackend, job: str) -> WorkloadInfo | None:
+    try:
+        return b.get_workload(job)
+    except errors.NotFound:
+        return None
+
+
+def _ended(b: SlurmBackend, job: str) -> str | None:
+    w = _maybe(b, job)
+    if w is None:
+        return "gone"
+    return w.state.value if w.state in _ENDED else None

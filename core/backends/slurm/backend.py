@@ -1,0 +1,217 @@
+"""``SlurmBackend``: the Backend protocol on a Slurm cluster.
+
+Inventory comes from ``transport`` (slurmrestd, else the commands' JSON). Actions are plans
+of small named steps, each one Slurm command or one wait, so an execution can resume after
+a crash (``recover_step`` answers whether a started step took effect):
+
+- checkpoint: ``scancel --signal=USR1|USR2 --batch JOB`` to the wrapper (the batch shell),
+  then wait until a newer checkpoint of the job's lineage is published in the shared store.
+- preempt: checkpoint-and-stop, wait for the job to end, ``scontrol requeuehold``: the node
+  is free, the job pends held. resume: ``scontrol release`` + ``StartTime=now``.
+- migrate: checkpoint-and-stop, requeue held, ``ExcNodeList=SOURCE`` (or ``NodeList=TARGET``),
+  release, ``StartTime=now`` (requeued jobs otherwise pend with reason BeginTime); the
+  wrapper of the new run restores the checkpoint, so the restored payload is the new job's.
+- drain_node: drain the node (nothing new lands), then move every wrapped job off as above.
+- failover: mark the dead node DOWN, requeue the job, exclude the node, start it now.
+- scale: not supported (a Slurm job has a fixed allocation).
+
+Ids and every value that reaches an argv are validated first: a hostile id runs nothing.
+Limits: jobs not started by the sbatch helper (no lineage) cannot be checkpointed; a drain
+leaves such jobs running until they end (Slurm's own DRAIN semantics).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from core import errors
+from core.backends.base import PlanDraft, ProgressFn, not_supported
+from core.backends.slurm import actions
+from core.backends.slurm.config import SlurmConfig
+from core.backends.slurm.inventory import (
+    Partition,
+    QueueDepth,
+    partitions_of,
+    queue_depth,
+    to_node,
+    to_workload,
+)
+from core.backends.slurm.transport import SlurmTransport
+from core.model import Action, CheckpointInfo, NodeInfo, WorkloadInfo, validate_name
+from core.store.store import CheckpointStore
+
+log = structlog.get_logger(__name__)
+
+JOB_ID_RE = re.compile(r"^[0-9]{1,10}(_[0-9]{1,10})?$")
+
+
+def job_id(value: str) -> str:
+    """``1234`` or ``slurm:1234`` -> ``1234``; anything else is InvalidInput (runs nothing)."""
+    raw = value.removeprefix("slurm:") if isinstance(value, str) else ""
+    if not JOB_ID_RE.fullmatch(raw):
+        raise errors.InvalidInput(
+            f"invalid Slurm job id {value!r}: expected digits such as 1234 or slurm:1234",
+            hint="list the jobs (clawpoint workloads --backend slurm) and pass one of their ids",
+        )
+    return raw
+
+
+def node_name(value: str) -> str:
+    return validate_name(value.removeprefix("slurm:"), what="Slurm node name")
+
+
+class SlurmBackend:
+    """The Backend protocol for Slurm (name ``slurm``)."""
+
+    name = "slurm"
+
+    def __init__(self, config: SlurmConfig | None = None) -> None:
+        self.cfg = (config or SlurmConfig()).resolved()
+        self.transport = SlurmTransport(self.cfg)
+
+    # ----- inventory ------------------------------------------------------------------
+    def capabilities(self) -> frozenset[Action]:
+        return frozenset(
+            {
+                Action.CHECKPOINT,
+                Action.PREEMPT,
+                Action.RESUME,
+                Action.MIGRATE,
+                Action.DRAIN_NODE,
+                Action.FAILOVER,
+                Action.REQUEUE,
+            }
+        )
+
+    def raw_jobs(self) -> list[dict[str, Any]]:
+        data = self.transport.rest("jobs")
+        if data is None:
+            data = self.transport.run_json("squeue", ["--json"])
+        jobs = data.get("jobs") or []
+        return [j for j in jobs if isinstance(j, dict)]
+
+    def raw_nodes(self) -> list[dict[str, Any]]:
+        data = self.transport.rest("nodes")
+        if data is None:
+            if self.transport.slurm_version() >= (23, 2):
+                data = self.transport.run_json("scontrol", ["show", "nodes", "--json"])
+            else:
+                data = self.transport.run_json("sinfo", ["--json"])
+        nodes = data.get("nodes") or []
+        return [n for n in nodes if isinstance(n, dict)]
+
+    def workloads(self) -> list[WorkloadInfo]:
+        return [to_workload(j, self.cfg.marker) for j in self.raw_jobs()]
+
+    def nodes(self) -> list[NodeInfo]:
+        jobs = self.workloads()
+        return [to_node(n, jobs) for n in self.raw_nodes()]
+
+    def partitions(self) -> list[Partition]:
+        return partitions_of(self.nodes())
+
+    def queue_depth(self) -> list[QueueDepth]:
+        parts = [p.name for p in partitions_of([to_node(n, []) for n in self.raw_nodes()])]
+        return queue_depth(self.raw_jobs(), parts, datetime.now(UTC))
+
+    def get_workload(self, name: str) -> WorkloadInfo:
+        jid = job_id(name)
+        for w in self.workloads():
+            if w.name == jid:
+                return w
+        raise errors.NotFound(
+            f"no Slurm job {jid}", hint="list the jobs; finished jobs leave squeue after a while"
+        )
+
+    def get_node(self, name: str) -> NodeInfo:
+        node = node_name(name)
+        for n in self.nodes():
+            if n.name == node:
+                return n
+        raise errors.NotFound(f"no Slurm node {node}", hint="list the nodes (sinfo -N)")
+
+    def store(self) -> CheckpointStore:
+        if not self.cfg.checkpoint_dir:
+            raise errors.InvalidInput(
+                "slurm.checkpoint_dir is not set",
+                hint="set [slurm] checkpoint_dir to a directory every node sees",
+            )
+        return CheckpointStore(Path(self.cfg.checkpoint_dir))
+
+    def checkpoints(self, workload: str | None = None) -> list[CheckpointInfo]:
+        if not self.cfg.checkpoint_dir:
+            return []
+        lineage = None
+        if workload is not None:
+            lineage = self._lineage(self.get_workload(workload))
+        return self.store().list(lineage)
+
+    def _lineage(self, w: WorkloadInfo) -> str:
+        lineage = w.labels.get("lineage")
+        if not lineage:
+            raise errors.NotSupported(
+                f"Slurm job {w.name} does not run under the clawpoint wrapper",
+                hint="submit it with the sbatch helper (clawpoint slurm submit) so it can be "
+                "checkpointed and restored",
+            )
+        return validate_name(lineage, what="lineage")
+
+    # ----- plans ----------------------------------------------------------------------
+    def plan(self, action: Action, target: str, params: dict[str, Any]) -> PlanDraft:
+        if action is Action.SCALE:
+            raise not_supported(
+                self.name,
+                action,
+                "a Slurm job has a fixed allocation; submit more jobs (or an array) instead",
+            )
+        if action is Action.DRAIN_NODE:
+            return actions.plan_drain(self, self.get_node(target), params)
+        if action is Action.FAILOVER and not JOB_ID_RE.fullmatch(target.removeprefix("slurm:")):
+            return actions.plan_failover_node(self, self.get_node(target), params)
+        w = self.get_workload(target)
+        if action is Action.CHECKPOINT:
+            return actions.plan_checkpoint(self, w, params)
+        if action is Action.PREEMPT:
+            return actions.plan_preempt(self, w, params)
+        if action is Action.RESUME:
+            return actions.plan_resume(self, w, params)
+        if action in (Action.MIGRATE, Action.REQUEUE):
+            return actions.plan_migrate(self, w, params)
+        if action is Action.FAILOVER:
+            return actions.plan_failover(self, w, params)
+        raise not_supported(self.name, action)
+
+    def run_step(self, op: str, args: dict[str, Any], progress: ProgressFn) -> dict[str, Any]:
+        return actions.run_step(self, op, args, progress)
+
+    def recover_step(
+        self, op: str, args: dict[str, Any], started_at: datetime
+    ) -> dict[str, Any] | None:
+        return actions.recover_step(self, op, args, started_at)
+
+    # ----- small helpers used by actions ----------------------------------------------
+    def newest_seq(self, lineage: str) -> int:
+        if not self.cfg.checkpoint_dir:
+            return 0
+        infos = self.store().list(lineage)
+        return max((c.seq for c in infos), default=0)
+
+    def wait_until(self, what: str, timeout_s: float, check: Any) -> Any:
+        """Poll ``check()`` until it returns a truthy value; Conflict on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            result = check()
+            if result:
+                return result
+            if time.monotonic() >= deadline:
+                raise errors.OperationFailed(
+                    f"timed out after {timeout_s:g}s waiting for {what}",
+                    hint="look at the job's output and the wrapper log, then retry the plan",
+                )
+            time.sleep(self.cfg.poll_interval_s)

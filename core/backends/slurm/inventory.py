@@ -1,0 +1,241 @@
+"""Slurm inventory: nodes, jobs, partitions and queue depth, from either data source.
+
+slurmrestd and the commands' ``--json`` print the same objects, but their shape changed
+across releases: 22.05 (v0.0.38) writes ``"job_state": "PENDING"`` and plain integers;
+23.02+ (v0.0.39-42) writes ``"job_state": ["PENDING"]`` and numbers as
+``{"set": true, "infinite": false, "number": N}``; ``features`` is a string or a list;
+partitions' nodes are a string or ``{"configured": ...}``. The helpers here accept both, so
+nothing above this module sees a version. Limits: fields Slurm leaves out become None/0.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from core.model import NodeHealth, NodeInfo, WorkloadInfo, WorkloadState
+
+BACKEND = "slurm"
+_GPU_RE = re.compile(r"gpu(?::[A-Za-z0-9_.-]+)?[:=](\d+)")
+
+_JOB_STATES: dict[str, WorkloadState] = {
+    "PENDING": WorkloadState.PENDING,
+    "REQUEUED": WorkloadState.PENDING,
+    "REQUEUE_HOLD": WorkloadState.STOPPED,
+    "REQUEUE_FED": WorkloadState.PENDING,
+    "CONFIGURING": WorkloadState.PENDING,
+    "RUNNING": WorkloadState.RUNNING,
+    "COMPLETING": WorkloadState.RUNNING,
+    "SIGNALING": WorkloadState.RUNNING,
+    "STAGE_OUT": WorkloadState.RUNNING,
+    "SUSPENDED": WorkloadState.STOPPED,
+    "STOPPED": WorkloadState.STOPPED,
+    "PREEMPTED": WorkloadState.STOPPED,
+    "COMPLETED": WorkloadState.COMPLETED,
+    "CANCELLED": WorkloadState.COMPLETED,
+    "FAILED": WorkloadState.FAILED,
+    "NODE_FAIL": WorkloadState.FAILED,
+    "TIMEOUT": WorkloadState.FAILED,
+    "OUT_OF_MEMORY": WorkloadState.FAILED,
+    "BOOT_FAIL": WorkloadState.FAILED,
+    "DEADLINE": WorkloadState.FAILED,
+}
+_HELD_REASONS = {"JobHeldUser", "JobHeldAdmin"}
+_DOWN_FLAGS = {"DOWN", "NOT_RESPONDING", "FAIL", "POWERED_DOWN", "POWER_DOWN", "INVALID"}
+_UNSCHEDULABLE = _DOWN_FLAGS | {"DRAIN", "DRAINING", "DRAINED", "MAINTENANCE", "RESERVED"}
+
+
+def num(value: Any) -> int | None:
+    """An integer from a plain number or a v0.0.39+ ``{"set","infinite","number"}`` object."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return int(value)
+    return None
+
+
+def words(value: Any) -> list[str]:
+    """A list of upper-case words from a string (``"idle"``, ``"a,b"``) or a list."""
+    if value is None:
+        return []
+    items = value if isinstance(value, list) else re.split(r"[,+ ]", str(value))
+    return [str(i).strip().upper() for i in items if str(i).strip()]
+
+
+def text(value: Any) -> str:
+    if isinstance(value, dict):  # v0.0.40 partitions: {"configured": "n[1-3]"}
+        value = value.get("configured") or value.get("nodes") or ""
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return "" if value is None else str(value)
+
+
+def gpus_in(*specs: Any) -> int:
+    """GPUs named in TRES/GRES strings such as ``gres:gpu:2``, ``gres/gpu=2``, ``gpu:a100:1``."""
+    total = 0
+    for spec in specs:
+        for m in _GPU_RE.finditer(text(spec)):
+            total += int(m.group(1))
+        if total:
+            return total
+    return total
+
+
+def ts(value: Any) -> datetime | None:
+    n = num(value)
+    return datetime.fromtimestamp(n, UTC) if n else None
+
+
+def node_states(raw: dict[str, Any]) -> list[str]:
+    """Base state and flags together, e.g. ``["IDLE", "DRAIN"]`` (22.05 keeps flags apart)."""
+    return words(raw.get("state")) + words(raw.get("state_flags"))
+
+
+def to_node(raw: dict[str, Any], jobs: list[WorkloadInfo]) -> NodeInfo:
+    name = str(raw.get("name", ""))
+    states = node_states(raw)
+    down = bool(_DOWN_FLAGS & set(states))
+    drained = bool({"DRAIN", "DRAINING", "DRAINED"} & set(states))
+    health = NodeHealth.DOWN if down else NodeHealth.DEGRADED if drained else NodeHealth.HEALTHY
+    features = words(raw.get("active_features") or raw.get("features"))
+    return NodeInfo(
+        id=f"{BACKEND}:{name}",
+        backend=BACKEND,
+        name=name,
+        health=health,
+        schedulable=not (_UNSCHEDULABLE & set(states)),
+        state="+".join(states).lower() or "unknown",
+        reason=text(raw.get("reason")),
+        cpus=num(raw.get("cpus")),
+        memory_mb=num(raw.get("real_memory")),
+        gpus=gpus_in(raw.get("gres")),
+        labels={"features": ",".join(f.lower() for f in features)} if features else {},
+        partitions=[str(p) for p in raw.get("partitions") or []],
+        workloads=[w.id for w in jobs if w.node and name in w.node.split(",")],
+    )
+
+
+def job_lineage(raw: dict[str, Any], marker: str) -> str | None:
+    """The lineage the sbatch helper wrote into the comment (``MARKER:LINEAGE``), if any."""
+    comment = text(raw.get("comment"))
+    prefix = f"{marker}:"
+    if comment.startswith(prefix):
+        return comment[len(prefix) :].split()[0] if comment[len(prefix) :].strip() else None
+    return None
+
+
+def to_workload(raw: dict[str, Any], marker: str) -> WorkloadInfo:
+    job_id = str(num(raw.get("job_id")) or raw.get("job_id"))
+    states = words(raw.get("job_state"))
+    base = states[0] if states else "UNKNOWN"
+    reason = text(raw.get("state_reason"))
+    state = _JOB_STATES.get(base, WorkloadState.UNKNOWN)
+    if state is WorkloadState.PENDING and reason in _HELD_REASONS:
+        state = WorkloadState.STOPPED  # held after a preempt: resumable
+    lineage = job_lineage(raw, marker)
+    node = text(raw.get("nodes")) or None if state is WorkloadState.RUNNING else None
+    labels = {
+        "job_name": text(raw.get("name")),
+        "user": text(raw.get("user_name")),
+        "slurm_state": "+".join(states),
+        "reason": reason,
+        "requeue": str(bool(raw.get("requeue"))).lower(),
+        "restarts": str(num(raw.get("restart_cnt")) or 0),
+        "wrapped": str(lineage is not None).lower(),
+    }
+    if lineage:
+        labels["lineage"] = lineage
+    excluded = text(raw.get("excluded_nodes"))
+    if excluded:
+        labels["excluded_nodes"] = excluded
+    return WorkloadInfo(
+        id=f"{BACKEND}:{job_id}",
+        backend=BACKEND,
+        name=job_id,
+        state=state,
+        node=node,
+        engine="criu" if lineage else "none",
+        partition=text(raw.get("partition")) or None,
+        namespace=text(raw.get("partition")) or None,
+        gpus=gpus_in(
+            raw.get("tres_per_node"),
+            raw.get("tres_per_job"),
+            raw.get("tres_per_task"),
+            raw.get("tres_req_str"),
+        ),
+        started_at=ts(raw.get("start_time")) if state is WorkloadState.RUNNING else None,
+        labels=labels,
+        message=reason if reason and reason != "None" else "",
+    )
+
+
+class Partition(BaseModel):
+    name: str
+    nodes: list[str] = Field(default_factory=list)
+    cpus: int = 0
+    gpus: int = 0
+    nodes_up: int = 0
+
+
+def partitions_of(nodes: list[NodeInfo]) -> list[Partition]:
+    """Partitions as the nodes list them (works on every release and source)."""
+    parts: dict[str, Partition] = {}
+    for n in nodes:
+        for p in n.partitions:
+            part = parts.setdefault(p, Partition(name=p))
+            part.nodes.append(n.name)
+            part.cpus += n.cpus or 0
+            part.gpus += n.gpus
+            part.nodes_up += int(n.schedulable)
+    return sorted(parts.values(), key=lambda p: p.name)
+
+
+class QueueDepth(BaseModel):
+    """Pending work of one partition: what a scaler or a preemption policy looks at."""
+
+    partition: str
+    pending: int = 0
+    running: int = 0
+    pending_by_reason: dict[str, int] = Field(default_factory=dict)
+    oldest_pending_age_s: float | None = None
+    pending_gpus: int = 0
+    pending_cpus: int = 0
+
+
+def queue_depth(
+    raws: list[dict[str, Any]], partitions: list[str], now: datetime
+) -> list[QueueDepth]:
+    """Queue depth per partition from raw job records (a job may list several partitions)."""
+    depth = {p: QueueDepth(partition=p) for p in partitions}
+    for raw in raws:
+        states = words(raw.get("job_state"))
+        base = states[0] if states else ""
+        for part in text(raw.get("partition")).split(","):
+            if not part:
+                continue
+            q = depth.setdefault(part, QueueDepth(partition=part))
+            if base == "RUNNING":
+                q.running += 1
+            if base != "PENDING":
+                continue
+            q.pending += 1
+            reason = text(raw.get("state_reason")) or "None"
+            q.pending_by_reason[reason] = q.pending_by_reason.get(reason, 0) + 1
+            nodes = num(raw.get("node_count")) or 1
+            q.pending_gpus += gpus_in(raw.get("tres_per_job")) or nodes * gpus_in(
+                raw.get("tres_per_node"), raw.get("tres_req_str")
+            )
+            q.pending_cpus += num(raw.get("cpus")) or 0
+            submitted = ts(raw.get("submit_time"))
+            if submitted:
+                age = max(0.0, (now - submitted).total_seconds())
+                if q.oldest_pending_age_s is None or age > q.oldest_pending_age_s:
+                    q.oldest_pending_age_s = age
+    return sorted(depth.values(), key=lambda q: q.partition)

@@ -1,0 +1,188 @@
+"""``clawpoint approvals ...`` and ``clawpoint audit ...``: the approver's tools.
+
+Everything here runs as the person at the terminal (a PERSON principal named after the OS
+user). A person cannot approve a request they made themselves; agents never reach these
+commands (they have no MCP equivalent).
+"""
+
+from __future__ import annotations
+
+import getpass
+from datetime import datetime
+from typing import Annotated
+
+import typer
+
+from core import errors
+from core.cli import output
+from core.config import load_settings
+from core.model import Action, Principal, PrincipalKind
+from core.service.facade import Service, bootstrap
+
+approvals_app = typer.Typer(help="Review, approve and deny requests; grant standing approvals.",
+                            no_args_is_help=True)  # fmt: skip
+audit_app = typer.Typer(help="Show and verify the hash-chained audit log.", invoke_without_command=True)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def _service() -> Service:
+    return bootstrap(load_settings())
+
+
+def _person() -> Principal:
+    return Principal(id=getpass.getuser(), kind=PrincipalKind.PERSON)
+
+
+@approvals_app.command("list")
+def list_(
+    all_: Annotated[bool, typer.Option("--all", help="Include decided and expired ones.")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Pending approval requests (or all with --all)."""
+    items = _service().list_approvals(status=None if all_ else "pending")
+    if json_:
+        return output.emit_json(items)
+    output.table(
+        "Approvals",
+        ["id", "status", "risk", "what", "requested by", "expires (UTC)"],
+        [(a.id, a.status.value, a.risk.value, a.summary, a.requester, f"{a.expires_at:%H:%M:%S}") for a in items],
+    )
+
+
+@approvals_app.command()
+def show(approval_id: Annotated[str, typer.Argument(metavar="ID")], json_: JsonOpt = False) -> None:
+    """The full request as a person should read it, with its one-time code."""
+    service = _service()
+    view = service.get_approval(approval_id)
+    text = service.approval_text(approval_id, principal=_person())
+    if json_:
+        return output.emit_json({"approval": view, "text": text})
+    output.out.print(text, highlight=False)
+    output.out.print("\nSteps:")
+    for i, step in enumerate(view.plan.steps, 1):
+        output.out.print(f"  {i}. {step.description}", highlight=False)
+    output.out.print(f"\nApprove: clawpoint approvals approve {view.id}   Deny: clawpoint approvals deny {view.id} --why ...")
+
+
+@approvals_app.command()
+def approve(approval_id: Annotated[str, typer.Argument(metavar="ID")], json_: JsonOpt = False) -> None:
+    """Approve a pending request (you must not be its requester)."""
+    view = _service().approve(approval_id, principal=_person(), via="cli")
+    if json_:
+        return output.emit_json(view)
+    output.out.print(f"[green]approved[/] {view.id}: {view.summary}. The requester can now execute it once.")
+
+
+@approvals_app.command()
+def deny(
+    approval_id: Annotated[str, typer.Argument(metavar="ID")],
+    why: Annotated[str, typer.Option("--why", help="Reason, shown to the requester.")] = "",
+    json_: JsonOpt = False,
+) -> None:
+    """Deny a pending request."""
+    view = _service().deny(approval_id, principal=_person(), why=why or "denied", via="cli")
+    if json_:
+        return output.emit_json(view)
+    output.out.print(f"[red]denied[/] {view.id}: {view.summary}")
+
+
+@approvals_app.command()
+def grant(
+    action: Annotated[str, typer.Option("--action", help="e.g. preempt, migrate, checkpoint")],
+    scope: Annotated[list[str] | None, typer.Option("--scope", help="KEY=VALUE, repeatable: partition=gpu, trigger=spot-interruption")] = None,
+    max_: Annotated[str, typer.Option("--max", help="Budget, e.g. 20/h")] = "10/h",
+    expires: Annotated[str, typer.Option("--expires", help="e.g. 8h, 7d")] = "24h",
+    reason: Annotated[str, typer.Option("--reason")] = "",
+    json_: JsonOpt = False,
+) -> None:
+    """Pre-authorise a class of plans within a scope, a budget and an expiry."""
+    try:
+        act = Action(action.replace("-", "_"))
+    except ValueError:
+        raise errors.InvalidInput(
+            f"unknown action {action!r}", hint=f"one of: {', '.join(a.value for a in Action)}"
+        ) from None
+    pairs: dict[str, str] = {}
+    for item in scope or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise errors.InvalidInput(f"scope {item!r} is not KEY=VALUE", hint="e.g. --scope partition=gpu")
+        pairs[key] = value
+    count, sep, unit = max_.partition("/")
+    if not count.isdigit() or (sep and unit not in ("h", "hour")):
+        raise errors.InvalidInput(f"--max {max_!r} is not N/h", hint="e.g. --max 20/h")
+    g = _service().grant(act, pairs, max_per_hour=int(count), expires=expires,
+                         reason=reason or "standing approval", principal=_person())  # fmt: skip
+    if json_:
+        return output.emit_json(g)
+    output.out.print(f"[green]granted[/] {g.id}: {g.action.value} where {pairs or 'anywhere'}, "
+                     f"max {g.max_per_hour}/h until {g.expires_at:%Y-%m-%d %H:%M} UTC")  # fmt: skip
+
+
+@approvals_app.command()
+def grants(
+    all_: Annotated[bool, typer.Option("--all", help="Include revoked and expired.")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Standing approvals."""
+    items = _service().grants(include_inactive=all_)
+    if json_:
+        return output.emit_json(items)
+    output.table(
+        "Standing approvals",
+        ["id", "action", "scope", "used/h", "expires (UTC)", "by", "reason"],
+        [(g.id, g.action.value, ",".join(f"{k}={v}" for k, v in g.scope.items()),
+          f"{g.used_last_hour}/{g.max_per_hour}", f"{g.expires_at:%Y-%m-%d %H:%M}", g.granted_by, g.reason)
+         for g in items],
+    )  # fmt: skip
+
+
+@approvals_app.command()
+def revoke(grant_id: Annotated[str, typer.Argument(metavar="ID")], json_: JsonOpt = False) -> None:
+    """Revoke a standing approval."""
+    g = _service().revoke_grant(grant_id, principal=_person())
+    if json_:
+        return output.emit_json(g)
+    output.out.print(f"revoked {g.id}")
+
+
+@audit_app.callback()
+def audit(
+    ctx: typer.Context,
+    since: Annotated[str | None, typer.Option(help="ISO time, e.g. 2026-11-29T10:00")] = None,
+    limit: Annotated[int, typer.Option(help="Most recent N entries.")] = 50,
+    json_: JsonOpt = False,
+) -> None:
+    """The audit log (plans, decisions, approvals, executions)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    when = None
+    if since:
+        try:
+            when = datetime.fromisoformat(since)
+        except ValueError:
+            raise errors.InvalidInput(f"--since {since!r} is not an ISO time", hint="e.g. --since 2026-11-29T10:00") from None
+    entries = _service().audit.entries(since=when, limit=limit)
+    if json_:
+        return output.emit_json(entries)
+    output.table(
+        "Audit",
+        ["#", "time (UTC)", "kind", "principal", "subject", "detail"],
+        [(e.seq, f"{e.ts:%m-%d %H:%M:%S}", e.kind, e.principal, e.subject,
+          str(e.data.get("outcome") or e.data.get("status") or e.data.get("summary") or "")[:60]) for e in entries],
+    )  # fmt: skip
+
+
+@audit_app.command()
+def verify(json_: JsonOpt = False) -> None:
+    """Check the hash chain: any edit, deletion or reordering names the first bad entry."""
+    result = _service().audit.verify()
+    if json_:
+        output.emit_json(result)
+    elif result.ok:
+        output.out.print(f"[green]ok[/]: {result.entries} entries, chain intact")
+    else:
+        output.err.print(f"[red]audit log tampered[/]: entry {result.first_bad_seq}: {result.problem}")
+    if not result.ok:
+        raise typer.Exit(errors.PolicyDenied.exit_code)

@@ -1,0 +1,244 @@
+"""Insights: collect signals through a ``Service`` and turn them into ranked proposals.
+
+What the read-only MCP tools (``queue_depth``, ``sla_risk``, ``spot_market``,
+``cluster_health``, ``plan_actions``), the CLI and the watch loop call. Each function reads
+inventory and signals and returns pydantic models; nothing here acts or writes state.
+
+Limits: progress files are read for local workloads only (other backends report progress
+through labels such as ``clawpoint.io/expected-duration``). NVML is probed only when
+``settings.signals.nvml.enabled``; on a host without NVIDIA's library the report says so.
+Cloud notices are not polled here (the watch loop owns the long-lived poller); pass them in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from core import errors
+from core.model import NodeInfo, WorkloadState, utcnow
+from core.planner.planner import PlannerConfig, PlannerInput, Proposal, plan_actions
+from core.service.facade import Service
+from core.signals.model import GpuHealth, InterruptionNotice, NodeHealthSignal, SpotPrice
+from core.signals.nodes import node_health
+from core.signals.nvml import NvmlReport, probe
+from core.signals.prices import build_price_sources, price_at
+from core.signals.queue import QueueDepth, from_backend
+from core.signals.sla import Observation, SlaRisk, assess, estimate, node_speed, read_progress
+
+_LIVE = (WorkloadState.RUNNING, WorkloadState.CHECKPOINTING)
+
+
+class NodeMarket(BaseModel):
+    node: str
+    spot: bool
+    price_per_hour: float = Field(description="current price (market when known, else inventory)")
+    inventory_price_per_hour: float
+    on_demand_per_hour: float | None = None
+    discount: float | None = None
+    source: str
+    workloads: int
+
+
+class SpotMarket(BaseModel):
+    observed_at: datetime
+    nodes: list[NodeMarket]
+    prices: list[SpotPrice] = Field(default_factory=list)
+
+
+class ClusterHealth(BaseModel):
+    observed_at: datetime
+    nodes: list[NodeHealthSignal]
+    gpus: NvmlReport | None = None
+    unavailable: dict[str, str] = Field(default_factory=dict)
+
+
+class PlanReport(BaseModel):
+    observed_at: datetime
+    proposals: list[Proposal]
+    sla: list[SlaRisk] = Field(default_factory=list)
+    notices: list[InterruptionNotice] = Field(default_factory=list)
+    gpus: list[GpuHealth] = Field(default_factory=list)
+    queues: list[QueueDepth] = Field(default_factory=list)
+
+
+def queue_depth(service: Service, backend: str | None = None) -> list[QueueDepth]:
+    names = [backend] if backend else sorted(service.backends)
+    return [q for name in names for q in from_backend(service.backend(name))]
+
+
+def _progress(service: Service, backend: str, name: str) -> Any:
+    return read_progress(service.settings.run_dir, name) if backend == "local" else None
+
+
+def sla_risk(
+    service: Service,
+    *,
+    now: datetime | None = None,
+    history: Mapping[str, Sequence[Observation]] | None = None,
+    nodes: Sequence[NodeInfo] | None = None,
+) -> list[SlaRisk]:
+    """SLA risk of every live workload with a deadline, highest risk first."""
+    now = now or utcnow()
+    by_id = {n.id: n for n in (nodes if nodes is not None else service.nodes())}
+    out: list[SlaRisk] = []
+    for w in service.workloads():
+        if w.state not in _LIVE:
+            continue
+        risk = assess(
+            w,
+            now=now,
+            progress=_progress(service, w.backend, w.name),
+            history=(history or {}).get(w.id, ()),
+            speed=node_speed(by_id.get(f"{w.backend}:{w.node}")),
+        )
+        if risk is not None:
+            out.append(risk)
+    order = {"high": 0, "medium": 1, "low": 2}
+    return sorted(out, key=lambda r: (order[r.level.value], r.slack_s or 0.0))
+
+
+def spot_market(service: Service, *, now: datetime | None = None) -> SpotMarket:
+    """Each node's current price: the configured price sources first, else the inventory."""
+    now = now or utcnow()
+    sources = build_price_sources(service.settings.signals.prices)
+    rows: list[NodeMarket] = []
+    prices: list[SpotPrice] = []
+    for n in service.nodes():
+        found: SpotPrice | None = None
+        for key in (n.id, n.name, n.labels.get("instance-type", "")):
+            if key:
+                try:
+                    found = price_at(sources, key, now)
+                except errors.ClawpointError:
+                    found = None  # a broken feed must not hide the other nodes' prices
+                if found is not None:
+                    break
+        if found is not None:
+            prices.append(found)
+        rows.append(
+            NodeMarket(
+                node=n.id,
+                spot=n.spot,
+                price_per_hour=found.price_per_hour if found else n.price_per_hour,
+                inventory_price_per_hour=n.price_per_hour,
+                on_demand_per_hour=found.on_demand_per_hour if found else None,
+                discount=found.discount if found else None,
+                source=found.source if found else "inventory",
+                workloads=len(n.workloads),
+            )
+        )
+    return SpotMarket(observed_at=now, nodes=rows, prices=prices)
+
+
+def cluster_health(
+    service: Service, *, nvml: Any | None = None, gpu_report: NvmlReport | None = None
+) -> ClusterHealth:
+    """Node health of every backend, plus this host's GPUs when NVML is enabled."""
+    now = utcnow()
+    signals: list[NodeHealthSignal] = []
+    unavailable: dict[str, str] = {}
+    for name, backend in service.backends.items():
+        try:
+            signals.extend(node_health(n, observed_at=now) for n in backend.nodes())
+        except errors.BackendUnavailable as exc:
+            unavailable[name] = str(exc)
+    cfg = service.settings.signals
+    report = gpu_report
+    if report is None and cfg.nvml.enabled:
+        report = probe(nvml, node=cfg.node, event_wait_ms=cfg.nvml.event_wait_ms)
+    return ClusterHealth(observed_at=now, nodes=signals, gpus=report, unavailable=unavailable)
+
+
+def _checkpoint_facts(service: Service) -> tuple[dict[str, float], dict[str, datetime]]:
+    """Expected pause (from the newest checkpoint's timings) and its time, per workload."""
+    pause: dict[str, float] = {}
+    last: dict[str, datetime] = {}
+    for c in service.checkpoints():
+        backend = c.id.partition(":")[0]
+        wid = f"{backend}:{c.lineage}"
+        if wid in last and last[wid] >= c.created_at:
+            continue
+        last[wid] = c.created_at
+        dump = c.timings.get("total_s") or c.size_bytes / 1e9
+        # Same estimate the local backend puts on its plans: dump + restore, plus start-up.
+        pause[wid] = round(2 * float(dump) + 0.5, 2)
+    return pause, last
+
+
+def planner_input(
+    service: Service,
+    *,
+    now: datetime | None = None,
+    notices: Sequence[InterruptionNotice] = (),
+    gpus: Sequence[GpuHealth] = (),
+    history: Mapping[str, Sequence[Observation]] | None = None,
+) -> tuple[PlannerInput, list[SlaRisk]]:
+    now = now or utcnow()
+    nodes = service.nodes()
+    workloads = service.workloads()
+    by_id = {n.id: n for n in nodes}
+    sla: list[SlaRisk] = []
+    remaining: dict[str, float] = {}
+    rate: dict[str, float] = {}
+    for w in workloads:
+        if w.state not in _LIVE:
+            continue
+        progress = _progress(service, w.backend, w.name)
+        hist = (history or {}).get(w.id, ())
+        _, _, r, left = estimate(w, now=now, progress=progress, history=hist)
+        if left is not None:
+            remaining[w.id] = left
+        if r:
+            rate[w.id] = r
+        risk = assess(
+            w,
+            now=now,
+            progress=progress,
+            history=hist,
+            speed=node_speed(by_id.get(f"{w.backend}:{w.node}")),
+        )
+        if risk is not None:
+            sla.append(risk)
+    pause, last = _checkpoint_facts(service)
+    market = spot_market(service, now=now)
+    data = PlannerInput(
+        nodes=nodes,
+        workloads=workloads,
+        notices=list(notices),
+        gpus=list(gpus),
+        node_health=[node_health(n, observed_at=now) for n in nodes],
+        sla=sla,
+        queues=queue_depth(service),
+        remaining_s=remaining,
+        rate=rate,
+        pause_s=pause,
+        last_checkpoint_at=last,
+        prices={m.node: m.price_per_hour for m in market.nodes if m.source != "inventory"},
+    )
+    return data, sla
+
+
+def propose(
+    service: Service,
+    *,
+    now: datetime | None = None,
+    notices: Sequence[InterruptionNotice] = (),
+    gpus: Sequence[GpuHealth] = (),
+    history: Mapping[str, Sequence[Observation]] | None = None,
+    config: PlannerConfig | None = None,
+) -> PlanReport:
+    """Collect signals, plan, and return ranked proposals (nothing is executed)."""
+    now = now or utcnow()
+    data, sla = planner_input(service, now=now, notices=notices, gpus=gpus, history=history)
+    return PlanReport(
+        observed_at=now,
+        proposals=plan_actions(data, now=now, config=config),
+        sla=sla,
+        notices=list(notices),
+        gpus=list(gpus),
+        queues=data.queues,
+    )

@@ -1,0 +1,1 @@
+"""Scheduled evaluation: collect signals, plan, act under guardrails, stay quiet otherwise."""
