@@ -36,6 +36,7 @@ from core.model import (
     WorkloadInfo,
 )
 from core.service.facade import ActionResult, ClusterStatus, Service, bootstrap
+from mcp_server import tools_insights
 
 T = TypeVar("T")
 
@@ -183,6 +184,7 @@ def build_server(
             lambda: service.plan(Action.FAILOVER, workload, {"to": to}, reason=reason)
         )
 
+    tools_insights.register(mcp, service)
     return mcp
 
 

@@ -174,7 +174,8 @@ rest_plugins() {
 }
 
 as_rest() { # run a command as the REST user, exec'd (so $! is its pid), in a new session
-    setsid setpriv --reuid="$REST_USER" --regid="$REST_USER" --init-groups -- "$@"
+    # No setsid: it would fork when we lead a process group, and $! would name the wrong pid.
+    exec setpriv --reuid="$REST_USER" --regid="$REST_USER" --init-groups -- "$@"
 }
 
 start_rest() {

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from core import errors
+from core import errors, logs
 from core.cli import output
 from core.config import load_settings
 from core.service.facade import bootstrap
@@ -40,6 +40,7 @@ def watch_command(
     json_: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Watch signals (spot notices, GPU health, node health, SLA, queues) and act on them."""
+    logs.configure()  # structlog to stderr: stdout is for the report only
     try:
         settings = load_settings()
         interval = settings.signals.poll_interval_s

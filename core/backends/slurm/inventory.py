@@ -172,7 +172,8 @@ def to_workload(raw: dict[str, Any], marker: str) -> WorkloadInfo:
         ),
         started_at=ts(raw.get("start_time")) if state is WorkloadState.RUNNING else None,
         labels=labels,
-        message=reason if reason and reason != "None" else "",
+        # Slurm's longer wording when it has one (what squeue's %r prints), else the reason.
+        message=text(raw.get("state_description")) or (reason if reason != "None" else ""),
     )
 
 

@@ -1,0 +1,90 @@
+"""Fixtures for the Slurm tests: the loopback cluster of scripts/slurm-cluster.sh.
+
+The session fixture brings the cluster up if it is not (and takes it down at the end only if
+it started it); tests marked ``slurm`` skip with the reason when that cannot be done (not
+root, or the script failed). Each test gets a backend configured from the cluster's env
+file and cancels the jobs it submitted.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from core.backends.slurm import SlurmBackend, SlurmConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "slurm-cluster.sh"
+CLUSTER_DIR = Path(os.environ.get("CLAWPOINT_SLURM_DIR", "/var/lib/clawpoint-slurm"))
+
+
+def cluster(
+    *args: str, check: bool = False, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, check=check
+    )
+
+
+def read_env() -> dict[str, str]:
+    env: dict[str, str] = {}
+    for line in (CLUSTER_DIR / "env").read_text().splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        if key:
+            env[key] = value
+    return env
+
+
+def sh(*argv: str, env: dict[str, str] | None = None) -> str:
+    """Run a Slurm command against the test cluster (argv list); return stdout."""
+    full = {**os.environ, **read_env(), **(env or {})}
+    return subprocess.run(
+        argv, capture_output=True, text=True, check=True, env=full, timeout=60
+    ).stdout
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[dict[str, str]]:
+    if os.geteuid() != 0:
+        pytest.skip("the loopback Slurm cluster needs root (it starts slurmctld/slurmd/munged)")
+    started = cluster("status").returncode != 0
+    if started:
+        up = cluster("up")
+        if up.returncode != 0:
+            pytest.skip(f"scripts/slurm-cluster.sh up failed: {up.stderr.strip()[-500:]}")
+    yield read_env()
+    if started:
+        cluster("down")
+
+
+def restart_cluster() -> None:
+    """Bring back whatever a test stopped (the script's up is idempotent)."""
+    cluster("up", check=True)
+
+
+@pytest.fixture
+def slurm_env(slurm_cluster: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    for key, value in slurm_cluster.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("SLURM_JWT", raising=False)
+    return slurm_cluster
+
+
+@pytest.fixture
+def backend(slurm_env: dict[str, str]) -> SlurmBackend:
+    return SlurmBackend(SlurmConfig(enabled=True, retry_total_s=2.0, command_timeout_s=10.0))
+
+
+@pytest.fixture
+def job_name(request: pytest.FixtureRequest, slurm_env: dict[str, str]) -> Iterator[str]:
+    """A unique job name for this test; its jobs are cancelled afterwards."""
+    safe = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40]
+    name = f"t-{safe}-{os.getpid()}"
+    yield name
+    subprocess.run(
+        ["scancel", f"--name={name}"], env={**os.environ, **slurm_env}, check=False, timeout=60
+    )
