@@ -1,14 +1,26 @@
 """Benchmark: clawpoint checkpoint/restore vs raw CRIU and dd, same workload, same disk.
 
-Run as root: ``.venv/bin/python bench/checkpoint.py [--sizes 256 1024] [--reps 3]``.
-For each size a counter workload holding that many MiB runs in its own PID namespace; each
-repetition does a raw ``criu dump --leave-running`` and a clawpoint checkpoint (engine dump
-with concurrent hashing + store publish with fsync), then kills the workload and times a raw
-``criu restore -d`` and a clawpoint restore (``--leave-stopped`` + concurrent verification +
-SIGCONT). Throughput is compared with ``dd`` writing the same bytes with and without
-``conv=fsync``: clawpoint's checkpoint includes fsync, raw CRIU's does not. Medians reported;
-JSON written to bench/results/checkpoint.json. Limits: page cache is warm (images are read
-back from memory when hashing/verifying), as it would be right after a dump.
+Run as root: ``.venv/bin/python bench/checkpoint.py [--quick] [--sizes 256 1024] [--reps 3]``.
+
+For each size the counter workload (``core.workloads.counter``) holding that many MiB runs
+under the real wrapper (``launch_detached``: its own PID namespace, pipes owned by the
+wrapper), and each repetition measures, in this order and on the same filesystem:
+
+1. raw ``criu dump --leave-running`` of the payload (same ``--external`` pipes as
+   clawpoint), then ``fsync`` of every image file and the directory ("raw + sync");
+2. a clawpoint checkpoint through the control socket (leave-running): CRIU dump with
+   concurrent hashing and early write-back, then publish (fsync, manifest, rename);
+3. ``dd if=/dev/zero of=FILE bs=1M count=N conv=fsync`` writing as many MiB as the image;
+4. raw ``criu restore -d`` of the raw images (new pipes via ``--inherit-fd``), then a raw
+   ``criu dump`` (kill mode) of that restored copy: the raw baseline for "stop";
+5. a clawpoint checkpoint-and-stop through the control socket (dump frozen, publish, kill);
+6. a clawpoint restore: a new wrapper started from that checkpoint; its restore time is the
+   one the wrapper measures around ``criu_restore_verified`` (``--leave-stopped`` restore,
+   full digest verification concurrently, SIGCONT), reported by its status.
+
+Before every timed step the page cache is written back and dropped (``sync``; ``echo 3 >
+/proc/sys/vm/drop_caches``), for raw and clawpoint alike: restores read images from disk.
+Reported: medians of ``--reps`` runs (>= 3). JSON: ``bench/results/checkpoint.json``.
 """
 
 from __future__ import annotations
@@ -24,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,161 +44,345 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from core.checkpoint import criu  # noqa: E402
-from core.store.store import CheckpointStore  # noqa: E402
+from core.config import Settings, load_settings  # noqa: E402
+from core.model import WorkloadState  # noqa: E402
+from core.state.db import Database  # noqa: E402
+from core.state.workloads import WorkloadRegistry  # noqa: E402
+from core.store import digest  # noqa: E402
+from core.wrapper import fence  # noqa: E402
+from core.wrapper.control import ControlClient  # noqa: E402
+from core.wrapper.launch import launch_detached  # noqa: E402
+from core.wrapper.spec import RunSpec  # noqa: E402
 
-CRIU = shutil.which("criu") or "criu"
+KEYS = (
+    "raw_dump_s",
+    "raw_dump_sync_s",
+    "cp_ckpt_s",
+    "raw_stop_s",
+    "raw_stop_sync_s",
+    "cp_stop_s",
+    "dd_fsync_s",
+    "raw_restore_s",
+    "cp_restore_s",
+    "cp_restore_launch_s",
+    "image_mib",
+    "cp_criu_dump_s",
+    "cp_publish_s",
+)
 
 
-def _gone(pid: int) -> bool:
-    try:
-        st = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return st.split(")")[1].split()[0] in ("Z", "X")
+def drop_caches(enabled: bool) -> None:
+    """Write back dirty pages, then drop clean ones (when enabled)."""
+    os.sync()
+    if enabled:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
-def _kill(pid: int) -> None:
+def sync_dir(d: Path) -> float:
+    """fsync every file of ``d`` and ``d`` itself; returns the seconds it took."""
+    t0 = time.perf_counter()
+    for p in d.iterdir():
+        fd = os.open(p, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    os.fsync(fd)
+    os.close(fd)
+    return time.perf_counter() - t0
+
+
+def timed(argv: list[str], **kw: Any) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, **kw)  # noqa: S603
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        log = argv[argv.index("-o") + 1] if "-o" in argv else ""
+        tail = Path(log).read_text(errors="replace")[-1500:] if log else proc.stderr[-800:]
+        raise RuntimeError(f"{argv[:2]} failed ({proc.returncode}): {tail}")
+    return wall
+
+
+def pipe_inodes(pid: int) -> list[int]:
+    out = []
+    for fd in (1, 2):
+        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        if target.startswith("pipe:["):
+            out.append(int(target[6:-1]))
+    return out
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS"):
+            return int(line.split()[1])
+    return 0
+
+
+def kill_wait(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         return
-    while not _gone(pid):
-        time.sleep(0.01)
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        wait_until(f"pid {pid} to go", lambda: not Path(f"/proc/{pid}").exists(), 30)
 
 
-def _start(mb: int, out_w: int) -> tuple[subprocess.Popen[bytes], int]:
-    cmd = ["unshare", "--pid", "--fork", "setsid", sys.executable, "-m",
-           "core.workloads.counter", "--state-mb", str(mb), "--step-seconds", "0.05",
-           "--print-every", "1000000"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CLAWPOINT_WORKLOAD": "bench"}
-    proc = subprocess.Popen(cmd, stdout=out_w, stderr=out_w, stdin=subprocess.DEVNULL, env=env)
-    while True:
-        kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-        if kids:
-            pid = int(kids[0])
-            status = Path(f"/proc/{pid}/status").read_text()
-            rss = int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("VmRSS")))
-            if rss >= mb * 1024:
-                return proc, pid
-        time.sleep(0.05)
+class Bench:
+    def __init__(self, work: Path, *, drop: bool) -> None:
+        self.work = work
+        self.drop = drop
+        self.criu = criu.require()
+        self.settings: Settings = load_settings(work / "home")
+        self.registry = WorkloadRegistry(Database(self.settings.state_db))
+
+    def launch(self, name: str, mb: int, restore_from: str | None = None) -> float:
+        spec = RunSpec(
+            name=name,
+            command=[sys.executable, "-m", "core.workloads.counter", "--state-mb", str(mb)]
+            + ["--step-seconds", "0.5", "--print-every", "1000000"],
+            home=str(self.settings.home),
+            restore_from=restore_from,
+        )
+        t0 = time.perf_counter()
+        launch_detached(self.settings, spec, wait_s=300)
+        return time.perf_counter() - t0
+
+    def client(self, name: str) -> ControlClient:
+        return ControlClient(self.settings.run_dir / f"{name}.sock")
+
+    def payload_pid(self, name: str) -> int:
+        record = self.registry.get(name)
+        assert record is not None and record.pid is not None
+        return record.pid
+
+    def stop_wrapper(self, name: str) -> None:
+        try:
+            self.client(name).terminate(timeout_s=5)
+        except Exception:  # noqa: BLE001 (best effort cleanup)
+            pass
+        record = self.registry.get(name)
+        if record is not None:
+            fence.fence(self.settings, record)
+
+    def one_rep(self, mb: int, rep: int) -> dict[str, float]:
+        r: dict[str, float] = {}
+        name = f"bench-{mb}-{rep}"
+        self.launch(name, mb)
+        pid = self.payload_pid(name)
+        wait_until("the workload to fill its memory", lambda: rss_kib(pid) >= mb * 1024)
+        inodes = pipe_inodes(pid)
+        ext = [a for ino in inodes for a in ("--external", f"pipe[{ino}]")]
+        raw = self.work / "raw"
+        try:
+            # 1. raw dump, leave running (+ sync of its images)
+            shutil.rmtree(raw, ignore_errors=True)
+            raw.mkdir()
+            drop_caches(self.drop)
+            r["raw_dump_s"] = timed(
+                [
+                    self.criu,
+                    "dump",
+                    "-t",
+                    str(pid),
+                    "-D",
+                    str(raw),
+                    "-o",
+                    str(self.work / "dump.log"),
+                ]
+                + [*ext, "--leave-running"]
+            )
+            r["raw_dump_sync_s"] = r["raw_dump_s"] + sync_dir(raw)
+            # 2. clawpoint checkpoint, leave running
+            drop_caches(self.drop)
+            t0 = time.perf_counter()
+            info = self.client(name).checkpoint(stop=False)
+            r["cp_ckpt_s"] = time.perf_counter() - t0
+            r["cp_criu_dump_s"] = info.timings.get("criu_dump_s", 0.0)
+            r["cp_publish_s"] = info.timings.get("publish_s", 0.0)
+            r["image_mib"] = info.size_bytes / 2**20
+            # 3. dd of the same number of bytes, with fsync
+            drop_caches(self.drop)
+            dd_file = self.work / "dd.bin"
+            count = max(1, round(r["image_mib"]))
+            r["dd_fsync_s"] = timed(
+                ["dd", "if=/dev/zero", f"of={dd_file}", "bs=1M", f"count={count}", "conv=fsync"]
+            ) * (r["image_mib"] / count)
+            dd_file.unlink()
+            # 4. raw restore of the raw images, then a raw kill-mode dump of that copy
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            pidfile = self.work / "raw.pid"
+            pidfile.unlink(missing_ok=True)
+            inherit = []
+            for ino, fd in zip(inodes, (out_w, err_w), strict=False):
+                inherit += ["--inherit-fd", f"fd[{fd}]:pipe:[{ino}]"]
+            drop_caches(self.drop)
+            r["raw_restore_s"] = timed(
+                [self.criu, "restore", "-D", str(raw), "-d", "--restore-sibling"]
+                + ["-o", str(self.work / "restore.log")]
+                + ["--pidfile", str(pidfile), *inherit],
+                pass_fds=(out_w, err_w),
+            )
+            rpid = int(pidfile.read_text())
+            new_ext = [
+                a for fd in (out_r, err_r) for a in ("--external", f"pipe[{os.fstat(fd).st_ino}]")
+            ]
+            raw2 = self.work / "raw-stop"
+            shutil.rmtree(raw2, ignore_errors=True)
+            raw2.mkdir()
+            drop_caches(self.drop)
+            r["raw_stop_s"] = timed(
+                [
+                    self.criu,
+                    "dump",
+                    "-t",
+                    str(rpid),
+                    "-D",
+                    str(raw2),
+                    "-o",
+                    str(self.work / "stop.log"),
+                    *new_ext,
+                ]
+            )
+            r["raw_stop_sync_s"] = r["raw_stop_s"] + sync_dir(raw2)
+            kill_wait(rpid)
+            for fd in (out_r, out_w, err_r, err_w):
+                os.close(fd)
+            shutil.rmtree(raw2, ignore_errors=True)
+            # 5. clawpoint checkpoint and stop
+            drop_caches(self.drop)
+            t0 = time.perf_counter()
+            stopped = self.client(name).checkpoint(stop=True)
+            r["cp_stop_s"] = time.perf_counter() - t0
+            wait_until(
+                "the wrapper to stop",
+                lambda: (
+                    (rec := self.registry.get(name)) is not None
+                    and rec.state is WorkloadState.STOPPED
+                ),
+            )
+            wait_until(
+                "the wrapper socket to go", lambda: not self.client(name).socket_path.exists()
+            )
+            # 6. clawpoint restore (a new wrapper from that checkpoint)
+            drop_caches(self.drop)
+            r["cp_restore_launch_s"] = self.launch(name, mb, restore_from=stopped.id)
+            timings = self.client(name).status()["restore"]["timings"]
+            r["cp_restore_s"] = float(timings["restore_total_s"])
+        finally:
+            self.stop_wrapper(name)
+            shutil.rmtree(raw, ignore_errors=True)
+            shutil.rmtree(self.settings.checkpoint_dir / name, ignore_errors=True)
+        return r
 
 
-def _timed(argv: list[str], **kw: Any) -> float:
-    t0 = time.monotonic()
-    subprocess.run(argv, check=True, capture_output=True, **kw)
-    return time.monotonic() - t0
+def summarise(mb: int, runs: list[dict[str, float]]) -> dict[str, Any]:
+    med = {k: statistics.median(run[k] for run in runs) for k in KEYS}
+    mib = med["image_mib"]
+    row: dict[str, Any] = {"state_mib": mb, **{k: round(v, 4) for k, v in med.items()}}
+    row.update(
+        {
+            "ckpt_vs_raw": med["cp_ckpt_s"] / med["raw_dump_s"],
+            "ckpt_vs_raw_sync": med["cp_ckpt_s"] / med["raw_dump_sync_s"],
+            "stop_vs_raw": med["cp_stop_s"] / med["raw_stop_s"],
+            "stop_vs_raw_sync": med["cp_stop_s"] / med["raw_stop_sync_s"],
+            "restore_vs_raw": med["cp_restore_s"] / med["raw_restore_s"],
+            "cp_mib_s": mib / med["cp_ckpt_s"],
+            "dd_fsync_mib_s": mib / med["dd_fsync_s"],
+            "cp_vs_dd": med["dd_fsync_s"] / med["cp_ckpt_s"],
+        }
+    )
+    for k in list(row):
+        if isinstance(row[k], float):
+            row[k] = round(row[k], 3)
+    row["samples"] = {k: [round(run[k], 4) for run in runs] for k in KEYS}
+    return row
 
 
-def _dd(path: Path, mb: int, fsync: bool) -> float:
-    argv = ["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={mb}"]
-    t = _timed(argv + (["conv=fsync"] if fsync else []))
-    path.unlink()
-    return t
+def machine(criu_version: str | None, work: Path) -> dict[str, Any]:
+    def first(path: str, prefix: str) -> str:
+        try:
+            for line in Path(path).read_text().splitlines():
+                if line.startswith(prefix):
+                    return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+        return "?"
 
-
-def bench_size(mb: int, reps: int, work: Path) -> dict[str, Any]:
-    res: dict[str, list[float]] = {k: [] for k in (
-        "raw_dump_s", "raw_dump_fsync_s", "cp_checkpoint_s", "raw_restore_s", "cp_restore_s", "dd_fsync_s",
-        "dd_nofsync_s", "image_bytes")}  # fmt: skip
-    store = CheckpointStore(work / "store", keep=2)
-    for _ in range(reps):
-        r, w = os.pipe()
-        proc, pid = _start(mb, w)
-        ino = criu.pipe_inode(pid, 1)
-        raw_dir = work / "raw"
-        shutil.rmtree(raw_dir, ignore_errors=True)
-        raw_dir.mkdir()
-        res["raw_dump_s"].append(_timed([CRIU, "dump", "-t", str(pid), "-D", str(raw_dir),
-                                         "--external", f"pipe[{ino}]", "--leave-running",
-                                         "-o", str(work / "raw-dump.log")]))  # fmt: skip
-        t0 = time.monotonic()
-        for f in raw_dir.iterdir():  # like with like: raw CRIU plus making its images durable
-            fd = os.open(f, os.O_RDONLY)
-            os.fsync(fd)
-            os.close(fd)
-        res["raw_dump_fsync_s"].append(res["raw_dump_s"][-1] + time.monotonic() - t0)
-        t0 = time.monotonic()
-        pending = store.begin("bench", engine="criu", node=None)
-        dres = criu.dump(pid, pending.images_dir, leave_running=True,
-                         log_path=pending.tmp_dir / "dump.log")  # fmt: skip
-        pending.digests = dres.digests
-        info = store.publish(pending, timings=dres.timings, leave_running=True, extra=dres.extra)
-        res["cp_checkpoint_s"].append(time.monotonic() - t0)
-        res["image_bytes"].append(float(info.size_bytes))
-        _kill(pid)
-        proc.wait()
-        # raw restore
-        r2, w2 = os.pipe()
-        pidfile = work / "raw.pid"
-        pidfile.unlink(missing_ok=True)
-        res["raw_restore_s"].append(_timed(
-            [CRIU, "restore", "-D", str(raw_dir), "-d", "--pidfile", str(pidfile),
-             "--inherit-fd", f"fd[{w2}]:pipe:[{ino}]", "-o", str(work / "raw-restore.log")],
-            pass_fds=[w2]))  # fmt: skip
-        _kill(int(pidfile.read_text()))
-        # clawpoint restore (verification concurrent, SIGCONT after)
-        r3, w3 = os.pipe()
-        t0 = time.monotonic()
-        rres = criu.restore(store.images_dir(info.id), pipes={"stdout": ino}, fds={"stdout": w3},
-                            log_path=work / "cp-restore.log",
-                            verify=lambda: store.verify(info.id))  # fmt: skip
-        res["cp_restore_s"].append(time.monotonic() - t0)
-        _kill(rres.pid)
-        for fd in (r, w, r2, w2, r3, w3):
-            os.close(fd)
-        res["dd_fsync_s"].append(_dd(work / "dd.bin", mb, True))
-        res["dd_nofsync_s"].append(_dd(work / "dd.bin", mb, False))
-        store.apply_retention("bench")
-    med = {k: statistics.median(v) for k, v in res.items()}
-    gib = med["image_bytes"] / 2**20
+    fs = subprocess.run(  # noqa: S603
+        ["df", "-T", "--output=source,fstype", str(work)], capture_output=True, text=True
+    ).stdout.splitlines()[-1:]
     return {
-        "state_mib": mb,
-        "image_mib": round(gib, 1),
-        **{k: round(v, 4) for k, v in med.items() if k != "image_bytes"},
-        "checkpoint_ratio": round(med["cp_checkpoint_s"] / med["raw_dump_s"], 3),
-        "checkpoint_ratio_vs_raw_fsync": round(med["cp_checkpoint_s"] / med["raw_dump_fsync_s"], 3),
-        "restore_ratio": round(med["cp_restore_s"] / med["raw_restore_s"], 3),
-        "cp_mib_s": round(gib / med["cp_checkpoint_s"], 1),
-        "raw_criu_mib_s": round(gib / med["raw_dump_s"], 1),
-        "dd_fsync_mib_s": round(mb / med["dd_fsync_s"], 1),
-        "dd_nofsync_mib_s": round(mb / med["dd_nofsync_s"], 1),
-        "cp_vs_dd_fsync": round((gib / med["cp_checkpoint_s"]) / (mb / med["dd_fsync_s"]), 3),
-        "raw_criu_vs_dd_nofsync": round(
-            (gib / med["raw_dump_s"]) / (mb / med["dd_nofsync_s"]), 3),
-        "samples": {k: [round(x, 4) for x in v] for k, v in res.items()},
-    }  # fmt: skip
+        "cpu": first("/proc/cpuinfo", "model name"),
+        "cores": os.cpu_count(),
+        "memory": first("/proc/meminfo", "MemTotal"),
+        "disk": " ".join(fs[0].split()) if fs else "?",
+        "kernel": platform.release(),
+        "criu": criu_version,
+        "python": platform.python_version(),
+        "debian": Path("/etc/debian_version").read_text().strip(),
+        "digest": digest.ALGO,
+    }
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--quick", action="store_true", help="256 MiB only, 3 repetitions")
     ap.add_argument("--sizes", type=int, nargs="+", default=[256, 1024])
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--dir", type=Path, default=None, help="work dir (default: under /var/tmp)")
+    ap.add_argument("--warm", action="store_true", help="do not drop the page cache")
+    ap.add_argument("--dir", type=Path, default=Path("/var/tmp"), help="parent of the work dir")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "checkpoint.json")
     args = ap.parse_args()
+    sizes = [256] if args.quick else args.sizes
+    reps = max(3, args.reps)
     status = criu.criu_status()
     if not status.available:
         print(f"CRIU unavailable: {status.reason}", file=sys.stderr)
         return 2
-    work = Path(tempfile.mkdtemp(prefix="cp-bench-", dir=args.dir or "/var/tmp"))
+    work = Path(tempfile.mkdtemp(prefix="clawpoint-bench-", dir=args.dir))
+    os.environ["CLAWPOINT_HOME"] = str(work / "home")
+    bench = Bench(work, drop=not args.warm)
+    rows = []
     try:
-        rows = [bench_size(mb, args.reps, work) for mb in args.sizes]
+        for mb in sizes:
+            runs = [bench.one_rep(mb, i) for i in range(reps)]
+            rows.append(summarise(mb, runs))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    machine = {"kernel": platform.release(), "cpus": os.cpu_count(), "criu": status.version,
-               "python": platform.python_version(),
-               "debian": Path("/etc/debian_version").read_text().strip()}  # fmt: skip
-    print(f"{'MiB':>5} {'raw dump':>9} {'cp ckpt':>8} {'ratio':>6} {'r+fsync':>8} {'ratio':>6} {'raw rst':>8} {'cp rst':>7} "
-          f"{'ratio':>6} {'cp MiB/s':>9} {'dd fsync':>9} {'cp/dd':>6}")  # fmt: skip
+    info = machine(status.version, args.dir)
+    print(json.dumps({k: v for k, v in info.items()}, indent=None))
+    print(f"page cache dropped before each step: {not args.warm}; medians of {reps} runs")
+    head = (
+        f"{'MiB':>5} {'raw':>6} {'raw+s':>6} {'cp':>6} {'x raw':>6} {'x r+s':>6} "
+        f"{'rawStp':>6} {'cpStop':>6} {'x raw':>6} {'x r+s':>6} "
+        f"{'rawRst':>6} {'cpRst':>6} {'x raw':>6} {'cpMiB/s':>8} {'ddMiB/s':>8} {'x dd':>5}"
+    )
+    print(head)
     for r in rows:
-        print(f"{r['state_mib']:>5} {r['raw_dump_s']:>9.3f} {r['cp_checkpoint_s']:>8.3f} "
-              f"{r['checkpoint_ratio']:>6.2f} {r['raw_dump_fsync_s']:>8.3f} "
-              f"{r['checkpoint_ratio_vs_raw_fsync']:>6.2f} {r['raw_restore_s']:>8.3f} {r['cp_restore_s']:>7.3f} "
-              f"{r['restore_ratio']:>6.2f} {r['cp_mib_s']:>9.1f} {r['dd_fsync_mib_s']:>9.1f} "
-              f"{r['cp_vs_dd_fsync']:>6.2f}")  # fmt: skip
-    out = ROOT / "bench" / "results" / "checkpoint.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine, "results": rows}, indent=2))
-    print(f"wrote {out}")
+        print(
+            f"{r['image_mib']:>5.0f} {r['raw_dump_s']:>6.2f} {r['raw_dump_sync_s']:>6.2f} "
+            f"{r['cp_ckpt_s']:>6.2f} {r['ckpt_vs_raw']:>6.2f} {r['ckpt_vs_raw_sync']:>6.2f} "
+            f"{r['raw_stop_s']:>6.2f} {r['cp_stop_s']:>6.2f} {r['stop_vs_raw']:>6.2f} "
+            f"{r['stop_vs_raw_sync']:>6.2f} {r['raw_restore_s']:>6.2f} {r['cp_restore_s']:>6.2f} "
+            f"{r['restore_vs_raw']:>6.2f} {r['cp_mib_s']:>8.0f} {r['dd_fsync_mib_s']:>8.0f} "
+            f"{r['cp_vs_dd']:>5.2f}"
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"machine": info, "drop_caches": not args.warm, "reps": reps, "results": rows}
+    args.out.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"wrote {args.out}")
     return 0
 
 

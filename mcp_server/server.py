@@ -11,32 +11,35 @@ who may run them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import anyio
 import anyio.from_thread
 import anyio.to_thread
 from mcp.server import MCPServer
-from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from core import errors
 from core.config import Settings
 from core.model import (
     Action,
-    CheckpointInfo,
-    NodeInfo,
-    Plan,
-    Principal,
-    PrincipalKind,
-    WorkloadInfo,
 )
-from core.service.facade import ActionResult, ClusterStatus, Service, bootstrap
-from mcp_server import tools_insights
+from core.service.facade import ActionResult, Service, bootstrap
+from mcp_server import tools_actions, tools_insights
+from mcp_server.common import (
+    ActionOut,
+    PlanOut,
+    Reason,
+    StatusOut,
+    WorkloadId,
+    WorkloadOut,
+    action_out,
+    agent,
+    call,
+    open_record,
+    records,
+)
 
 T = TypeVar("T")
 
@@ -54,46 +57,31 @@ SAFE_WRITE = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
 )
 
-WorkloadId = Annotated[
-    str, Field(description="Workload id BACKEND:NAME, e.g. local:train-1", max_length=128)
-]
 NodeName = Annotated[
     str | None, Field(description="Target node name; omit to let clawpoint choose", max_length=64)
 ]
-Reason = Annotated[str, Field(description="Why (shown to people and audited)", max_length=500)]
 
 
 class NodeList(BaseModel):
-    nodes: list[NodeInfo]
+    """Nodes: id, state, health, schedulable, spot, price_per_hour, labels, gpus, workloads."""
+
+    nodes: list[dict[str, Any]]
 
 
 class WorkloadList(BaseModel):
-    workloads: list[WorkloadInfo]
+    """Workloads: id, state, node, engine, labels, last_checkpoint, message."""
+
+    workloads: list[dict[str, Any]]
 
 
 class CheckpointList(BaseModel):
-    checkpoints: list[CheckpointInfo]
+    """Checkpoints, newest first: id, lineage, seq, engine, node, created_at, size_bytes, status."""
+
+    checkpoints: list[dict[str, Any]]
 
 
-def _tool_error(exc: errors.ClawpointError) -> ToolError:
-    text = f"{exc.message} (error: {exc.code})"
-    if exc.hint:
-        text += f" Next step: {exc.hint}"
-    return ToolError(text)
-
-
-async def _call(fn: Callable[[], T]) -> T:
-    """Run a blocking service call off the event loop; translate our errors once, here."""
-    try:
-        return await anyio.to_thread.run_sync(fn)
-    except errors.ClawpointError as exc:
-        raise _tool_error(exc) from exc
-
-
-def _agent() -> Principal:
-    token = get_access_token()
-    client = token.client_id if token else "stdio"
-    return Principal(id=f"mcp:{client}", kind=PrincipalKind.AGENT)
+_call = call
+_agent = agent
 
 
 def build_server(
@@ -111,9 +99,9 @@ def build_server(
     )
 
     @mcp.tool(title="Cluster status", annotations=READ)
-    async def cluster_status() -> ClusterStatus:
+    async def cluster_status() -> StatusOut:
         """Nodes of every backend, workload counts by state, checkpoint count, CRIU status."""
-        return await _call(service.cluster_status)
+        return open_record(StatusOut, await _call(service.cluster_status))
 
     @mcp.tool(title="List nodes", annotations=READ)
     async def list_nodes(
@@ -122,7 +110,7 @@ def build_server(
         ] = None,
     ) -> NodeList:
         """Nodes with price/h, spot flag, health, schedulable and the workloads on each."""
-        return NodeList(nodes=await _call(lambda: service.nodes(backend)))
+        return NodeList(nodes=records(await _call(lambda: service.nodes(backend))))
 
     @mcp.tool(title="List workloads", annotations=READ)
     async def list_workloads(
@@ -131,12 +119,12 @@ def build_server(
         ] = None,
     ) -> WorkloadList:
         """Workloads with state, node, engine and last checkpoint."""
-        return WorkloadList(workloads=await _call(lambda: service.workloads(backend)))
+        return WorkloadList(workloads=records(await _call(lambda: service.workloads(backend))))
 
     @mcp.tool(title="Get workload", annotations=READ)
-    async def get_workload(workload: WorkloadId) -> WorkloadInfo:
+    async def get_workload(workload: WorkloadId) -> WorkloadOut:
         """One workload's details."""
-        return await _call(lambda: service.get_workload(workload))
+        return open_record(WorkloadOut, await _call(lambda: service.get_workload(workload)))
 
     @mcp.tool(title="List checkpoints", annotations=READ)
     async def list_checkpoints(
@@ -145,12 +133,14 @@ def build_server(
         ] = None,
     ) -> CheckpointList:
         """Checkpoints newest first, with size, engine, node, timings and verification status."""
-        return CheckpointList(checkpoints=await _call(lambda: service.checkpoints(workload)))
+        return CheckpointList(
+            checkpoints=records(await _call(lambda: service.checkpoints(workload)))
+        )
 
     @mcp.tool(title="Checkpoint a workload", annotations=SAFE_WRITE)
     async def checkpoint_workload(
         workload: WorkloadId, ctx: Context, reason: Reason = ""
-    ) -> ActionResult:
+    ) -> ActionOut:
         """Save a workload's full state and leave it running (safe: loses nothing)."""
         principal = _agent()
 
@@ -166,24 +156,29 @@ def build_server(
             plan = service.plan(Action.CHECKPOINT, workload, {"stop": False}, reason=reason)
             return service.perform(plan, principal=principal, progress=progress)
 
-        return await _call(run)
+        return action_out(await _call(run))
 
     @mcp.tool(title="Plan a migration", annotations=READ)
     async def plan_migration(
         workload: WorkloadId, to: NodeName = None, reason: Reason = ""
-    ) -> Plan:
+    ) -> PlanOut:
         """The plan to move a running workload to another node (nothing is changed)."""
-        return await _call(
-            lambda: service.plan(Action.MIGRATE, workload, {"to": to}, reason=reason)
+        return open_record(
+            PlanOut,
+            await _call(lambda: service.plan(Action.MIGRATE, workload, {"to": to}, reason=reason)),
         )
 
     @mcp.tool(title="Plan a failover", annotations=READ)
-    async def plan_failover(workload: WorkloadId, to: NodeName = None, reason: Reason = "") -> Plan:
+    async def plan_failover(
+        workload: WorkloadId, to: NodeName = None, reason: Reason = ""
+    ) -> PlanOut:
         """The plan to restore a dead workload's newest good checkpoint elsewhere (nothing is changed)."""
-        return await _call(
-            lambda: service.plan(Action.FAILOVER, workload, {"to": to}, reason=reason)
+        return open_record(
+            PlanOut,
+            await _call(lambda: service.plan(Action.FAILOVER, workload, {"to": to}, reason=reason)),
         )
 
+    tools_actions.register(mcp, service)
     tools_insights.register(mcp, service)
     return mcp
 
@@ -195,31 +190,3 @@ def serve_stdio(settings: Settings) -> None:
     service = bootstrap(settings)
     service.recover()
     build_server(service).run()
-
-
-def serve_http(settings: Settings, *, host: str, port: int) -> None:
-    import uvicorn
-    from mcp.server.auth.settings import AuthSettings
-
-    from core import logs
-    from mcp_server.auth import StaticTokenVerifier
-
-    logs.configure()
-    token = settings.mcp_token
-    if not token:
-        raise errors.InvalidInput(
-            "refusing to serve HTTP without a bearer token",
-            hint="set CLAWPOINT_MCP_TOKEN (or [mcp] token in the config) to a long random secret",
-        )
-    service = bootstrap(settings)
-    service.recover()
-    base = f"http://{host}:{port}"
-    mcp = build_server(
-        service,
-        token_verifier=StaticTokenVerifier(agent_tokens=[token]),
-        auth=AuthSettings(
-            issuer_url=base, resource_server_url=f"{base}/mcp", required_scopes=["agent"]
-        ),
-    )
-    app = mcp.streamable_http_app(host=host)
-    uvicorn.run(app, host=host, port=port, log_level="warning")

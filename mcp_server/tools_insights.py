@@ -9,20 +9,15 @@ ordinary action tools' job (or the watch loop's, under standing approvals).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
-import anyio.to_thread
 from mcp.server import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from core import errors
 from core.service import insights
 from core.service.facade import Service
-from core.signals.queue import QueueDepth
-from core.signals.sla import SlaRisk
+from mcp_server.common import OpenRecord, call, open_record, records
 
 T = TypeVar("T")
 
@@ -32,25 +27,33 @@ READ_ONLY = ToolAnnotations(
 
 
 class QueueDepthList(BaseModel):
-    queues: list[QueueDepth]
+    """Per partition: backend, partition, pending, pending_by_reason, oldest_pending_age_s,
+    pending_gpus, running."""
+
+    queues: list[dict[str, Any]]
 
 
 class SlaRiskList(BaseModel):
-    risks: list[SlaRisk]
+    """Per workload: workload, risk (low|medium|high), deadline, eta, slack_s, progress,
+    rate, needed_speed, reason."""
+
+    risks: list[dict[str, Any]]
 
 
-def _tool_error(exc: errors.ClawpointError) -> ToolError:
-    text = f"{exc.message} (error: {exc.code})"
-    if exc.hint:
-        text += f" Next step: {exc.hint}"
-    return ToolError(text)
+class SpotMarketOut(OpenRecord):
+    """Prices per node (price_per_hour, on_demand, discount, source) and interruption notices."""
 
 
-async def _call(fn: Callable[[], T]) -> T:
-    try:
-        return await anyio.to_thread.run_sync(fn)
-    except errors.ClawpointError as exc:
-        raise _tool_error(exc) from exc
+class ClusterHealthOut(OpenRecord):
+    """Node health signals (node, verdict, reasons) and GPU health from NVML when enabled."""
+
+
+class PlanReportOut(OpenRecord):
+    """Ranked proposals: action, target, params, trigger, reason, effect (numbers), risk,
+    score. Execute one with the matching action tool (same target and params)."""
+
+
+_call = call
 
 
 def register(mcp: MCPServer[Any], service: Service) -> None:
@@ -64,30 +67,32 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
     ) -> QueueDepthList:
         """Pending and running work per backend/partition: pending by reason, oldest wait,
         GPUs requested. A long-waiting queue is a 'backlog' the planner may free room for."""
-        return QueueDepthList(queues=await _call(lambda: insights.queue_depth(service, backend)))
+        return QueueDepthList(
+            queues=records(await _call(lambda: insights.queue_depth(service, backend)))
+        )
 
     @mcp.tool(title="SLA risk", annotations=READ_ONLY)
     async def sla_risk() -> SlaRiskList:
         """Workloads with a deadline: progress, ETA, slack and risk level (high when the ETA
         is past the deadline or slack < 10% of the remaining time), and the node speed that
         would bring the risk back to low."""
-        return SlaRiskList(risks=await _call(lambda: insights.sla_risk(service)))
+        return SlaRiskList(risks=records(await _call(lambda: insights.sla_risk(service))))
 
     @mcp.tool(title="Spot market", annotations=READ_ONLY)
-    async def spot_market() -> insights.SpotMarket:
+    async def spot_market() -> SpotMarketOut:
         """Each node's current price (configured price sources, else the inventory),
         spot flag, on-demand price and discount when known."""
-        return await _call(lambda: insights.spot_market(service))
+        return open_record(SpotMarketOut, await _call(lambda: insights.spot_market(service)))
 
     @mcp.tool(title="Cluster health", annotations=READ_ONLY)
-    async def cluster_health() -> insights.ClusterHealth:
+    async def cluster_health() -> ClusterHealthOut:
         """Node health of every backend (with the flags/conditions that decided it) and this
         host's GPU health from NVML (Xid errors, ECC, row remapping, throttling)."""
-        return await _call(lambda: insights.cluster_health(service))
+        return open_record(ClusterHealthOut, await _call(lambda: insights.cluster_health(service)))
 
     @mcp.tool(title="Plan actions", annotations=READ_ONLY)
-    async def plan_actions() -> insights.PlanReport:
+    async def plan_actions() -> PlanReportOut:
         """Ranked proposals from the current signals, most urgent first. Each gives the
         action, target and params to pass to the action tools, a one-sentence reason, the
         expected effect in numbers, the risk class and a score. Nothing is executed."""
-        return await _call(lambda: insights.propose(service))
+        return open_record(PlanReportOut, await _call(lambda: insights.propose(service)))

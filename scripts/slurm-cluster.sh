@@ -173,7 +173,7 @@ rest_plugins() {
     printf '%s' "$plugins"
 }
 
-as_rest() { # run a command as the REST user, exec'd (so $! is its pid), in a new session
+as_rest() { # run a command as the REST user, exec'd so that $! is its pid
     # No setsid: it would fork when we lead a process group, and $! would name the wrong pid.
     exec setpriv --reuid="$REST_USER" --regid="$REST_USER" --init-groups -- "$@"
 }

@@ -405,7 +405,8 @@ def serve(
     json_: JsonOpt = False,
 ) -> None:
     """Run the MCP server (stdio by default)."""
-    from mcp_server.server import serve_http, serve_stdio
+    from mcp_server.http_app import serve_http
+    from mcp_server.server import serve_stdio
 
     settings = _settings()
     if http:

@@ -150,11 +150,12 @@ def test_tcp_with_jwt(slurm_env: dict[str, str]) -> None:
 
 
 def _stop(pidfile: Path) -> None:
-    os.kill(int(pidfile.read_text()), signal.SIGTERM)
+    pid = int(pidfile.read_text())  # read once: some daemons remove the file as they exit
+    os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:
-            os.kill(int(pidfile.read_text()), 0)
+            os.kill(pid, 0)
         except ProcessLookupError:
             return
         time.sleep(0.2)

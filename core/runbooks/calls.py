@@ -1,0 +1,248 @@
+"""How a runbook's tool step reaches the service: one function per tool name.
+
+Runbooks name MCP tools (``core.runbooks.tools``) but the engine does not go through MCP:
+each name maps to a direct ``Service`` call here. Read tools return plain JSON data shaped
+for references (``{{steps.health.health}}``, ``{{steps.workloads.count}}``); action tools
+call ``service.act`` with the run's principal, so every write inside a runbook passes the
+same policy, approvals and audit as the MCP action tools, and return the ``ActionResult``.
+
+Limits: arguments are checked by name (an unknown argument is an error, so a typo in a
+runbook does not silently do something else). ``start_runbook``, ``list_runbooks`` and
+``runbook_status`` are added by the engine itself; ``execute_approved`` and
+``continue_runbook`` are never steps (the validator refuses them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from core import errors
+from core.model import Action, Principal, parse_ref
+from core.service import insights
+from core.service.facade import Service
+
+__all__ = ["CALLS", "CallContext", "ToolCall", "ACTION_MAP"]
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """Who calls and how: the run's principal, its trigger, and the run-wide dry-run flag."""
+
+    principal: Principal
+    trigger: str | None = None
+    dry_run: bool = False
+
+
+ToolCall = Callable[[Service, dict[str, Any], CallContext], Any]
+
+
+def _args(tool: str, args: Mapping[str, Any], allowed: set[str], required: set[str]) -> None:
+    unknown = sorted(set(args) - allowed)
+    if unknown:
+        raise errors.InvalidInput(
+            f"tool {tool!r} has no argument {', '.join(unknown)}",
+            hint=f"its arguments are: {', '.join(sorted(allowed)) or '(none)'}",
+        )
+    missing = sorted(r for r in required if args.get(r) in (None, ""))
+    if missing:
+        raise errors.InvalidInput(f"tool {tool!r} needs {', '.join(missing)}",
+                                  hint="pass it in the step's args")  # fmt: skip
+
+
+def _json(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    return dump(mode="json") if callable(dump) else value
+
+
+def _node_name(node: str) -> tuple[str, str]:
+    ref = parse_ref(node, what="node")
+    return ref.backend, ref.name
+
+
+# --------------------------------------------------------------------------- read tools
+
+
+def _cluster_status(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
+    _args("cluster_status", a, {"node"}, set())
+    out = _json(svc.cluster_status())
+    if a.get("node"):
+        backend, name = _node_name(a["node"])
+        match = [n for n in svc.nodes(backend) if n.name == name]
+        if not match:
+            raise errors.NotFound(f"no node {a['node']}", hint="list nodes with list_nodes")
+        out["node"] = _json(match[0])
+    return out
+
+
+def _list_nodes(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
+    _args("list_nodes", a, {"backend"}, set())
+    nodes = [_json(n) for n in svc.nodes(a.get("backend"))]
+    return {"nodes": nodes, "count": len(nodes)}
+
+
+def _list_workloads(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
+    _args("list_workloads", a, {"backend", "node", "state"}, set())
+    backend, node = (None, None)
+    if a.get("node"):
+        backend, node = _node_name(a["node"])
+    items = svc.workloads(a.get("backend") or backend)
+    if node:
+        items = [w for w in items if w.node == node]
+    if a.get("state"):
+        items = [w for w in items if w.state.value == a["state"]]
+    return {"workloads": [_json(w) for w in items], "count": len(items)}
+
+
+def _get_workload(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
+    _args("get_workload", a, {"workload"}, {"workload"})
+    return _json(svc.get_workload(a["workload"]))
+
+
+def _list_checkpoints(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
+    _args("list_checkpoints", a, {"workload"}, set())
+    items = svc.checkpoints(a.get("workload"))
+    return {"checkpoints": [_json(c) for c in items], "count": len(items)}
+
+
+def _queue_depth(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
+    _args("queue_depth", a, {"backend", "partition"}, set())
+    queues = insights.queue_depth(svc, a.get("backend"))
+    if a.get("partition"):
+        queues = [q for q in queues if q.partition == a["partition"]]
+    ages = [q.oldest_pending_age_s for q in queues if q.oldest_pending_age_s is not None]
+    return {
+        "pending": sum(q.pending for q in queues),
+        "running": sum(q.running for q in queues),
+        "oldest_wait_minutes": round(max(ages) / 60, 1) if ages else 0.0,
+        "backlog": any(q.backlog for q in queues),
+        "queues": [_json(q) for q in queues],
+    }
+
+
+def _sla_risk(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
+    _args("sla_risk", a, {"workload"}, set())
+    risks = insights.sla_risk(svc)
+    if not a.get("workload"):
+        return {"risks": [_json(r) for r in risks], "count": len(risks)}
+    for r in risks:
+        if r.workload == a["workload"]:
+            late_s = -r.slack_s if r.slack_s is not None else -r.time_left_s
+            return {**_json(r), "minutes_late": round(max(0.0, late_s) / 60, 1)}
+    svc.get_workload(a["workload"])  # unknown workload -> NotFound rather than "on time"
+    return {"workload": a["workload"], "level": "none", "minutes_late": 0.0,
+            "message": "no deadline (or not running): no SLA to rescue"}  # fmt: skip
+
+
+def _spot_market(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
+    _args("spot_market", a, set(), set())
+    return _json(insights.spot_market(svc))
+
+
+def _cluster_health(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
+    _args("cluster_health", a, {"node"}, set())
+    report = insights.cluster_health(svc)
+    if not a.get("node"):
+        return _json(report)
+    backend, name = _node_name(a["node"])
+    for sig in report.nodes:
+        if sig.backend == backend and sig.node in (name, a["node"]):
+            return {**_json(sig), "reason": "; ".join(sig.reasons) or "no reason reported"}
+    raise errors.NotFound(f"no health signal for node {a['node']}",
+                          hint="check the node id with list_nodes")  # fmt: skip
+
+
+def _plan_actions(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
+    _args("plan_actions", a, {"goal", "partition"}, set())
+    report = insights.propose(svc)
+    proposals = report.proposals
+    if a.get("goal"):
+        proposals = [p for p in proposals if p.trigger == a["goal"]]
+    top = proposals[0] if proposals else None
+    return {
+        "count": len(proposals),
+        "proposals": [_json(p) for p in proposals],
+        "action": top.action.value if top else None,
+        "workload": top.target if top else None,
+        "summary": f"{top.action.value} {top.target}: {top.reason}" if top else "no proposal",
+    }
+
+
+def _plan(action: Action) -> ToolCall:
+    def call(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
+        _args(f"plan_{action.value}", a, {"workload", "to", "reason"}, {"workload"})
+        params = {"to": a.get("to")}
+        return _json(svc.plan(action, a["workload"], params, reason=a.get("reason") or ""))
+
+    return call
+
+
+def _list_approvals(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
+    _args("list_approvals", a, {"status"}, set())
+    items = svc.list_approvals(status=a.get("status"))
+    return {"approvals": [_json(v) for v in items], "count": len(items)}
+
+
+def _get_approval(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
+    _args("get_approval", a, {"approval_id"}, {"approval_id"})
+    return _json(svc.get_approval(a["approval_id"]))
+
+
+# --------------------------------------------------------------------------- action tools
+
+# tool -> (action, the argument naming the target, extra parameters passed to the plan)
+ACTION_MAP: dict[str, tuple[Action, str, tuple[str, ...]]] = {
+    "checkpoint_workload": (Action.CHECKPOINT, "workload", ("stop",)),
+    "migrate_workload": (Action.MIGRATE, "workload", ("to",)),
+    "preempt_workload": (Action.PREEMPT, "workload", ()),
+    "resume_workload": (Action.RESUME, "workload", ("to",)),
+    "restore_checkpoint": (Action.RESTORE, "checkpoint", ("to",)),
+    "failover_workload": (Action.FAILOVER, "workload", ("to",)),
+    "drain_node": (Action.DRAIN_NODE, "node", ("save",)),
+    "scale_workload": (Action.SCALE, "workload", ("replicas",)),
+    "delete_checkpoint": (Action.DELETE_CHECKPOINT, "checkpoint", ()),
+}
+
+
+def _action(tool: str) -> ToolCall:
+    action, target_arg, extra = ACTION_MAP[tool]
+
+    def call(svc: Service, a: dict[str, Any], ctx: CallContext) -> Any:
+        _args(tool, a, {target_arg, "reason", "dry_run", *extra}, {target_arg, "reason"})
+        params = {k: a[k] for k in extra if a.get(k) is not None}
+        if action is Action.CHECKPOINT:
+            params.setdefault("stop", False)
+        if action is Action.DRAIN_NODE:
+            params.setdefault("save", True)
+        result = svc.act(
+            action,
+            a[target_arg],
+            params,
+            principal=ctx.principal,
+            reason=a["reason"],
+            dry_run=ctx.dry_run or a.get("dry_run") is True,
+            trigger=ctx.trigger,
+        )
+        return _json(result)
+
+    return call
+
+
+CALLS: dict[str, ToolCall] = {
+    "cluster_status": _cluster_status,
+    "list_nodes": _list_nodes,
+    "list_workloads": _list_workloads,
+    "get_workload": _get_workload,
+    "list_checkpoints": _list_checkpoints,
+    "queue_depth": _queue_depth,
+    "sla_risk": _sla_risk,
+    "spot_market": _spot_market,
+    "cluster_health": _cluster_health,
+    "plan_actions": _plan_actions,
+    "plan_migration": _plan(Action.MIGRATE),
+    "plan_failover": _plan(Action.FAILOVER),
+    "list_approvals": _list_approvals,
+    "get_approval": _get_approval,
+    **{tool: _action(tool) for tool in ACTION_MAP},
+}

@@ -1,0 +1,422 @@
+"""The runbook engine: run a runbook step by step with every bit of progress in SQLite.
+
+``start`` binds the parameters and runs until the run ends or must wait; ``continue_`` picks
+a run up again from the database (any process: the MCP server after a restart, the CLI).
+A run waits at an ``approval`` gate while its action's approval is pending (a person decides
+through ``clawpoint approvals``; the engine never approves), and at an ``ask`` step until
+someone passes the person's answer. Tool steps call the service directly
+(``core.runbooks.calls``) as the run's principal, so the guardrails apply to every action.
+
+Crash safety: an action step is marked ``started`` before the call and its result recorded
+after it. A run found with an action ``started`` but no result is failed with a pointer to
+the audit log instead of repeating the action (a read step simply runs again). Approved
+plans run through ``execute_approved``, which consumes the approval, so they run once.
+
+Limits: ``wait`` steps and ``until`` polling sleep in the calling thread (keep them short or
+prefer an ask/approval); timeouts of gates and questions are checked when a run is continued.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from core import errors
+from core.guardrails.approvals import ApprovalStatus
+from core.model import Principal, PrincipalKind, utcnow
+from core.runbooks import schema, templates, tools
+from core.runbooks.calls import CALLS, CallContext, ToolCall
+from core.runbooks.store import RunRecord, RunStatus, RunStore, StepRecord, Waiting, new_run_id
+from core.service.facade import ActionResult, Service
+
+__all__ = ["Engine", "RunView", "default_runbooks_dir"]
+
+_OK_ACTION = ("executed", "planned", "approval_required")
+
+
+def default_runbooks_dir() -> Path:
+    """``$CLAWPOINT_RUNBOOKS``, else the ``runbooks/`` folder shipped with clawpoint."""
+    env = os.environ.get("CLAWPOINT_RUNBOOKS")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "runbooks"
+
+
+class RunView(BaseModel):
+    """A run as interfaces show it; ``next`` says what has to happen for it to go on."""
+
+    id: str
+    runbook: str
+    status: RunStatus
+    principal: str
+    params: dict[str, Any]
+    current: str | None
+    waiting: Waiting | None = None
+    steps: list[StepRecord] = Field(default_factory=list)
+    messages: list[str] = Field(default_factory=list)
+    error: str | None = None
+    started_at: datetime
+    updated_at: datetime
+    next: str = ""
+
+
+def view(run: RunRecord) -> RunView:
+    w = run.waiting
+    hint = ""
+    if run.status is RunStatus.WAITING_APPROVAL and w and w.kind == "confirm":
+        hint = f"A person confirms the plan with: clawpoint runbook continue {run.id} --yes"
+    elif run.status is RunStatus.WAITING_APPROVAL and w:
+        hint = (f"A person must approve {w.approval_id} (clawpoint approvals approve "
+                f"{w.approval_id}); then continue_runbook {run.id}. Do not approve it yourself.")  # fmt: skip
+    elif run.status is RunStatus.WAITING_ANSWER and w:
+        values = ", ".join(c["value"] for c in w.choices)
+        hint = f"Ask the person, then continue_runbook {run.id} with answer one of: {values}"
+    elif run.status is RunStatus.RUNNING:
+        hint = f"interrupted; continue_runbook {run.id} resumes it"
+    return RunView(
+        id=run.id, runbook=run.runbook, status=run.status, principal=str(run.principal),
+        params=run.params, current=run.current, waiting=w, steps=run.steps,
+        messages=run.messages, error=run.error, started_at=run.started_at,
+        updated_at=run.updated_at, next=hint,
+    )  # fmt: skip
+
+
+class _Wait(Exception):
+    """Internal: the current step waits (the run's status and ``waiting`` are set)."""
+
+
+class Engine:
+    def __init__(
+        self,
+        service: Service,
+        *,
+        runbooks_dir: Path | None = None,
+        calls: Mapping[str, ToolCall] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.service = service
+        self.dir = runbooks_dir or default_runbooks_dir()
+        self.store = RunStore(service.db)
+        self.calls: dict[str, ToolCall] = {**CALLS, **(calls or {})}
+        self.calls.setdefault("list_runbooks", lambda _s, _a, _c: self._list_call())
+        self.calls.setdefault("runbook_status", lambda _s, a, _c: self._status_call(a))
+        self._sleep = sleep
+
+    # ------------------------------------------------------------------ catalogue
+    def runbooks(self) -> dict[str, schema.Runbook]:
+        return schema.load_all(self.dir)
+
+    def runbook(self, name: str) -> schema.Runbook:
+        path = self.dir / f"{name}.yaml"
+        if not path.is_file():
+            raise errors.NotFound(
+                f"no runbook {name!r}", hint=f"runbooks are: {', '.join(sorted(self.runbooks()))}"
+            )
+        return schema.load_runbook(path)
+
+    def _list_call(self) -> Any:
+        return {"runbooks": sorted(self.runbooks())}
+
+    def _status_call(self, a: Mapping[str, Any]) -> Any:
+        return view(self.store.get(str(a.get("run_id")))).model_dump(mode="json")
+
+    # ------------------------------------------------------------------ runs
+    def start(
+        self,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        principal: Principal,
+        dry_run: bool = False,
+        trigger: str | None = None,
+    ) -> RunView:
+        rb = self.runbook(name)
+        run = RunRecord(id=new_run_id(), runbook=rb.name, digest=rb.digest(),
+                        params=rb.bind_params(params or {}), principal=principal,
+                        current=rb.steps[0].id, dry_run=dry_run, trigger=trigger)  # fmt: skip
+        self.service.audit.append("runbook.start", principal=str(principal), subject=run.id,
+                                  data={"runbook": rb.name, "params": run.params,
+                                        "dry_run": dry_run})  # fmt: skip
+        return view(self._advance(self.store.create(run), rb, principal))
+
+    def status(self, run_id: str) -> RunView:
+        return view(self.store.get(run_id))
+
+    def runs(self, *, limit: int = 20) -> list[RunView]:
+        return [view(r) for r in self.store.list(limit=limit)]
+
+    def continue_(
+        self, run_id: str, *, principal: Principal, answer: str | None = None,
+        confirm: bool = False,
+    ) -> RunView:  # fmt: skip
+        """Go on from where the run waits; a still-pending gate or question says so."""
+        run = self.store.get(run_id)
+        if run.status.finished:
+            return view(run)
+        rb = self.runbook(run.runbook)
+        if rb.digest() != run.digest:
+            raise errors.Conflict(
+                f"runbook {rb.name!r} changed since run {run.id} started",
+                hint="start a new run of the current runbook; this one cannot continue safely",
+            )
+        if answer is not None and run.status is not RunStatus.WAITING_ANSWER:
+            raise errors.InvalidInput(f"run {run.id} does not wait for an answer ({run.status})",
+                                      hint=view(run).next or "nothing to answer")  # fmt: skip
+        if run.status is RunStatus.WAITING_ANSWER and answer is None:
+            return view(run)
+        run.status = RunStatus.RUNNING
+        return view(self._advance(run, rb, principal, answer=answer, confirm=confirm))
+
+    def cancel(self, run_id: str, *, principal: Principal, why: str = "") -> RunView:
+        run = self.store.get(run_id)
+        if not run.status.finished:
+            run.status, run.current, run.waiting = RunStatus.CANCELLED, None, None
+            run.messages.append(f"cancelled by {principal}" + (f": {why}" if why else ""))
+            run = self.store.save(run)
+        return view(run)
+
+    # ------------------------------------------------------------------ stepping
+    def _advance(self, run: RunRecord, rb: schema.Runbook, caller: Principal, *,
+                 answer: str | None = None, confirm: bool = False) -> RunRecord:  # fmt: skip
+        while run.status is RunStatus.RUNNING and run.current is not None:
+            step = rb.step(run.current)
+            try:
+                if step.when is not None and not step.when.evaluate(run.context()):
+                    run.record(step.id, step.kind, "skipped")
+                    target = "continue"
+                else:
+                    target = self._step(run, step, caller, answer=answer, confirm=confirm)
+                    answer, confirm = None, False
+            except _Wait:
+                return self.store.save(run)
+            except errors.ClawpointError as exc:
+                run.record(step.id, step.kind, "error", error=str(exc))
+                target = "fail"
+                run.error = f"step {step.id}: {exc}"
+            self._go(run, rb, step.id, target)
+            run = self.store.save(run)
+        return run
+
+    def _go(self, run: RunRecord, rb: schema.Runbook, step_id: str, target: str) -> None:
+        run.waiting = None
+        if target == "continue":
+            i = rb.index(step_id) + 1
+            run.current = rb.steps[i].id if i < len(rb.steps) else None
+            target = "stop" if run.current is None else target
+        elif target not in ("stop", "fail"):
+            run.current = target
+        if target in ("stop", "fail"):
+            run.current = None
+            run.status = RunStatus.SUCCEEDED if target == "stop" else RunStatus.FAILED
+            if target == "fail" and not run.error:
+                run.error = f"failed at step {step_id}"
+            self.service.audit.append("runbook.end", principal=str(run.principal),
+                                      subject=run.id, data={"status": run.status.value,
+                                                            "at": step_id})  # fmt: skip
+
+    def _step(self, run: RunRecord, step: Any, caller: Principal, *, answer: str | None,
+              confirm: bool) -> str:  # fmt: skip
+        if isinstance(step, schema.ToolStep):
+            return self._tool(run, step)
+        if isinstance(step, schema.ApprovalStep):
+            return self._gate(run, step, caller, confirm=confirm)
+        if isinstance(step, schema.AskStep):
+            return self._ask(run, step, caller, answer)
+        ctx = run.context()
+        if isinstance(step, schema.CheckStep):
+            result = step.condition.evaluate(ctx)
+            run.record(step.id, step.kind, "ok", {"result": result})
+            target: str = step.then if result else step.else_
+            if step.message and target in ("stop", "fail"):
+                self._notify(run, step.id, templates.render(step.message, ctx, strict=False),
+                             "info" if target == "stop" else "warning")  # fmt: skip
+            return target
+        if isinstance(step, schema.NotifyStep):
+            text = templates.render(step.message, ctx, strict=False)
+            sent = self._notify(run, step.id, text, step.severity)
+            run.record(step.id, step.kind, "ok", {"sent": sent})
+            return step.next
+        if isinstance(step, schema.WaitStep):
+            self._sleep(step.duration)
+            run.record(step.id, step.kind, "ok", {"waited_s": step.duration})
+            return step.next
+        raise errors.InvalidInput(f"unknown step kind {step.kind!r}")  # pragma: no cover
+
+    def _tool(self, run: RunRecord, step: schema.ToolStep) -> str:
+        call = self.calls.get(step.tool)
+        if call is None:
+            raise errors.NotSupported(f"tool {step.tool!r} cannot run inside a runbook",
+                                      hint="use a person or the MCP tool directly")  # fmt: skip
+        acting = tools.is_mutating(step.tool)
+        last = run.last(step.id)
+        if acting and last is not None and last.status == "started":
+            raise errors.Conflict(
+                f"action step {step.id!r} was interrupted before its result was recorded",
+                hint="check 'clawpoint audit' and 'clawpoint approvals list' for what ran, "
+                "then start a new run if still needed; actions are never repeated blindly",
+            )
+        try:
+            args = templates.render(step.args, run.context())
+        except errors.ClawpointError as exc:
+            run.record(step.id, step.kind, "error", error=str(exc))
+            return step.on_error
+        cctx = CallContext(principal=run.principal, trigger=run.trigger, dry_run=run.dry_run)
+        if acting:
+            run.record(step.id, step.kind, "started")
+            saved = self.store.save(run)
+            run.version = saved.version
+        deadline = time.monotonic() + (step.timeout or 0)
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                out = call(self.service, args, cctx)
+            except errors.ClawpointError as exc:
+                if attempts <= step.retries:
+                    continue
+                run.record(step.id, step.kind, "error", error=str(exc))
+                return step.on_error
+            if step.until is not None:
+                ctx = run.context()
+                ctx["steps"] = {**ctx["steps"], step.id: out}
+                if not step.until.evaluate(ctx):
+                    if step.timeout is None or time.monotonic() + step.every <= deadline:
+                        self._sleep(step.every)
+                        continue
+                    run.record(step.id, step.kind, "error", out, "condition not met in time")
+                    return step.on_error
+            break
+        if acting and isinstance(out, Mapping) and out.get("status") not in _OK_ACTION:
+            run.record(step.id, step.kind, "error", out, str(out.get("message", "")))
+            return step.on_error
+        run.record(step.id, step.kind, "ok", out)
+        return step.next
+
+    def _gate(self, run: RunRecord, step: schema.ApprovalStep, caller: Principal, *,
+              confirm: bool) -> str:  # fmt: skip
+        act = run.last(step.for_)
+        out = act.output if act is not None and isinstance(act.output, Mapping) else None
+        if out is None or act is None or act.status == "skipped":
+            run.record(step.id, step.kind, "skipped")
+            return step.next
+        if out.get("status") != "approval_required":
+            run.record(step.id, step.kind, "ok",
+                       {"status": out.get("status"), "approval_id": None, "result": out})  # fmt: skip
+            return step.next
+        ctx = run.context()
+        approval = out.get("approval")
+        if approval is None:  # a person started the run: they confirm the plan themselves
+            plan_hash = str((out.get("plan") or {}).get("hash"))
+            if not (confirm and caller.kind is PrincipalKind.PERSON):
+                self._wait(run, step, RunStatus.WAITING_APPROVAL,
+                           Waiting(step=step.id, kind="confirm", plan_hash=plan_hash),
+                           templates.render(step.message, ctx, strict=False))  # fmt: skip
+            plan = self.service.journal.get_plan(plan_hash)
+            result = self.service.perform(plan, principal=caller, confirmed=True)
+            return self._approved(run, step, None, result)
+        approval_id = str(approval["id"])
+        status = self.service.get_approval(approval_id).status
+        prior = run.last(step.id)
+        if status is ApprovalStatus.PENDING:
+            waited = run.waiting.since if run.waiting and run.waiting.step == step.id else utcnow()
+            if (utcnow() - waited).total_seconds() > step.timeout:
+                run.record(step.id, step.kind, "ok", {"status": "timeout",
+                                                      "approval_id": approval_id})  # fmt: skip
+                return step.on_timeout
+            text = templates.render(step.message, ctx, strict=False)
+            self._wait(run, step, RunStatus.WAITING_APPROVAL,
+                       Waiting(step=step.id, kind="approval", approval_id=approval_id,
+                               how_to_approve=approval.get("how_to_approve") or [],
+                               expires_at=approval.get("expires_at"), since=waited),
+                       f"{text} Approve: clawpoint approvals approve {approval_id}")  # fmt: skip
+        if status is ApprovalStatus.APPROVED:
+            run.record(step.id, step.kind, "started", {"approval_id": approval_id})
+            run.version = self.store.save(run).version
+            result = self.service.execute_approved(approval_id, principal=run.principal)
+            return self._approved(run, step, approval_id, result)
+        if status is ApprovalStatus.DENIED:
+            run.record(step.id, step.kind, "ok", {"status": "denied",
+                                                  "approval_id": approval_id})  # fmt: skip
+            return step.on_denied
+        if status in (ApprovalStatus.EXPIRED, ApprovalStatus.LOCKED):
+            run.record(step.id, step.kind, "ok", {"status": "expired",
+                                                  "approval_id": approval_id})  # fmt: skip
+            return step.on_timeout
+        started = prior is not None and prior.status == "started"
+        raise errors.Conflict(
+            f"approval {approval_id} was already used"
+            + (" by this run, but its result was not recorded" if started else ""),
+            hint="see 'clawpoint audit' for the execution; start a new run if still needed",
+        )
+
+    def _approved(self, run: RunRecord, step: schema.ApprovalStep, approval_id: str | None,
+                  result: ActionResult) -> str:  # fmt: skip
+        rec = {"status": "approved", "approval_id": approval_id,
+               "result": result.model_dump(mode="json")}  # fmt: skip
+        if result.status in ("executed", "planned"):
+            run.record(step.id, step.kind, "ok", rec)
+            return step.next
+        run.record(step.id, step.kind, "error", rec, result.message)
+        run.error = f"step {step.id}: approved action {result.status}: {result.message}"
+        on_error = getattr(run_step_of(self.runbook(run.runbook), step.for_), "on_error", "fail")
+        ids = [s.id for s in self.runbook(run.runbook).steps]
+        if on_error in ids and ids.index(on_error) > ids.index(step.id):
+            return str(on_error)
+        return "fail" if on_error not in ("stop", "continue") else str(on_error)
+
+    def _ask(self, run: RunRecord, step: schema.AskStep, caller: Principal,
+             answer: str | None) -> str:  # fmt: skip
+        values = {c.value: c.value for c in step.choices}
+        values.update({c.label.lower(): c.value for c in step.choices})
+        waiting = run.waiting if run.waiting and run.waiting.step == step.id else None
+        if answer is not None and waiting is not None:
+            chosen = values.get(answer) or values.get(answer.strip().lower())
+            if chosen is None:
+                raise errors.InvalidInput(
+                    f"{answer!r} is not an answer to {step.id!r}",
+                    hint=f"answer one of: {', '.join(c.value for c in step.choices)}",
+                )
+            run.record(step.id, step.kind, "ok", {"answer": chosen, "answered_by": str(caller)})
+            return step.next
+        since = waiting.since if waiting else utcnow()
+        if (utcnow() - since).total_seconds() > step.timeout:
+            if step.default is None:
+                run.record(step.id, step.kind, "ok", {"answer": None, "answered_by": "timeout"})
+                return step.on_timeout
+            run.record(step.id, step.kind, "ok", {"answer": step.default,
+                                                  "answered_by": "default (timeout)"})  # fmt: skip
+            return step.next
+        question = str(templates.render(step.question, run.context(), strict=False)).strip()
+        choices = [{"value": c.value, "label": c.label} for c in step.choices]
+        self._wait(run, step, RunStatus.WAITING_ANSWER,
+                   Waiting(step=step.id, kind="answer", question=question, choices=choices,
+                           since=since), question)  # fmt: skip
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _wait(self, run: RunRecord, step: Any, status: RunStatus, waiting: Waiting,
+              text: str) -> None:  # fmt: skip
+        """Park the run at ``step``; tell people only the first time it starts waiting."""
+        first = not (run.waiting and run.waiting.step == step.id)
+        waiting.message = text
+        run.status, run.waiting = status, waiting
+        if first:
+            self._notify(run, step.id, text, "warning")
+        raise _Wait
+
+    def _notify(self, run: RunRecord, step_id: str, text: str, severity: str) -> bool:
+        run.messages.append(f"[{severity}] {step_id}: {text}".strip())
+        notifier = getattr(self.service.guard, "notifier", None)
+        if notifier is None or not getattr(notifier, "enabled", False):
+            return False
+        payload = {"text": f"[{run.runbook} {run.id}] {text}",
+                   "clawpoint": {"run": run.id, "runbook": run.runbook, "step": step_id,
+                                 "severity": severity}}  # fmt: skip
+        return bool(notifier.send(payload))
+
+
+def run_step_of(rb: schema.Runbook, step_id: str) -> Any:
+    return rb.step(step_id)

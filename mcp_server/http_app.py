@@ -1,0 +1,104 @@
+"""The HTTP application: the MCP endpoint (agents, bearer token) and the approval page (people).
+
+Two kinds of credentials, never interchangeable: the agent token (``CLAWPOINT_MCP_TOKEN``,
+scope ``agent``) opens ``/mcp`` only; approver tokens (``CLAWPOINT_APPROVER_TOKEN``) open the
+approval page only, which also refuses any request carrying an Authorization header. An
+approver token equal to the agent token is refused at start-up. Bound to 127.0.0.1 unless
+configured otherwise.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Sequence
+
+from mcp.server.auth.settings import AuthSettings
+from starlette.applications import Starlette
+
+from core import errors
+from core.config import Settings
+from core.guardrails.approvals import ApprovalView
+from core.model import Principal, PrincipalKind
+from core.service.facade import Service, bootstrap
+from mcp_server.approval_page import approval_routes
+from mcp_server.auth import StaticTokenVerifier
+from mcp_server.server import build_server
+
+
+class ServiceDesk:
+    """The approval page's view of the service: people-side operations only."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def list_pending(self) -> Sequence[ApprovalView]:
+        return self.service.list_approvals(status="pending")
+
+    def get(self, approval_id: str) -> ApprovalView:
+        return self.service.get_approval(approval_id)
+
+    def approve(self, approval_id: str, principal: Principal) -> ApprovalView:
+        return self.service.approve(approval_id, principal=principal, via="page")
+
+    def deny(self, approval_id: str, principal: Principal, why: str) -> ApprovalView:
+        return self.service.deny(approval_id, principal=principal, why=why, via="page")
+
+    def reveal_code(self, approval_id: str) -> str:
+        page = Principal(id="approval-page", kind=PrincipalKind.PERSON)
+        return self.service.guard.approvals.reveal_code(approval_id, principal=page)
+
+
+def build_http_app(settings: Settings, service: Service, *, host: str, port: int) -> Starlette:
+    agent_token = settings.mcp_token
+    if not agent_token:
+        raise errors.InvalidInput(
+            "refusing to serve HTTP without a bearer token",
+            hint="set CLAWPOINT_MCP_TOKEN (or [mcp] token in the config) to a long random secret",
+        )
+    approver = settings.approver_token
+    if approver and hmac.compare_digest(approver.encode(), agent_token.encode()):
+        raise errors.InvalidInput(
+            "the approver token equals the agent token: an agent could approve its own requests",
+            hint="set CLAWPOINT_APPROVER_TOKEN to a different secret and give it only to people",
+        )
+    base = f"http://{host}:{port}"
+    mcp = build_server(
+        service,
+        token_verifier=StaticTokenVerifier(agent_tokens=[agent_token]),
+        auth=AuthSettings(
+            issuer_url=base, resource_server_url=f"{base}/mcp", required_scopes=["agent"]
+        ),
+    )
+    app = mcp.streamable_http_app(host=host)
+    if approver:
+
+        def approver_ok(token: str) -> bool:
+            raw = token.encode()
+            if hmac.compare_digest(raw, agent_token.encode()):
+                return False
+            return hmac.compare_digest(raw, approver.encode())
+
+        app.router.routes.extend(
+            approval_routes(ServiceDesk(service), approver_token_ok=approver_ok)
+        )
+    return app
+
+
+def serve_http(settings: Settings, *, host: str, port: int) -> None:
+    import uvicorn
+
+    from core import logs
+
+    logs.configure()
+    service_ = _service(settings)
+    app = build_http_app(settings, service_, host=host, port=port)
+    if settings.approvals.page_url is None and settings.approver_token:
+        # Tell agents and notifications where people approve.
+        service_.guard.approvals.config.page_url = f"http://{host}:{port}/approvals"
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def _service(settings: Settings) -> Service:
+    service = bootstrap(settings)
+    service.recover()
+    return service

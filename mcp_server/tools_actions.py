@@ -1,0 +1,290 @@
+"""MCP action tools: each plans, asks the guardrails, and acts only when allowed.
+
+Every action tool takes ``dry_run`` (return the plan only) and ``reason`` (shown to people,
+audited) and returns one ``ActionResult``: ``executed | approval_required | denied | failed |
+planned``. For ``approval_required`` the result names the approval id, its expiry and the
+exact ways a person can approve; it never contains the one-time code (that goes only to
+people). When the client declares elicitation, the human at the client is asked first
+(a resolver runs before the tool body); otherwise a pending approval waits for a person.
+No tool approves anything: ``execute_approved`` only runs a plan a person already approved
+(or whose one-time code a person typed into the chat).
+"""
+
+# No "from __future__ import annotations": the SDK evaluates tool annotations at
+# registration, and the resolvers below are local to register().
+from typing import Annotated, Any
+
+from mcp.server import MCPServer
+from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
+from mcp.server.mcpserver import Context, Elicit, Resolve
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field
+
+from core import errors
+from core.guardrails.approvals import ApprovalView
+from core.guardrails.policy import Outcome, evaluate
+from core.model import Action, Plan, PrincipalKind
+from core.service.facade import PersonAnswer, Service
+from mcp_server.common import (
+    ActionOut,
+    ApprovalOut,
+    Reason,
+    WorkloadId,
+    action_out,
+    agent,
+    call,
+    open_record,
+    records,
+)
+
+ACT = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
+)
+READ = ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+
+To = Annotated[
+    str | None, Field(description="Target node name; omit to let clawpoint choose", max_length=64)
+]
+DryRun = Annotated[bool, Field(description="Only return the plan; change nothing")]
+CheckpointId = Annotated[
+    str, Field(description="Checkpoint id BACKEND:WORKLOAD@SEQ", max_length=140)
+]
+NodeId = Annotated[str, Field(description="Node id BACKEND:NODE, e.g. slurm:n1", max_length=128)]
+
+
+class PersonDecision(BaseModel):
+    """What the human at the client is asked (flat primitives only)."""
+
+    approve: bool = Field(description="Run this plan now?")
+    note: str = Field(default="", description="Optional note for the audit log")
+
+
+class ApprovalList(BaseModel):
+    """Approvals: id, status, summary, risk, requester, expires_at, decided_by (never codes)."""
+
+    approvals: list[dict[str, Any]]
+
+
+def _needs_person(
+    service: Service, action: Action, target: str, params: dict[str, Any]
+) -> Plan | None:
+    """The plan when the policy would ask a person for this agent's call, else None.
+
+    Pure: plans (read-only) and evaluates the policy without recording a decision, because
+    resolvers may run more than once per call."""
+    try:
+        plan = service.plan(action, target, params)
+    except errors.ClawpointError:
+        return None  # the tool body reports the error
+    context = service.policy_context(plan).model_copy(
+        update={"principal_kind": PrincipalKind.AGENT}
+    )
+    decision = evaluate(plan, service.guard.policy, context)
+    return plan if decision.outcome is Outcome.APPROVE else None
+
+
+def _question(plan: Plan) -> str:
+    lines = [plan.summary + ".", f"Risk: {plan.risk.value}."]
+    if plan.expected_pause_s is not None:
+        lines.append(f"Expected pause: about {plan.expected_pause_s:.0f} s.")
+    for label, text in (("Saves", plan.saves), ("Cost", plan.cost_effect), ("Undo", plan.rollback)):
+        if text:
+            lines.append(f"{label}: {text}.")
+    lines.append("Approve this exact plan?")
+    return " ".join(lines)
+
+
+def _asker(outcome: Any, ctx: Context) -> Any:
+    """Turn a resolved elicitation into the service's ``ask_person`` callback (or None)."""
+    if outcome is None:
+        return None
+    client = "client"
+    try:
+        info = ctx.request_context.session.client_params
+        client = info.client_info.name if info and info.client_info else "client"
+    except Exception:  # the name is only for the audit trail
+        pass
+
+    def ask(plan: Plan, view: ApprovalView) -> PersonAnswer | None:
+        if isinstance(outcome, AcceptedElicitation):
+            data: PersonDecision = outcome.data
+            return PersonAnswer(
+                person=f"elicitation:{client}", approved=data.approve, note=data.note
+            )
+        return PersonAnswer(
+            person=f"elicitation:{client}", approved=False, note=f"{outcome.action}ed"
+        )
+
+    return ask
+
+
+def register(mcp: MCPServer[Any], service: Service) -> None:
+    def resolver(action: Action, target_arg: str, extra: tuple[str, ...] = ()) -> Any:
+        def resolve(ctx: Context, **kwargs: Any) -> Any:
+            caps = ctx.client_capabilities
+            if kwargs.get("dry_run") or caps is None or caps.elicitation is None:
+                return None  # cannot ask this client's human: a pending approval will wait
+            params = {k: kwargs.get(k) for k in extra}
+            plan = _needs_person(service, action, kwargs[target_arg], params)
+            return Elicit(_question(plan), PersonDecision) if plan else None
+
+        # The SDK matches resolver parameters to tool arguments by name.
+        import inspect
+
+        parameters = [
+            inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Context)
+        ]
+        for name in (target_arg, *extra, "dry_run"):
+            parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None))
+        resolve.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+        return resolve
+
+    async def act(action: Action, target: str, params: dict[str, Any], *, dry_run: bool, reason: str,
+                  asked: Any, ctx: Context) -> ActionOut:  # fmt: skip
+        principal = agent()
+        ask = _asker(asked, ctx)
+        return action_out(await call(lambda: service.act(action, target, params, principal=principal, reason=reason,
+                                        dry_run=dry_run, ask_person=ask)))  # fmt: skip
+
+    Asked = ElicitationResult[PersonDecision] | None
+
+    @mcp.tool(title="Migrate a workload", annotations=ACT)
+    async def migrate_workload(
+        workload: WorkloadId, ctx: Context, to: To = None, dry_run: DryRun = False, reason: Reason = "",
+        asked: Annotated[Asked, Resolve(resolver(Action.MIGRATE, "workload", ("to",)))] = None,
+    ) -> ActionOut:  # fmt: skip
+        """Checkpoint a running workload, stop it, restore it on another node (disruptive)."""
+        return await act(
+            Action.MIGRATE,
+            workload,
+            {"to": to},
+            dry_run=dry_run,
+            reason=reason,
+            asked=asked,
+            ctx=ctx,
+        )
+
+    @mcp.tool(title="Preempt a workload", annotations=ACT)
+    async def preempt_workload(
+        workload: WorkloadId, ctx: Context, dry_run: DryRun = False, reason: Reason = "",
+        asked: Annotated[Asked, Resolve(resolver(Action.PREEMPT, "workload"))] = None,
+    ) -> ActionOut:  # fmt: skip
+        """Checkpoint and stop a workload, freeing its node; resume it later (disruptive)."""
+        return await act(
+            Action.PREEMPT, workload, {}, dry_run=dry_run, reason=reason, asked=asked, ctx=ctx
+        )
+
+    @mcp.tool(title="Resume a workload", annotations=ACT)
+    async def resume_workload(
+        workload: WorkloadId, ctx: Context, to: To = None, dry_run: DryRun = False, reason: Reason = "",
+        asked: Annotated[Asked, Resolve(resolver(Action.RESUME, "workload", ("to",)))] = None,
+    ) -> ActionOut:  # fmt: skip
+        """Resume a preempted workload from its newest good checkpoint (disruptive)."""
+        return await act(
+            Action.RESUME,
+            workload,
+            {"to": to},
+            dry_run=dry_run,
+            reason=reason,
+            asked=asked,
+            ctx=ctx,
+        )
+
+    @mcp.tool(title="Restore a checkpoint", annotations=ACT)
+    async def restore_checkpoint(
+        checkpoint: CheckpointId, ctx: Context, to: To = None, dry_run: DryRun = False, reason: Reason = "",
+        asked: Annotated[Asked, Resolve(resolver(Action.RESTORE, "checkpoint", ("to",)))] = None,
+    ) -> ActionOut:  # fmt: skip
+        """Restore a stopped or failed workload from a given checkpoint (disruptive)."""
+        return await act(
+            Action.RESTORE,
+            checkpoint,
+            {"to": to},
+            dry_run=dry_run,
+            reason=reason,
+            asked=asked,
+            ctx=ctx,
+        )
+
+    @mcp.tool(title="Fail over a workload", annotations=ACT)
+    async def failover_workload(
+        workload: WorkloadId, ctx: Context, to: To = None, dry_run: DryRun = False, reason: Reason = "",
+        asked: Annotated[Asked, Resolve(resolver(Action.FAILOVER, "workload", ("to",)))] = None,
+    ) -> ActionOut:  # fmt: skip
+        """A workload died: restore its newest good checkpoint on another node (disruptive)."""
+        return await act(
+            Action.FAILOVER,
+            workload,
+            {"to": to},
+            dry_run=dry_run,
+            reason=reason,
+            asked=asked,
+            ctx=ctx,
+        )
+
+    @mcp.tool(title="Drain a node", annotations=ACT)
+    async def drain_node(
+        node: NodeId, ctx: Context, to: To = None, dry_run: DryRun = False, reason: Reason = "",
+        asked: Annotated[Asked, Resolve(resolver(Action.DRAIN_NODE, "node", ("to",)))] = None,
+    ) -> ActionOut:  # fmt: skip
+        """Save and move every workload off a node, then mark it unschedulable (disruptive)."""
+        return await act(Action.DRAIN_NODE, node, {"to": to, "reason": reason or None}, dry_run=dry_run,
+                         reason=reason, asked=asked, ctx=ctx)  # fmt: skip
+
+    @mcp.tool(title="Scale a workload", annotations=ACT)
+    async def scale_workload(
+        workload: WorkloadId, ctx: Context,
+        replicas: Annotated[int, Field(ge=0, le=10000, description="Desired replicas")],
+        dry_run: DryRun = False, reason: Reason = "",
+        asked: Annotated[Asked, Resolve(resolver(Action.SCALE, "workload", ("replicas",)))] = None,
+    ) -> ActionOut:  # fmt: skip
+        """Change a workload's replica count (backends that support it; others: denied)."""
+        return await act(Action.SCALE, workload, {"replicas": replicas}, dry_run=dry_run, reason=reason,
+                         asked=asked, ctx=ctx)  # fmt: skip
+
+    @mcp.tool(title="Delete a checkpoint", annotations=ACT)
+    async def delete_checkpoint(
+        checkpoint: CheckpointId, ctx: Context, dry_run: DryRun = False, reason: Reason = "",
+        asked: Annotated[Asked, Resolve(resolver(Action.DELETE_CHECKPOINT, "checkpoint"))] = None,
+    ) -> ActionOut:  # fmt: skip
+        """Delete a checkpoint image for good (destructive; the newest good one of a live workload is protected)."""
+        return await act(
+            Action.DELETE_CHECKPOINT,
+            checkpoint,
+            {},
+            dry_run=dry_run,
+            reason=reason,
+            asked=asked,
+            ctx=ctx,
+        )
+
+    @mcp.tool(title="Execute an approved plan", annotations=ACT)
+    async def execute_approved(
+        approval_id: Annotated[str, Field(description="The approval id from approval_required", max_length=64)],
+        code: Annotated[str | None, Field(description="One-time code a person typed in the chat, if any", max_length=32)] = None,
+    ) -> ActionOut:  # fmt: skip
+        """Run, once, the exact plan a person approved (or whose code the person gave you)."""
+        principal = agent()
+        return action_out(
+            await call(
+                lambda: service.execute_approved(approval_id, principal=principal, code=code)
+            )
+        )
+
+    @mcp.tool(title="List approvals", annotations=READ)
+    async def list_approvals(
+        status: Annotated[str | None, Field(description="pending|approved|denied|expired|used|locked; omit for all")] = "pending",
+    ) -> ApprovalList:  # fmt: skip
+        """Approval requests and their status (never their codes)."""
+        return ApprovalList(
+            approvals=records(await call(lambda: service.list_approvals(status=status)))
+        )
+
+    @mcp.tool(title="Get an approval", annotations=READ)
+    async def get_approval(
+        approval_id: Annotated[str, Field(description="Approval id", max_length=64)],
+    ) -> ApprovalOut:
+        """One approval request: plan, status, who decided, expiry (never its code)."""
+        return open_record(ApprovalOut, await call(lambda: service.get_approval(approval_id)))
