@@ -93,7 +93,7 @@ def sync_dir(d: Path) -> float:
 
 def timed(argv: list[str], **kw: Any) -> float:
     t0 = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False, **kw)  # noqa: S603
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, **kw)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         log = argv[argv.index("-o") + 1] if "-o" in argv else ""
@@ -149,8 +149,17 @@ class Bench:
     def launch(self, name: str, mb: int, restore_from: str | None = None) -> float:
         spec = RunSpec(
             name=name,
-            command=[sys.executable, "-m", "core.workloads.counter", "--state-mb", str(mb)]
-            + ["--step-seconds", "0.5", "--print-every", "1000000"],
+            command=[
+                sys.executable,
+                "-m",
+                "core.workloads.counter",
+                "--state-mb",
+                str(mb),
+                "--step-seconds",
+                "0.5",
+                "--print-every",
+                "1000000",
+            ],
             home=str(self.settings.home),
             restore_from=restore_from,
         )
@@ -169,7 +178,7 @@ class Bench:
     def stop_wrapper(self, name: str) -> None:
         try:
             self.client(name).terminate(timeout_s=5)
-        except Exception:  # noqa: BLE001 (best effort cleanup)
+        except Exception:
             pass
         record = self.registry.get(name)
         if record is not None:
@@ -199,8 +208,9 @@ class Bench:
                     str(raw),
                     "-o",
                     str(self.work / "dump.log"),
+                    *ext,
+                    "--leave-running",
                 ]
-                + [*ext, "--leave-running"]
             )
             r["raw_dump_sync_s"] = r["raw_dump_s"] + sync_dir(raw)
             # 2. clawpoint checkpoint, leave running
@@ -229,9 +239,19 @@ class Bench:
                 inherit += ["--inherit-fd", f"fd[{fd}]:pipe:[{ino}]"]
             drop_caches(self.drop)
             r["raw_restore_s"] = timed(
-                [self.criu, "restore", "-D", str(raw), "-d", "--restore-sibling"]
-                + ["-o", str(self.work / "restore.log")]
-                + ["--pidfile", str(pidfile), *inherit],
+                [
+                    self.criu,
+                    "restore",
+                    "-D",
+                    str(raw),
+                    "-d",
+                    "--restore-sibling",
+                    "-o",
+                    str(self.work / "restore.log"),
+                    "--pidfile",
+                    str(pidfile),
+                    *inherit,
+                ],
                 pass_fds=(out_w, err_w),
             )
             rpid = int(pidfile.read_text())
@@ -320,8 +340,8 @@ def machine(criu_version: str | None, work: Path) -> dict[str, Any]:
             pass
         return "?"
 
-    fs = subprocess.run(  # noqa: S603
-        ["df", "-T", "--output=source,fstype", str(work)], capture_output=True, text=True
+    fs = subprocess.run(
+        ["df", "--output=source,fstype", str(work)], capture_output=True, text=True
     ).stdout.splitlines()[-1:]
     return {
         "cpu": first("/proc/cpuinfo", "model name"),

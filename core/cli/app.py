@@ -21,6 +21,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from core import errors
 from core.cli import output
 from core.cli.approvals import approvals_app, audit_app
+from core.cli.spot import spot_app
 from core.cli.watch import watch_command
 from core.config import Settings, load_settings
 from core.model import Action, Plan, Principal, PrincipalKind, RiskClass, validate_name
@@ -39,6 +40,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(approvals_app, name="approvals")
 app.add_typer(audit_app, name="audit")
 app.command("watch")(watch_command)
+app.add_typer(spot_app, name="spot")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]

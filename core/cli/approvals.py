@@ -21,7 +21,9 @@ from core.service.facade import Service, bootstrap
 
 approvals_app = typer.Typer(help="Review, approve and deny requests; grant standing approvals.",
                             no_args_is_help=True)  # fmt: skip
-audit_app = typer.Typer(help="Show and verify the hash-chained audit log.", invoke_without_command=True)
+audit_app = typer.Typer(
+    help="Show and verify the hash-chained audit log.", invoke_without_command=True
+)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
@@ -46,7 +48,10 @@ def list_(
     output.table(
         "Approvals",
         ["id", "status", "risk", "what", "requested by", "expires (UTC)"],
-        [(a.id, a.status.value, a.risk.value, a.summary, a.requester, f"{a.expires_at:%H:%M:%S}") for a in items],
+        [
+            (a.id, a.status.value, a.risk.value, a.summary, a.requester, f"{a.expires_at:%H:%M:%S}")
+            for a in items
+        ],
     )
 
 
@@ -62,16 +67,22 @@ def show(approval_id: Annotated[str, typer.Argument(metavar="ID")], json_: JsonO
     output.out.print("\nSteps:")
     for i, step in enumerate(view.plan.steps, 1):
         output.out.print(f"  {i}. {step.description}", highlight=False)
-    output.out.print(f"\nApprove: clawpoint approvals approve {view.id}   Deny: clawpoint approvals deny {view.id} --why ...")
+    output.out.print(
+        f"\nApprove: clawpoint approvals approve {view.id}   Deny: clawpoint approvals deny {view.id} --why ..."
+    )
 
 
 @approvals_app.command()
-def approve(approval_id: Annotated[str, typer.Argument(metavar="ID")], json_: JsonOpt = False) -> None:
+def approve(
+    approval_id: Annotated[str, typer.Argument(metavar="ID")], json_: JsonOpt = False
+) -> None:
     """Approve a pending request (you must not be its requester)."""
     view = _service().approve(approval_id, principal=_person(), via="cli")
     if json_:
         return output.emit_json(view)
-    output.out.print(f"[green]approved[/] {view.id}: {view.summary}. The requester can now execute it once.")
+    output.out.print(
+        f"[green]approved[/] {view.id}: {view.summary}. The requester can now execute it once."
+    )
 
 
 @approvals_app.command()
@@ -90,7 +101,12 @@ def deny(
 @approvals_app.command()
 def grant(
     action: Annotated[str, typer.Option("--action", help="e.g. preempt, migrate, checkpoint")],
-    scope: Annotated[list[str] | None, typer.Option("--scope", help="KEY=VALUE, repeatable: partition=gpu, trigger=spot-interruption")] = None,
+    scope: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--scope", help="KEY=VALUE, repeatable: partition=gpu, trigger=spot-interruption"
+        ),
+    ] = None,
     max_: Annotated[str, typer.Option("--max", help="Budget, e.g. 20/h")] = "10/h",
     expires: Annotated[str, typer.Option("--expires", help="e.g. 8h, 7d")] = "24h",
     reason: Annotated[str, typer.Option("--reason")] = "",
@@ -107,7 +123,9 @@ def grant(
     for item in scope or []:
         key, sep, value = item.partition("=")
         if not sep or not key or not value:
-            raise errors.InvalidInput(f"scope {item!r} is not KEY=VALUE", hint="e.g. --scope partition=gpu")
+            raise errors.InvalidInput(
+                f"scope {item!r} is not KEY=VALUE", hint="e.g. --scope partition=gpu"
+            )
         pairs[key] = value
     count, sep, unit = max_.partition("/")
     if not count.isdigit() or (sep and unit not in ("h", "hour")):
@@ -162,7 +180,9 @@ def audit(
         try:
             when = datetime.fromisoformat(since)
         except ValueError:
-            raise errors.InvalidInput(f"--since {since!r} is not an ISO time", hint="e.g. --since 2026-11-29T10:00") from None
+            raise errors.InvalidInput(
+                f"--since {since!r} is not an ISO time", hint="e.g. --since 2026-11-29T10:00"
+            ) from None
     entries = _service().audit.entries(since=when, limit=limit)
     if json_:
         return output.emit_json(entries)
@@ -183,6 +203,8 @@ def verify(json_: JsonOpt = False) -> None:
     elif result.ok:
         output.out.print(f"[green]ok[/]: {result.entries} entries, chain intact")
     else:
-        output.err.print(f"[red]audit log tampered[/]: entry {result.first_bad_seq}: {result.problem}")
+        output.err.print(
+            f"[red]audit log tampered[/]: entry {result.first_bad_seq}: {result.problem}"
+        )
     if not result.ok:
         raise typer.Exit(errors.PolicyDenied.exit_code)

@@ -23,7 +23,7 @@ from core.model import Action, Principal, parse_ref
 from core.service import insights
 from core.service.facade import Service
 
-__all__ = ["CALLS", "CallContext", "ToolCall", "ACTION_MAP"]
+__all__ = ["ACTION_MAP", "CALLS", "CallContext", "ToolCall"]
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,8 @@ def _plan_actions(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
     report = insights.propose(svc)
     proposals = report.proposals
     if a.get("goal"):
-        proposals = [p for p in proposals if p.trigger == a["goal"]]
+        goal = str(a["goal"]).replace("-", "_")
+        proposals = [p for p in proposals if p.trigger.replace("-", "_") == goal]
     top = proposals[0] if proposals else None
     return {
         "count": len(proposals),

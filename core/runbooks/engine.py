@@ -362,11 +362,12 @@ class Engine:
             return step.next
         run.record(step.id, step.kind, "error", rec, result.message)
         run.error = f"step {step.id}: approved action {result.status}: {result.message}"
-        on_error = getattr(run_step_of(self.runbook(run.runbook), step.for_), "on_error", "fail")
+        # The approved action failed: follow its step's on_error when that jumps past the gate.
         ids = [s.id for s in self.runbook(run.runbook).steps]
+        on_error = self.runbook(run.runbook).step(step.for_).on_error
         if on_error in ids and ids.index(on_error) > ids.index(step.id):
             return str(on_error)
-        return "fail" if on_error not in ("stop", "continue") else str(on_error)
+        return "stop" if on_error == "stop" else "fail"
 
     def _ask(self, run: RunRecord, step: schema.AskStep, caller: Principal,
              answer: str | None) -> str:  # fmt: skip
@@ -416,7 +417,3 @@ class Engine:
                    "clawpoint": {"run": run.id, "runbook": run.runbook, "step": step_id,
                                  "severity": severity}}  # fmt: skip
         return bool(notifier.send(payload))
-
-
-def run_step_of(rb: schema.Runbook, step_id: str) -> Any:
-    return rb.step(step_id)

@@ -247,10 +247,14 @@ class CheckpointStore:
                 out[name] = CheckpointFile(name=name, size=size, digest=pre[1])
             else:
                 todo.append(name)
+        # One algorithm per checkpoint: the one the engine used while writing, if it hashed.
+        algo = next(
+            (digest.algo_of(d) for _, d in pending.precomputed.values()), digest.default_algo()
+        )
         with ThreadPoolExecutor(max_workers=2) as pool:
             for name, (size, dig) in zip(
                 todo,
-                pool.map(lambda n: digest.file_digest(pending.images_dir / n), todo),
+                pool.map(lambda n: digest.file_digest(pending.images_dir / n, algo), todo),
                 strict=True,
             ):
                 out[name] = CheckpointFile(name=name, size=size, digest=dig)
@@ -383,7 +387,9 @@ class CheckpointStore:
             return None
         big_first = sorted(info.files, key=lambda f: -f.size)
         with ThreadPoolExecutor(max_workers=2) as pool:
-            results = pool.map(lambda f: digest.file_digest(images / f.name), big_first)
+            results = pool.map(
+                lambda f: digest.file_digest(images / f.name, digest.algo_of(f.digest)), big_first
+            )
             for f, (_, got) in zip(big_first, results, strict=True):
                 if got != f.digest:
                     return f"{f.name} digest {got} does not match the manifest's {f.digest}"
