@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -62,7 +62,7 @@ class StoreConfig(_Section):
 
 
 class CheckpointConfig(_Section):
-    default_engine: str = "criu"  # criu | cooperative
+    default_engine: Literal["criu", "cooperative"] = "criu"
     criu_path: str = "criu"
     cooperative_timeout_s: float = Field(default=60.0, gt=0)
     cooperative_signal: str = "SIGUSR1"
@@ -88,8 +88,6 @@ class Settings(_Section):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
-    # Sections of later capabilities (policy, slurm, signals, ...) are added as fields here.
-    extra_sections: dict[str, Any] = Field(default_factory=dict, exclude=True)
 
     @property
     def state_db(self) -> Path:

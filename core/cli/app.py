@@ -346,7 +346,7 @@ def run(
         str | None, typer.Option(help="Workload name (its checkpoint lineage).")
     ] = None,
     node: Annotated[str | None, typer.Option(help="Local node to place it on.")] = None,
-    engine: Annotated[str, typer.Option(help="criu | cooperative")] = "criu",
+    engine: Annotated[str | None, typer.Option(help="criu | cooperative (default: [checkpoint] default_engine)")] = None,
     checkpoint_every: Annotated[
         float | None, typer.Option(help="Periodic checkpoint interval, seconds.")
     ] = None,
@@ -355,6 +355,8 @@ def run(
     json_: JsonOpt = False,
 ) -> None:
     """Run CMD checkpointably; restores the newest good checkpoint of NAME if there is one."""
+    settings = _settings()
+    engine = engine or settings.checkpoint.default_engine
     if engine not in ("criu", "cooperative"):
         raise errors.InvalidInput(
             f"unknown engine {engine!r}", hint="use --engine criu or --engine cooperative"
@@ -368,7 +370,6 @@ def run(
             )
         labels[key] = value
     workload_name = validate_name(name, what="workload name") if name else _default_name(command[0])
-    settings = _settings()
     service = bootstrap(settings)
     spec = RunSpec(
         name=workload_name,

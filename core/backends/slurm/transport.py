@@ -21,8 +21,9 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx2
 import structlog
@@ -38,6 +39,7 @@ from core import errors
 from core.backends.slurm.config import SlurmConfig
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 _TRANSIENT = re.compile(
     r"Unable to contact slurm controller|Socket timed out|connect failure|Connection refused"
@@ -51,6 +53,13 @@ _VERSION_PATH = re.compile(r"^/slurm/(v\d+\.\d+\.\d+)/")
 
 class _Transient(Exception):
     """A fault worth retrying (internal; never escapes this module)."""
+
+
+def _describe(err: Any) -> str:
+    if isinstance(err, dict):
+        parts = [str(err.get(k)) for k in ("source", "description", "error") if err.get(k)]
+        return ": ".join(parts) or str(err)
+    return str(err)
 
 
 def _vkey(version: str) -> tuple[int, ...]:
@@ -119,6 +128,9 @@ class SlurmTransport:
     def run(self, cmd: str, args: list[str], *, stdin: str | None = None) -> str:
         """Run a Slurm command (``cmd`` is its name); return stdout. Retries transient faults."""
         argv = [self._bin(cmd), *args]
+        return self._with_retries(cmd, lambda: self._run_once(argv, stdin))
+
+    def _with_retries(self, cmd: str, call: Callable[[], T]) -> T:
         try:
             for attempt in Retrying(
                 stop=stop_after_delay(self.cfg.retry_total_s),
@@ -127,7 +139,7 @@ class SlurmTransport:
                 reraise=False,
             ):
                 with attempt:
-                    return self._run_once(argv, stdin)
+                    return call()
         except RetryError as exc:
             last = exc.last_attempt.exception()
             raise errors.BackendUnavailable(
@@ -139,7 +151,11 @@ class SlurmTransport:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def run_json(self, cmd: str, args: list[str]) -> dict[str, Any]:
-        out = self.run(cmd, args)
+        """A command's ``--json`` output; its ``errors`` (rc 0 in 22.05!) become exceptions."""
+        return self._with_retries(cmd, lambda: self._json_once(cmd, args))
+
+    def _json_once(self, cmd: str, args: list[str]) -> dict[str, Any]:
+        out = self._run_once([self._bin(cmd), *args], None)
         try:
             data = json.loads(out)
         except json.JSONDecodeError as exc:
@@ -149,6 +165,10 @@ class SlurmTransport:
             ) from exc
         if not isinstance(data, dict):
             raise errors.OperationFailed(f"{cmd} --json printed a {type(data).__name__}")
+        errs = [e for e in data.get("errors") or [] if e]
+        if errs:
+            # 22.05 exits 0 with an errors list when slurmctld is unreachable.
+            raise _Transient("; ".join(_describe(e) for e in errs))
         return data
 
     def slurm_version(self) -> tuple[int, int]:
@@ -220,6 +240,12 @@ class SlurmTransport:
             return None
         errs = [e for e in data.get("errors", []) if e]
         if errs:
-            log.warning("slurmrestd reported errors, using the commands", errors=errs)
-            return None
+            # slurmrestd answered but could not get the data from slurmctld: the commands
+            # would ask the same controller, so say so now instead of waiting again.
+            raise errors.BackendUnavailable(
+                f"the Slurm controller did not answer slurmrestd's {resource} query: "
+                + "; ".join(_describe(e) for e in errs),
+                hint="check that slurmctld runs (scontrol ping) and can be reached, then retry",
+                retry_after=10.0,
+            )
         return data

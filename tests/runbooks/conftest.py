@@ -1,0 +1,47 @@
+"""Fixtures for runbook tests: the service fixtures, a person at the CLI, helpers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.config import Settings
+from core.model import Principal, PrincipalKind
+from core.runbooks.engine import Engine
+from core.service.facade import Service
+from tests.service.conftest import need_criu, service, settings  # noqa: F401
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT = Principal(id="mcp:runbook-test", kind=PrincipalKind.AGENT)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def engine(service: Service) -> Engine:  # noqa: F811
+    return Engine(service)
+
+
+def cli(settings: Settings, *args: str) -> Any:  # noqa: F811
+    """``python -m core.cli ARGS --json`` as the person at the terminal; parsed JSON out."""
+    env = dict(os.environ, CLAWPOINT_HOME=str(settings.home), PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-m", "core.cli", *args, "--json"],
+        env=env, capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"{args}: rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return json.loads(proc.stdout)
+
+
+def approve(settings: Settings, approval_id: str) -> None:  # noqa: F811
+    view = cli(settings, "approvals", "approve", approval_id)
+    assert view["status"] == "approved"
