@@ -26,7 +26,7 @@ from core.model import (
     Action,
 )
 from core.service.facade import ActionResult, Service, bootstrap
-from mcp_server import tools_actions, tools_insights
+from mcp_server import tools_actions, tools_insights, tools_runbooks
 from mcp_server.common import (
     ActionOut,
     PlanOut,
@@ -180,7 +180,22 @@ def build_server(
 
     tools_actions.register(mcp, service)
     tools_insights.register(mcp, service)
+    tools_runbooks.register(mcp, service)
+    _forbid_unknown_arguments(mcp)
     return mcp
+
+
+def _forbid_unknown_arguments(mcp: MCPServer[Any]) -> None:
+    """Refuse arguments a tool does not declare (``approved=true``, ``confirmed``, ...).
+
+    The SDK ignores unknown arguments by default, so an agent that invents one would see its
+    call succeed and could believe it took effect; refusing makes the error explicit. Hidden
+    resolver parameters are not arguments, so a caller cannot fill them either way."""
+    for tool in mcp._tool_manager.list_tools():  # the SDK has no public hook for this
+        model = tool.fn_metadata.arg_model
+        model.model_config["extra"] = "forbid"
+        model.model_rebuild(force=True)
+        tool.parameters["additionalProperties"] = False
 
 
 def serve_stdio(settings: Settings) -> None:

@@ -15,7 +15,11 @@ No tool approves anything: ``execute_approved`` only runs a plan a person alread
 from typing import Annotated, Any
 
 from mcp.server import MCPServer
-from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
+from mcp.server.elicitation import (
+    AcceptedElicitation,
+    CancelledElicitation,
+    DeclinedElicitation,
+)
 from mcp.server.mcpserver import Context, Elicit, Resolve
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
@@ -148,7 +152,13 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
         return action_out(await call(lambda: service.act(action, target, params, principal=principal, reason=reason,
                                         dry_run=dry_run, ask_person=ask)))  # fmt: skip
 
-    Asked = ElicitationResult[PersonDecision] | None
+    # Spelled as an explicit union: the SDK passes the whole outcome (accepted, declined or
+    # cancelled) only when every arm is an elicitation result class; with the aliased
+    # ``ElicitationResult[...] | None`` it would unwrap it, failing declined answers as errors
+    # and handing the tool a bare model on accept.
+    Asked = (
+        AcceptedElicitation[PersonDecision] | DeclinedElicitation | CancelledElicitation | None
+    )
 
     @mcp.tool(title="Migrate a workload", annotations=ACT)
     async def migrate_workload(

@@ -54,6 +54,26 @@ class RunbookList(BaseModel):
     runbooks: list[RunbookInfo]
 
 
+class Run(BaseModel):
+    """A runbook run (``core.runbooks.engine.RunView``) with a compact schema."""
+
+    id: str
+    runbook: str
+    status: str
+    principal: str
+    current: str | None
+    waiting: dict[str, Any] | None
+    steps: list[dict[str, Any]]
+    messages: list[str]
+    error: str | None
+    next: str
+
+
+def _run(v: RunView) -> Run:
+    data = v.model_dump(mode="json", exclude={"params", "started_at", "updated_at"})
+    return Run.model_validate(data)
+
+
 def _tool_error(exc: errors.ClawpointError) -> ToolError:
     text = f"{exc.message} (error: {exc.code})"
     if exc.hint:
@@ -130,18 +150,18 @@ def register(mcp: MCPServer[Any], service: Service, *, engine: Engine | None = N
             dict[str, Any] | None, Field(description="Runbook parameters by name")
         ] = None,
         dry_run: Annotated[bool, Field(description="Plan every action, change nothing")] = False,
-    ) -> RunView:
+    ) -> Run:
         """Run a runbook until it ends or waits for a person's approval or answer.
         Its actions pass the guardrails as you."""
         principal = _agent()
-        return await _call(
-            lambda: eng.start(name, params or {}, principal=principal, dry_run=dry_run)
+        return _run(
+            await _call(lambda: eng.start(name, params or {}, principal=principal, dry_run=dry_run))
         )
 
     @mcp.tool(title="Runbook run status", annotations=READ)
-    async def runbook_status(run_id: RunId) -> RunView:
+    async def runbook_status(run_id: RunId) -> Run:
         """A run's status, step outputs, messages, and what it waits for."""
-        return await _call(lambda: eng.status(run_id))
+        return _run(await _call(lambda: eng.status(run_id)))
 
     @mcp.tool(title="Continue a runbook run", annotations=RUNS_ACTIONS)
     async def continue_runbook(
@@ -150,11 +170,11 @@ def register(mcp: MCPServer[Any], service: Service, *, engine: Engine | None = N
             str | None,
             Field(description="The person's answer to the run's question", max_length=200),
         ] = None,
-    ) -> RunView:
+    ) -> Run:
         """Resume a waiting run: after a person decided its approval, or with the person's
         answer. A still-pending approval is reported, not bypassed."""
         principal = _agent()
-        return await _call(lambda: eng.continue_(run_id, principal=principal, answer=answer))
+        return _run(await _call(lambda: eng.continue_(run_id, principal=principal, answer=answer)))
 
     try:
         for rb in eng.runbooks().values():

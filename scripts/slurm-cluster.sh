@@ -74,7 +74,8 @@ make_dirs() {
     id -u "$REST_USER" >/dev/null 2>&1 ||
         useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$REST_USER"
     chown munge:munge "$DIR/munge"
-    chmod 700 "$DIR/munge"
+    # Traversable by all (clients of any uid reach the socket), listable by munge only.
+    chmod 711 "$DIR/munge"
     chown "$REST_USER" "$DIR/rest"
     chmod 755 "$DIR/rest"
 }
@@ -149,8 +150,6 @@ start_munge() {
     runuser -u munge -- munged --socket="$MUNGE_SOCKET" --key-file="$DIR/munge/munge.key" \
         --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/munge/munged.log" \
         --seed-file="$DIR/munge/munged.seed" --force
-    # The socket must be reachable by every user (clients of any uid authenticate with it).
-    chmod 711 "$DIR/munge"
 }
 
 start_slurm() {

@@ -21,6 +21,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from core import errors
 from core.cli import output
 from core.cli.approvals import approvals_app, audit_app
+from core.cli.runbook import runbook_app
 from core.cli.spot import spot_app
 from core.cli.watch import watch_command
 from core.config import Settings, load_settings
@@ -41,6 +42,7 @@ app.add_typer(approvals_app, name="approvals")
 app.add_typer(audit_app, name="audit")
 app.command("watch")(watch_command)
 app.add_typer(spot_app, name="spot")
+app.add_typer(runbook_app, name="runbook")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
@@ -462,6 +464,9 @@ def config_check(json_: JsonOpt = False) -> None:
 
 
 def main() -> None:
+    from core import logs
+
+    logs.configure()  # JSON logs to stderr, so stdout stays clean for --json and stdio MCP
     as_json = "--json" in sys.argv
     try:
         app(standalone_mode=False)

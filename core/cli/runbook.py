@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from core import errors
+from core import errors, logs
 from core.cli import output
 from core.config import load_settings
 from core.model import Principal, PrincipalKind
@@ -31,6 +31,7 @@ RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id, e.g. run-1a2
 
 
 def _engine() -> Engine:
+    logs.configure()  # signal probes log; keep stdout for the result (--json)
     return Engine(bootstrap(load_settings()))
 
 

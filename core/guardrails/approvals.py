@@ -325,6 +325,9 @@ class ApprovalStore:
                 (utcnow().isoformat(), str(principal), approval_id, plan_hash),
             )
             status = row["status"]
+            if cur.rowcount != 1:  # a concurrent use won the race: report what it is now
+                now = conn.execute("SELECT status FROM approvals WHERE id=?", (approval_id,))
+                status = now.fetchone()["status"]
         if cur.rowcount != 1:
             raise errors.ApprovalRequired(
                 f"approval {approval_id} is {status}, not approved; it cannot be used",

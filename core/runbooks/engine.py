@@ -166,8 +166,10 @@ class Engine:
         if answer is not None and run.status is not RunStatus.WAITING_ANSWER:
             raise errors.InvalidInput(f"run {run.id} does not wait for an answer ({run.status})",
                                       hint=view(run).next or "nothing to answer")  # fmt: skip
-        if run.status is RunStatus.WAITING_ANSWER and answer is None:
-            return view(run)
+        if run.status is RunStatus.WAITING_ANSWER:
+            if answer is None:
+                return view(run)
+            answer = _choice(rb.step(str(run.current)), answer)  # refuse before changing anything
         run.status = RunStatus.RUNNING
         return view(self._advance(run, rb, principal, answer=answer, confirm=confirm))
 
@@ -371,16 +373,9 @@ class Engine:
 
     def _ask(self, run: RunRecord, step: schema.AskStep, caller: Principal,
              answer: str | None) -> str:  # fmt: skip
-        values = {c.value: c.value for c in step.choices}
-        values.update({c.label.lower(): c.value for c in step.choices})
         waiting = run.waiting if run.waiting and run.waiting.step == step.id else None
         if answer is not None and waiting is not None:
-            chosen = values.get(answer) or values.get(answer.strip().lower())
-            if chosen is None:
-                raise errors.InvalidInput(
-                    f"{answer!r} is not an answer to {step.id!r}",
-                    hint=f"answer one of: {', '.join(c.value for c in step.choices)}",
-                )
+            chosen = _choice(step, answer)
             run.record(step.id, step.kind, "ok", {"answer": chosen, "answered_by": str(caller)})
             return step.next
         since = waiting.since if waiting else utcnow()
@@ -417,3 +412,18 @@ class Engine:
                    "clawpoint": {"run": run.id, "runbook": run.runbook, "step": step_id,
                                  "severity": severity}}  # fmt: skip
         return bool(notifier.send(payload))
+
+
+def _choice(step: Any, answer: str) -> str:
+    """The choice value ``answer`` names (by value or label); ``InvalidInput`` otherwise."""
+    if not isinstance(step, schema.AskStep):
+        raise errors.InvalidInput(f"step {step.id!r} asks no question")
+    values = {c.value: c.value for c in step.choices}
+    values.update({c.label.lower(): c.value for c in step.choices})
+    chosen = values.get(answer) or values.get(answer.strip().lower())
+    if chosen is None:
+        raise errors.InvalidInput(
+            f"{answer!r} is not an answer to {step.id!r}",
+            hint=f"answer one of: {', '.join(c.value for c in step.choices)}",
+        )
+    return chosen

@@ -12,9 +12,11 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from core.backends.base import PlanDraft, no_progress
 from core.backends.slurm import SlurmBackend, SlurmConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,11 +41,11 @@ def read_env() -> dict[str, str]:
     return env
 
 
-def sh(*argv: str, env: dict[str, str] | None = None) -> str:
+def sh(*argv: str, check: bool = True) -> str:
     """Run a Slurm command against the test cluster (argv list); return stdout."""
-    full = {**os.environ, **read_env(), **(env or {})}
+    env = {**os.environ, **read_env()}
     return subprocess.run(
-        argv, capture_output=True, text=True, check=True, env=full, timeout=60
+        argv, capture_output=True, text=True, check=check, env=env, timeout=60
     ).stdout
 
 
@@ -88,3 +90,17 @@ def job_name(request: pytest.FixtureRequest, slurm_env: dict[str, str]) -> Itera
     subprocess.run(
         ["scancel", f"--name={name}"], env={**os.environ, **slurm_env}, check=False, timeout=60
     )
+
+
+def execute(backend: SlurmBackend, draft: PlanDraft) -> dict[str, dict[str, Any]]:
+    """Run a plan's steps in order, filling ``$STEP.FIELD`` args as the service does."""
+    outputs: dict[str, dict[str, Any]] = {}
+    for step in draft.steps:
+        args = {}
+        for key, value in step.args.items():
+            if isinstance(value, str) and value.startswith("$"):
+                ref, _, field = value[1:].partition(".")
+                value = outputs[ref][field]
+            args[key] = value
+        outputs[step.name] = backend.run_step(step.op, args, no_progress)
+    return outputs

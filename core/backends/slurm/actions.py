@@ -161,7 +161,13 @@ def plan_migrate(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> Pl
     _require_running(w)
     source = w.node or ""
     target = params.get("to_node") or params.get("node")
-    fields = {"NodeList": _value(str(target))} if target else {"ExcNodeList": _value(source)}
+    # Clear the other list: a job submitted with --nodelist=SOURCE and then excluded from
+    # SOURCE would pend forever with reason BadConstraints.
+    fields = (
+        {"ExcNodeList": "", "NodeList": _value(str(target))}
+        if target
+        else {"NodeList": "", "ExcNodeList": _value(source)}
+    )
     return PlanDraft(
         steps=_save_and_stop(b, w) + _restart(b, w.name, fields),
         summary=f"migrate Slurm job {w.name} off {source}"
@@ -190,7 +196,8 @@ def plan_drain(b: SlurmBackend, node: NodeInfo, params: dict[str, Any]) -> PlanD
     ]
     if save:
         for w in wrapped:
-            steps += _save_and_stop(b, w, prefix="job") + _restart(b, w.name, {}, prefix="job")
+            away = {"NodeList": "", "ExcNodeList": _value(node.name)}
+            steps += _save_and_stop(b, w, prefix="job") + _restart(b, w.name, away, prefix="job")
     note = f"; left running until they end: {', '.join(others)}" if others else ""
     return PlanDraft(
         steps=steps,
@@ -247,7 +254,8 @@ def _failover_steps(b: SlurmBackend, job: str, node: str, prefix: str = "") -> l
             )
         )
     steps.append(_step(f"{p}requeue", "requeue", f"requeue job {job} held", job=job, hold=True))
-    return steps + _restart(b, job, {"ExcNodeList": _value(node)} if node else {}, prefix)
+    fields = {"NodeList": "", "ExcNodeList": _value(node)} if node else {}
+    return steps + _restart(b, job, fields, prefix)
 
 
 # ----- steps ---------------------------------------------------------------------------
@@ -267,8 +275,10 @@ def run_step(
         after = int(args.get("after_seq") or 0)
 
         def newer() -> dict[str, Any] | None:
-            seq = b.newest_seq(lineage)
-            return {"checkpoint": f"{lineage}/{seq}", "seq": seq} if seq > after else None
+            newest = b.newest_checkpoint(lineage)
+            if newest is None or newest.seq <= after:
+                return None
+            return {"checkpoint": newest.id, "seq": newest.seq}
 
         progress(0, None, f"waiting for a checkpoint of {lineage} newer than {after}")
         out: dict[str, Any] = b.wait_until(f"a checkpoint of {lineage}", _timeout(args), newer)
@@ -290,7 +300,7 @@ def run_step(
         fields = args.get("fields") or {}
         if not isinstance(fields, dict) or not fields or set(fields) - _UPDATE_KEYS:
             raise errors.InvalidInput(f"job fields must be some of {sorted(_UPDATE_KEYS)}")
-        pairs = [f"{k}={_value(str(v))}" for k, v in fields.items()]
+        pairs = [f"{k}={_value(str(v)) if v else ''}" for k, v in fields.items()]
         tr.run("scontrol", ["update", f"jobid={job}", *pairs])
         return {"job": job, **{k: str(v) for k, v in fields.items()}}
     if op == "release":

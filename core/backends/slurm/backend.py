@@ -196,11 +196,16 @@ class SlurmBackend:
         return actions.recover_step(self, op, args, started_at)
 
     # ----- small helpers used by actions ----------------------------------------------
-    def newest_seq(self, lineage: str) -> int:
+    def newest_checkpoint(self, lineage: str) -> CheckpointInfo | None:
+        """The newest published checkpoint of a lineage (good or not yet verified)."""
         if not self.cfg.checkpoint_dir:
-            return 0
+            return None
         infos = self.store().list(lineage)
-        return max((c.seq for c in infos), default=0)
+        return max(infos, key=lambda c: c.seq, default=None)
+
+    def newest_seq(self, lineage: str) -> int:
+        newest = self.newest_checkpoint(lineage)
+        return newest.seq if newest else 0
 
     def wait_until(self, what: str, timeout_s: float, check: Any) -> Any:
         """Poll ``check()`` until it returns a truthy value; Conflict on timeout."""

@@ -81,6 +81,7 @@ def render_sbatch(spec: SbatchSpec, config: SlurmConfig) -> str:
         lines.append(f"#SBATCH --signal=B:USR1@{spec.signal_before_end_s}")
     if spec.output:
         lines.append(f"#SBATCH --output={spec.output}")
+        lines.append("#SBATCH --open-mode=append")  # a requeued run adds to the same log
     if spec.workdir:
         lines.append(f"#SBATCH --chdir={spec.workdir}")
     lines += [

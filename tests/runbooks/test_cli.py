@@ -1,0 +1,58 @@
+"""``clawpoint runbook ...``: list, check, and a run started by a person who confirms the
+plan their own run waits on (people confirm; agents need someone else's approval)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, cast
+
+import yaml
+from typer.testing import CliRunner
+
+from core.backends.local import LocalBackend
+from core.cli.runbook import runbook_app
+from core.service.facade import Service
+from tests.runbooks.conftest import ROOT
+
+runner = CliRunner()
+
+
+def _json(*args: str, code: int = 0) -> Any:
+    result = runner.invoke(runbook_app, [*args, "--json"])
+    assert result.exit_code == code, result.output
+    return json.loads(result.stdout)
+
+
+def test_list_and_check(tmp_path: Path, service: Service) -> None:
+    names = {r["name"] for r in _json("list")}
+    assert "spot-interruption" in names and len(names) == 5
+    ok = _json("check", str(ROOT / "runbooks" / "sla-rescue.yaml"))
+    assert ok["ok"] is True
+    assert _json("check", "queue-backlog")["ok"] is True  # by name
+    data = yaml.safe_load((ROOT / "runbooks" / "sla-rescue.yaml").read_text())
+    data["steps"][0]["tool"] = "sla_risks"
+    bad = tmp_path / "sla-rescue.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    out = _json("check", str(bad), code=2)
+    assert out["ok"] is False and any("steps[0](risk).tool" in p for p in out["problems"])
+
+
+def test_person_run_waits_for_their_confirmation(service: Service) -> None:
+    local = cast(LocalBackend, service.backend("local"))
+    local.set_node_state("node-b", health="down", reason="no heartbeat")
+    run = _json("run", "gpu-node-failure", "--param", "node=local:node-b")
+    assert run["status"] == "waiting_approval" and run["waiting"]["kind"] == "confirm"
+    assert "--yes" in run["next"]
+    still = _json("continue", run["id"])
+    assert still["status"] == "waiting_approval"
+    assert all(n.schedulable for n in service.nodes("local"))
+    done = _json("continue", run["id"], "--yes")
+    assert done["status"] == "succeeded", done
+    gate = next(s for s in done["steps"] if s["id"] == "drain-gate")
+    assert gate["output"]["result"]["status"] == "executed"
+    assert not next(n for n in service.nodes("local") if n.name == "node-b").schedulable
+    assert _json("status", run["id"])["status"] == "succeeded"
+    assert [r["id"] for r in _json("status")] == [run["id"]]
+    bad = runner.invoke(runbook_app, ["run", "gpu-node-failure", "--param", "node"])
+    assert bad.exit_code != 0

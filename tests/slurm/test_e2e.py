@@ -1,0 +1,157 @@
+"""End to end: a wrapped job with 100 MB of self-verifying state, moved around a real cluster.
+
+The payload is ``core.workloads.counter``: it checks every byte of its state as it counts
+and prints "STATE CHECK FAILED" if a restore lost or mixed up memory. Each test checks that
+the job came back elsewhere (or after a hold), restored from the checkpoint the plan made,
+and went on counting from at least the checkpointed step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from core.backends.slurm import SbatchSpec, SlurmBackend, submit
+from core.checkpoint.criu import criu_status
+from core.model import Action, WorkloadState
+from tests.slurm.conftest import CLUSTER_DIR, ROOT, execute, restart_cluster, sh
+
+pytestmark = [pytest.mark.slurm, pytest.mark.criu, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(autouse=True)
+def _criu() -> None:
+    status = criu_status()
+    if not status.available:
+        pytest.skip(f"CRIU unavailable: {status.reason}")
+
+
+@pytest.fixture
+def lineage(request: pytest.FixtureRequest, backend: SlurmBackend) -> Iterator[str]:
+    name = f"e2e-{request.node.name.removeprefix('test_')[:20]}-{os.getpid()}".replace("_", "-")
+    yield name
+    sh("scancel", f"--name=clawpoint-{name}")
+    for node in ("n1", "n2", "n3"):
+        sh("scontrol", "update", f"nodename={node}", "state=RESUME", check=False)
+
+
+def start_counter(backend: SlurmBackend, lineage: str, every: float | None = None) -> str:
+    log = CLUSTER_DIR / "log" / f"{lineage}.out"
+    spec = SbatchSpec(
+        lineage=lineage,
+        command=[sys.executable, "-m", "core.workloads.counter", "--state-mb", "100"],
+        nodelist="n1",
+        checkpoint_every_s=every,
+        output=str(log),
+        workdir=str(ROOT),
+    )
+    job = submit(spec, backend.cfg, backend.transport).job_id
+    backend.wait_until("the job to run on n1", 60, lambda: backend.get_workload(job).node)
+    wait_step(job, 20)
+    return job
+
+
+def progress(job: str) -> dict[str, object]:
+    home = Path(f"/tmp/clawpoint-slurm-job-{job}")
+    for path in home.glob("run/*.progress.json"):
+        try:
+            return dict(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            pass
+    return {}
+
+
+def wait_step(job: str, at_least: int, timeout: float = 120) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        step = int(str(progress(job).get("step", 0)))
+        if step >= at_least:
+            return step
+        time.sleep(0.3)
+    raise AssertionError(f"job {job} did not reach step {at_least}")
+
+
+def checkpoint_step(backend: SlurmBackend, checkpoint_id: str) -> int:
+    info = next(c for c in backend.store().list() if c.id == checkpoint_id)
+    return int(info.extra["progress"]["step"])
+
+
+def assert_resumed(backend: SlurmBackend, lineage: str, job: str, checkpoint_id: str) -> None:
+    """The job's new run counts on from at least the checkpointed step (a fresh start would
+    begin at 0; the counter verifies every chunk of its state as it goes)."""
+    saved = checkpoint_step(backend, checkpoint_id)
+    since = time.time()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        now = progress(job)
+        if float(str(now.get("ts", 0))) > since:  # written by the new run
+            assert int(str(now["step"])) >= saved
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"job {job} made no progress after it restarted")
+    wait_step(job, saved + 20)
+    log = (CLUSTER_DIR / "log" / f"{lineage}.out").read_text()
+    assert "STATE CHECK FAILED" not in log
+
+
+def test_drain_moves_the_job_and_it_resumes(backend: SlurmBackend, lineage: str) -> None:
+    job = start_counter(backend, lineage)
+    out = execute(backend, backend.plan(Action.DRAIN_NODE, "n1", {"reason": "e2e drain"}))
+    assert out[f"job{job}-wait_running"]["node"] in ("n2", "n3")
+    assert "drain" in backend.get_node("n1").state
+    assert_resumed(backend, lineage, job, out[f"job{job}-wait_checkpoint"]["checkpoint"])
+
+
+def test_preempt_then_resume(backend: SlurmBackend, lineage: str) -> None:
+    job = start_counter(backend, lineage)
+    out = execute(backend, backend.plan(Action.PREEMPT, f"slurm:{job}", {}))
+    held = backend.get_workload(job)
+    assert held.state is WorkloadState.STOPPED and held.node is None  # the node is free
+    execute(backend, backend.plan(Action.RESUME, f"slurm:{job}", {}))
+    assert backend.get_workload(job).state is WorkloadState.RUNNING
+    assert_resumed(backend, lineage, job, out["wait_checkpoint"]["checkpoint"])
+
+
+def _kill_node(job: str, node: str) -> None:
+    """kill -9 the node's slurmd and the job's processes (on a real node they die with it)."""
+    victims: set[int] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if f"SLURM_JOB_ID={job}".encode() in env:
+            victims.add(int(entry))
+            if Path(f"/proc/{ppid}/cmdline").read_bytes().startswith(b"slurmstepd"):
+                victims.add(ppid)
+    os.kill(int((CLUSTER_DIR / "run" / f"slurmd-{node}.pid").read_text()), signal.SIGKILL)
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_failover_after_slurmd_killed(backend: SlurmBackend, lineage: str) -> None:
+    job = start_counter(backend, lineage, every=2)
+    backend.wait_until("a periodic checkpoint", 60, lambda: backend.newest_seq(lineage) >= 1)
+    _kill_node(job, "n1")
+    newest = backend.newest_checkpoint(lineage)
+    assert newest is not None
+    try:
+        out = execute(backend, backend.plan(Action.FAILOVER, f"slurm:{job}", {}))
+        assert out["wait_running"]["node"] in ("n2", "n3")
+        assert_resumed(backend, lineage, job, newest.id)
+    finally:
+        restart_cluster()  # a new slurmd for n1
