@@ -9,10 +9,19 @@ import sys
 import structlog
 
 
+class _Stderr:
+    """Whatever sys.stderr is at write time (test runners and daemons swap it)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure(level: str | None = None) -> None:
     name = (level or os.environ.get("CLAWPOINT_LOG_LEVEL") or "WARNING").upper()
     numeric = getattr(logging, name, logging.WARNING)
-    logging.basicConfig(stream=sys.stderr, level=numeric, format="%(message)s")
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -21,6 +30,6 @@ def configure(level: str | None = None) -> None:
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )

@@ -61,9 +61,15 @@ install_packages() {
     if ! apt-cache show slurm-wlm slurmrestd munge >/dev/null 2>&1; then
         apt-get update -qq
     fi
-    apt-get install -y -qq --no-install-recommends slurm-wlm slurmrestd munge \
-        slurm-wlm-jwt-plugin >/dev/null
+    apt-get install -y -qq --no-install-recommends slurm-wlm slurmrestd munge >/dev/null
+    # JWT (for slurmrestd over TCP) is a separate package; without it only the unix socket runs.
+    if [[ ! -e "$(plugin_dir)/auth_jwt.so" ]]; then
+        apt-get install -y -qq --no-install-recommends slurm-wlm-jwt-plugin >/dev/null ||
+            log "warning: slurm-wlm-jwt-plugin not installable: no slurmrestd on TCP"
+    fi
 }
+
+have_jwt() { [[ -e "$(plugin_dir)/auth_jwt.so" ]]; }
 
 make_dirs() {
     mkdir -p "$DIR"/{etc,spool/ctld,log,run,checkpoints,munge,rest}
@@ -106,8 +112,7 @@ SlurmUser=root
 AuthType=auth/munge
 AuthInfo=socket=$MUNGE_SOCKET
 CredType=cred/munge
-AuthAltTypes=auth/jwt
-AuthAltParameters=jwt_key=$DIR/etc/jwt_hs256.key
+$(have_jwt && printf 'AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key=%s\n' "$DIR/etc/jwt_hs256.key")
 StateSaveLocation=$DIR/spool/ctld
 SlurmdSpoolDir=$DIR/spool/d/%n
 SlurmctldPidFile=$DIR/run/slurmctld.pid
@@ -139,7 +144,7 @@ EOF
     cat >"$DIR/env" <<EOF
 export SLURM_CONF=$CONF
 export CLAWPOINT_SLURM_SOCKET=$REST_SOCKET
-export CLAWPOINT_SLURM_URL=http://127.0.0.1:$REST_PORT
+$(have_jwt && echo "export CLAWPOINT_SLURM_URL=http://127.0.0.1:$REST_PORT")
 export CLAWPOINT_SLURM_CHECKPOINT_DIR=$DIR/checkpoints
 EOF
     chmod 644 "$DIR/env"
@@ -186,7 +191,7 @@ start_rest() {
             </dev/null >>"$DIR/log/slurmrestd-unix.log" 2>&1 &
         echo $! >"$DIR/run/slurmrestd-unix.pid"
     fi
-    if ! alive "$DIR/run/slurmrestd-tcp.pid"; then
+    if have_jwt && ! alive "$DIR/run/slurmrestd-tcp.pid"; then
         # SLURM_JWT=daemon: slurmrestd forwards each client's token to slurmctld.
         as_rest env SLURM_CONF="$CONF" SLURM_JWT=daemon slurmrestd -f "$CONF" -a rest_auth/jwt -s "$plugins" "127.0.0.1:$REST_PORT" \
             </dev/null >>"$DIR/log/slurmrestd-tcp.log" 2>&1 &

@@ -18,6 +18,7 @@ import pytest
 
 from core.backends.base import PlanDraft, no_progress
 from core.backends.slurm import SlurmBackend, SlurmConfig
+from core.service.executor import resolve_args
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "slurm-cluster.sh"
@@ -93,14 +94,10 @@ def job_name(request: pytest.FixtureRequest, slurm_env: dict[str, str]) -> Itera
 
 
 def execute(backend: SlurmBackend, draft: PlanDraft) -> dict[str, dict[str, Any]]:
-    """Run a plan's steps in order, filling ``$STEP.FIELD`` args as the service does."""
+    """Run a plan's steps in order, filling ``$STEP.FIELD`` args as the service's executor does."""
     outputs: dict[str, dict[str, Any]] = {}
     for step in draft.steps:
-        args = {}
-        for key, value in step.args.items():
-            if isinstance(value, str) and value.startswith("$"):
-                ref, _, field = value[1:].partition(".")
-                value = outputs[ref][field]
-            args[key] = value
-        outputs[step.name] = backend.run_step(step.op, args, no_progress)
+        outputs[step.name] = backend.run_step(
+            step.op, resolve_args(step.args, outputs), no_progress
+        )
     return outputs

@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -112,9 +113,16 @@ def test_drain_moves_the_job_and_it_resumes(backend: SlurmBackend, lineage: str)
 
 def test_preempt_then_resume(backend: SlurmBackend, lineage: str) -> None:
     job = start_counter(backend, lineage)
-    out = execute(backend, backend.plan(Action.PREEMPT, f"slurm:{job}", {}))
+    before = datetime.now(UTC)
+    draft = backend.plan(Action.PREEMPT, f"slurm:{job}", {})
+    out = execute(backend, draft)
     held = backend.get_workload(job)
     assert held.state is WorkloadState.STOPPED and held.node is None  # the node is free
+    # Had clawpoint crashed after each step, recovery would see that it took effect.
+    steps = {s.op: s for s in draft.steps}
+    seq = out["wait_checkpoint"]["seq"]
+    assert backend.recover_step("signal", steps["signal"].args, before) == {"after_seq": seq - 1}
+    assert backend.recover_step("requeue", steps["requeue"].args, before) == {"job": job}
     execute(backend, backend.plan(Action.RESUME, f"slurm:{job}", {}))
     assert backend.get_workload(job).state is WorkloadState.RUNNING
     assert_resumed(backend, lineage, job, out["wait_checkpoint"]["checkpoint"])

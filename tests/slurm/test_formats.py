@@ -107,4 +107,4 @@ def test_render_sbatch() -> None:
 )
 def test_render_rejects_bad_input(kwargs: dict[str, object]) -> None:
     with pytest.raises((errors.InvalidInput, ValueError)):
-        render_sbatch(SbatchSpec(command=["true"], **kwargs), SlurmConfig())  # type: ignore[arg-type]
+        render_sbatch(SbatchSpec(command=["true"], **kwargs), SlurmConfig())

@@ -330,7 +330,13 @@ def recover_step(
     """The output of a step that took effect before a crash, or None (run it again)."""
     try:
         if op == "signal":
-            return None  # a repeated signal only makes one more checkpoint: safe to resend
+            # Sent if a checkpoint appeared since the step started; else send it (again):
+            # one more checkpoint is harmless.
+            lineage = validate_name(str(args.get("lineage")), what="lineage")
+            newest = b.newest_checkpoint(lineage)
+            if newest is not None and newest.created_at >= started_at:
+                return {"after_seq": newest.seq - 1}
+            return None
         if op in ("requeue",):
             w = _maybe(b, _job(args))
             held = w is not None and w.labels.get("reason") in ("JobHeldUser", "JobHeldAdmin")
