@@ -20,6 +20,10 @@ wrapper), and each repetition measures, in this order and on the same filesystem
 
 Before every timed step the page cache is written back and dropped (``sync``; ``echo 3 >
 /proc/sys/vm/drop_caches``), for raw and clawpoint alike: restores read images from disk.
+Also reported for steps 1 and 2: the workload's frozen time, from CRIU's own ``stats-dump``
+(``frozen_time``): for a leave-running checkpoint that is the pause the workload sees, and
+hashing and publishing happen after it ends. Before the runs, the digest's hash rate from the
+page cache is measured on a 1 GiB file with 1 and 2 hashing threads (and plain sha256).
 Reported: medians of ``--reps`` runs (>= 3). JSON: ``bench/results/checkpoint.json``.
 """
 
@@ -43,7 +47,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.checkpoint import criu  # noqa: E402
+from core.checkpoint import criu, stats  # noqa: E402
 from core.config import Settings, load_settings  # noqa: E402
 from core.model import WorkloadState  # noqa: E402
 from core.state.db import Database  # noqa: E402
@@ -68,6 +72,8 @@ KEYS = (
     "image_mib",
     "cp_criu_dump_s",
     "cp_publish_s",
+    "raw_frozen_s",
+    "cp_frozen_s",
 )
 
 
@@ -213,6 +219,7 @@ class Bench:
                 ]
             )
             r["raw_dump_sync_s"] = r["raw_dump_s"] + sync_dir(raw)
+            r["raw_frozen_s"] = stats.read_stats(raw / "stats-dump").get("frozen_s", float("nan"))
             # 2. clawpoint checkpoint, leave running
             drop_caches(self.drop)
             t0 = time.perf_counter()
@@ -220,6 +227,7 @@ class Bench:
             r["cp_ckpt_s"] = time.perf_counter() - t0
             r["cp_criu_dump_s"] = info.timings.get("criu_dump_s", 0.0)
             r["cp_publish_s"] = info.timings.get("publish_s", 0.0)
+            r["cp_frozen_s"] = info.timings.get("frozen_s", float("nan"))
             r["image_mib"] = info.size_bytes / 2**20
             # 3. dd of the same number of bytes, with fsync
             drop_caches(self.drop)
@@ -321,6 +329,7 @@ def summarise(mb: int, runs: list[dict[str, float]]) -> dict[str, Any]:
             "cp_mib_s": mib / med["cp_ckpt_s"],
             "dd_fsync_mib_s": mib / med["dd_fsync_s"],
             "cp_vs_dd": med["dd_fsync_s"] / med["cp_ckpt_s"],
+            "frozen_vs_raw": med["cp_frozen_s"] / med["raw_frozen_s"],
         }
     )
     for k in list(row):
@@ -355,6 +364,39 @@ def machine(criu_version: str | None, work: Path) -> dict[str, Any]:
     }
 
 
+def hash_rates(work: Path, mib: int = 1024) -> dict[str, float]:
+    """MiB/s of ``file_digest`` on a ``mib`` MiB file in the page cache: tree with 1 and 2
+    threads, and plain sha256 (one stream). Best of 3, to see the hashing, not the neighbours."""
+    path = work / "hash-rate.bin"
+    block = os.urandom(1 << 20)
+    with open(path, "wb") as f:
+        for _ in range(mib):
+            f.write(block)
+    digest.file_digest(path, "sha256")  # warm: the whole file is in the page cache now
+    rates: dict[str, float] = {}
+    saved = os.environ.get(digest.ENV_THREADS)
+    try:
+        for label, algo, threads in [
+            ("sha256", "sha256", "1"),
+            (f"{digest.TREE}_1_thread", digest.TREE, "1"),
+            (f"{digest.TREE}_2_threads", digest.TREE, "2"),
+        ]:
+            os.environ[digest.ENV_THREADS] = threads
+            best = float("inf")
+            for _ in range(3):
+                t0 = time.perf_counter()
+                digest.file_digest(path, algo)
+                best = min(best, time.perf_counter() - t0)
+            rates[label] = round(mib / best)
+    finally:
+        if saved is None:
+            os.environ.pop(digest.ENV_THREADS, None)
+        else:
+            os.environ[digest.ENV_THREADS] = saved
+        path.unlink()
+    return rates
+
+
 def has_blake3() -> bool:
     try:
         digest.new_hasher("blake3")
@@ -372,7 +414,7 @@ def main() -> int:
         "--digests",
         nargs="+",
         default=None,
-        help="digest algorithms to measure (default: sha256, and blake3 if installed)",
+        help=f"digest algorithms to measure (default: {digest.TREE}, and blake3 if installed)",
     )
     ap.add_argument("--warm", action="store_true", help="do not drop the page cache")
     ap.add_argument("--dir", type=Path, default=Path("/var/tmp"), help="parent of the work dir")
@@ -387,9 +429,12 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="clawpoint-bench-", dir=args.dir))
     os.environ["CLAWPOINT_HOME"] = str(work / "home")
     bench = Bench(work, drop=not args.warm)
-    digests = args.digests or ["sha256"] + (["blake3"] if has_blake3() else [])
+    digests = args.digests or [digest.TREE] + (["blake3"] if has_blake3() else [])
     rows = []
+    rates: dict[str, float] = {}
     try:
+        rates = hash_rates(work)
+        print(f"hash rates (MiB/s, page cache): {rates}", file=sys.stderr)
         for algo in digests:
             os.environ[digest.ENV_DIGEST] = algo  # inherited by the wrappers the bench starts
             digest.new_hasher(algo)
@@ -402,20 +447,23 @@ def main() -> int:
     info = machine(status.version, args.dir)
     print(json.dumps({k: v for k, v in info.items()}, indent=None))
     print(f"page cache dropped before each step: {not args.warm}; medians of {reps} runs")
+    print(f"hash rates, MiB/s from the page cache: {rates}")
     head = (
-        f"{'digest':>7} {'MiB':>5} {'raw':>6} {'raw+s':>6} {'cp':>6} {'x raw':>6} {'x r+s':>6} "
+        f"{'digest':>10} {'MiB':>5} {'raw':>6} {'raw+s':>6} {'cp':>6} {'x raw':>6} {'x r+s':>6} "
         f"{'rawStp':>6} {'cpStop':>6} {'x raw':>6} {'x r+s':>6} "
-        f"{'rawRst':>6} {'cpRst':>6} {'x raw':>6} {'cpMiB/s':>8} {'ddMiB/s':>8} {'x dd':>5}"
+        f"{'rawRst':>6} {'cpRst':>6} {'x raw':>6} {'cpMiB/s':>8} {'ddMiB/s':>8} {'x dd':>5} "
+        f"{'rawFrz':>6} {'cpFrz':>6} {'x raw':>5}"
     )
     print(head)
     for r in rows:
         print(
-            f"{r['digest']:>7} {r['image_mib']:>5.0f} {r['raw_dump_s']:>6.2f} {r['raw_dump_sync_s']:>6.2f} "
+            f"{r['digest']:>10} {r['image_mib']:>5.0f} {r['raw_dump_s']:>6.2f} {r['raw_dump_sync_s']:>6.2f} "
             f"{r['cp_ckpt_s']:>6.2f} {r['ckpt_vs_raw']:>6.2f} {r['ckpt_vs_raw_sync']:>6.2f} "
             f"{r['raw_stop_s']:>6.2f} {r['cp_stop_s']:>6.2f} {r['stop_vs_raw']:>6.2f} "
             f"{r['stop_vs_raw_sync']:>6.2f} {r['raw_restore_s']:>6.2f} {r['cp_restore_s']:>6.2f} "
             f"{r['restore_vs_raw']:>6.2f} {r['cp_mib_s']:>8.0f} {r['dd_fsync_mib_s']:>8.0f} "
-            f"{r['cp_vs_dd']:>5.2f}"
+            f"{r['cp_vs_dd']:>5.2f} {r['raw_frozen_s']:>6.3f} {r['cp_frozen_s']:>6.3f} "
+            f"{r['frozen_vs_raw']:>5.2f}"
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     payload = {"machine": info, "drop_caches": not args.warm, "reps": reps, "results": rows}

@@ -22,6 +22,7 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core import errors
+from core.backends.slurm.config import SlurmConfig
 from core.guardrails.approvals import ApprovalsConfig
 from core.guardrails.notify import NotifyConfig
 from core.guardrails.policy import PolicyConfig
@@ -88,6 +89,7 @@ class Settings(_Section):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig)
 
     @property
     def state_db(self) -> Path:

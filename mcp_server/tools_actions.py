@@ -100,9 +100,14 @@ def _question(plan: Plan) -> str:
     return " ".join(lines)
 
 
-def _asker(outcome: Any, ctx: Context) -> Any:
-    """Turn a resolved elicitation into the service's ``ask_person`` callback (or None)."""
-    if outcome is None:
+def _asker(outcome: Any, ctx: Context, asked_hash: str | None) -> Any:
+    """Turn a resolved elicitation into the service's ``ask_person`` callback (or None).
+
+    The SDK hands a resolver that did not ask as an accepted outcome without data: that is
+    "no person was asked", never a yes. A yes only counts for the plan the person was shown
+    (``asked_hash``); if the plan the tool makes differs (the world changed while the person
+    read the question), the answer is not used and the approval waits for a person."""
+    if outcome is None or (isinstance(outcome, AcceptedElicitation) and outcome.data is None):
         return None
     client = "client"
     try:
@@ -112,19 +117,27 @@ def _asker(outcome: Any, ctx: Context) -> Any:
         pass
 
     def ask(plan: Plan, view: ApprovalView) -> PersonAnswer | None:
+        if asked_hash is None or plan.hash != asked_hash:
+            return None
         if isinstance(outcome, AcceptedElicitation):
-            data: PersonDecision = outcome.data
+            data = outcome.data
+            if not isinstance(data, PersonDecision):
+                return None
             return PersonAnswer(
                 person=f"elicitation:{client}", approved=data.approve, note=data.note
             )
         return PersonAnswer(
-            person=f"elicitation:{client}", approved=False, note=f"{outcome.action}ed"
+            person=f"elicitation:{client}",
+            approved=False,
+            note="declined" if outcome.action == "decline" else "cancelled",
         )
 
     return ask
 
 
 def register(mcp: MCPServer[Any], service: Service) -> None:
+    asked_plans: dict[str, str] = {}  # request id -> hash of the plan its person was asked about
+
     def resolver(action: Action, target_arg: str, extra: tuple[str, ...] = ()) -> Any:
         def resolve(ctx: Context, **kwargs: Any) -> Any:
             caps = ctx.client_capabilities
@@ -132,7 +145,12 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
                 return None  # cannot ask this client's human: a pending approval will wait
             params = {k: kwargs.get(k) for k in extra}
             plan = _needs_person(service, action, kwargs[target_arg], params)
-            return Elicit(_question(plan), PersonDecision) if plan else None
+            if plan is None:
+                return None
+            while len(asked_plans) > 256:  # questions never answered leave an entry behind
+                asked_plans.pop(next(iter(asked_plans)))
+            asked_plans[ctx.request_id] = plan.hash
+            return Elicit(_question(plan), PersonDecision)
 
         # The SDK matches resolver parameters to tool arguments by name.
         import inspect
@@ -148,7 +166,7 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
     async def act(action: Action, target: str, params: dict[str, Any], *, dry_run: bool, reason: str,
                   asked: Any, ctx: Context) -> ActionOut:  # fmt: skip
         principal = agent()
-        ask = _asker(asked, ctx)
+        ask = _asker(asked, ctx, asked_plans.pop(ctx.request_id, None))
         return action_out(await call(lambda: service.act(action, target, params, principal=principal, reason=reason,
                                         dry_run=dry_run, ask_person=ask)))  # fmt: skip
 
@@ -156,9 +174,7 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
     # cancelled) only when every arm is an elicitation result class; with the aliased
     # ``ElicitationResult[...] | None`` it would unwrap it, failing declined answers as errors
     # and handing the tool a bare model on accept.
-    Asked = (
-        AcceptedElicitation[PersonDecision] | DeclinedElicitation | CancelledElicitation | None
-    )
+    Asked = AcceptedElicitation[PersonDecision] | DeclinedElicitation | CancelledElicitation | None
 
     @mcp.tool(title="Migrate a workload", annotations=ACT)
     async def migrate_workload(

@@ -7,8 +7,9 @@ external at dump (``--external pipe[INODE]``) and replaced by the new wrapper's 
 restore (``--inherit-fd fd[N]:pipe:[INODE]``), since a regular file that grew after the dump
 would make the restore fail.
 
-Speed: while CRIU writes, a follower thread hashes the page images from the page cache
-(``core.store.digest``), so publishing does not re-read them. Restores run with
+Speed: while CRIU writes, a follower thread hands each complete 16 MiB chunk of the page
+images to the digest pool (``core.store.digest``: sha256 tree, hashed from the page cache on
+every core), so publishing does not re-read them and only waits for the last chunks. Restores run with
 ``--leave-stopped`` so the caller can verify digests concurrently and resume the tree only
 when they match (``resume``), or kill it (``kill_tree``).
 
@@ -168,7 +169,7 @@ def dump(
         )
     try:
         pending.precomputed.update(follower.finish())
-    except OSError as exc:
+    except (OSError, errors.CheckpointError) as exc:
         log.warning("criu.follower_failed", error=str(exc))  # publish hashes everything instead
     # With -W, CRIU writes its stats file into the work dir rather than the images dir.
     dump_stats = stats.read_stats(pending.work_dir / "stats-dump") or stats.read_stats(

@@ -22,6 +22,7 @@ from core import errors
 from core.cli import output
 from core.cli.approvals import approvals_app, audit_app
 from core.cli.runbook import runbook_app
+from core.cli.slurm import slurm_app
 from core.cli.spot import spot_app
 from core.cli.watch import watch_command
 from core.config import Settings, load_settings
@@ -43,6 +44,7 @@ app.add_typer(audit_app, name="audit")
 app.command("watch")(watch_command)
 app.add_typer(spot_app, name="spot")
 app.add_typer(runbook_app, name="runbook")
+app.add_typer(slurm_app, name="slurm")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
@@ -348,7 +350,9 @@ def run(
         str | None, typer.Option(help="Workload name (its checkpoint lineage).")
     ] = None,
     node: Annotated[str | None, typer.Option(help="Local node to place it on.")] = None,
-    engine: Annotated[str | None, typer.Option(help="criu | cooperative (default: [checkpoint] default_engine)")] = None,
+    engine: Annotated[
+        str | None, typer.Option(help="criu | cooperative (default: [checkpoint] default_engine)")
+    ] = None,
     checkpoint_every: Annotated[
         float | None, typer.Option(help="Periodic checkpoint interval, seconds.")
     ] = None,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 from pydantic import BaseModel, Field
@@ -49,6 +49,9 @@ from core.service.executor import Executor
 from core.service.journal import Journal
 from core.state.db import Database
 from core.wrapper.spec import RunSpec
+
+if TYPE_CHECKING:
+    from core.backends.slurm.sbatch import SbatchSpec
 
 log = structlog.get_logger("clawpoint.service")
 
@@ -477,7 +480,11 @@ class Service:
         principal: Principal,
     ) -> Grant:
         return self.guard.grants.grant(
-            action, scope, max_per_hour=max_per_hour, expires=expires, reason=reason,
+            action,
+            scope,
+            max_per_hour=max_per_hour,
+            expires=expires,
+            reason=reason,
             granted_by=principal,
         )
 
@@ -530,6 +537,21 @@ class Service:
             return record.to_info()
         return supervisor.run(self.settings, spec)
 
+    def submit_batch(self, spec: SbatchSpec, *, principal: Principal) -> str:
+        """Submit a checkpointable batch job (the payload runs under the wrapper); its id."""
+        from core.backends.slurm import sbatch
+
+        if "slurm" not in self.backends:
+            raise errors.NotSupported(
+                "the Slurm backend is not enabled",
+                hint="set [slurm] enabled = true (docs/slurm.md)",
+            )
+        submitted = sbatch.submit(spec, self.settings.slurm)
+        self.audit.append("submit", principal=str(principal), subject=submitted.workload,
+                          data={"lineage": spec.lineage, "command": spec.command,
+                                "partition": spec.partition})  # fmt: skip
+        return submitted.workload
+
     # ------------------------------------------------------------------ recovery
     def recover(self) -> list[Execution]:
         """Finish executions left running by a clawpoint process that died mid-way."""
@@ -564,6 +586,10 @@ def bootstrap(settings: Settings) -> Service:
     backends: dict[str, Backend] = {}
     if settings.local.enabled:
         backends["local"] = LocalBackend(settings, db)
+    if settings.slurm.enabled:
+        from core.backends.slurm import SlurmBackend
+
+        backends["slurm"] = SlurmBackend(settings.slurm)
     guard = Guard.open(
         db,
         home=settings.home,

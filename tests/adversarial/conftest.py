@@ -108,7 +108,9 @@ class Lab:
         deadline = time.monotonic() + 60
         while True:
             if proc.poll() is not None:
-                raise AssertionError(f"server exited: {(self.home / f'serve-{port}.log').read_text()}")
+                raise AssertionError(
+                    f"server exited: {(self.home / f'serve-{port}.log').read_text()}"
+                )
             try:
                 httpx2.get(server.mcp_url, timeout=1)
                 return server
@@ -216,9 +218,10 @@ async def agent_session(
     *,
     server: HttpServer | None = None,
     elicitation_callback: Any = None,
+    mode: str | None = None,
 ) -> AsyncIterator[Agent]:
     """An SDK client to the lab's server over ``transport`` ("stdio" or "http")."""
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {} if mode is None else {"mode": mode}
     if elicitation_callback is not None:
         kwargs["elicitation_callback"] = elicitation_callback
     if transport == "stdio":

@@ -81,7 +81,9 @@ async def test_guessing_codes_locks_the_request(lab: Lab, transport: str, need_c
         right = lab.service.guard.approvals.reveal_code(approval_id, principal=PERSON)
         wrong = ["AAAAAAAA", "BBBB-CCCC", "23456789"]
         for i, guess in enumerate(wrong):
-            text = await agent.error("execute_approved", {"approval_id": approval_id, "code": guess})
+            text = await agent.error(
+                "execute_approved", {"approval_id": approval_id, "code": guess}
+            )
             assert "wrong code" in text
             if i < len(wrong) - 1:
                 assert f"{len(wrong) - 1 - i} attempts left" in text

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 from mcp.types import ElicitResult
 
 from core.guardrails.approvals import ApprovalStatus
-from tests.adversarial.conftest import TRANSPORTS, Lab, agent_session
+from core.model import Action
+from tests.adversarial.conftest import PERSON, TRANSPORTS, Lab, agent_session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.criu]
 
@@ -31,7 +33,9 @@ async def test_a_person_accepting_through_the_client_executes_once(
     async with agent_session(lab, transport, elicitation_callback=answer) as agent:
         out = await agent.ok("migrate_workload", {"workload": workload, "reason": "cheaper"})
         assert out["status"] == "executed", out
-    assert len(asked) == 1 and "Move local:elicit-yes" in asked[0] and "Risk: disruptive" in asked[0]
+    assert (
+        len(asked) == 1 and "Move local:elicit-yes" in asked[0] and "Risk: disruptive" in asked[0]
+    )
     (view,) = lab.service.list_approvals(status=None)
     assert view.status is ApprovalStatus.USED
     assert view.decided_by and view.decided_by.startswith("elicitation:")
@@ -93,3 +97,32 @@ async def test_dry_run_never_asks_the_person(lab: Lab, transport: str, need_criu
         assert out["status"] == "planned"
     assert asked == [] and lab.service.list_approvals(status=None) == []
     assert lab.node_of(workload) == "node-a"
+
+
+async def test_a_yes_counts_only_for_the_plan_the_person_saw(lab: Lab, need_criu: None) -> None:
+    """Legacy sessions ask while the call waits: if the world changes meanwhile, the tool's
+    fresh plan differs from the question, and the person's yes must not run it."""
+    workload = lab.start("elicit-stale")
+    asked: list[str] = []
+
+    async def person_who_moves_it_first(ctx: Any, params: Any) -> ElicitResult:
+        asked.append(params.message)
+        # While the person reads "move from node-a to node-b", someone else does exactly that.
+        moved = await anyio.to_thread.run_sync(
+            lambda: lab.service.act(Action.MIGRATE, workload, {}, principal=PERSON, confirmed=True)
+        )
+        assert moved.status == "executed"
+        return ElicitResult(action="accept", content={"approve": True})
+
+    async with agent_session(
+        lab, "stdio", elicitation_callback=person_who_moves_it_first, mode="legacy"
+    ) as agent:
+        out = await agent.ok("migrate_workload", {"workload": workload})
+    assert len(asked) == 1 and "from node-a to node-b" in asked[0]
+    # The tool's plan is now node-b -> node-a, which nobody approved: it waits for a person.
+    assert out["status"] == "approval_required", out
+    assert "from node-b to node-a" in out["plan"]["summary"]
+    (view,) = lab.service.list_approvals(status=None)
+    assert view.status is ApprovalStatus.PENDING and view.decided_by is None
+    assert len(lab.executions()) == 1  # only the person's own migration ran
+    assert lab.node_of(workload) == "node-b"

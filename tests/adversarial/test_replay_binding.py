@@ -26,7 +26,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.criu]
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_a_used_approval_cannot_be_replayed(lab: Lab, transport: str, need_criu: None) -> None:
+async def test_a_used_approval_cannot_be_replayed(
+    lab: Lab, transport: str, need_criu: None
+) -> None:
     workload = lab.start("replay")
     async with agent_session(lab, transport) as agent:
         out = await agent.ok("migrate_workload", {"workload": workload, "reason": "rebalance"})

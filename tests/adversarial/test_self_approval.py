@@ -85,7 +85,9 @@ async def test_no_tool_or_argument_approves_a_pending_request(
     # Nothing anywhere was approved, nothing disruptive ran, the workload did not move.
     statuses = {a.status for a in lab.service.list_approvals()}
     assert statuses <= {ApprovalStatus.PENDING, ApprovalStatus.DENIED}, statuses
-    assert not any(e.kind in ("approval.approved", "approval.used") for e in lab.service.audit.entries())
+    assert not any(
+        e.kind in ("approval.approved", "approval.used") for e in lab.service.audit.entries()
+    )
     assert lab.executions(plan_hash) == []
     assert lab.node_of(workload) == "node-a"
 

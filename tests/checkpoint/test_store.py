@@ -31,7 +31,7 @@ def test_publish_list_get_verify(tmp_path: Path) -> None:
     info = store.get(second)
     assert info.parent == first and info.seq == 2 and info.engine == "test"
     assert info.size_bytes == 14 and {f.name for f in info.files} == {"pages-1.img", "core.img"}
-    assert all(f.digest.startswith("sha256:") for f in info.files)
+    assert all(f.digest.startswith("sha256t16m:") for f in info.files)
     assert "publish_s" in info.timings
     assert store.verify(second).status is CheckpointStatus.GOOD
     assert (store.images_dir(first) / "pages-1.img").read_bytes() == b"x" * 5000

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -41,6 +42,7 @@ def lineage(request: pytest.FixtureRequest, backend: SlurmBackend) -> Iterator[s
     sh("scancel", f"--name=clawpoint-{name}")
     for node in ("n1", "n2", "n3"):
         sh("scontrol", "update", f"nodename={node}", "state=RESUME", check=False)
+    shutil.rmtree(CLUSTER_DIR / "checkpoints" / name, ignore_errors=True)  # ~100 MB each
 
 
 def start_counter(backend: SlurmBackend, lineage: str, every: float | None = None) -> str:

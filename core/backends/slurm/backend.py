@@ -100,7 +100,7 @@ class SlurmBackend:
         data = self.transport.rest("nodes")
         if data is None:
             if self.transport.slurm_version() >= (23, 2):
-                data = self.transport.run_json("scontrol", ["show", "nodes", "--json"])
+                data = self.transport.run_json("scontrol", ["--json", "show", "nodes"])
             else:
                 data = self.transport.run_json("sinfo", ["--json"])
         nodes = data.get("nodes") or []
