@@ -26,7 +26,10 @@ async def test_tool_schemas_fit_in_8000_tokens(service: Service) -> None:
     async with Client(build_server(service)) as client:
         tools = (await client.list_tools()).tools
     chars = sum(
-        len(t.name) + len(t.description or "") + len(json.dumps(t.input_schema)) + len(json.dumps(t.output_schema or {}))
+        len(t.name)
+        + len(t.description or "")
+        + len(json.dumps(t.input_schema))
+        + len(json.dumps(t.output_schema or {}))
         for t in tools
     )
     assert len(tools) >= 20
@@ -35,7 +38,11 @@ async def test_tool_schemas_fit_in_8000_tokens(service: Service) -> None:
 
 def test_mcp_tools_doc_is_current() -> None:
     fresh = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "gen-mcp-docs.py")], capture_output=True, text=True, check=True, timeout=120
+        [sys.executable, str(ROOT / "scripts" / "gen-mcp-docs.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     ).stdout
     committed = (ROOT / "docs" / "mcp-tools.md").read_text()
     assert fresh == committed, "docs/mcp-tools.md is stale: run 'make docs'"
