@@ -190,6 +190,14 @@ class Bench:
         if record is not None:
             fence.fence(self.settings, record)
 
+    def rep_with_retry(self, mb: int, rep: int) -> dict[str, float]:
+        """``one_rep``, repeated once under a new name if it failed (a failure is reported)."""
+        try:
+            return self.one_rep(mb, rep)
+        except Exception as exc:
+            _retry_note(mb, rep, exc)
+            return self.one_rep(mb, rep + 1000)
+
     def one_rep(self, mb: int, rep: int) -> dict[str, float]:
         r: dict[str, float] = {}
         name = f"bench-{mb}-{rep}"
@@ -313,6 +321,10 @@ class Bench:
             shutil.rmtree(raw, ignore_errors=True)
             shutil.rmtree(self.settings.checkpoint_dir / name, ignore_errors=True)
         return r
+
+
+def _retry_note(mb: int, rep: int, exc: Exception) -> None:
+    print(f"rep {rep} at {mb} MiB failed, repeating it once: {exc}", file=sys.stderr)
 
 
 def summarise(mb: int, runs: list[dict[str, float]]) -> dict[str, Any]:
@@ -439,9 +451,9 @@ def main() -> int:
             os.environ[digest.ENV_DIGEST] = algo  # inherited by the wrappers the bench starts
             digest.new_hasher(algo)
             for mb in sizes:
-                runs = [bench.one_rep(mb, i) for i in range(reps)]
+                runs = [bench.rep_with_retry(mb, i) for i in range(reps)]
                 rows.append({"digest": algo, **summarise(mb, runs)})
-                print(f"done: {algo} {mb} MiB", file=sys.stderr)
+                print(f"done: {algo} {mb} MiB: {json.dumps(rows[-1])}", file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     info = machine(status.version, args.dir)

@@ -219,6 +219,10 @@ class LocalBackend:
         )
         return candidates[0].name
 
+    def _labels_of(self, node: str) -> dict[str, str]:
+        cfg = self._node_config.get(node)
+        return dict(cfg.labels) if cfg else {}
+
     def _estimate_pause(self, name: str) -> float | None:
         ckpts = self.store.list(name)
         if not ckpts:
@@ -309,7 +313,11 @@ class LocalBackend:
                 saves=f"the full process state of {ref}{size}",
                 rollback=f"migrate it back: clawpoint migrate {ref} --to {rec.node}",
                 cost_effect=self._cost_effect(rec.node, dest),
-                scope={**self._scope(rec), "target_node": dest},
+                scope={
+                    **self._scope(rec),
+                    "target_node": dest,
+                    "target_node_labels": self._labels_of(dest),
+                },
             )
         if action is Action.PREEMPT:
             self._require_state(rec, {WorkloadState.RUNNING}, action)
@@ -345,7 +353,11 @@ class LocalBackend:
                 summary=f"Resume {ref} on {dest} from its newest good checkpoint",
                 saves="nothing new; restores the saved state",
                 rollback=f"preempt it again: clawpoint preempt {ref}",
-                scope={**self._scope(rec), "target_node": dest},
+                scope={
+                    **self._scope(rec),
+                    "target_node": dest,
+                    "target_node_labels": self._labels_of(dest),
+                },
             )
         if action is Action.FAILOVER:
             if rec.state in _LIVE:
@@ -382,7 +394,11 @@ class LocalBackend:
                 saves=f"resumes from {NAME}:{good.id}; {lost}",
                 rollback=f"migrate it back: clawpoint migrate {ref} --to {rec.node}",
                 cost_effect=self._cost_effect(rec.node, dest),
-                scope={**self._scope(rec), "target_node": dest},
+                scope={
+                    **self._scope(rec),
+                    "target_node": dest,
+                    "target_node_labels": self._labels_of(dest),
+                },
             )
         if action is Action.KILL:
             self._require_state(rec, {WorkloadState.RUNNING}, action)
@@ -436,7 +452,11 @@ class LocalBackend:
             summary=f"Restore {NAME}:{ckpt.lineage} on {dest} from checkpoint {NAME}:{ckpt.id}",
             saves=f"restores the state saved at {ckpt.created_at:%Y-%m-%d %H:%M:%S} UTC",
             rollback=f"preempt it: clawpoint preempt {NAME}:{ckpt.lineage}",
-            scope={**self._scope(rec), "target_node": dest},
+            scope={
+                **self._scope(rec),
+                "target_node": dest,
+                "target_node_labels": self._labels_of(dest),
+            },
         )
 
     def _plan_delete(self, checkpoint_id: str) -> PlanDraft:

@@ -87,6 +87,8 @@ class PolicyRule(_Section):
     partitions: list[str] | None = None
     nodes: list[str] | None = None
     node_labels: dict[str, str] = Field(default_factory=dict)
+    # Labels of the node a plan moves work ONTO (migrate, failover, resume, restore, drain).
+    target_node_labels: dict[str, str] = Field(default_factory=dict)
     workload_labels: dict[str, str] = Field(default_factory=dict)
     gpus_min: int | None = Field(default=None, ge=0)
     gpus_max: int | None = Field(default=None, ge=0)
@@ -113,6 +115,8 @@ class PolicyRule(_Section):
             if allowed is not None and scope.get(key) not in allowed:
                 return False
         if not _labels_match(self.node_labels, scope.get("node_labels")):
+            return False
+        if not _labels_match(self.target_node_labels, scope.get("target_node_labels")):
             return False
         if not _labels_match(self.workload_labels, scope.get("labels")):
             return False

@@ -101,13 +101,10 @@ async def test_guessing_codes_locks_the_request(lab: Lab, transport: str, need_c
     assert kinds.count("approval.code-rejected") == 3 and "approval.locked" in kinds
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_the_right_code_from_a_person_approves_once(
-    lab: Lab, transport: str, need_criu: None
-) -> None:
+async def test_the_right_code_from_a_person_approves_once(lab: Lab, need_criu: None) -> None:
     """The control case: the chat-code flow works, so the refusals above are meaningful."""
     workload = lab.start("chat")
-    async with agent_session(lab, transport) as agent:
+    async with agent_session(lab, "http") as agent:
         approval_id = approval_id_of(await agent.ok("migrate_workload", {"workload": workload}))
         code = lab.service.guard.approvals.reveal_code(approval_id, principal=PERSON)
         done = await agent.ok(

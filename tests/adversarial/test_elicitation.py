@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.criu]
 def person(action: str, content: dict[str, Any] | None, asked: list[str]) -> Any:
     async def callback(ctx: Any, params: Any) -> ElicitResult:
         asked.append(params.message)
-        return ElicitResult(action=action, content=content)  # type: ignore[arg-type]
+        return ElicitResult(action=action, content=content)
 
     return callback
 
@@ -44,10 +44,13 @@ async def test_a_person_accepting_through_the_client_executes_once(
     assert lab.node_of(workload) == "node-b"
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize(
-    ("action", "content"),
-    [("decline", None), ("cancel", None), ("accept", {"approve": False, "note": "not now"})],
+    ("transport", "action", "content"),
+    [
+        ("stdio", "decline", None),
+        ("http", "cancel", None),
+        ("http", "accept", {"approve": False, "note": "not now"}),
+    ],
 )
 async def test_a_person_declining_through_the_client_denies(
     lab: Lab, transport: str, action: str, content: dict[str, Any] | None, need_criu: None
@@ -87,12 +90,11 @@ async def test_a_client_without_elicitation_gets_approval_required(
     assert lab.node_of(workload) == "node-a"
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_dry_run_never_asks_the_person(lab: Lab, transport: str, need_criu: None) -> None:
+async def test_dry_run_never_asks_the_person(lab: Lab, need_criu: None) -> None:
     workload = lab.start("elicit-dry")
     asked: list[str] = []
     answer = person("accept", {"approve": True}, asked)
-    async with agent_session(lab, transport, elicitation_callback=answer) as agent:
+    async with agent_session(lab, "http", elicitation_callback=answer) as agent:
         out = await agent.ok("migrate_workload", {"workload": workload, "dry_run": True})
         assert out["status"] == "planned"
     assert asked == [] and lab.service.list_approvals(status=None) == []
