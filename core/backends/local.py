@@ -85,6 +85,16 @@ def _wrapper_alive(settings: Settings, record: WorkloadRecord) -> bool:
     return fencing.wrapper_alive(settings, record)
 
 
+def _resident_bytes(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 class LocalBackend:
     name = NAME
 
@@ -224,12 +234,18 @@ class LocalBackend:
         return dict(cfg.labels) if cfg else {}
 
     def _estimate_pause(self, name: str) -> float | None:
+        """Seconds the workload is paused by a move: dump + restore of its state.
+
+        From the last checkpoint's own timings when there is one, else from the payload's
+        resident memory at ~1 GB/s each way (measured order of magnitude here)."""
         ckpts = self.store.list(name)
-        if not ckpts:
-            return None
-        last = ckpts[0]
-        dump = last.timings.get("total_s") or last.size_bytes / 1e9
-        return round(2 * float(dump) + 0.5, 2)
+        if ckpts:
+            last = ckpts[0]
+            dump = last.timings.get("total_s") or last.size_bytes / 1e9
+            return round(2 * float(dump) + 0.5, 2)
+        rec = self.registry.get(name)
+        rss = _resident_bytes(rec.pid) if rec and rec.pid else None
+        return round(2 * rss / 1e9 + 0.5, 2) if rss else None
 
     def _scope(self, rec: WorkloadRecord) -> dict[str, Any]:
         node = self._node_config.get(rec.node or "")
