@@ -27,6 +27,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -193,7 +194,8 @@ def restore(
     inherit_pipes: Mapping[int, int] | None = None,
     leave_stopped: bool = True,
     criu_path: str = "criu",
-    timeout_s: float = 3600,
+    timeout_s: float = 900,
+    abort: threading.Event | None = None,
 ) -> Restored:
     """Restore a dumped tree as a child of the calling process; returns its root's host pid.
 
@@ -201,6 +203,8 @@ def restore(
     that replaces it. With ``leave_stopped`` the tree stays stopped until ``resume``.
     Call from a long-lived thread: the tree's parent-death signal is tied to the thread that
     starts CRIU (``--restore-sibling`` makes the tree our child, not CRIU's).
+    ``abort`` (set by the concurrent verifier when an image is corrupt) stops CRIU at once:
+    CRIU can spin for ever on damaged page images, so it is never waited out.
     """
     exe = require(criu_path)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -217,11 +221,31 @@ def restore(
         fds.append(fd)
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, pass_fds=fds)  # noqa: S603 (argv list)
-    except (OSError, subprocess.SubprocessError) as exc:
+        proc = subprocess.Popen(  # noqa: S603 (argv list)
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=fds
+        )
+        while True:
+            try:
+                proc.communicate(timeout=0.05)
+                break
+            except subprocess.TimeoutExpired:
+                stopped = abort is not None and abort.is_set()
+                if stopped or time.perf_counter() - t0 > timeout_s:
+                    proc.kill()
+                    proc.communicate()
+                    why = (
+                        "stopped: its images failed verification"
+                        if stopped
+                        else (f"timed out after {timeout_s:.0f} s")
+                    )
+                    raise errors.CheckpointError(
+                        f"criu restore from {images_dir} {why}",
+                        hint="the checkpoint is kept; an older good one may be tried",
+                    ) from None
+    except OSError as exc:
         raise errors.CheckpointError(
-            f"criu restore from {images_dir} did not complete: {exc}",
-            hint="retry; the checkpoint itself is unchanged",
+            f"criu restore from {images_dir} did not start: {exc}",
+            hint="check 'criu check'; the checkpoint itself is unchanged",
         ) from exc
     wall = time.perf_counter() - t0
     if proc.returncode != 0:

@@ -95,6 +95,7 @@ def criu_restore_verified(
     # Sizes first (no reads): CRIU may wait forever on a truncated page image.
     store.verify(checkpoint_id, digests=False)
     verdict: list[BaseException | None] = []
+    corrupt = threading.Event()
 
     def verify() -> None:
         try:
@@ -102,6 +103,7 @@ def criu_restore_verified(
             verdict.append(None)
         except BaseException as exc:  # handed to the restoring thread
             verdict.append(exc)
+            corrupt.set()  # stop CRIU now: it may never finish on damaged images
 
     checker = threading.Thread(target=verify, name="verify-images", daemon=True)
     checker.start()
@@ -112,6 +114,7 @@ def criu_restore_verified(
             inherit_pipes=inherit_pipes,
             leave_stopped=True,
             criu_path=criu_path,
+            abort=corrupt,
         )
     except errors.CheckpointError:
         checker.join()

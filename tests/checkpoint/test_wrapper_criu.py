@@ -40,6 +40,7 @@ def test_checkpoint_stop_resume_and_crash_recovery(harness: Harness) -> None:
 
     # SIGKILL the payload: the wrapper records FAILED; a new wrapper restores the last one.
     last = h.client("big").checkpoint(stop=False)
+    assert second.pid is not None
     os.kill(second.pid, signal.SIGKILL)
     record = h.wait_state("big", WorkloadState.FAILED)
     assert record.exit_status == "signal SIGKILL"
