@@ -62,6 +62,21 @@ def point_link(link: Path, target: Path) -> None:
     os.replace(tmp, link)
 
 
+def handles_signal(pid: int, sig: int) -> bool | None:
+    """Whether ``pid`` has installed a handler for ``sig`` (None when it cannot be told).
+
+    Sending SIGUSR1 to a process without a handler terminates it: that must never be how a
+    checkpoint request ends a workload (for example one still starting up).
+    """
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def checkpoint(
     pid: int,
     pending: PendingCheckpoint,
@@ -75,6 +90,14 @@ def checkpoint(
     target = pending.images_dir
     point_link(link, target)
     marker = target / MARKER
+    if handles_signal(pid, sig) is False:
+        name = signal.Signals(sig).name
+        raise errors.CheckpointError(
+            f"the workload (pid {pid}) has no handler for {name} (yet): sending it would "
+            "terminate it, so no checkpoint was requested",
+            hint=f"make the application handle {name} by saving its state into "
+            f"${ENV_CHECKPOINT_DIR} and writing {MARKER} there; if it is still starting, retry",
+        )
     t0 = time.perf_counter()
     try:
         os.kill(pid, sig)

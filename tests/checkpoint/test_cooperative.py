@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import pytest
 
 from core import errors
+from core.checkpoint import cooperative
 from core.config import load_settings
 from core.model import WorkloadState
 from tests.checkpoint.conftest import Harness, counter_cmd
@@ -34,11 +36,27 @@ def test_cooperative_timeout_names_dir_and_marker(harness: Harness) -> None:
         "[checkpoint]\ncooperative_timeout_s = 0.5\n"
     )
     harness.settings = load_settings(harness.settings.home)
-    ignore = "import signal,time; signal.signal(signal.SIGUSR1, signal.SIG_IGN); time.sleep(60)"
+    # The app handles the signal but never writes the marker (a handler that does nothing).
+    ignore = "import signal,time; signal.signal(signal.SIGUSR1, lambda *a: None); time.sleep(60)"
     harness.launch("deaf", [sys.executable, "-c", ignore], engine="cooperative")
+    pid = harness.registry.require("deaf").pid
+    assert pid is not None
+    harness.wait_for("the handler", lambda: bool(cooperative.handles_signal(pid, signal.SIGUSR1)))
     with pytest.raises(errors.CheckpointError) as exc:
         harness.client("deaf").checkpoint(stop=False)
     assert "COMPLETE" in exc.value.message and "deaf" in exc.value.message
     assert "CLAWPOINT_CHECKPOINT_DIR" in exc.value.hint
     assert harness.registry.require("deaf").state is WorkloadState.RUNNING
     assert harness.registry.require("deaf").last_checkpoint is None
+
+
+def test_app_without_a_handler_is_not_killed_by_a_request(harness: Harness) -> None:
+    """SIGUSR1's default action terminates: a request to an app that cannot handle it
+    (yet) is refused instead of killing the workload."""
+    harness.launch(
+        "nohandler", [sys.executable, "-c", "import time; time.sleep(60)"], engine="cooperative"
+    )
+    with pytest.raises(errors.CheckpointError) as exc:
+        harness.client("nohandler").checkpoint(stop=False)
+    assert "no handler for SIGUSR1" in exc.value.message
+    assert harness.registry.require("nohandler").state is WorkloadState.RUNNING
