@@ -12,6 +12,8 @@ import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import structlog
+
 from core import errors
 from core.backends.base import PlanDraft, ProgressFn
 from core.model import NodeInfo, PlanStep, WorkloadInfo, WorkloadState, validate_name
@@ -23,6 +25,7 @@ _SIGNALS = {"USR1", "USR2"}
 _UPDATE_KEYS = {"StartTime", "ExcNodeList", "NodeList"}
 _VALUE_RE = re.compile(r"^[A-Za-z0-9_.,\[\]-]{1,200}$")
 _REASON_RE = re.compile(r"^[A-Za-z0-9 _.,:/()@+-]{1,200}$")
+log = structlog.get_logger("clawpoint.slurm")
 _ENDED = {WorkloadState.COMPLETED, WorkloadState.FAILED, WorkloadState.STOPPED}
 
 
@@ -309,10 +312,22 @@ def run_step(
         return {"job": job}
     if op == "wait_running":
         job = _job(args)
+        retries = [2]  # a restart that Slurm kills at once is requeued again, twice at most
 
         def running() -> str | None:
             w = _maybe(b, job)
-            return (w.node or "?") if w and w.state is WorkloadState.RUNNING else None
+            if w and w.state is WorkloadState.RUNNING:
+                return w.node or "?"
+            ended = (WorkloadState.COMPLETED, WorkloadState.FAILED)
+            if w is not None and w.state in ended and retries[0] > 0:
+                # Slurm refuses to start a requeued job on a node within the second its
+                # previous run ended there ("Job credential revoked") and ends it instead:
+                # requeue it again and let it start a little later.
+                retries[0] -= 1
+                log.warning("slurm.restart_retry", job=job, state=w.state.value)
+                tr.run("scontrol", ["requeue", job])
+                tr.run("scontrol", ["update", f"jobid={job}", "StartTime=now+2"])
+            return None
 
         return {"node": b.wait_until(f"job {job} to run", _timeout(args), running)}
     if op in ("drain", "node_down"):
