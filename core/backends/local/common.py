@@ -1,0 +1,65 @@
+"""Shared pieces of the local backend: its name, capabilities and process liveness checks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import structlog
+
+from core.config import Settings
+from core.model import (
+    Action,
+    WorkloadState,
+)
+from core.state.workloads import WorkloadRecord
+from core.wrapper import fence as fencing
+
+log = structlog.get_logger("clawpoint.local")
+
+NAME = "local"
+_LIVE = (WorkloadState.RUNNING, WorkloadState.CHECKPOINTING)
+_CAPABILITIES = frozenset(
+    {
+        Action.CHECKPOINT,
+        Action.RESTORE,
+        Action.MIGRATE,
+        Action.PREEMPT,
+        Action.RESUME,
+        Action.FAILOVER,
+        Action.DRAIN_NODE,
+        Action.KILL,
+        Action.DELETE_CHECKPOINT,
+    }
+)
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not alive
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wrapper_alive(settings: Settings, record: WorkloadRecord) -> bool:
+    """True while the workload's wrapper holds its lock (it does for its whole life)."""
+    return fencing.wrapper_alive(settings, record)
+
+
+def _resident_bytes(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
