@@ -42,6 +42,8 @@ def cli(settings: Settings, *args: str) -> Any:  # noqa: F811
     return json.loads(proc.stdout)
 
 
-def approve(settings: Settings, approval_id: str) -> None:  # noqa: F811
+def approve(settings: Settings, approval_id: str) -> Any:  # noqa: F811
+    """A person approves ``approval_id`` at the CLI; the approval as the CLI shows it."""
     view = cli(settings, "approvals", "approve", approval_id)
     assert view["status"] == "approved"
+    return view

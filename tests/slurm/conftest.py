@@ -9,7 +9,9 @@ file and cancels the jobs it submitted.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,19 @@ def slurm_cluster() -> Iterator[dict[str, str]]:
     yield read_env()
     if started:
         cluster("down")
+
+
+def stop_daemon(pidfile: Path) -> None:
+    """SIGTERM the daemon named by a pid file and wait (up to 20 s) until it is gone."""
+    pid = int(pidfile.read_text())  # read once: some daemons remove the file as they exit
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
 
 
 def restart_cluster() -> None:

@@ -20,10 +20,20 @@ from pathlib import Path
 
 import pytest
 
+from core import errors
 from core.backends.slurm import SbatchSpec, SlurmBackend, submit
 from core.checkpoint.criu import criu_status
-from core.model import Action, WorkloadState
-from tests.slurm.conftest import CLUSTER_DIR, ROOT, execute, restart_cluster, sh
+from core.config import load_settings
+from core.model import Action, ExecutionStatus, Principal, PrincipalKind, WorkloadState
+from core.service.facade import Service, bootstrap
+from tests.slurm.conftest import (
+    CLUSTER_DIR,
+    ROOT,
+    execute,
+    restart_cluster,
+    sh,
+    stop_daemon,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.criu, pytest.mark.timeout(300)]
 
@@ -128,6 +138,104 @@ def test_preempt_then_resume(backend: SlurmBackend, lineage: str) -> None:
     execute(backend, backend.plan(Action.RESUME, f"slurm:{job}", {}))
     assert backend.get_workload(job).state is WorkloadState.RUNNING
     assert_resumed(backend, lineage, job, out["wait_checkpoint"]["checkpoint"])
+
+
+def test_preempt_frees_the_node_for_another_job(
+    backend: SlurmBackend, lineage: str, job_name: str
+) -> None:
+    job = start_counter(backend, lineage)
+    # A plain job that needs all of n1: it cannot start while the counter runs there.
+    other = sh(
+        "sbatch",
+        "--parsable",
+        f"--job-name={job_name}",
+        "-o",
+        "/dev/null",
+        "--nodelist=n1",
+        "--exclusive",
+        "--wrap",
+        "sleep 600",
+    ).strip()
+    assert backend.get_workload(other).state is WorkloadState.PENDING
+    out = execute(backend, backend.plan(Action.PREEMPT, f"slurm:{job}", {}))
+    assert backend.get_workload(job).state is WorkloadState.STOPPED
+
+    def other_runs() -> bool:
+        w = backend.get_workload(other)
+        return w.state is WorkloadState.RUNNING and w.node == "n1"
+
+    backend.wait_until("the other job to run on n1", 60, other_runs)
+    assert sh("squeue", "-h", "-j", other, "-o", "%T|%N").strip() == "RUNNING|n1"
+    assert backend.get_workload(job).state is WorkloadState.STOPPED  # still held meanwhile
+    sh("scancel", other)
+    backend.wait_until("n1 to be free", 60, lambda: not backend.get_node("n1").workloads)
+    # The counter was submitted pinned to n1: it resumes there, after the other job.
+    resumed = execute(backend, backend.plan(Action.RESUME, f"slurm:{job}", {}))
+    assert resumed["wait_running"]["node"] == "n1"
+    assert_resumed(backend, lineage, job, out["wait_checkpoint"]["checkpoint"])
+
+
+PERSON = Principal(id="tester", kind=PrincipalKind.PERSON)
+
+
+@pytest.fixture
+def service(tmp_path: Path, slurm_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Service:
+    """The service as the CLI builds it, with ``[slurm] enabled = true`` in config.toml."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        "[local]\nenabled = false\n\n"
+        "[slurm]\nenabled = true\nretry_total_s = 2.0\ncommand_timeout_s = 10.0\n"
+    )
+    monkeypatch.setenv("CLAWPOINT_HOME", str(home))
+    monkeypatch.delenv("CLAWPOINT_CONFIG", raising=False)
+    return bootstrap(load_settings(home))
+
+
+def execution_count(service: Service) -> int:
+    with service.db.read() as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM executions").fetchone()[0])
+
+
+@pytest.mark.timeout(240)
+def test_controller_down_service_fails_cleanly(
+    backend: SlurmBackend, lineage: str, service: Service
+) -> None:
+    job = start_counter(backend, lineage)
+    seq = backend.newest_seq(lineage)
+    plan = service.plan(Action.PREEMPT, f"slurm:{job}")  # made while the controller answers
+    assert plan.steps[0].op == "signal"
+    stop_daemon(CLUSTER_DIR / "run" / "slurmctld.pid")
+    try:
+        # Planning needs the controller: a clear error and nothing journaled.
+        for action, target in ((Action.PREEMPT, f"slurm:{job}"), (Action.DRAIN_NODE, "slurm:n1")):
+            before = execution_count(service)
+            with pytest.raises(errors.BackendUnavailable) as info:
+                service.act(action, target, {}, principal=PERSON, confirmed=True)
+            assert "controller" in info.value.message and info.value.hint
+            assert execution_count(service) == before
+        # A plan made before the outage: its first step fails, no later step starts.
+        result = service.perform(plan, principal=PERSON, confirmed=True)
+        assert result.status == "failed" and result.execution is not None
+        ex = service.journal.get(result.execution.id)  # as persisted
+        assert ex.status is ExecutionStatus.FAILED
+        assert ex.result["error"]["error"] == "backend-unavailable"
+        assert "controller" in (ex.error or "")
+        first, *rest = ex.steps
+        assert first.status == "failed" and "controller" in (first.error or "")
+        assert rest and all(s.status == "pending" and s.started_at is None for s in rest)
+        assert service.journal.count_running() == 0
+        assert int(str(progress(job).get("step", 0))) > 0  # the job runs on meanwhile
+    finally:
+        restart_cluster()
+    # Nothing was half done: the job was neither signalled nor requeued, and counts on.
+    w = backend.get_workload(job)
+    assert w.state is WorkloadState.RUNNING and w.node == "n1"
+    assert "Restarts=0" in sh("scontrol", "show", "job", job)
+    assert backend.newest_seq(lineage) == seq  # no checkpoint: the wrapper got no signal
+    wait_step(job, int(str(progress(job)["step"])) + 20)
+    log = (CLUSTER_DIR / "log" / f"{lineage}.out").read_text()
+    assert "STATE CHECK FAILED" not in log
 
 
 def _kill_node(job: str, node: str) -> None:

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import collections
 import json
-import os
-import signal
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -16,7 +13,7 @@ import pytest
 from core import errors
 from core.backends.slurm import SlurmBackend, SlurmConfig
 from core.model import NodeHealth, WorkloadState
-from tests.slurm.conftest import CLUSTER_DIR, restart_cluster, sh
+from tests.slurm.conftest import CLUSTER_DIR, restart_cluster, sh, stop_daemon
 
 pytestmark = pytest.mark.slurm
 T = TypeVar("T")
@@ -151,21 +148,9 @@ def test_tcp_with_jwt(slurm_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
     assert {n.name for n in b.nodes()} == {"n1", "n2", "n3"}
 
 
-def _stop(pidfile: Path) -> None:
-    pid = int(pidfile.read_text())  # read once: some daemons remove the file as they exit
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.2)
-
-
 def test_commands_json_when_slurmrestd_is_down(backend: SlurmBackend, job_name: str) -> None:
     jid = submit(job_name, "-p", "gpu", "--gres=gpu:2", "--begin=now+1hour")
-    _stop(CLUSTER_DIR / "run" / "slurmrestd-unix.pid")
+    stop_daemon(CLUSTER_DIR / "run" / "slurmrestd-unix.pid")
     try:
         assert backend.transport.rest("jobs") is None  # really down
         w = backend.get_workload(jid)
@@ -179,7 +164,7 @@ def test_commands_json_when_slurmrestd_is_down(backend: SlurmBackend, job_name: 
 
 @pytest.mark.timeout(180)
 def test_controller_down_is_backend_unavailable(backend: SlurmBackend) -> None:
-    _stop(CLUSTER_DIR / "run" / "slurmctld.pid")
+    stop_daemon(CLUSTER_DIR / "run" / "slurmctld.pid")
     try:
         for call in (backend.nodes, backend.workloads, backend.queue_depth):
             with pytest.raises(errors.BackendUnavailable) as info:

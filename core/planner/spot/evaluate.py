@@ -5,6 +5,10 @@ replays every policy on the same seeded start points of every trace for every gr
 (job fraction x changeover), and returns an :class:`EvaluationReport`; ``render_table``
 prints it as plain text.
 
+Prices: on-demand 3.06 $/h (p3.2xlarge, the instance type of the shipped traces); spot is
+billed per tick at the trace's own price series (``spot_prices.json``) like the published
+replay, or at a constant ``spot_price`` when one is given or the trace has no prices.
+
 Scoring: cost is divided by the cost of running on-demand from the start (``C + d``
 hours); the gap of a run is ``cost / omniscient_cost - 1`` on the same window. Strata:
 spot availability in the run's window (low < 0.6 <= high) x deadline (tight when the job
@@ -28,9 +32,10 @@ from core.planner.spot.policies import ClawpointPolicy, GreedyPolicy, UniformPro
 from core.planner.spot.sim import Job, Policy, job_in_ticks, on_demand_cost, simulate
 from core.planner.spot.traces import Trace, load_traces
 
-DEFAULT_SPOT_PRICE = 1.0
-# p3.2xlarge on-demand 3.06 $/h over the typical (floor) spot price ~0.92 $/h in the traces
-DEFAULT_ON_DEMAND_PRICE = 3.06 / 0.92
+# $/h. p3.2xlarge on demand; the spot fallback (used for traces without a price series) is
+# the floor spot price of the shipped traces.
+DEFAULT_ON_DEMAND_PRICE = 3.06
+DEFAULT_SPOT_PRICE = 0.918
 LOOKBACK_HOURS = 24.0  # history before the start that online policies may see
 LOW_AVAILABILITY = 0.6
 TIGHT_FRACTION = 0.8
@@ -79,7 +84,9 @@ class EvaluationReport(BaseModel):
     changeover_hours: list[float]
     starts: int
     seed: int
-    spot_price: float
+    spot_price: float | None = Field(
+        description="constant spot $/h, or None: each trace's per-tick prices where it has them"
+    )
     on_demand_price: float
     policies: list[str]
     overall: list[Summary]
@@ -155,12 +162,19 @@ def _pick_starts(trace: Trace, longest: int, lookback: int, n: int, seed: int) -
 
 
 def _cell(
-    trace: Trace, starts: list[int], job: Job, f: float, d_h: float, policies: list[str]
+    trace: Trace,
+    starts: list[int],
+    job: Job,
+    f: float,
+    d_h: float,
+    policies: list[str],
+    trace_prices: bool,
 ) -> list[RunRow]:
     tick = trace.tick_hours
     lookback = round(LOOKBACK_HOURS / tick)
+    prices = trace.prices if trace_prices else None
     base = on_demand_cost(job, tick)
-    best = omniscient_costs(trace.availability, starts, job, tick)
+    best = omniscient_costs(trace.availability, starts, job, tick, prices)
     rows: list[RunRow] = []
     for name in policies:
         policy = POLICIES[name](tick) if name != OMNISCIENT else None
@@ -174,7 +188,13 @@ def _cell(
                 cost, missed, changes, spot_h, od_h = float(opt), False, 0, 0.0, 0.0
             else:
                 res = simulate(
-                    trace.availability, start, job, policy, tick_hours=tick, lookback=lookback
+                    trace.availability,
+                    start,
+                    job,
+                    policy,
+                    tick_hours=tick,
+                    lookback=lookback,
+                    prices=prices,
                 )
                 cost, missed, changes = res.cost, res.missed, res.changeovers
                 spot_h, od_h = res.spot_ticks * tick, res.od_ticks * tick
@@ -212,12 +232,24 @@ def evaluate(
     on_demand_price: float | None = None,
     workers: int = 1,
 ) -> EvaluationReport:
-    """Replay ``policies`` on every trace x job fraction x changeover; score vs Omniscient."""
+    """Replay ``policies`` on every trace x job fraction x changeover; score vs Omniscient.
+
+    Without ``spot_price``, spot is billed at each trace's per-tick prices (constant
+    ``DEFAULT_SPOT_PRICE`` for a trace without them); with it, at that constant price.
+    """
     sp = DEFAULT_SPOT_PRICE if spot_price is None else spot_price
     odp = DEFAULT_ON_DEMAND_PRICE if on_demand_price is None else on_demand_price
     _validate(compute_hours, job_fractions, changeover_hours, starts, policies, (sp, odp))
     loaded = load_traces(traces)
-    tasks: list[tuple[Trace, list[int], Job, float, float, list[str]]] = []
+    per_tick = spot_price is None
+    if per_tick:
+        for trace in loaded:
+            if trace.prices is not None and not all(p > 0 for p in trace.prices):
+                raise errors.InvalidInput(
+                    f"Trace {trace.name} has non-positive spot prices.",
+                    hint="Fix spot_prices.json, or pass a constant spot_price.",
+                )
+    tasks: list[tuple[Trace, list[int], Job, float, float, list[str], bool]] = []
     for trace in loaded:
         jobs = {
             (f, d): job_in_ticks(
@@ -234,7 +266,9 @@ def evaluate(
         longest = max(j.deadline for j in jobs.values())
         lookback = round(LOOKBACK_HOURS / trace.tick_hours)
         picked = _pick_starts(trace, longest, lookback, starts, seed)
-        tasks += [(trace, picked, job, f, d, policies) for (f, d), job in jobs.items()]
+        tasks += [
+            (trace, picked, job, f, d, policies, per_tick) for (f, d), job in jobs.items()
+        ]
     rows: list[RunRow] = []
     if workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
@@ -252,7 +286,7 @@ def evaluate(
         starts,
         seed,
         policies,
-        sp,
+        None if per_tick else sp,
         odp,
     )
 
@@ -266,7 +300,7 @@ def _report(
     starts: int,
     seed: int,
     policies: list[str],
-    sp: float,
+    sp: float | None,
     odp: float,
 ) -> EvaluationReport:
     overall, strata, cells = [], [], []

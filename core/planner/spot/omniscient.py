@@ -38,12 +38,18 @@ def _ones_ahead(avail: npt.NDArray[np.int8]) -> npt.NDArray[np.int64]:
 
 
 def omniscient_costs(
-    avail: Sequence[int], starts: Sequence[int], job: Job, tick_hours: float
+    avail: Sequence[int],
+    starts: Sequence[int],
+    job: Job,
+    tick_hours: float,
+    prices: Sequence[float] | None = None,
 ) -> F64:
-    """Minimum cost (same units as ``sim.cost_of``) of ``job`` started at each of ``starts``.
+    """Minimum cost (same units as ``sim.simulate``) of ``job`` started at each of ``starts``.
 
-    Returns ``inf`` where no schedule meets the deadline (cannot happen when the deadline
-    allows ``compute + changeover`` ticks, since on-demand is always available).
+    ``prices`` (aligned with ``avail``) bills each spot tick at its own price, as the
+    simulator does; without it spot costs ``job.spot_price`` per tick-hour. Returns ``inf``
+    where no schedule meets the deadline (cannot happen when the deadline allows
+    ``compute + changeover`` ticks, since on-demand is always available).
     """
     series = np.asarray(avail, dtype=np.int8)
     T, C, d = job.deadline, job.compute, job.changeover
@@ -52,7 +58,13 @@ def omniscient_costs(
     idx = np.minimum(idx, len(series) - 1)  # tick T is only read for the preemption check
     window = series[idx]  # (n, T + 1)
     launch_ok = _ones_ahead(window) >= max(d, 1)
-    ks, ko = job.spot_price, job.od_price
+    if prices is None:
+        ks = np.full((n, T + 1), job.spot_price)
+    else:
+        ks = np.asarray(prices, dtype=np.float64)[idx]
+    # spot_bill[:, t] = spot price summed over ticks [0, t): a launch at t costs t..t+d-1
+    spot_bill = np.concatenate([np.zeros((n, 1)), np.cumsum(ks, axis=1)], axis=1)
+    ko = job.od_price
     inf = np.inf
 
     def terminal() -> F64:
@@ -78,7 +90,7 @@ def omniscient_costs(
         n1, s1, o1 = ring_n[nxt], ring_s[nxt], ring_o[nxt]
         a1 = window[:, t + 1][:, None] > 0
         spot_next = np.where(a1, s1, n1)  # preempted at t + 1 if unavailable there
-        run_spot = ks + shift(spot_next)
+        run_spot = ks[:, t][:, None] + shift(spot_next)
         run_od = ko + shift(o1)
         if d == 0:
             launch_od, launch_spot = run_od, run_spot
@@ -86,7 +98,8 @@ def omniscient_costs(
             far = (t + d) % depth
             a_far = window[:, t + d][:, None] > 0
             launch_od = d * ko + ring_o[far]
-            launch_spot = d * ks + np.where(a_far, ring_s[far], ring_n[far])
+            launch_bill = (spot_bill[:, t + d] - spot_bill[:, t])[:, None]
+            launch_spot = launch_bill + np.where(a_far, ring_s[far], ring_n[far])
         else:
             launch_od = np.full((n, C + 1), inf)
             launch_spot = launch_od

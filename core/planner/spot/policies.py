@@ -4,8 +4,9 @@ Role: decide, tick by tick, idle / spot / on-demand for one job, seeing only the
 the present tick's availability (the simulator in ``sim`` enforces the semantics).
 
 Rules every policy keeps (from the paper): Thrifty (the simulator idles a finished job);
-Safety Net (``R < C + 2d``: on-demand and stay there to the end); Exploitation (on spot,
-stay until preempted). Greedy and Uniform Progress follow the published rules exactly;
+Safety Net (off spot and ``R < C + 2d``: on-demand and stay there to the end); Exploitation
+(on spot, stay until preempted, even inside the Safety Net's margin: the net held when the
+spot was launched, so ``R >= C + d`` still leaves room for one changeover to on-demand). Greedy and Uniform Progress follow the published rules exactly;
 ``ClawpointPolicy`` is ours (its rules and their reasons are in ``docs/spot-policy.md``).
 
 Limits: single region, single instance type; availability statistics are per trace.
@@ -29,9 +30,13 @@ class _Base:
         self.job = job
         self.locked = False
 
-    def safety_net(self, t: int, progress: int) -> bool:
-        """Paper's Safety Net ``R < C + 2d``; once tripped the job stays on on-demand."""
-        if not self.locked:
+    def safety_net(self, t: int, progress: int, inst: Inst) -> bool:
+        """Paper's Safety Net ``R < C + 2d``; once tripped the job stays on on-demand.
+
+        Checked only off spot (idle, after a preemption, or on on-demand, where moving to
+        spot is no longer safe): a running spot is kept until preempted (Exploitation).
+        """
+        if not self.locked and inst != Inst.SPOT:
             remaining = self.job.deadline - t
             self.locked = remaining < self.job.compute - progress + self.job.safety_margin
         return self.locked
@@ -43,7 +48,7 @@ class GreedyPolicy(_Base):
     name = "greedy"
 
     def decide(self, t: int, avail: int, progress: int, inst: Inst, pending: int) -> Inst:
-        if self.safety_net(t, progress):
+        if self.safety_net(t, progress, inst):
             return Inst.OD
         return Inst.SPOT if avail else Inst.NONE
 
@@ -51,8 +56,12 @@ class GreedyPolicy(_Base):
 class UniformProgressPolicy(_Base):
     """Uniform Progress: keep progress on the line ``ep(t) = t * C0 / R0``.
 
-    Idle and behind -> on-demand; any available spot is taken; once on on-demand, stay until
-    ``cp(t) >= ep(t + 2d)`` (hysteresis); Safety Net on top.
+    Idle and behind -> on-demand, and stay on it to catch up; any available spot is taken
+    (Taking Risks) except that on on-demand the job stays until ``cp(t) >= ep(t + 2d)``
+    (hysteresis); Safety Net on top. As published (the paper's state machine and its
+    authors' replay code), on-demand is left only for an available spot: there is no
+    on-demand -> idle move, which would pay a changeover each time the job falls behind
+    again.
     """
 
     name = "uniform-progress"
@@ -61,9 +70,9 @@ class UniformProgressPolicy(_Base):
         return t * self.job.compute / self.job.deadline
 
     def decide(self, t: int, avail: int, progress: int, inst: Inst, pending: int) -> Inst:
-        if self.safety_net(t, progress):
+        if self.safety_net(t, progress, inst):
             return Inst.OD
-        if inst == Inst.OD and progress < self._ep(t + 2 * self.job.changeover):
+        if inst == Inst.OD and (not avail or progress < self._ep(t + 2 * self.job.changeover)):
             return Inst.OD
         if avail:
             return Inst.SPOT
@@ -141,7 +150,7 @@ class ClawpointPolicy(_Base):
 
     def decide(self, t: int, avail: int, progress: int, inst: Inst, pending: int) -> Inst:
         self._observe(avail)
-        if self.safety_net(t, progress):
+        if self.safety_net(t, progress, inst):
             return Inst.OD
         if inst == Inst.SPOT:
             return Inst.SPOT  # Exploitation: the simulator already preempted it if gone

@@ -11,17 +11,20 @@ Role: the single definition of the benchmark semantics every policy is judged by
   billed at that instance's price, no progress. Idle is free; progress survives every switch
   (the job checkpoints).
 - Thrifty is enforced here: once the work is done the job is idle.
+- Spot ticks are billed at the trace's spot price of that tick when a per-tick price series
+  is given (as the published replay does), else at ``job.spot_price``; on-demand ticks at
+  ``job.od_price``. Policies see the spot price of the start tick as ``job.spot_price``.
 
 Limits: the changeover is rounded to whole ticks (``round(d / tick)``, at least 1 when
 ``d > 0``) so the exact optimum (``omniscient``) and every policy share one discrete model;
-prices are constant per hour.
+the on-demand price is constant.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 from typing import Protocol
 
@@ -116,16 +119,28 @@ def simulate(
     *,
     tick_hours: float,
     lookback: int = 0,
+    prices: Sequence[float] | None = None,
 ) -> RunResult:
-    """Replay ``policy`` on ``avail[start : start + job.deadline]``."""
+    """Replay ``policy`` on ``avail[start : start + job.deadline]``.
+
+    ``prices``, aligned with ``avail``, bills each spot tick at that tick's price.
+    """
     if start < 0 or start + job.deadline > len(avail):
         raise errors.InvalidInput(
             f"Start {start} + deadline {job.deadline} ticks overruns a {len(avail)}-tick trace.",
             hint="Use a longer trace or a smaller job (compute hours / job fraction).",
         )
+    if prices is not None and len(prices) != len(avail):
+        raise errors.InvalidInput(
+            f"{len(prices)} spot prices for a {len(avail)}-tick trace.",
+            hint="Give one spot price per availability row, or none.",
+        )
+    if prices is not None:
+        job = replace(job, spot_price=float(prices[start]))
     policy.reset(job, avail[max(0, start - lookback) : start])
     inst = Inst.NONE
     pending = progress = spot_ticks = od_ticks = changeovers = preemptions = 0
+    spot_bill = 0.0
     finished = job.deadline
     for t in range(job.deadline):
         if progress >= job.compute:
@@ -149,6 +164,7 @@ def simulate(
             changeovers += 1
         if act == Inst.SPOT:
             spot_ticks += 1
+            spot_bill += job.spot_price if prices is None else prices[start + t]
         else:
             od_ticks += 1
         if pending > 0:
@@ -159,7 +175,7 @@ def simulate(
         if progress >= job.compute:
             finished = job.deadline
     return RunResult(
-        cost=cost_of(job, tick_hours, spot_ticks, od_ticks),
+        cost=(spot_bill + od_ticks * job.od_price) * tick_hours,
         spot_ticks=spot_ticks,
         od_ticks=od_ticks,
         changeovers=changeovers,
