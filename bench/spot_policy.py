@@ -137,7 +137,8 @@ def main() -> int:
             "",
             f"`bench/spot_policy.py{' --quick' if args.quick else ''}`: 9 AWS V100 zones, "
             f"C0 = 48 h, job fractions 0.6-0.95, d in 0.05-0.4 h, {starts} seeded starts per "
-            f"zone (seed {args.seed}), spot 1/h, on-demand {report.on_demand_price:.3f}/h; "
+            f"zone (seed {args.seed}), spot billed per tick at each zone's trace price "
+            f"(spot_prices.json), on-demand {report.on_demand_price:.2f} $/h; "
             f"{len(rows)} runs in {elapsed:.0f} s on {args.workers} workers. cost/OD = cost / "
             "on-demand-from-start; gap = cost / Omniscient - 1. clawpoint was tuned on "
             f"{', '.join(TUNE_ZONES)}; the other 5 zones are held out.",

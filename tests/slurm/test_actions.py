@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import re
+import time
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from core import errors
-from core.backends.slurm import SlurmBackend
-from core.model import Action
-from tests.slurm.conftest import execute, sh
+from core.backends.slurm import SlurmBackend, SlurmConfig
+from core.model import Action, WorkloadState
+from tests.slurm.conftest import CLUSTER_DIR, execute, sh
 
 pytestmark = pytest.mark.slurm
 
@@ -127,3 +129,57 @@ def test_drain_leaves_unwrapped_jobs_running(backend: SlurmBackend, job_name: st
         assert backend.recover_step("drain", draft.steps[0].args, datetime.now(UTC)) is not None
     finally:
         sh("scontrol", "update", "nodename=n2", "state=RESUME")
+
+
+def _ctld_log() -> str:
+    return (CLUSTER_DIR / "log" / "slurmctld.log").read_text(errors="replace")
+
+
+def _revoked(job: str) -> int:
+    """How often slurmctld killed a start of ``job`` for a revoked credential."""
+    return _ctld_log().count(f"JobId={job}: Job credential revoked")
+
+
+def _tick(job: str) -> float:
+    """Where in a second slurmctld's main scheduler last started ``job`` (it runs on a
+    one-second beat, at most every 2 s); 0.3 if it never did."""
+    starts = re.findall(rf"\.(\d{{3}})\] sched: Allocate JobId={job} ", _ctld_log())
+    return int(starts[-1]) / 1000 if starts else 0.3
+
+
+def test_restart_within_the_same_second_is_requeued_again(job_name: str) -> None:
+    """Stop a job, then requeue, release and start it at once on the same node (what an
+    immediate resume after a preempt does): Slurm refuses a start of the job on that node
+    within the second its previous run ended ("Job credential revoked") and ends it;
+    ``wait_running`` requeues it again and it runs."""
+    fast = SlurmBackend(
+        SlurmConfig(
+            enabled=True,
+            retry_total_s=2.0,
+            command_timeout_s=10.0,
+            poll_interval_s=0.05,
+            start_timeout_s=30,
+        )
+    )
+    script = "trap 'exit 0' USR2; sleep 600 & wait"  # USR2 ends the run at once
+    jid = sh(
+        "sbatch", "--parsable", f"--job-name={job_name}", "-o", "/dev/null", "--requeue",
+        "--nodelist=n1", "--wrap", script,
+    ).strip()  # fmt: skip
+    for _ in range(4):  # the race needs the whole restart to fit in one second
+        fast.wait_until("the job to run on n1", 60, lambda: fast.get_workload(jid).node == "n1")
+        before = _revoked(jid)
+        # End the run ~0.25 s before a scheduler beat that falls in the same second, at
+        # least 2 s after the pass that started it (so that beat may run a pass).
+        end_at = max(_tick(jid) - 0.25, 0.0)
+        time.sleep(2 + (end_at - time.time()) % 1)
+        sh("scancel", "--signal=USR2", "--batch", jid)
+        fast.run_step("wait_ended", {"job": jid, "timeout_s": 30}, lambda *a: None)
+        fast.run_step("requeue", {"job": jid, "hold": True}, lambda *a: None)
+        out = execute(fast, fast.plan(Action.RESUME, f"slurm:{jid}", {}))
+        assert out["wait_running"]["node"] == "n1"
+        w = fast.get_workload(jid)
+        assert w.state is WorkloadState.RUNNING and w.node == "n1"
+        if _revoked(jid) > before:
+            return  # reproduced: Slurm killed the first restart, the retry brought it back
+    pytest.skip("each restart fell into a later second: the revoked credential did not occur")

@@ -42,6 +42,30 @@ def test_equals_brute_force_on_tiny_traces(seed: int) -> None:
     assert got == pytest.approx(brute_force(avail, job))
 
 
+def brute_force_priced(avail: list[int], job: Job, prices: list[float]) -> float:
+    best = float("inf")
+    for actions in itertools.product(list(Inst), repeat=job.deadline):
+        if any(a == Inst.SPOT and not avail[t] for t, a in enumerate(actions)):
+            continue
+        r = simulate(avail, 0, job, Script(actions), tick_hours=1.0, prices=prices)
+        if not r.missed:
+            best = min(best, r.cost)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_equals_brute_force_with_per_tick_spot_prices(seed: int) -> None:
+    rng = random.Random(50 + seed)
+    deadline = rng.randint(4, 7)
+    compute = rng.randint(1, deadline - 2)
+    change = rng.randint(0, min(2, deadline - compute))
+    job = Job(compute, deadline, change, 1.0, 2.0)
+    avail = [rng.randint(0, 1) for _ in range(deadline + 1)]
+    prices = [rng.choice([0.5, 1.0, 1.9]) for _ in range(deadline + 1)]
+    got = omniscient_costs(avail, [0], job, 1.0, prices)[0]
+    assert got == pytest.approx(brute_force_priced(avail, job, prices))
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_lower_bound_of_every_policy(seed: int) -> None:
     rng = random.Random(100 + seed)

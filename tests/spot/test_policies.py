@@ -43,7 +43,20 @@ def test_uniform_progress_hysteresis_on_on_demand() -> None:
     # on OD at t=10: stay while progress < ep(10 + 2d) = ep(14) = 7, even with spot up
     assert p.decide(10, 1, 6, Inst.OD, 0) == Inst.OD
     assert p.decide(10, 1, 7, Inst.OD, 0) == Inst.SPOT
-    assert p.decide(10, 0, 7, Inst.OD, 0) == Inst.NONE
+    # published UP leaves on-demand only for spot: ahead of the line, no spot -> stay
+    assert p.decide(10, 0, 7, Inst.OD, 0) == Inst.OD
+    assert p.decide(10, 0, 9, Inst.OD, 0) == Inst.OD
+
+
+def test_safety_net_does_not_pull_a_running_spot_off() -> None:
+    # R = 100 - 47 = 53 < C + 2d = 54, but the job is on a running spot: Exploitation keeps
+    # it (the net held at launch, so R >= C + d still fits one changeover to on-demand)
+    for p in (GreedyPolicy(), UniformProgressPolicy(), ClawpointPolicy(tick_hours=1.0)):
+        p.reset(JOB, [])
+        assert p.decide(47, 1, 0, Inst.SPOT, 0) == Inst.SPOT, p.name
+        # preempted (the simulator hands over an idle job): the net fires and sticks
+        assert p.decide(48, 0, 1, Inst.NONE, 0) == Inst.OD, p.name
+        assert p.decide(49, 1, 2, Inst.OD, 0) == Inst.OD, p.name
 
 
 def test_exploitation_keeps_running_spot() -> None:
@@ -57,7 +70,7 @@ def test_clawpoint_waits_when_slack_is_ample_and_runs_od_when_short() -> None:
     p.reset(JOB, [1] * 90 + [0] * 10)  # ~90% available so far
     assert p.decide(0, 0, 0, Inst.NONE, 0) == Inst.NONE  # slack 50 >> reserve
     q = ClawpointPolicy(tick_hours=1.0)
-    q.reset(JOB, [0] * 95 + [1] * 5)  # ~5% available: reserve exceeds slack
+    q.reset(JOB, [0] * 98 + [1] * 2)  # ~10% available in the last day: reserve > slack
     assert q.decide(0, 0, 0, Inst.NONE, 0) == Inst.OD
 
 

@@ -78,3 +78,32 @@ def test_window_past_trace_end_is_invalid() -> None:
     job = Job(compute=1, deadline=5, changeover=0)
     with pytest.raises(errors.InvalidInput):
         simulate([1, 1, 1], 0, job, Script([]), tick_hours=1.0)
+
+
+def test_per_tick_spot_prices_bill_each_spot_tick_at_its_own_price() -> None:
+    job = Job(compute=3, deadline=8, changeover=1, spot_price=9.0, od_price=3.0)
+    prices = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0]
+    # spot t=0..2 (changeover + 2 work), preempted at t=3, on-demand t=3..4 (d + 1 work)
+    r = simulate(
+        [1, 1, 1, 0, 0, 0, 0, 0], 0, job, Script([S, S, S, D, D]), tick_hours=0.5, prices=prices
+    )
+    assert (r.spot_ticks, r.od_ticks, r.missed) == (3, 2, False)
+    assert r.cost == (1.0 + 2.0 + 4.0 + 2 * 3.0) * 0.5
+
+
+def test_policy_sees_the_start_ticks_spot_price() -> None:
+    seen: list[float] = []
+
+    class Spy(Script):
+        def reset(self, job: Job, prior: Sequence[int]) -> None:
+            seen.append(job.spot_price)
+
+    job = Job(compute=1, deadline=3, changeover=0, spot_price=9.0)
+    simulate([1, 1, 1, 1], 1, job, Spy([S]), tick_hours=1.0, prices=[5.0, 6.0, 7.0, 8.0])
+    assert seen == [6.0]
+
+
+def test_misaligned_prices_are_invalid() -> None:
+    job = Job(compute=1, deadline=2, changeover=0)
+    with pytest.raises(errors.InvalidInput):
+        simulate([1, 1, 1], 0, job, Script([S]), tick_hours=1.0, prices=[1.0])

@@ -313,11 +313,19 @@ def run_step(
     if op == "wait_running":
         job = _job(args)
         retries = [2]  # a restart that Slurm kills at once is requeued again, twice at most
+        seen: list[str] = []  # the node the previous poll saw the job running on
 
         def running() -> str | None:
             w = _maybe(b, job)
             if w and w.state is WorkloadState.RUNNING:
-                return w.node or "?"
+                # Slurm marks a job RUNNING when it allocates it and ends it milliseconds
+                # later if the node refuses the launch: trust two polls in a row.
+                node = w.node or "?"
+                if seen == [node]:
+                    return node
+                seen[:] = [node]
+                return None
+            seen.clear()
             ended = (WorkloadState.COMPLETED, WorkloadState.FAILED)
             if w is not None and w.state in ended and retries[0] > 0:
                 # Slurm refuses to start a requeued job on a node within the second its

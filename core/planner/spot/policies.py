@@ -91,9 +91,9 @@ class ClawpointPolicy(_Base):
     2. Slack above the reserve: spot if available, else idle (wait out outages for free).
     3. Slack below the reserve and idle: take spot if available; else on-demand, unless the
        outage is expected to end sooner than a changeover pays back (then keep waiting).
-    4. On on-demand: stay until the slack clears the reserve by a hysteresis of a few
-       changeovers, and leave for spot only when the expected spot run (mean up-run seen
-       so far) repays the two changeovers it risks.
+    4. On on-demand: leave only for spot (as published UP does; going idle would pay a
+       changeover each time the job falls back below the reserve), and only when the
+       expected spot run (mean up-run seen so far) repays the two changeovers it risks.
     """
 
     name = "clawpoint"
@@ -101,9 +101,8 @@ class ClawpointPolicy(_Base):
     def __init__(
         self,
         *,
-        gamma: float = 0.5,
-        reserve_changeovers: float = 1.0,
-        hysteresis_changeovers: float = 6.0,
+        gamma: float = 0.2,
+        reserve_changeovers: float = 0.5,
         wait_changeovers: float = 1.0,
         window_hours: float = 24.0,
         tick_hours: float = 195.0 / 3600.0,
@@ -111,7 +110,6 @@ class ClawpointPolicy(_Base):
         super().__init__()
         self.gamma = gamma
         self.reserve_d = reserve_changeovers
-        self.hyst_d = hysteresis_changeovers
         self.wait_d = wait_changeovers
         self.window = max(1, round(window_hours / tick_hours))
         self._hist: list[int] = []
@@ -161,15 +159,13 @@ class ClawpointPolicy(_Base):
         a = self._availability()
         reserve = self.gamma * remaining * (1.0 - a) / a + self.reserve_d * d
         if inst == Inst.OD:
-            if avail and slack >= job.safety_margin + self.reserve_d * d:
+            if avail and slack >= job.safety_margin:
                 # Spot progresses as fast as on-demand; leaving only risks a changeover onto
                 # spot and one back (k * d + d), repaid by the expected spot run.
                 payback = self._mean_up() * (job.od_price - job.spot_price)
                 if payback > (job.od_price + job.spot_price) * d:
                     return Inst.SPOT
-            if slack < reserve + self.hyst_d * d:
-                return Inst.OD
-            return Inst.SPOT if avail else Inst.NONE
+            return Inst.OD
         if avail:
             return Inst.SPOT
         if slack >= reserve:
