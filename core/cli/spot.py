@@ -37,9 +37,14 @@ def evaluate(
         str, typer.Option(help="Comma-separated policies.")
     ] = "greedy,uniform-progress,omniscient,clawpoint",
     spot_price: Annotated[
-        float | None, typer.Option(help="Spot price per hour (default 1).")
+        float | None,
+        typer.Option(
+            help="Constant spot price per hour (default: the traces' per-tick prices, 0.918 without them)."
+        ),
     ] = None,
-    on_demand_price: Annotated[float | None, typer.Option(help="On-demand price per hour.")] = None,
+    on_demand_price: Annotated[
+        float | None, typer.Option(help="On-demand price per hour (default 3.06).")
+    ] = None,
     workers: Annotated[int, typer.Option(help="Worker processes.")] = 1,
     json_: Annotated[bool, typer.Option("--json", help="JSON with per-run rows.")] = False,
 ) -> None:

@@ -266,9 +266,7 @@ def evaluate(
         longest = max(j.deadline for j in jobs.values())
         lookback = round(LOOKBACK_HOURS / trace.tick_hours)
         picked = _pick_starts(trace, longest, lookback, starts, seed)
-        tasks += [
-            (trace, picked, job, f, d, policies, per_tick) for (f, d), job in jobs.items()
-        ]
+        tasks += [(trace, picked, job, f, d, policies, per_tick) for (f, d), job in jobs.items()]
     rows: list[RunRow] = []
     if workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
