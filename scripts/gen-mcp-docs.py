@@ -76,7 +76,14 @@ def render(tools: list[Any]) -> str:
             "",
         ]
         if t.output_schema:
-            lines += ["Output schema:", "", "```json", json.dumps(t.output_schema, indent=2, sort_keys=True), "```", ""]
+            lines += [
+                "Output schema:",
+                "",
+                "```json",
+                json.dumps(t.output_schema, indent=2, sort_keys=True),
+                "```",
+                "",
+            ]
     return "\n".join(lines)
 
 
