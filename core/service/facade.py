@@ -12,9 +12,7 @@ Inventory calls fan out to the configured backends. Nothing here knows about MCP
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
@@ -24,12 +22,11 @@ from core import errors
 from core.backends.base import Backend, ProgressFn, no_progress
 from core.config import Settings, ensure_dirs
 from core.guardrails import schema as guard_schema
-from core.guardrails.approvals import ApprovalStatus, ApprovalView
+from core.guardrails.approvals import ApprovalView
 from core.guardrails.audit import AuditLog
-from core.guardrails.grants import Grant
 from core.guardrails.guard import Guard
-from core.guardrails.policy import Outcome, PolicyContext, PoolLoad, pool_of
-from core.guardrails.prompts import ApprovalPath, approval_text
+from core.guardrails.policy import Outcome
+from core.guardrails.prompts import ApprovalPath
 from core.model import (
     Action,
     CheckpointInfo,
@@ -39,14 +36,14 @@ from core.model import (
     Plan,
     Principal,
     PrincipalKind,
-    RiskClass,
     WorkloadInfo,
     parse_ref,
     risk_of,
-    utcnow,
 )
+from core.service.context import WorldContext
 from core.service.executor import Executor
 from core.service.journal import Journal
+from core.service.people import PeopleDesk
 from core.state.db import Database
 from core.wrapper.spec import RunSpec
 
@@ -98,11 +95,7 @@ def _approval_info(view: ApprovalView, paths: list[ApprovalPath]) -> dict[str, A
     }
 
 
-def _node_pool(node: NodeInfo, backend: str) -> str:
-    return node.labels.get("pool") or (node.partitions[0] if node.partitions else backend)
-
-
-class Service:
+class Service(PeopleDesk, WorldContext):
     def __init__(
         self, settings: Settings, db: Database, backends: dict[str, Backend], *, guard: Guard
     ) -> None:
@@ -221,43 +214,6 @@ class Service:
         return plan
 
     # ------------------------------------------------------------------ acting
-    def policy_context(self, plan: Plan) -> PolicyContext:
-        """What the policy needs to know about the world right now (counts, pool loads)."""
-        since = utcnow() - timedelta(hours=1)
-        per_class: dict[RiskClass, int] = {}
-        running_disruptive = 0
-        with self.db.read() as conn:
-            rows = conn.execute(
-                "SELECT e.status, e.started_at, p.body FROM executions e "
-                "JOIN plans p ON p.hash = e.plan_hash WHERE e.started_at >= ? OR e.status='running'",
-                (since.isoformat(),),
-            ).fetchall()
-        for row in rows:
-            risk = RiskClass(json.loads(row["body"])["risk"])
-            if row["started_at"] >= since.isoformat():
-                per_class[risk] = per_class.get(risk, 0) + 1
-            if row["status"] == "running" and risk in (RiskClass.DISRUPTIVE, RiskClass.DESTRUCTIVE):
-                running_disruptive += 1
-        pools: dict[str, PoolLoad] = {}
-        pool = pool_of(plan)
-        try:
-            nodes = self.backend(plan.backend).nodes()
-            members = [n for n in nodes if _node_pool(n, plan.backend) == pool] or nodes
-            pools[pool] = PoolLoad(
-                nodes=len(members),
-                nodes_drained=sum(1 for n in members if not n.schedulable),
-                workloads=sum(len(n.workloads) for n in members),
-                workloads_disrupted=running_disruptive,
-            )
-        except errors.ClawpointError:
-            pass  # an unreachable backend will fail the plan's steps anyway
-        return PolicyContext(
-            running_disruptive=running_disruptive,
-            actions_last_hour=per_class,
-            pools=pools,
-            deletes_newest_good_checkpoint=bool(plan.scope.get("newest_of_live_workload")),
-        )
-
     def perform(
         self,
         plan: Plan,
@@ -448,51 +404,6 @@ class Service:
             trigger=trigger,
             ask_person=ask_person,
         )
-
-    # ------------------------------------------------------------------ approvals (people)
-    def list_approvals(self, *, status: str | None = None) -> list[ApprovalView]:
-        wanted = ApprovalStatus(status) if status else None
-        return self.guard.approvals.list(status=wanted)
-
-    def get_approval(self, approval_id: str) -> ApprovalView:
-        return self.guard.approvals.get(approval_id)
-
-    def approval_text(self, approval_id: str, *, principal: Principal) -> str:
-        """The human-readable request with its one-time code: for people paths only."""
-        view = self.guard.approvals.get(approval_id)
-        code = self.guard.approvals.reveal_code(approval_id, principal=principal)
-        return approval_text(view.plan, view, []).as_text(code=code)
-
-    def approve(self, approval_id: str, *, principal: Principal, via: str) -> ApprovalView:
-        return self.guard.approvals.approve(approval_id, principal, via=via)
-
-    def deny(self, approval_id: str, *, principal: Principal, why: str, via: str) -> ApprovalView:
-        return self.guard.approvals.deny(approval_id, principal, why, via=via)
-
-    def grant(
-        self,
-        action: Action,
-        scope: dict[str, str],
-        *,
-        max_per_hour: int,
-        expires: str,
-        reason: str,
-        principal: Principal,
-    ) -> Grant:
-        return self.guard.grants.grant(
-            action,
-            scope,
-            max_per_hour=max_per_hour,
-            expires=expires,
-            reason=reason,
-            granted_by=principal,
-        )
-
-    def grants(self, *, include_inactive: bool = False) -> list[Grant]:
-        return self.guard.grants.list(include_inactive=include_inactive)
-
-    def revoke_grant(self, grant_id: str, *, principal: Principal) -> Grant:
-        return self.guard.grants.revoke(grant_id, by=principal)
 
     # ------------------------------------------------------------------ workloads
     def default_node(self) -> str:

@@ -1,0 +1,64 @@
+"""The people-side operations of the service: approvals and standing approvals.
+
+Used by the CLI (``clawpoint approvals ...``) and the approval web page, always with a
+PERSON principal. No MCP tool calls these: an agent can list and read approvals (without
+codes) through ``list_approvals``/``get_approval`` but can never approve, deny or grant.
+"""
+
+from __future__ import annotations
+
+from core.guardrails.approvals import ApprovalStatus, ApprovalView
+from core.guardrails.grants import Grant
+from core.guardrails.guard import Guard
+from core.guardrails.prompts import approval_text
+from core.model import Action, Principal
+
+
+class PeopleDesk:
+    """Mixin of ``Service``; ``guard`` is set by the service."""
+
+    guard: Guard
+
+    def list_approvals(self, *, status: str | None = None) -> list[ApprovalView]:
+        wanted = ApprovalStatus(status) if status else None
+        return self.guard.approvals.list(status=wanted)
+
+    def get_approval(self, approval_id: str) -> ApprovalView:
+        return self.guard.approvals.get(approval_id)
+
+    def approval_text(self, approval_id: str, *, principal: Principal) -> str:
+        """The human-readable request with its one-time code: for people paths only."""
+        view = self.guard.approvals.get(approval_id)
+        code = self.guard.approvals.reveal_code(approval_id, principal=principal)
+        return approval_text(view.plan, view, []).as_text(code=code)
+
+    def approve(self, approval_id: str, *, principal: Principal, via: str) -> ApprovalView:
+        return self.guard.approvals.approve(approval_id, principal, via=via)
+
+    def deny(self, approval_id: str, *, principal: Principal, why: str, via: str) -> ApprovalView:
+        return self.guard.approvals.deny(approval_id, principal, why, via=via)
+
+    def grant(
+        self,
+        action: Action,
+        scope: dict[str, str],
+        *,
+        max_per_hour: int,
+        expires: str,
+        reason: str,
+        principal: Principal,
+    ) -> Grant:
+        return self.guard.grants.grant(
+            action,
+            scope,
+            max_per_hour=max_per_hour,
+            expires=expires,
+            reason=reason,
+            granted_by=principal,
+        )
+
+    def grants(self, *, include_inactive: bool = False) -> list[Grant]:
+        return self.guard.grants.list(include_inactive=include_inactive)
+
+    def revoke_grant(self, grant_id: str, *, principal: Principal) -> Grant:
+        return self.guard.grants.revoke(grant_id, by=principal)
