@@ -27,6 +27,18 @@ from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store.store import CheckpointStore
 
 
+def _start_step(
+    workload: str, node: str | None, restore_from: str | None, description: str
+) -> PlanStep:
+    """Start the workload's wrapper on ``node``, restoring ``restore_from`` (None = newest good)."""
+    return PlanStep(
+        name="start",
+        op="start",
+        args={"workload": workload, "node": node, "restore_from": restore_from},
+        description=description,
+    )
+
+
 class LocalPlanning:
     """Plan drafting for ``LocalBackend``; see its docstring for the steps."""
 
@@ -81,6 +93,14 @@ class LocalPlanning:
             key=lambda n: (n.health is not NodeHealth.HEALTHY, n.price_per_hour, len(n.workloads))
         )
         return candidates[0].name
+
+    def _move_scope(self, rec: WorkloadRecord, dest: str) -> dict[str, Any]:
+        """The scope of a plan that moves ``rec`` onto ``dest`` (policies match both ends)."""
+        return {
+            **self._scope(rec),
+            "target_node": dest,
+            "target_node_labels": self._labels_of(dest),
+        }
 
     def _labels_of(self, node: str) -> dict[str, str]:
         cfg = self._node_config.get(node)
@@ -182,11 +202,7 @@ class LocalPlanning:
                 saves=f"the full process state of {ref}{size}",
                 rollback=f"migrate it back: clawpoint migrate {ref} --to {rec.node}",
                 cost_effect=self._cost_effect(rec.node, dest),
-                scope={
-                    **self._scope(rec),
-                    "target_node": dest,
-                    "target_node_labels": self._labels_of(dest),
-                },
+                scope=self._move_scope(rec, dest),
             )
         if action is Action.PREEMPT:
             self._require_state(rec, {WorkloadState.RUNNING}, action)
@@ -212,21 +228,17 @@ class LocalPlanning:
             dest = self._pick_target(exclude=set(), requested=wanted)
             return PlanDraft(
                 steps=[
-                    PlanStep(
-                        name="start",
-                        op="start",
-                        args={"workload": target, "node": dest, "restore_from": None},
-                        description=f"restore {ref} on {dest} from its newest good checkpoint",
+                    _start_step(
+                        target,
+                        dest,
+                        None,
+                        f"restore {ref} on {dest} from its newest good checkpoint",
                     )
                 ],
                 summary=f"Resume {ref} on {dest} from its newest good checkpoint",
                 saves="nothing new; restores the saved state",
                 rollback=f"preempt it again: clawpoint preempt {ref}",
-                scope={
-                    **self._scope(rec),
-                    "target_node": dest,
-                    "target_node_labels": self._labels_of(dest),
-                },
+                scope=self._move_scope(rec, dest),
             )
         if action is Action.FAILOVER:
             if rec.state in _LIVE:
@@ -252,22 +264,15 @@ class LocalPlanning:
                         args={"workload": target},
                         description="make sure no copy of the workload is still running",
                     ),
-                    PlanStep(
-                        name="start",
-                        op="start",
-                        args={"workload": target, "node": dest, "restore_from": None},
-                        description=f"restore it on {dest} from its newest good checkpoint",
+                    _start_step(
+                        target, dest, None, f"restore it on {dest} from its newest good checkpoint"
                     ),
                 ],
                 summary=f"Fail over {ref} from {rec.node} to {dest}, restoring checkpoint {NAME}:{good.id}",
                 saves=f"resumes from {NAME}:{good.id}; {lost}",
                 rollback=f"migrate it back: clawpoint migrate {ref} --to {rec.node}",
                 cost_effect=self._cost_effect(rec.node, dest),
-                scope={
-                    **self._scope(rec),
-                    "target_node": dest,
-                    "target_node_labels": self._labels_of(dest),
-                },
+                scope=self._move_scope(rec, dest),
             )
         if action is Action.KILL:
             self._require_state(rec, {WorkloadState.RUNNING}, action)
@@ -321,11 +326,7 @@ class LocalPlanning:
             summary=f"Restore {NAME}:{ckpt.lineage} on {dest} from checkpoint {NAME}:{ckpt.id}",
             saves=f"restores the state saved at {ckpt.created_at:%Y-%m-%d %H:%M:%S} UTC",
             rollback=f"preempt it: clawpoint preempt {NAME}:{ckpt.lineage}",
-            scope={
-                **self._scope(rec),
-                "target_node": dest,
-                "target_node_labels": self._labels_of(dest),
-            },
+            scope=self._move_scope(rec, dest),
         )
 
     def _plan_delete(self, checkpoint_id: str) -> PlanDraft:
