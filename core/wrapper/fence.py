@@ -68,7 +68,39 @@ def same_process(pid: int | None, start: int | None) -> bool:
     return state != "Z"
 
 
+def lock_holder(settings: Settings, name: str) -> int | None:
+    """The pid holding the workload's wrapper lock, read from /proc/locks (None if free).
+
+    Looking, not probing: trying the lock ourselves, even briefly, could make a wrapper that
+    is starting at that instant fail to get it.
+    """
+    try:
+        st = (settings.run_dir / f"{name}.lock").stat()
+        text = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    for line in text.splitlines():
+        parts = line.split()
+        if "->" in parts or len(parts) < 6 or parts[1] != "FLOCK":
+            continue  # "->" marks a waiter, not a holder
+        try:
+            major, minor, inode = parts[5].split(":")
+            key = (int(major, 16), int(minor, 16), int(inode))
+            pid = int(parts[4])
+        except ValueError:
+            continue
+        if key == want:
+            return pid
+    return None
+
+
 def wrapper_alive(settings: Settings, record: WorkloadRecord) -> bool:
+    """A wrapper holds the workload's lock from its first instant (before it records its
+    identity), so the lock is checked as well as the recorded identity."""
+    holder = lock_holder(settings, record.name)
+    if holder is not None and holder != os.getpid():  # a wrapper checking on its own name
+        return True
     ident = read_identity(settings, record.name)
     return same_process(ident.get("wrapper_pid"), ident.get("wrapper_start"))
 
@@ -85,9 +117,9 @@ def fence(settings: Settings, record: WorkloadRecord, *, wait_s: float = 10.0) -
     gone, or it was orphaned and has been killed); False when its wrapper is still alive, in
     which case nothing is touched: ask the wrapper (control socket) instead.
     """
-    ident = read_identity(settings, record.name)
-    if same_process(ident.get("wrapper_pid"), ident.get("wrapper_start")):
+    if wrapper_alive(settings, record):
         return False
+    ident = read_identity(settings, record.name)
     pid, start = ident.get("payload_pid"), ident.get("payload_start")
     if not same_process(pid, start):
         return True

@@ -78,7 +78,9 @@ def launch_detached(settings: Settings, spec: RunSpec, *, wait_s: float = 60) ->
             with open(logfile, "rb") as f:
                 f.seek(offset)
                 tail = "\n".join(f.read().decode(errors="replace").splitlines()[-15:])
-            raise errors.OperationFailed(
+            # The wrapper exits with Conflict's code when another wrapper holds the name.
+            kind = errors.Conflict if code == errors.Conflict.exit_code else errors.OperationFailed
+            raise kind(
                 f"the wrapper of {spec.name} exited with code {code} before running:\n{tail}",
                 hint=f"read {logfile} for details; fix the cause and start it again",
                 details={"exit_code": code, "log": str(logfile)},

@@ -218,11 +218,24 @@ class LocalBackend(LocalPlanning):
 
     def _start(self, name: str, *, node: str, restore_from: str | None) -> dict[str, Any]:
         rec = self.registry.require(name)
-        if _wrapper_alive(self.settings, rec) and rec.state in _LIVE:
-            raise errors.Conflict(
-                f"{NAME}:{name} is already running on {rec.node}",
-                hint="preempt or migrate it instead of starting a second copy",
-            )
+        if _wrapper_alive(self.settings, rec):
+            # A wrapper is already up: either a start of this very step that was under way
+            # when a previous clawpoint process died (resumed from the journal), or a
+            # genuine second copy. Let it settle, then tell the two apart by its node.
+            rec = self._settle(rec)
+            if rec.state in _LIVE and rec.node == node:
+                return {
+                    "workload": f"{NAME}:{name}",
+                    "node": rec.node,
+                    "pid": rec.pid,
+                    "restored_from": rec.last_checkpoint,
+                    "already_started": True,
+                }
+            if rec.state in _LIVE or _wrapper_alive(self.settings, rec):
+                raise errors.Conflict(
+                    f"{NAME}:{name} is already running on {rec.node}",
+                    hint="preempt or migrate it instead of starting a second copy",
+                )
         fencing.fence(self.settings, rec)
         spec = RunSpec(
             name=name,
@@ -235,13 +248,37 @@ class LocalBackend(LocalPlanning):
             restore_from=restore_from,
             home=str(self.settings.home),
         )
-        started = launch_detached(self.settings, spec)
+        try:
+            started = launch_detached(self.settings, spec)
+        except errors.Conflict:
+            # Another wrapper for this name won the lock meanwhile: the start spawned by a
+            # clawpoint process that died right after spawning it. Same node: it is ours.
+            current = self._settle(self.registry.require(name))
+            if current.state in _LIVE and current.node == node:
+                return {
+                    "workload": f"{NAME}:{name}",
+                    "node": current.node,
+                    "pid": current.pid,
+                    "restored_from": current.last_checkpoint,
+                    "already_started": True,
+                }
+            raise
         return {
             "workload": f"{NAME}:{name}",
             "node": started.node,
             "pid": started.pid,
             "restored_from": started.last_checkpoint,
         }
+
+    def _settle(self, rec: WorkloadRecord, timeout_s: float = 60.0) -> WorkloadRecord:
+        """Wait while a live wrapper is still starting (its row not yet RUNNING)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and _wrapper_alive(self.settings, rec):
+            rec = self.registry.require(rec.name)
+            if rec.state in _LIVE and rec.wrapper_pid and _pid_alive(rec.wrapper_pid):
+                return rec
+            time.sleep(0.05)
+        return self.registry.require(rec.name)
 
     def _set_node(
         self, node: str, *, schedulable: bool, reason: str, health: str | None = None
