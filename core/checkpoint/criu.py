@@ -220,6 +220,7 @@ def restore(
         argv += ["--inherit-fd", f"fd[{fd}]:pipe:[{inode}]"]
         fds.append(fd)
     t0 = time.perf_counter()
+    before = _children()
     try:
         proc = subprocess.Popen(  # noqa: S603 (argv list)
             argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=fds
@@ -233,6 +234,9 @@ def restore(
                 if stopped or time.perf_counter() - t0 > timeout_s:
                     proc.kill()
                     proc.communicate()
+                    # --restore-sibling makes restored tasks our children; CRIU, killed
+                    # mid-way, cannot clean them up, so the half-restored tree is ours to end.
+                    _kill_new_children(before)
                     why = (
                         "stopped: its images failed verification"
                         if stopped
@@ -268,6 +272,32 @@ def restore(
     timings.update({f"restore_{k}": v for k, v in restore_stats.items()})
     log.info("criu.restored", pid=pid, wall_s=round(wall, 3))
     return Restored(pid=pid, timings=timings)
+
+
+def _children() -> set[int]:
+    """Pids whose parent is this process (from /proc; empty if unreadable)."""
+    me = os.getpid()
+    found: set[int] = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 1 and fields[1] == str(me):
+            found.add(int(entry.name))
+    return found
+
+
+def _kill_new_children(before: set[int]) -> None:
+    for pid in _children() - before:
+        engine.kill_tree(pid)
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
 
 
 def resume(pid: int) -> None:

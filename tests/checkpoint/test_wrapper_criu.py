@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +112,22 @@ def test_corrupt_image_is_refused_and_previous_used(harness: Harness, damage: st
     assert "does not match" in store.get(bad.id).extra["corrupt_reason"] or damage == "truncate"
     h.wait_step("cor", int(good.extra["progress"]["step"]) + 3)
     assert "STATE CHECK FAILED" not in h.log_text()
+    # The refused restore left nothing behind: one payload of this workload runs, the new one.
+    assert _payloads_of(h.settings.home, "cor") == {again.pid}
+
+
+def _payloads_of(home: Path, name: str) -> set[int | None]:
+    """Host pids of live processes started as workload ``name`` of this CLAWPOINT_HOME."""
+    wanted = {f"CLAWPOINT_WORKLOAD={name}".encode(), f"CLAWPOINT_HOME={home}".encode()}
+    found: set[int | None] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = set((entry / "environ").read_bytes().split(b"\0"))
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if wanted <= env and state != "Z":
+            found.add(int(entry.name))
+    return found
