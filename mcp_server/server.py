@@ -80,10 +80,6 @@ class CheckpointList(BaseModel):
     checkpoints: list[dict[str, Any]]
 
 
-_call = call
-_agent = agent
-
-
 def build_server(
     service: Service, *, token_verifier: Any = None, auth: Any = None
 ) -> MCPServer[Any]:
@@ -101,7 +97,7 @@ def build_server(
     @mcp.tool(title="Cluster status", annotations=READ)
     async def cluster_status() -> StatusOut:
         """Nodes of every backend, workload counts by state, checkpoint count, CRIU status."""
-        return open_record(StatusOut, await _call(service.cluster_status))
+        return open_record(StatusOut, await call(service.cluster_status))
 
     @mcp.tool(title="List nodes", annotations=READ)
     async def list_nodes(
@@ -110,7 +106,7 @@ def build_server(
         ] = None,
     ) -> NodeList:
         """Nodes with price/h, spot flag, health, schedulable and the workloads on each."""
-        return NodeList(nodes=records(await _call(lambda: service.nodes(backend))))
+        return NodeList(nodes=records(await call(lambda: service.nodes(backend))))
 
     @mcp.tool(title="List workloads", annotations=READ)
     async def list_workloads(
@@ -119,12 +115,12 @@ def build_server(
         ] = None,
     ) -> WorkloadList:
         """Workloads with state, node, engine and last checkpoint."""
-        return WorkloadList(workloads=records(await _call(lambda: service.workloads(backend))))
+        return WorkloadList(workloads=records(await call(lambda: service.workloads(backend))))
 
     @mcp.tool(title="Get workload", annotations=READ)
     async def get_workload(workload: WorkloadId) -> WorkloadOut:
         """One workload's details."""
-        return open_record(WorkloadOut, await _call(lambda: service.get_workload(workload)))
+        return open_record(WorkloadOut, await call(lambda: service.get_workload(workload)))
 
     @mcp.tool(title="List checkpoints", annotations=READ)
     async def list_checkpoints(
@@ -134,7 +130,7 @@ def build_server(
     ) -> CheckpointList:
         """Checkpoints newest first, with size, engine, node, timings and verification status."""
         return CheckpointList(
-            checkpoints=records(await _call(lambda: service.checkpoints(workload)))
+            checkpoints=records(await call(lambda: service.checkpoints(workload)))
         )
 
     @mcp.tool(title="Checkpoint a workload", annotations=SAFE_WRITE)
@@ -142,7 +138,7 @@ def build_server(
         workload: WorkloadId, ctx: Context, reason: Reason = ""
     ) -> ActionOut:
         """Save a workload's full state and leave it running (safe: loses nothing)."""
-        principal = _agent()
+        principal = agent()
 
         def progress(done: float, total: float | None, message: str) -> None:
             try:
@@ -156,7 +152,7 @@ def build_server(
             plan = service.plan(Action.CHECKPOINT, workload, {"stop": False}, reason=reason)
             return service.perform(plan, principal=principal, progress=progress)
 
-        return action_out(await _call(run))
+        return action_out(await call(run))
 
     @mcp.tool(title="Plan a migration", annotations=READ)
     async def plan_migration(
@@ -165,7 +161,7 @@ def build_server(
         """The plan to move a running workload to another node (nothing is changed)."""
         return open_record(
             PlanOut,
-            await _call(lambda: service.plan(Action.MIGRATE, workload, {"to": to}, reason=reason)),
+            await call(lambda: service.plan(Action.MIGRATE, workload, {"to": to}, reason=reason)),
         )
 
     @mcp.tool(title="Plan a failover", annotations=READ)
@@ -175,7 +171,7 @@ def build_server(
         """The plan to restore a dead workload's newest good checkpoint elsewhere (nothing is changed)."""
         return open_record(
             PlanOut,
-            await _call(lambda: service.plan(Action.FAILOVER, workload, {"to": to}, reason=reason)),
+            await call(lambda: service.plan(Action.FAILOVER, workload, {"to": to}, reason=reason)),
         )
 
     tools_actions.register(mcp, service)

@@ -24,10 +24,8 @@ from mcp.server.mcpserver import Context, Elicit, Resolve
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from core import errors
 from core.guardrails.approvals import ApprovalView
-from core.guardrails.policy import Outcome, evaluate
-from core.model import Action, Plan, PrincipalKind
+from core.model import Action, Plan
 from core.service.facade import PersonAnswer, Service
 from mcp_server.common import (
     ActionOut,
@@ -69,24 +67,6 @@ class ApprovalList(BaseModel):
     """Approvals: id, status, summary, risk, requester, expires_at, decided_by (never codes)."""
 
     approvals: list[dict[str, Any]]
-
-
-def _needs_person(
-    service: Service, action: Action, target: str, params: dict[str, Any]
-) -> Plan | None:
-    """The plan when the policy would ask a person for this agent's call, else None.
-
-    Pure: plans (read-only) and evaluates the policy without recording a decision, because
-    resolvers may run more than once per call."""
-    try:
-        plan = service.plan(action, target, params)
-    except errors.ClawpointError:
-        return None  # the tool body reports the error
-    context = service.policy_context(plan).model_copy(
-        update={"principal_kind": PrincipalKind.AGENT}
-    )
-    decision = evaluate(plan, service.guard.policy, context)
-    return plan if decision.outcome is Outcome.APPROVE else None
 
 
 def _question(plan: Plan) -> str:
@@ -144,7 +124,9 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
             if kwargs.get("dry_run") or caps is None or caps.elicitation is None:
                 return None  # cannot ask this client's human: a pending approval will wait
             params = {k: kwargs.get(k) for k in extra}
-            plan = _needs_person(service, action, kwargs[target_arg], params)
+            plan = service.plan_needing_person(
+                action, kwargs[target_arg], params, principal=agent()
+            )
             if plan is None:
                 return None
             while len(asked_plans) > 256:  # questions never answered leave an entry behind

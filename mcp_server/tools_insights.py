@@ -53,9 +53,6 @@ class PlanReportOut(OpenRecord):
     score. Execute one with the matching action tool (same target and params)."""
 
 
-_call = call
-
-
 def register(mcp: MCPServer[Any], service: Service) -> None:
     """Add the insight tools to ``mcp``; each is a single call into ``core.service.insights``."""
 
@@ -68,7 +65,7 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
         """Pending and running work per backend/partition: pending by reason, oldest wait,
         GPUs requested. A long-waiting queue is a 'backlog' the planner may free room for."""
         return QueueDepthList(
-            queues=records(await _call(lambda: insights.queue_depth(service, backend)))
+            queues=records(await call(lambda: insights.queue_depth(service, backend)))
         )
 
     @mcp.tool(title="SLA risk", annotations=READ_ONLY)
@@ -76,23 +73,23 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
         """Workloads with a deadline: progress, ETA, slack and risk level (high when the ETA
         is past the deadline or slack < 10% of the remaining time), and the node speed that
         would bring the risk back to low."""
-        return SlaRiskList(risks=records(await _call(lambda: insights.sla_risk(service))))
+        return SlaRiskList(risks=records(await call(lambda: insights.sla_risk(service))))
 
     @mcp.tool(title="Spot market", annotations=READ_ONLY)
     async def spot_market() -> SpotMarketOut:
         """Each node's current price (configured price sources, else the inventory),
         spot flag, on-demand price and discount when known."""
-        return open_record(SpotMarketOut, await _call(lambda: insights.spot_market(service)))
+        return open_record(SpotMarketOut, await call(lambda: insights.spot_market(service)))
 
     @mcp.tool(title="Cluster health", annotations=READ_ONLY)
     async def cluster_health() -> ClusterHealthOut:
         """Node health of every backend (with the flags/conditions that decided it) and this
         host's GPU health from NVML (Xid errors, ECC, row remapping, throttling)."""
-        return open_record(ClusterHealthOut, await _call(lambda: insights.cluster_health(service)))
+        return open_record(ClusterHealthOut, await call(lambda: insights.cluster_health(service)))
 
     @mcp.tool(title="Plan actions", annotations=READ_ONLY)
     async def plan_actions() -> PlanReportOut:
         """Ranked proposals from the current signals, most urgent first. Each gives the
         action, target and params to pass to the action tools, a one-sentence reason, the
         expected effect in numbers, the risk class and a score. Nothing is executed."""
-        return open_record(PlanReportOut, await _call(lambda: insights.propose(service)))
+        return open_record(PlanReportOut, await call(lambda: insights.propose(service)))

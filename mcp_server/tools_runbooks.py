@@ -13,22 +13,18 @@ registered from the runbooks present when the server starts.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
-import anyio.to_thread
 from mcp.server import MCPServer
-from mcp.server.auth.middleware.auth_context import get_access_token
-from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts.base import Prompt, PromptArgument
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from core import errors
-from core.model import Principal, PrincipalKind
 from core.runbooks import schema
 from core.runbooks.engine import Engine, RunView
 from core.service.facade import Service
+from mcp_server.common import agent, call
 
 T = TypeVar("T")
 
@@ -72,25 +68,6 @@ class Run(BaseModel):
 def _run(v: RunView) -> Run:
     data = v.model_dump(mode="json", exclude={"params", "started_at", "updated_at"})
     return Run.model_validate(data)
-
-
-def _tool_error(exc: errors.ClawpointError) -> ToolError:
-    text = f"{exc.message} (error: {exc.code})"
-    if exc.hint:
-        text += f" Next step: {exc.hint}"
-    return ToolError(text)
-
-
-async def _call(fn: Callable[[], T]) -> T:
-    try:
-        return await anyio.to_thread.run_sync(fn)
-    except errors.ClawpointError as exc:
-        raise _tool_error(exc) from exc
-
-
-def _agent() -> Principal:
-    token = get_access_token()
-    return Principal(id=f"mcp:{token.client_id if token else 'stdio'}", kind=PrincipalKind.AGENT)
 
 
 def _info(rb: schema.Runbook) -> RunbookInfo:
@@ -140,7 +117,7 @@ def register(mcp: MCPServer[Any], service: Service, *, engine: Engine | None = N
     @mcp.tool(title="List runbooks", annotations=READ)
     async def list_runbooks() -> RunbookList:
         """Runbooks you can start, with their parameters."""
-        books = await _call(eng.runbooks)
+        books = await call(eng.runbooks)
         return RunbookList(runbooks=[_info(rb) for rb in books.values()])
 
     @mcp.tool(title="Start a runbook", annotations=RUNS_ACTIONS)
@@ -153,15 +130,15 @@ def register(mcp: MCPServer[Any], service: Service, *, engine: Engine | None = N
     ) -> Run:
         """Run a runbook until it ends or waits for a person's approval or answer.
         Its actions pass the guardrails as you."""
-        principal = _agent()
+        principal = agent()
         return _run(
-            await _call(lambda: eng.start(name, params or {}, principal=principal, dry_run=dry_run))
+            await call(lambda: eng.start(name, params or {}, principal=principal, dry_run=dry_run))
         )
 
     @mcp.tool(title="Runbook run status", annotations=READ)
     async def runbook_status(run_id: RunId) -> Run:
         """A run's status, step outputs, messages, and what it waits for."""
-        return _run(await _call(lambda: eng.status(run_id)))
+        return _run(await call(lambda: eng.status(run_id)))
 
     @mcp.tool(title="Continue a runbook run", annotations=RUNS_ACTIONS)
     async def continue_runbook(
@@ -173,8 +150,8 @@ def register(mcp: MCPServer[Any], service: Service, *, engine: Engine | None = N
     ) -> Run:
         """Resume a waiting run: after a person decided its approval, or with the person's
         answer. A still-pending approval is reported, not bypassed."""
-        principal = _agent()
-        return _run(await _call(lambda: eng.continue_(run_id, principal=principal, answer=answer)))
+        principal = agent()
+        return _run(await call(lambda: eng.continue_(run_id, principal=principal, answer=answer)))
 
     try:
         for rb in eng.runbooks().values():

@@ -25,7 +25,7 @@ from core.guardrails import schema as guard_schema
 from core.guardrails.approvals import ApprovalView
 from core.guardrails.audit import AuditLog
 from core.guardrails.guard import Guard
-from core.guardrails.policy import Outcome
+from core.guardrails.policy import Outcome, evaluate
 from core.guardrails.prompts import ApprovalPath
 from core.model import (
     Action,
@@ -214,6 +214,22 @@ class Service(PeopleDesk, WorldContext):
         return plan
 
     # ------------------------------------------------------------------ acting
+    def plan_needing_person(
+        self, action: Action, target: str, params: dict[str, Any], *, principal: Principal
+    ) -> Plan | None:
+        """The plan when the policy would ask a person before running it for ``principal``.
+
+        A preview that records no decision (callers such as the MCP elicitation resolver may
+        ask more than once per call); None when no person is needed or the plan is invalid
+        (the real call then reports why)."""
+        try:
+            plan = self.plan(action, target, params)
+        except errors.ClawpointError:
+            return None
+        context = self.policy_context(plan).model_copy(update={"principal_kind": principal.kind})
+        decision = evaluate(plan, self.guard.policy, context)
+        return plan if decision.outcome is Outcome.APPROVE else None
+
     def perform(
         self,
         plan: Plan,

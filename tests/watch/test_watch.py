@@ -64,7 +64,7 @@ def test_notice_with_standing_grant_moves_the_workload_before_the_deadline(
         moved = svc.get_workload("local:spotty")
         assert moved.node == "node-a" and moved.state is WorkloadState.RUNNING
         wait_step(svc.settings, "spotty", before)  # resumed where it was, kept counting
-        assert webhook.posts == []  # nobody had to be asked
+        assert webhook.bodies == []  # nobody had to be asked
         # The next poll does not move it again (it is no longer on the interrupted node).
         with NoticePoller(svc.settings.signals) as poller:
             again = watch_once(svc, notices=poller)
@@ -87,8 +87,8 @@ def test_notice_without_grant_requests_approval_notifies_and_moves_nothing(
             [act] = report.actions
             assert act.status == "approval_required" and act.approval_id
             assert report.exit_code == EXIT_APPROVALS
-            assert len(webhook.posts) == 1
-            assert "local:waiting" in json.dumps(webhook.posts[0])
+            assert len(webhook.bodies) == 1
+            assert "local:waiting" in json.dumps(webhook.bodies[0])
             pending = [a for a in svc.list_approvals() if a.id == act.approval_id]
             assert pending and pending[0].status.value == "pending"
             # Nothing moved, and the next poll does not ask again.
@@ -96,7 +96,7 @@ def test_notice_without_grant_requests_approval_notifies_and_moves_nothing(
             assert w.node == "node-b" and w.state is WorkloadState.RUNNING
             again = watch_once(svc, notices=poller)
         assert again.actions == [] and again.still_pending and again.exit_code == EXIT_APPROVALS
-        assert len(webhook.posts) == 1
+        assert len(webhook.bodies) == 1
     finally:
         _cleanup(svc)
 
