@@ -1,25 +1,30 @@
 #!/usr/bin/env bash
-# Install CRIU >= 4.1 on Debian 12 or 13, idempotently.
+# Install CRIU >= 4.2.1 on Debian 12 or 13, idempotently.
 #
-# Debian 13 ships 4.1.x: apt installs it. Debian 12 ships 3.17, which fails on kernels
-# >= 6.13 ("vdso: Unexpected rt vDSO area bounds"), so we build the newer suite's source
-# package, fetched through apt itself and checked against the sha256 apt publishes for it.
-# Fast path: when a working criu >= 4.1 is already on PATH, do nothing.
+# Why 4.2.1: CRIU before 4.1 fails on kernels >= 6.13 ("vdso: Unexpected rt vDSO area
+# bounds"), and CRIU 4.1.x cannot dump any process holding a TCP socket on kernels >= 6.16
+# ("sockets: Can't get 1:16 opt: Operation not supported": those kernels answer
+# SO_PASSCRED/SO_PASSSEC only for AF_UNIX/NETLINK sockets). Debian 12 ships 3.17 and Debian 13
+# ships 4.1.x, so where apt offers less than 4.2.1 we build the upstream tarball of the
+# source package of a newer suite (sid by default), fetched through apt itself with a private
+# configuration and checked against the sha256 that the suite's signed Sources index
+# publishes for it (the same sums as the package's .dsc).
+# Fast path: when criu >= the minimum is already on PATH, do nothing.
+#
+# Environment: CRIU_MIN_VERSION (default 4.2.1), CRIU_SOURCE_SUITE (default sid),
+# CRIU_PREFIX (default /usr/local), CRIU_BUILD_CACHE (default /var/cache/clawpoint/criu).
 set -euo pipefail
 
-MIN_MAJOR=4
-MIN_MINOR=1
+MIN_VERSION=${CRIU_MIN_VERSION:-4.2.1}
 PREFIX=${CRIU_PREFIX:-/usr/local}
 CACHE=${CRIU_BUILD_CACHE:-/var/cache/clawpoint/criu}
-NEWER_SUITE=${CRIU_SOURCE_SUITE:-trixie}
+NEWER_SUITE=${CRIU_SOURCE_SUITE:-sid}
 
 log() { printf 'install-criu: %s\n' "$*" >&2; }
 
+# Debian version order ("4.2.1-1" > "4.2.1" > "4.2" > "4.1.1"); epochs stripped by callers.
 version_ok() {
-  local v=$1 major minor
-  major=${v%%.*}; minor=${v#*.}; minor=${minor%%.*}
-  [[ $major =~ ^[0-9]+$ && $minor =~ ^[0-9]+$ ]] || return 1
-  (( major > MIN_MAJOR || (major == MIN_MAJOR && minor >= MIN_MINOR) ))
+  [[ -n $1 ]] && dpkg --compare-versions "$1" ge "$MIN_VERSION"
 }
 
 installed_version() {
@@ -28,7 +33,7 @@ installed_version() {
 }
 
 if v=$(installed_version) && version_ok "$v"; then
-  log "criu $v already installed"
+  log "criu $v already installed (>= $MIN_VERSION)"
   exit 0
 fi
 
@@ -54,7 +59,7 @@ if [[ -n $candidate && $candidate != "(none)" ]] && version_ok "${candidate#*:}"
   exit 0
 fi
 
-log "apt offers criu ${candidate:-none} (< $MIN_MAJOR.$MIN_MINOR); building from $NEWER_SUITE's source package"
+log "apt offers criu ${candidate:-none} (< $MIN_VERSION); building from $NEWER_SUITE's source package"
 apt_update_once
 apt-get install -y -qq --no-install-recommends build-essential pkg-config \
   libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf \
@@ -63,7 +68,7 @@ apt-get install -y -qq --no-install-recommends build-essential pkg-config \
 
 # A private apt configuration that knows only the newer suite's deb-src, so the system's
 # own sources and package lists are never touched.
-work="$CACHE/apt"
+work="$CACHE/apt-$NEWER_SUITE"
 mkdir -p "$work/lists/partial" "$work/archives/partial" "$CACHE/src"
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 cat > "$work/sources.list" <<SRC
@@ -75,11 +80,13 @@ apt_opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o "Dir::Etc::SourceParts
 apt-get "${apt_opts[@]}" update -qq
 showsrc=$(apt-cache "${apt_opts[@]}" showsrc criu)
 src_version=$(awk '/^Version:/ {print $2; exit}' <<<"$showsrc")
-upstream=${src_version%%-*}
+upstream=${src_version#*:}
+upstream=${upstream%%-*}
+[[ -n $upstream ]] || { log "$NEWER_SUITE publishes no criu source package"; exit 1; }
+version_ok "$upstream" || { log "$NEWER_SUITE offers criu $upstream, still older than $MIN_VERSION"; exit 1; }
 tarball="criu_${upstream}.orig.tar.xz"
 expected=$(awk -v f="$tarball" '/^Checksums-Sha256:/ {on=1; next} /^[A-Z]/ {on=0} on && $3 == f {print $1; exit}' <<<"$showsrc")
 [[ -n $expected ]] || { log "apt did not publish a sha256 for $tarball"; exit 1; }
-version_ok "$upstream" || { log "$NEWER_SUITE offers criu $upstream, still too old"; exit 1; }
 
 cd "$CACHE/src"
 if [[ ! -f $tarball ]] || [[ $(sha256sum "$tarball" | cut -d' ' -f1) != "$expected" ]]; then
@@ -89,7 +96,8 @@ if [[ ! -f $tarball ]] || [[ $(sha256sum "$tarball" | cut -d' ' -f1) != "$expect
   uri=$(apt-get "${apt_opts[@]}" source --print-uris criu 2>/dev/null \
         | awk -v f="$tarball" '$2 == f {gsub(/\047/, "", $1); print $1; exit}')
   [[ -n $uri ]] || { log "apt knows no URI for $tarball"; exit 1; }
-  /usr/lib/apt/apt-helper download-file "$uri" "$CACHE/src/$tarball" "SHA256:$expected" >/dev/null
+  /usr/lib/apt/apt-helper download-file "$uri" "$CACHE/src/$tarball" "SHA256:$expected" \
+    >/dev/null 2>"$CACHE/download.log" || { cat "$CACHE/download.log" >&2; exit 1; }
 fi
 actual=$(sha256sum "$tarball" | cut -d' ' -f1)
 if [[ $actual != "$expected" ]]; then
@@ -106,3 +114,9 @@ install -m 0755 criu/criu "$PREFIX/sbin/criu"
 hash -r
 log "installed $("$PREFIX/sbin/criu" --version | awk '/^Version:/ {print $2}') to $PREFIX/sbin/criu"
 "$PREFIX/sbin/criu" check >/dev/null 2>&1 && log "criu check: ok" || log "criu check failed: see 'criu check' output"
+# An older criu earlier on PATH (say a distribution package in front of $PREFIX/sbin) would
+# still be the one clawpoint runs: say so rather than report success.
+if ! { v=$(installed_version) && version_ok "$v"; }; then
+  log "criu on PATH ($(command -v criu || echo none)) reports ${v:-no version}, not >= $MIN_VERSION: put $PREFIX/sbin first on PATH"
+  exit 1
+fi
