@@ -88,6 +88,7 @@ class Action(StrEnum):
     FAILOVER = "failover"
     REQUEUE = "requeue"
     DRAIN_NODE = "drain_node"
+    UNDRAIN_NODE = "undrain_node"
     SCALE = "scale"
     KILL = "kill"
     DELETE_CHECKPOINT = "delete_checkpoint"
@@ -97,6 +98,8 @@ def risk_of(action: Action, params: dict[str, Any]) -> RiskClass:
     """The risk class of an action with its parameters (see DESIGN: risk classes)."""
     if action is Action.CHECKPOINT:
         return RiskClass.DISRUPTIVE if params.get("stop") else RiskClass.SAFE
+    if action is Action.UNDRAIN_NODE:
+        return RiskClass.SAFE  # returns capacity; moves nothing
     if action in (Action.KILL, Action.DELETE_CHECKPOINT):
         return RiskClass.DESTRUCTIVE
     if action is Action.DRAIN_NODE and not params.get("save", True):
@@ -104,6 +107,37 @@ def risk_of(action: Action, params: dict[str, Any]) -> RiskClass:
     if action is Action.SCALE and params.get("down_without_save"):
         return RiskClass.DESTRUCTIVE
     return RiskClass.DISRUPTIVE
+
+
+# The parameters each action takes. A backend rejects any other (``check_params``): a
+# misspelt parameter must fail loudly, never be ignored while the plan does something else.
+ACTION_PARAMS: dict[Action, frozenset[str]] = {
+    Action.CHECKPOINT: frozenset({"stop"}),
+    Action.RESTORE: frozenset({"to"}),
+    Action.MIGRATE: frozenset({"to"}),
+    Action.PREEMPT: frozenset(),
+    Action.RESUME: frozenset({"to"}),
+    Action.FAILOVER: frozenset({"to"}),
+    Action.REQUEUE: frozenset({"to"}),
+    Action.DRAIN_NODE: frozenset({"to", "save", "reason"}),
+    Action.UNDRAIN_NODE: frozenset(),
+    Action.SCALE: frozenset({"replicas", "down_without_save"}),
+    Action.KILL: frozenset(),
+    Action.DELETE_CHECKPOINT: frozenset(),
+}
+
+
+def check_params(action: Action, params: dict[str, Any]) -> None:
+    """Raise InvalidInput naming every parameter ``action`` does not take."""
+    allowed = ACTION_PARAMS[action]
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        takes = ", ".join(sorted(allowed)) or "no parameters"
+        raise errors.InvalidInput(
+            f"{action.value} does not take {', '.join(map(repr, unknown))} (it takes: {takes})",
+            hint="drop the unknown parameter or fix its spelling",
+            details={"action": action.value, "unknown": unknown},
+        )
 
 
 class NodeHealth(StrEnum):

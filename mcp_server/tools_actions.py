@@ -45,6 +45,9 @@ ACT = ToolAnnotations(
 READ = ToolAnnotations(
     read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
 )
+RETURN = ToolAnnotations(  # gives capacity back; moves and loses nothing
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
 
 To = Annotated[
     str | None, Field(description="Target node name; omit to let clawpoint choose", max_length=64)
@@ -240,6 +243,15 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
         """Save and move every workload off a node, then mark it unschedulable (disruptive)."""
         return await act(Action.DRAIN_NODE, node, {"to": to, "reason": reason or None}, dry_run=dry_run,
                          reason=reason, asked=asked, ctx=ctx)  # fmt: skip
+
+    @mcp.tool(title="Undrain a node", annotations=RETURN)
+    async def undrain_node(
+        node: NodeId, ctx: Context, dry_run: DryRun = False, reason: Reason = "",
+        asked: Annotated[Asked, Resolve(resolver(Action.UNDRAIN_NODE, "node"))] = None,
+    ) -> ActionOut:  # fmt: skip
+        """Return a drained or down node to service so work may land there again (safe)."""
+        return await act(Action.UNDRAIN_NODE, node, {}, dry_run=dry_run, reason=reason, asked=asked,
+                         ctx=ctx)  # fmt: skip
 
     @mcp.tool(title="Scale a workload", annotations=ACT)
     async def scale_workload(

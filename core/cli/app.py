@@ -74,9 +74,19 @@ def _person() -> Principal:
 
 
 # --------------------------------------------------------------------------- inventory
-@app.command()
-def nodes(json_: JsonOpt = False, backend: Annotated[str | None, typer.Option()] = None) -> None:
+nodes_app = typer.Typer(help="List nodes; return a drained node to service.")
+app.add_typer(nodes_app, name="nodes")
+
+
+@nodes_app.callback(invoke_without_command=True)
+def nodes(
+    ctx: typer.Context,
+    json_: JsonOpt = False,
+    backend: Annotated[str | None, typer.Option(help="Only this backend's nodes.")] = None,
+) -> None:
     """List nodes with price, spot flag, health and the workloads on them."""
+    if ctx.invoked_subcommand is not None:
+        return  # `nodes undrain ...`: the subcommand does the work
     items = _service().nodes(backend)
     if json_:
         return output.emit_json(items)
@@ -341,6 +351,18 @@ def drain(
         reason=reason,
         dry_run=dry_run,
     )
+
+
+@nodes_app.command("undrain")
+def nodes_undrain(
+    node: Annotated[str, typer.Argument(help="Node id, e.g. local:node-a or slurm:n1")],
+    json_: JsonOpt = False,
+    yes: YesOpt = False,
+    reason: ReasonOpt = "",
+    dry_run: DryRunOpt = False,
+) -> None:
+    """Return a drained (or down) node to service: new workloads may land there again."""
+    _act(Action.UNDRAIN_NODE, node, {}, yes=yes, json_=json_, reason=reason, dry_run=dry_run)
 
 
 @app.command(context_settings={"allow_interspersed_args": False})

@@ -201,6 +201,7 @@ ACTION_MAP: dict[str, tuple[Action, str, tuple[str, ...]]] = {
     "restore_checkpoint": (Action.RESTORE, "checkpoint", ("to",)),
     "failover_workload": (Action.FAILOVER, "workload", ("to",)),
     "drain_node": (Action.DRAIN_NODE, "node", ("save",)),
+    "undrain_node": (Action.UNDRAIN_NODE, "node", ()),
     "scale_workload": (Action.SCALE, "workload", ("replicas",)),
     "delete_checkpoint": (Action.DELETE_CHECKPOINT, "checkpoint", ()),
 }

@@ -50,6 +50,7 @@ ACTION_TOOLS: Final[frozenset[str]] = frozenset(
         "restore_checkpoint",
         "failover_workload",
         "drain_node",
+        "undrain_node",
         "scale_workload",
         "delete_checkpoint",
         "execute_approved",

@@ -54,7 +54,7 @@ log = structlog.get_logger("clawpoint.service")
 
 # Actions whose target is a checkpoint or a node rather than a workload.
 _CHECKPOINT_TARGETS = {Action.RESTORE, Action.DELETE_CHECKPOINT}
-_NODE_TARGETS = {Action.DRAIN_NODE}
+_NODE_TARGETS = {Action.DRAIN_NODE, Action.UNDRAIN_NODE}
 
 
 class ClusterStatus(BaseModel):

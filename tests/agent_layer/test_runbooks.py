@@ -52,7 +52,7 @@ def test_steps_call_only_known_tools(name: str) -> None:
 def test_tool_catalogue_is_consistent() -> None:
     assert not tools.READ_TOOLS & tools.ACTION_TOOLS
     assert tools.ENGINE_ONLY_TOOLS <= tools.ACTION_TOOLS
-    assert len(tools.ALL_TOOLS) == 27
+    assert len(tools.ALL_TOOLS) == 28
 
 
 def _problems(data: dict[str, Any]) -> list[str]:

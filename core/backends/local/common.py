@@ -28,6 +28,7 @@ _CAPABILITIES = frozenset(
         Action.RESUME,
         Action.FAILOVER,
         Action.DRAIN_NODE,
+        Action.UNDRAIN_NODE,
         Action.KILL,
         Action.DELETE_CHECKPOINT,
     }

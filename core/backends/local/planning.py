@@ -20,6 +20,7 @@ from core.model import (
     PlanStep,
     WorkloadInfo,
     WorkloadState,
+    check_params,
     utcnow,
     validate_name,
 )
@@ -135,12 +136,15 @@ class LocalPlanning:
     def plan(self, action: Action, target: str, params: dict[str, Any]) -> PlanDraft:
         if action not in _CAPABILITIES:
             raise not_supported(NAME, action, "local workloads are single processes; use migrate")
+        check_params(action, params)
         if action is Action.RESTORE:
             return self._plan_restore(target, params)
         if action is Action.DELETE_CHECKPOINT:
             return self._plan_delete(target)
         if action is Action.DRAIN_NODE:
             return self._plan_drain(target, params)
+        if action is Action.UNDRAIN_NODE:
+            return self._plan_undrain(target)
         validate_name(target, what="workload name")
         rec = self._refresh(self.registry.require(target))
         ref = f"{NAME}:{target}"
@@ -421,7 +425,7 @@ class LocalPlanning:
             saves="the full state of every workload on it"
             if save
             else "nothing: running work is lost",
-            rollback=f"undrain: clawpoint nodes undrain {info.id}",
+            rollback=f"return it to service: clawpoint nodes undrain {info.id}",
             scope={
                 "backend": NAME,
                 "node": node,
@@ -429,6 +433,28 @@ class LocalPlanning:
                 "workloads": [w.id for w in running],
                 "targets": targets,
             },
+        )
+
+    def _plan_undrain(self, node: str) -> PlanDraft:
+        info = self.get_node(node)
+        if info.schedulable:
+            raise errors.Conflict(
+                f"{info.id} is not drained: it already takes workloads",
+                hint="nothing to undo; 'clawpoint nodes' shows each node's state",
+            )
+        return PlanDraft(
+            steps=[
+                PlanStep(
+                    name="uncordon",
+                    op="set_node",
+                    args={"node": node, "schedulable": True, "reason": ""},
+                    description=f"mark {info.id} schedulable again",
+                )
+            ],
+            summary=f"Undrain {info.id}: return it to service (new workloads may land there)",
+            saves="nothing to save: no workload moves",
+            rollback=f"drain it again: clawpoint drain {info.id}",
+            scope={"backend": NAME, "node": node, "node_labels": info.labels},
         )
 
     def _require_state(

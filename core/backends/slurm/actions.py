@@ -16,7 +16,7 @@ import structlog
 
 from core import errors
 from core.backends.base import PlanDraft, ProgressFn
-from core.model import NodeInfo, PlanStep, WorkloadInfo, WorkloadState, validate_name
+from core.model import NodeHealth, NodeInfo, PlanStep, WorkloadInfo, WorkloadState, validate_name
 
 if TYPE_CHECKING:
     from core.backends.slurm.backend import SlurmBackend
@@ -100,6 +100,37 @@ def _scope(w: WorkloadInfo) -> dict[str, Any]:
     return {"partition": w.partition, "node": w.node, "gpus": w.gpus, "labels": w.labels}
 
 
+def _target(b: SlurmBackend, params: dict[str, Any], *, away_from: str | None) -> str | None:
+    """The node named by ``to`` (``n2`` or ``slurm:n2``), checked to exist and take jobs."""
+    wanted = params.get("to")
+    if wanted is None:
+        return None
+    node = b.get_node(str(wanted))
+    if away_from and node.name in away_from.split(","):
+        raise errors.InvalidInput(
+            f"the job is already on {node.id}",
+            hint="pass another node with --to, or omit it to let Slurm pick one",
+        )
+    if not node.schedulable:
+        raise errors.Conflict(
+            f"node {node.id} is {node.state} and takes no jobs",
+            hint="pick a node that is up and not drained ('clawpoint nodes --backend slurm')",
+        )
+    return node.name
+
+
+def _place(target: str | None, avoid: str | None) -> dict[str, str]:
+    """Job fields that send a restarted job to ``target``, else away from ``avoid``.
+
+    Clear the other list: a job submitted with --nodelist=SOURCE and then excluded from
+    SOURCE would pend forever with reason BadConstraints."""
+    if target:
+        return {"ExcNodeList": "", "NodeList": _value(target)}
+    if avoid:
+        return {"NodeList": "", "ExcNodeList": _value(avoid)}
+    return {}
+
+
 def plan_checkpoint(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> PlanDraft:
     _require_running(w)
     lineage = b._lineage(w)
@@ -140,7 +171,7 @@ def plan_preempt(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> Pl
         steps=_save_and_stop(b, w),
         summary=f"preempt Slurm job {w.name}: checkpoint, stop, requeue held (frees {w.node})",
         saves="the job's state; it resumes from it when released",
-        rollback="resume the job (release + StartTime=now): it restores the checkpoint",
+        rollback=f"resume it: clawpoint resume slurm:{w.name}",
         scope=_scope(w),
     )
 
@@ -151,11 +182,13 @@ def plan_resume(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> Pla
             f"Slurm job {w.name} is {w.state.value}, not held or pending",
             hint="only a preempted (held) or pending job can be resumed",
         )
+    target = _target(b, params, away_from=None)
     return PlanDraft(
-        steps=_restart(b, w.name, {}),
-        summary=f"resume Slurm job {w.name}: release it and start it now",
+        steps=_restart(b, w.name, _place(target, None)),
+        summary=f"resume Slurm job {w.name}: release it and start it now"
+        + (f" on {target}" if target else ""),
         saves="nothing new: the wrapper restores the newest good checkpoint",
-        rollback="preempt it again",
+        rollback=f"preempt it again: clawpoint preempt slurm:{w.name}",
         scope=_scope(w),
     )
 
@@ -163,21 +196,16 @@ def plan_resume(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> Pla
 def plan_migrate(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> PlanDraft:
     _require_running(w)
     source = w.node or ""
-    target = params.get("to_node") or params.get("node")
-    # Clear the other list: a job submitted with --nodelist=SOURCE and then excluded from
-    # SOURCE would pend forever with reason BadConstraints.
-    fields = (
-        {"ExcNodeList": "", "NodeList": _value(str(target))}
-        if target
-        else {"NodeList": "", "ExcNodeList": _value(source)}
-    )
+    target = _target(b, params, away_from=source)
     return PlanDraft(
-        steps=_save_and_stop(b, w) + _restart(b, w.name, fields),
+        steps=_save_and_stop(b, w) + _restart(b, w.name, _place(target, source)),
         summary=f"migrate Slurm job {w.name} off {source}"
         + (f" onto {target}" if target else " (Slurm picks the node)"),
         expected_pause_s=30.0,
         saves="the job's full state, restored by the wrapper on the new node",
-        rollback="the job stays requeued; release it to run anywhere",
+        rollback=f"migrate it back: clawpoint migrate slurm:{w.name} --to {source}"
+        if source
+        else "",
         scope=_scope(w),
     )
 
@@ -185,6 +213,7 @@ def plan_migrate(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> Pl
 def plan_drain(b: SlurmBackend, node: NodeInfo, params: dict[str, Any]) -> PlanDraft:
     reason = _reason(str(params.get("reason") or "clawpoint drain"))
     save = params.get("save", True)
+    target = _target(b, params, away_from=node.name)
     jobs = [b.get_workload(wid) for wid in node.workloads]
     wrapped = [w for w in jobs if w.labels.get("lineage") and w.state is WorkloadState.RUNNING]
     others = [w.name for w in jobs if w not in wrapped]
@@ -198,26 +227,54 @@ def plan_drain(b: SlurmBackend, node: NodeInfo, params: dict[str, Any]) -> PlanD
         )
     ]
     if save:
+        away = _place(target, node.name)
         for w in wrapped:
-            away = {"NodeList": "", "ExcNodeList": _value(node.name)}
             steps += _save_and_stop(b, w, prefix="job") + _restart(b, w.name, away, prefix="job")
     note = f"; left running until they end: {', '.join(others)}" if others else ""
     return PlanDraft(
         steps=steps,
-        summary=f"drain Slurm node {node.name}, moving {len(wrapped)} wrapped job(s) off{note}",
+        summary=f"drain Slurm node {node.name}, moving {len(wrapped)} wrapped job(s) off"
+        + (f" onto {target}" if target and save else "")
+        + note,
         saves="each wrapped job's state, restored on another node" if save else "",
-        rollback=f"scontrol update nodename={node.name} state=RESUME",
+        rollback=f"return it to service: clawpoint nodes undrain slurm:{node.name}",
+        scope={"node": node.name, "partitions": node.partitions},
+    )
+
+
+def plan_undrain(b: SlurmBackend, node: NodeInfo, params: dict[str, Any]) -> PlanDraft:
+    if node.schedulable and node.health is NodeHealth.HEALTHY:
+        raise errors.Conflict(
+            f"Slurm node {node.name} is {node.state}: not drained or down",
+            hint="nothing to undo; 'clawpoint nodes --backend slurm' shows each node's state",
+        )
+    return PlanDraft(
+        steps=[
+            _step(
+                "resume_node",
+                "resume_node",
+                f"return {node.name} to service (scontrol update state=RESUME) and wait "
+                "until it takes jobs",
+                node=node.name,
+                timeout_s=30.0,
+            )
+        ],
+        summary=f"undrain Slurm node {node.name} ({node.state}): jobs may start there again",
+        saves="nothing to save: no job moves",
+        rollback=f"drain it again: clawpoint drain slurm:{node.name}",
         scope={"node": node.name, "partitions": node.partitions},
     )
 
 
 def plan_failover(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> PlanDraft:
     b._lineage(w)
-    node = str(params.get("node") or w.node or "")
+    node = w.node or ""
+    target = _target(b, params, away_from=node or None)
     return PlanDraft(
-        steps=_failover_steps(b, w.name, node),
+        steps=_failover_steps(b, w.name, node, target),
         summary=f"fail over Slurm job {w.name}"
         + (f" from {node}" if node else "")
+        + (f" onto {target}" if target else "")
         + ": requeue it elsewhere; the wrapper restores the newest good checkpoint",
         saves="nothing new: progress since the newest checkpoint is lost",
         rollback="none needed: the job restarts from its checkpoint",
@@ -226,24 +283,28 @@ def plan_failover(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> P
 
 
 def plan_failover_node(b: SlurmBackend, node: NodeInfo, params: dict[str, Any]) -> PlanDraft:
+    target = _target(b, params, away_from=node.name)
     steps: list[PlanStep] = []
     for wid in node.workloads:
         w = b.get_workload(wid)
         if w.labels.get("lineage"):
-            steps += _failover_steps(b, w.name, node.name, prefix="job")
+            steps += _failover_steps(b, w.name, node.name, target, prefix="job")
     if not steps:
         raise errors.NotFound(
             f"no wrapped job runs on {node.name}", hint="nothing to fail over on this node"
         )
     return PlanDraft(
         steps=steps,
-        summary=f"fail over every wrapped job of node {node.name}",
+        summary=f"fail over every wrapped job of node {node.name}"
+        + (f" onto {target}" if target else ""),
         saves="nothing new: each job restarts from its newest checkpoint",
         scope={"node": node.name, "partitions": node.partitions},
     )
 
 
-def _failover_steps(b: SlurmBackend, job: str, node: str, prefix: str = "") -> list[PlanStep]:
+def _failover_steps(
+    b: SlurmBackend, job: str, node: str, target: str | None, prefix: str = ""
+) -> list[PlanStep]:
     p = f"{prefix}{job}-" if prefix else ""
     steps: list[PlanStep] = []
     if node:
@@ -257,8 +318,7 @@ def _failover_steps(b: SlurmBackend, job: str, node: str, prefix: str = "") -> l
             )
         )
     steps.append(_step(f"{p}requeue", "requeue", f"requeue job {job} held", job=job, hold=True))
-    fields = {"NodeList": "", "ExcNodeList": _value(node)} if node else {}
-    return steps + _restart(b, job, fields, prefix)
+    return steps + _restart(b, job, _place(target, node or None), prefix)
 
 
 # ----- steps ---------------------------------------------------------------------------
@@ -344,6 +404,15 @@ def run_step(
         reason = _reason(str(args.get("reason") or "clawpoint"))
         tr.run("scontrol", ["update", f"nodename={node}", f"state={state}", f"reason={reason}"])
         return {"node": node, "state": state}
+    if op == "resume_node":
+        node = validate_name(str(args.get("node")), what="Slurm node name")
+        tr.run("scontrol", ["update", f"nodename={node}", "state=RESUME"])
+
+        def back() -> str | None:  # a dead node's slurmd would leave it DOWN again
+            n = b.get_node(node)
+            return n.state if n.schedulable and n.health is NodeHealth.HEALTHY else None
+
+        return {"node": node, "state": b.wait_until(f"{node} to take jobs", _timeout(args), back)}
     raise errors.InvalidInput(f"unknown Slurm step {op!r}", hint="re-plan the action")
 
 
@@ -374,6 +443,11 @@ def recover_step(
             n = b.get_node(str(args.get("node")))
             flag = "drain" if op == "drain" else "down"
             return {"node": n.name, "state": flag.upper()} if flag in n.state else None
+        if op == "resume_node":
+            # Taken effect once the node is neither drained nor down; else resume it (again).
+            n = b.get_node(str(args.get("node")))
+            back = n.schedulable and n.health is NodeHealth.HEALTHY
+            return {"node": n.name, "state": "RESUME"} if back else None
         return None  # waits, updates and releases are idempotent: run them again
     except errors.NotFound:
         return None

@@ -8,10 +8,13 @@ a crash (``recover_step`` answers whether a started step took effect):
   then wait until a newer checkpoint of the job's lineage is published in the shared store.
 - preempt: checkpoint-and-stop, wait for the job to end, ``scontrol requeuehold``: the node
   is free, the job pends held. resume: ``scontrol release`` + ``StartTime=now``.
-- migrate: checkpoint-and-stop, requeue held, ``ExcNodeList=SOURCE`` (or ``NodeList=TARGET``),
+- migrate: checkpoint-and-stop, requeue held, ``ExcNodeList=SOURCE`` (or ``NodeList=TO``),
   release, ``StartTime=now`` (requeued jobs otherwise pend with reason BeginTime); the
   wrapper of the new run restores the checkpoint, so the restored payload is the new job's.
 - drain_node: drain the node (nothing new lands), then move every wrapped job off as above.
+- undrain_node: ``scontrol update nodename=NODE state=RESUME`` (a drained or DOWN node).
+- ``to`` (migrate, resume, failover, drain): ``NodeList=TARGET`` instead of excluding the
+  source; the node must exist and take jobs. Unknown parameters are refused.
 - failover: mark the dead node DOWN, requeue the job, exclude the node, start it now.
 - scale: not supported (a Slurm job has a fixed allocation).
 
@@ -43,7 +46,14 @@ from core.backends.slurm.inventory import (
     to_workload,
 )
 from core.backends.slurm.transport import SlurmTransport
-from core.model import Action, CheckpointInfo, NodeInfo, WorkloadInfo, validate_name
+from core.model import (
+    Action,
+    CheckpointInfo,
+    NodeInfo,
+    WorkloadInfo,
+    check_params,
+    validate_name,
+)
 from core.store.store import CheckpointStore
 
 log = structlog.get_logger(__name__)
@@ -84,6 +94,7 @@ class SlurmBackend:
                 Action.RESUME,
                 Action.MIGRATE,
                 Action.DRAIN_NODE,
+                Action.UNDRAIN_NODE,
                 Action.FAILOVER,
                 Action.REQUEUE,
             }
@@ -170,8 +181,13 @@ class SlurmBackend:
                 action,
                 "a Slurm job has a fixed allocation; submit more jobs (or an array) instead",
             )
+        if action not in self.capabilities():
+            raise not_supported(self.name, action)
+        check_params(action, params)
         if action is Action.DRAIN_NODE:
             return actions.plan_drain(self, self.get_node(target), params)
+        if action is Action.UNDRAIN_NODE:
+            return actions.plan_undrain(self, self.get_node(target), params)
         if action is Action.FAILOVER and not JOB_ID_RE.fullmatch(target.removeprefix("slurm:")):
             return actions.plan_failover_node(self, self.get_node(target), params)
         w = self.get_workload(target)
