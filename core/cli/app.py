@@ -159,14 +159,18 @@ def _fmt(v: Any) -> str:
 
 # --------------------------------------------------------------------------- actions
 def _show_plan(plan: Plan) -> None:
-    output.out.print(f"[bold]{plan.summary}[/]  (risk: {plan.risk.value}, plan {plan.hash[:12]})")
+    esc = output.esc  # names and summaries can carry agent or user input: never markup
+    output.out.print(
+        f"[bold]{esc(plan.summary)}[/]  (risk: {plan.risk.value}, plan {plan.hash[:12]})",
+        highlight=False,
+    )
     for i, step in enumerate(plan.steps, 1):
-        output.out.print(f"  {i}. {step.description}")
+        output.plain(f"  {i}. {step.description}")
     if plan.expected_pause_s is not None:
-        output.out.print(f"  expected pause: ~{plan.expected_pause_s:.1f} s")
+        output.plain(f"  expected pause: ~{plan.expected_pause_s:.1f} s")
     for label, text in (("saves", plan.saves), ("cost", plan.cost_effect), ("undo", plan.rollback)):
         if text:
-            output.out.print(f"  {label}: {text}")
+            output.plain(f"  {label}: {text}")
 
 
 def _act(
@@ -220,11 +224,13 @@ def _render_result(result: ActionResult, *, json_: bool) -> None:
         output.emit_json(result)
     else:
         colour = {"executed": "green", "planned": "cyan"}.get(result.status, "red")
-        output.out.print(f"[{colour}]{result.status}[/]: {result.message}")
+        output.out.print(
+            f"[{colour}]{result.status}[/]: {output.esc(result.message)}", highlight=False
+        )
         if result.execution:
             for step in result.execution.steps:
                 out = ", ".join(f"{k}={v}" for k, v in step.output.items() if k != "timings")
-                output.out.print(f"  - {step.name}: {step.status} {out}")
+                output.plain(f"  - {step.name}: {step.status} {out}")
     if result.status == "failed":
         raise typer.Exit(errors.OperationFailed.exit_code)
     if result.status == "denied":
@@ -414,7 +420,10 @@ def run(
         raise typer.Exit(result)
     if json_:
         return output.emit_json(result)
-    output.out.print(f"started [bold]{result.id}[/] on {result.node} (pid {result.pid})")
+    output.out.print(
+        f"started [bold]{output.esc(result.id)}[/] on {output.esc(result.node)} (pid {result.pid})",
+        highlight=False,
+    )
 
 
 def _default_name(program: str) -> str:
@@ -484,7 +493,7 @@ def config_check(json_: JsonOpt = False) -> None:
             mark = {"ok": "[green]ok[/]", "warn": "[yellow]warn[/]", "error": "[red]error[/]"}[
                 item.level
             ]
-            output.out.print(f"{mark}  {item.name}: {item.message}", highlight=False)
+            output.out.print(f"{mark}  {item.name}: {output.esc(item.message)}", highlight=False)
     if not report.ok:
         raise typer.Exit(errors.InvalidInput.exit_code)
 

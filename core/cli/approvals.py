@@ -63,25 +63,38 @@ def show(approval_id: Annotated[str, typer.Argument(metavar="ID")], json_: JsonO
     text = service.approval_text(approval_id, principal=_person())
     if json_:
         return output.emit_json({"approval": view, "text": text})
-    output.out.print(text, highlight=False)
-    output.out.print("\nSteps:")
+    # The request holds the agent's own words (its reason, names): data, never markup.
+    output.plain(text)
+    output.plain("\nSteps:")
     for i, step in enumerate(view.plan.steps, 1):
-        output.out.print(f"  {i}. {step.description}", highlight=False)
-    output.out.print(
+        output.plain(f"  {i}. {step.description}")
+    output.plain(
         f"\nApprove: clawpoint approvals approve {view.id}   Deny: clawpoint approvals deny {view.id} --why ..."
     )
 
 
 @approvals_app.command()
 def approve(
-    approval_id: Annotated[str, typer.Argument(metavar="ID")], json_: JsonOpt = False
+    approval_id: Annotated[str, typer.Argument(metavar="ID")],
+    any_session: Annotated[
+        bool,
+        typer.Option(
+            "--any-session",
+            help="Let any session of the requesting agent execute it, not only the session "
+            "that asked.",
+        ),
+    ] = False,
+    json_: JsonOpt = False,
 ) -> None:
     """Approve a pending request (you must not be its requester)."""
-    view = _service().approve(approval_id, principal=_person(), via="cli")
+    view = _service().approve(approval_id, principal=_person(), via="cli", any_session=any_session)
     if json_:
         return output.emit_json(view)
     output.out.print(
-        f"[green]approved[/] {view.id}: {view.summary}. The requester can now execute it once."
+        f"[green]approved[/] {output.esc(view.id)}: {output.esc(view.summary)}. "
+        + ("Any session of the requesting agent" if any_session else "The requesting session")
+        + " can now execute it once.",
+        highlight=False,
     )
 
 
@@ -95,7 +108,9 @@ def deny(
     view = _service().deny(approval_id, principal=_person(), why=why or "denied", via="cli")
     if json_:
         return output.emit_json(view)
-    output.out.print(f"[red]denied[/] {view.id}: {view.summary}")
+    output.out.print(
+        f"[red]denied[/] {output.esc(view.id)}: {output.esc(view.summary)}", highlight=False
+    )
 
 
 @approvals_app.command()
@@ -134,8 +149,9 @@ def grant(
                          reason=reason or "standing approval", principal=_person())  # fmt: skip
     if json_:
         return output.emit_json(g)
-    output.out.print(f"[green]granted[/] {g.id}: {g.action.value} where {pairs or 'anywhere'}, "
-                     f"max {g.max_per_hour}/h until {g.expires_at:%Y-%m-%d %H:%M} UTC")  # fmt: skip
+    output.out.print(f"[green]granted[/] {output.esc(g.id)}: {g.action.value} where "
+                     f"{output.esc(pairs or 'anywhere')}, max {g.max_per_hour}/h until "
+                     f"{g.expires_at:%Y-%m-%d %H:%M} UTC", highlight=False)  # fmt: skip
 
 
 @approvals_app.command()
@@ -162,7 +178,7 @@ def revoke(grant_id: Annotated[str, typer.Argument(metavar="ID")], json_: JsonOp
     g = _service().revoke_grant(grant_id, principal=_person())
     if json_:
         return output.emit_json(g)
-    output.out.print(f"revoked {g.id}")
+    output.plain(f"revoked {g.id}")
 
 
 @audit_app.callback()
@@ -204,7 +220,9 @@ def verify(json_: JsonOpt = False) -> None:
         output.out.print(f"[green]ok[/]: {result.entries} entries, chain intact")
     else:
         output.err.print(
-            f"[red]audit log tampered[/]: entry {result.first_bad_seq}: {result.problem}"
+            f"[red]audit log tampered[/]: entry {result.first_bad_seq}: "
+            f"{output.esc(result.problem)}",
+            highlight=False,
         )
     if not result.ok:
         raise typer.Exit(errors.PolicyDenied.exit_code)

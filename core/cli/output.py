@@ -4,6 +4,11 @@ Exit codes (documented in docs/cli.md): 0 ok; 1 operation failed; 2 invalid inpu
 3 not found; 4 not supported by the backend; 5 denied by policy; 6 approval required /
 not confirmed; 7 backend unavailable (retry); 8 checkpoint failed or corrupt; 9 engine
 unavailable (e.g. CRIU); 10 conflict with the current state; 130 interrupted.
+
+Text that comes from outside (an agent's reason, labels, names, summaries built from them,
+error messages quoting input) is data: ``esc`` escapes it before it is embedded in Rich
+markup, ``plain`` prints it with no markup at all, and table cells are never parsed as
+markup. Emoji codes are off, so ``:x:`` stays ``:x:``.
 """
 
 from __future__ import annotations
@@ -15,12 +20,24 @@ from typing import Any
 
 from pydantic import BaseModel
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from core import errors
 
-out = Console()
-err = Console(stderr=True)
+out = Console(emoji=False)
+err = Console(stderr=True, emoji=False)
+
+
+def esc(value: object) -> str:
+    """``value`` as literal text inside Rich markup (``[/]`` cannot close or hide anything)."""
+    return escape(str(value))
+
+
+def plain(text: str, *, stderr: bool = False) -> None:
+    """Print text that is data as it is: no markup, no highlighting."""
+    (err if stderr else out).print(text, markup=False, highlight=False)
 
 
 def to_jsonable(value: Any) -> Any:
@@ -43,7 +60,7 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> 
     for c in columns:
         t.add_column(c)
     for r in rows:
-        t.add_row(*("" if v is None else str(v) for v in r))
+        t.add_row(*(Text("" if v is None else str(v)) for v in r))
     out.print(t)
 
 
@@ -51,6 +68,6 @@ def render_error(exc: errors.ClawpointError, *, as_json: bool) -> None:
     if as_json:
         emit_json(exc.to_dict())
         return
-    err.print(f"[bold red]error[/] ({exc.code}): {exc.message}", highlight=False)
+    err.print(f"[bold red]error[/] ({esc(exc.code)}): {esc(exc.message)}", highlight=False)
     if exc.hint:
-        err.print(f"[yellow]hint[/]: {exc.hint}", highlight=False)
+        err.print(f"[yellow]hint[/]: {esc(exc.hint)}", highlight=False)

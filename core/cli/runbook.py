@@ -43,18 +43,22 @@ def _show(run: RunView, *, json_: bool) -> None:
     if json_:
         output.emit_json(run)
     else:
-        output.out.print(f"[bold]{run.id}[/] {run.runbook}: {run.status.value}", highlight=False)
+        # Runbook messages quote their arguments (agent input): data, never markup.
+        esc = output.esc
+        output.out.print(
+            f"[bold]{esc(run.id)}[/] {esc(run.runbook)}: {run.status.value}", highlight=False
+        )
         output.table(
             "Steps",
             ["step", "kind", "status", "detail"],
             [(s.id, s.kind, s.status, s.error or _brief(s.output)) for s in run.steps],
         )
         for m in run.messages:
-            output.out.print(m, highlight=False)
+            output.plain(m)
         if run.error:
-            output.err.print(f"[red]error[/]: {run.error}", highlight=False)
+            output.err.print(f"[red]error[/]: {esc(run.error)}", highlight=False)
         if run.next:
-            output.out.print(f"[yellow]next[/]: {run.next}", highlight=False)
+            output.out.print(f"[yellow]next[/]: {esc(run.next)}", highlight=False)
     if run.status in (RunStatus.FAILED, RunStatus.CANCELLED):
         raise typer.Exit(1)
 
@@ -148,7 +152,7 @@ def cancel(run_id: RunArg, json_: JsonOpt = False) -> None:
     run = _engine().cancel(run_id, principal=_person())
     if json_:
         return output.emit_json(run)
-    output.out.print(f"{run.id}: {run.status.value}")
+    output.plain(f"{run.id}: {run.status.value}")
 
 
 @runbook_app.command()
@@ -166,8 +170,8 @@ def check(
                           "problems": [str(p) for p in problems]})  # fmt: skip
     elif problems:
         for p in problems:
-            output.err.print(f"{path}: {p}", highlight=False)
+            output.plain(f"{path}: {p}", stderr=True)
     else:
-        output.out.print(f"[green]ok[/]: {path}", highlight=False)
+        output.out.print(f"[green]ok[/]: {output.esc(path)}", highlight=False)
     if problems:
         raise typer.Exit(errors.InvalidInput.exit_code)

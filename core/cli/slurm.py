@@ -72,7 +72,7 @@ def submit(
     )
     if json_:
         return output.emit_json({"workload": workload})
-    output.out.print(f"submitted {workload}")
+    output.plain(f"submitted {workload}")
 
 
 @slurm_app.command()

@@ -27,7 +27,7 @@ def _emit(report: WatchReport, *, as_json: bool) -> None:
         return
     line = report.summary()
     if line:
-        output.out.print(line, highlight=False)
+        output.plain(line)
 
 
 def watch_command(

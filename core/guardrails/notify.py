@@ -5,8 +5,11 @@ The body has ``text`` (the whole message, for clients that show only that) and `
 ``clawpoint`` object with the same facts as data for non-Slack receivers. One short timeout,
 a few retries with backoff on connection errors and 5xx/429; a 4xx other than 429 is final.
 The webhook is a people path, so the message carries the one-time code; point it only at a
-channel agents cannot read. Limits: synchronous (the guard runs in a worker thread); no
-signing of the body (use a secret URL, as Slack does).
+channel agents cannot read. Every text that reaches Slack's markup is escaped (``&``, ``<``,
+``>``, as Slack's formatting rules ask) and marked ``verbatim``: an agent's reason such as
+``<!channel>`` or ``<http://x|y>`` arrives as those characters, never as a mention or a
+disguised link. The ``clawpoint`` object carries the raw values as data. Limits: synchronous
+(the guard runs in a worker thread); no signing of the body (use a secret URL, as Slack does).
 """
 
 from __future__ import annotations
@@ -52,18 +55,30 @@ class _Retryable(Exception):
     pass
 
 
+def slack_escape(text: str) -> str:
+    """Text as Slack shows it literally: its three control characters become entities."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def mrkdwn(text: str) -> dict[str, Any]:
+    """A Slack mrkdwn text object for text already escaped; ``verbatim`` stops Slack from
+    turning names, ``@channel`` or bare URLs in it into mentions and links."""
+    return {"type": "mrkdwn", "text": text, "verbatim": True}
+
+
 def build_payload(
     view: ApprovalView, text: ApprovalText, code: str, paths: list[ApprovalPath]
 ) -> dict[str, Any]:
     """The webhook body (documented in docs/guardrails.md)."""
+    esc = slack_escape
 
-    def field(label: str, value: str) -> dict[str, str]:
-        return {"type": "mrkdwn", "text": f"*{label}*\n{value}"}
+    def field(label: str, value: str) -> dict[str, Any]:
+        return mrkdwn(f"*{label}*\n{esc(value)}")
 
-    how = "\n".join(f"• {h}" for h in text.how_to_approve) or "no path available"
+    how = "\n".join(f"• {esc(h)}" for h in text.how_to_approve) or "no path available"
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": "Approval needed"}},
-        {"type": "section", "text": {"type": "mrkdwn", "text": text.headline}},
+        {"type": "section", "text": mrkdwn(esc(text.headline))},
         {
             "type": "section",
             "fields": [
@@ -77,15 +92,12 @@ def build_payload(
         },
         {
             "type": "section",
-            "text": {
-                "type": "mrkdwn",
-                "text": f"*Code:* `{format_code(code)}`  (expires {text.expires})",
-            },
+            "text": mrkdwn(f"*Code:* `{format_code(code)}`  (expires {esc(text.expires)})"),
         },
-        {"type": "section", "text": {"type": "mrkdwn", "text": f"*How to approve*\n{how}"}},
+        {"type": "section", "text": mrkdwn(f"*How to approve*\n{how}")},
     ]
     return {
-        "text": text.as_text(code=code),
+        "text": esc(text.as_text(code=code)),
         "blocks": blocks,
         "clawpoint": {
             "approval_id": view.id,

@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 
 from core import errors
 from core.guardrails.approvals import ApprovalStatus
+from core.guardrails.notify import slack_escape
 from core.model import Principal, PrincipalKind, utcnow
 from core.runbooks import schema, templates, tools
 from core.runbooks.calls import CALLS, CallContext, ToolCall
@@ -408,7 +409,8 @@ class Engine:
         notifier = getattr(self.service.guard, "notifier", None)
         if notifier is None or not getattr(notifier, "enabled", False):
             return False
-        payload = {"text": f"[{run.runbook} {run.id}] {text}",
+        # The text holds runbook arguments (agent input): Slack must show it, not parse it.
+        payload = {"text": slack_escape(f"[{run.runbook} {run.id}] {text}"),
                    "clawpoint": {"run": run.id, "runbook": run.runbook, "step": step_id,
                                  "severity": severity}}  # fmt: skip
         return bool(notifier.send(payload))
