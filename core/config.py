@@ -79,6 +79,13 @@ class McpConfig(_Section):
     approver_token: str | None = None
 
 
+class RecoveryConfig(_Section):
+    # How often a long-running clawpoint process (the MCP server over stdio or HTTP) looks
+    # for executions whose process died and finishes them. The watch loop does it every pass
+    # and every CLI command once at start.
+    every_s: float = Field(default=30.0, gt=0, le=86_400)
+
+
 class Settings(_Section):
     home: Path
     local: LocalBackendConfig = Field(default_factory=LocalBackendConfig)
@@ -90,6 +97,7 @@ class Settings(_Section):
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
     slurm: SlurmConfig = Field(default_factory=SlurmConfig)
+    recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
 
     @property
     def state_db(self) -> Path:

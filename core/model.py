@@ -232,6 +232,26 @@ class PlanStep(BaseModel):
     description: str
 
 
+class Preconditions(BaseModel):
+    """What a plan's steps assume about the world, recorded when it is made.
+
+    Execution re-reads the world right before the first step and refuses the plan when any
+    no longer holds (``Conflict``: re-plan), so a plan approved a while ago never stops and
+    restarts a workload a person already moved, preempts it on another node than the plan
+    says it frees, or restores over a workload that runs again. Empty fields assume nothing.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    workload: str | None = None  # the workload (BACKEND:NAME) whose state the steps assume
+    state: WorkloadState | None = None  # its state then (checkpointing counts as running)
+    node: str | None = None  # the node it was on
+    checkpoint: str | None = None  # a checkpoint (BACKEND:NAME@SEQ) that must still be there
+
+    def is_empty(self) -> bool:
+        return not self.model_dump(exclude_none=True)
+
+
 class Plan(BaseModel):
     action: Action
     target: str
@@ -249,6 +269,7 @@ class Plan(BaseModel):
     cost_effect: str = ""
     reason: str = ""
     scope: dict[str, Any] = Field(default_factory=dict)  # namespace/partition/labels/gpus/node
+    preconditions: Preconditions = Field(default_factory=Preconditions)
     created_at: datetime = Field(default_factory=utcnow)
     hash: str = ""
 
@@ -265,6 +286,8 @@ class Plan(BaseModel):
             ],
             "risk": self.risk.value,
         }
+        if not self.preconditions.is_empty():  # absent before they existed: old hashes hold
+            body["preconditions"] = self.preconditions.model_dump(mode="json", exclude_none=True)
         raw = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(raw.encode()).hexdigest()
 

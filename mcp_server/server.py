@@ -7,15 +7,22 @@ the SDK hides it as "Error executing tool". Logs go to stderr only.
 Agents are never allowed to approve anything: there is no approving tool, and actions
 riskier than a leave-running checkpoint are not exposed until the guardrails layer decides
 who may run them.
+
+While it serves (stdio or HTTP), the server reconciles every ``[recovery] every_s`` seconds
+(``Service.recover``): an execution whose process died is finished without waiting for a
+person to run a command, and stops holding a slot of the policy's limits.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated, Any, TypeVar
 
 import anyio
 import anyio.from_thread
 import anyio.to_thread
+import structlog
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.types import ToolAnnotations
@@ -42,6 +49,7 @@ from mcp_server.common import (
 )
 
 T = TypeVar("T")
+log = structlog.get_logger("clawpoint.mcp")
 
 INSTRUCTIONS = """clawpoint checkpoints, migrates and fails over stateful workloads.
 Ids: workloads BACKEND:NAME (local:train-1), nodes BACKEND:NODE, checkpoints
@@ -80,6 +88,41 @@ class CheckpointList(BaseModel):
     checkpoints: list[dict[str, Any]]
 
 
+async def reconcile_forever(service: Service, every_s: float) -> None:
+    """Call ``service.recover`` every ``every_s`` seconds until cancelled (in a worker thread:
+    a recovery restores workloads and must not block the event loop)."""
+    while True:
+        await anyio.sleep(every_s)
+        try:
+            finished = await anyio.to_thread.run_sync(service.recover)
+        except Exception:  # never let one bad pass end reconciliation for the server's life
+            log.exception("periodic recovery failed")
+            continue
+        for execution in finished:
+            log.warning("recovered interrupted execution", execution=execution.id,
+                        status=execution.status.value)  # fmt: skip
+
+
+def reconciling(
+    service: Service, every_s: float
+) -> Callable[[MCPServer[Any]], AbstractAsyncContextManager[dict[str, Any]]]:
+    """A server lifespan that runs ``reconcile_forever`` while the server serves.
+
+    The SDK enters it once per ``run()`` over stdio and once per HTTP application (its
+    session manager owns it), so one process reconciles in one task."""
+
+    @asynccontextmanager
+    async def lifespan(_: MCPServer[Any]) -> AsyncIterator[dict[str, Any]]:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reconcile_forever, service, every_s)
+            try:
+                yield {}
+            finally:
+                tg.cancel_scope.cancel()
+
+    return lifespan
+
+
 def build_server(
     service: Service, *, token_verifier: Any = None, auth: Any = None
 ) -> MCPServer[Any]:
@@ -92,6 +135,7 @@ def build_server(
         instructions=INSTRUCTIONS,
         token_verifier=token_verifier,
         auth=auth,
+        lifespan=reconciling(service, service.settings.recovery.every_s),
     )
 
     @mcp.tool(title="Cluster status", annotations=READ)

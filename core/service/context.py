@@ -1,8 +1,12 @@
 """What the policy needs to know about the world when it decides (counts, pool loads).
 
 The guardrails never look at the world themselves: the service builds this context from the
-journal (executions in the last hour, disruptive ones still running) and the target
-backend's inventory (the pool's nodes and workloads), so decisions stay pure and testable.
+journal (executions in the last hour, disruptive ones in flight) and the target backend's
+inventory (the pool's nodes and workloads), so decisions stay pure and testable.
+
+Only executions in flight count against the concurrency and blast-radius limits (an orphan
+whose owner died holds no slot; recovery finishes it), and the blast radius of a pool counts
+only the in-flight executions whose own plan falls in that pool.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from core import errors
 from core.backends.base import Backend
 from core.guardrails.policy import PolicyContext, PoolLoad, pool_of
 from core.model import NodeInfo, Plan, RiskClass, utcnow
+from core.service.journal import Journal
 from core.state.db import Database
 
 
@@ -22,9 +27,10 @@ def _node_pool(node: NodeInfo, backend: str) -> str:
 
 
 class WorldContext:
-    """Mixin of ``Service``; ``db`` and ``backend()`` come from the service."""
+    """Mixin of ``Service``; ``db``, ``journal`` and ``backend()`` come from the service."""
 
     db: Database
+    journal: Journal
 
     def backend(self, name: str) -> Backend:
         raise NotImplementedError
@@ -33,10 +39,11 @@ class WorldContext:
         """What the policy needs to know about the world right now (counts, pool loads)."""
         since = utcnow() - timedelta(hours=1)
         per_class: dict[RiskClass, int] = {}
-        running_disruptive = 0
+        disrupting: list[Plan] = []  # plans of disruptive executions in flight
         with self.db.read() as conn:
+            flying = {i for i, _ in self.journal.in_flight(conn)}
             rows = conn.execute(
-                "SELECT e.status, e.started_at, p.body FROM executions e "
+                "SELECT e.id, e.status, e.started_at, p.body FROM executions e "
                 "JOIN plans p ON p.hash = e.plan_hash WHERE e.started_at >= ? OR e.status='running'",
                 (since.isoformat(),),
             ).fetchall()
@@ -44,8 +51,8 @@ class WorldContext:
             risk = RiskClass(json.loads(row["body"])["risk"])
             if row["started_at"] >= since.isoformat():
                 per_class[risk] = per_class.get(risk, 0) + 1
-            if row["status"] == "running" and risk in (RiskClass.DISRUPTIVE, RiskClass.DESTRUCTIVE):
-                running_disruptive += 1
+            if row["id"] in flying and risk in (RiskClass.DISRUPTIVE, RiskClass.DESTRUCTIVE):
+                disrupting.append(Plan.model_validate_json(row["body"]))
         pools: dict[str, PoolLoad] = {}
         pool = pool_of(plan)
         try:
@@ -55,12 +62,14 @@ class WorldContext:
                 nodes=len(members),
                 nodes_drained=sum(1 for n in members if not n.schedulable),
                 workloads=sum(len(n.workloads) for n in members),
-                workloads_disrupted=running_disruptive,
+                workloads_disrupted=sum(
+                    1 for p in disrupting if p.backend == plan.backend and pool_of(p) == pool
+                ),
             )
         except errors.ClawpointError:
             pass  # an unreachable backend will fail the plan's steps anyway
         return PolicyContext(
-            running_disruptive=running_disruptive,
+            running_disruptive=len(disrupting),
             actions_last_hour=per_class,
             pools=pools,
             deletes_newest_good_checkpoint=bool(plan.scope.get("newest_of_live_workload")),

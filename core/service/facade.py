@@ -22,7 +22,7 @@ from core import errors
 from core.backends.base import Backend, ProgressFn, no_progress
 from core.config import Settings, ensure_dirs
 from core.guardrails import schema as guard_schema
-from core.guardrails.approvals import ApprovalView
+from core.guardrails.approvals import ApprovalStatus, ApprovalView
 from core.guardrails.audit import AuditLog
 from core.guardrails.guard import Guard
 from core.guardrails.policy import Outcome, evaluate
@@ -30,19 +30,23 @@ from core.guardrails.prompts import ApprovalPath
 from core.model import (
     Action,
     CheckpointInfo,
+    CheckpointStatus,
     Execution,
     ExecutionStatus,
     NodeInfo,
     Plan,
+    Preconditions,
     Principal,
     PrincipalKind,
     WorkloadInfo,
+    WorkloadState,
     parse_ref,
     risk_of,
 )
 from core.service.context import WorldContext
 from core.service.executor import Executor
 from core.service.journal import Journal
+from core.service.journal import release as release_execution
 from core.service.people import PeopleDesk
 from core.state.db import Database
 from core.wrapper.spec import RunSpec
@@ -55,6 +59,12 @@ log = structlog.get_logger("clawpoint.service")
 # Actions whose target is a checkpoint or a node rather than a workload.
 _CHECKPOINT_TARGETS = {Action.RESTORE, Action.DELETE_CHECKPOINT}
 _NODE_TARGETS = {Action.DRAIN_NODE, Action.UNDRAIN_NODE}
+
+
+def _comparable(state: WorkloadState) -> WorkloadState:
+    # A periodic checkpoint in progress is still a running workload (the wrapper serialises
+    # control requests, so a plan's step simply follows that checkpoint).
+    return WorkloadState.RUNNING if state is WorkloadState.CHECKPOINTING else state
 
 
 class ClusterStatus(BaseModel):
@@ -209,9 +219,85 @@ class Service(PeopleDesk, WorldContext):
             cost_effect=draft.cost_effect,
             reason=reason,
             scope=draft.scope,
+            preconditions=self._preconditions(backend, action, local_target),
         ).sealed()
         self.journal.save_plan(plan)
         return plan
+
+    def _preconditions(self, backend: Backend, action: Action, local_target: str) -> Preconditions:
+        """What the plan's steps assume (``Preconditions``), read from the world as it is now.
+
+        Every backend reports a workload's state and node the same way, so this is drafted
+        here once rather than in each backend's planner."""
+        if action in _NODE_TARGETS:
+            return Preconditions()
+        if action is Action.DELETE_CHECKPOINT:
+            return Preconditions(checkpoint=f"{backend.name}:{local_target}")
+        checkpoint = None
+        name = local_target
+        if action is Action.RESTORE:
+            name = local_target.partition("@")[0]
+            checkpoint = f"{backend.name}:{local_target}"
+        try:
+            workload = backend.get_workload(name)
+        except errors.NotFound:
+            return Preconditions(checkpoint=checkpoint)
+        return Preconditions(
+            workload=workload.id,
+            state=_comparable(workload.state),
+            node=workload.node,
+            checkpoint=checkpoint,
+        )
+
+    def check_preconditions(self, plan: Plan, *, principal: Principal) -> None:
+        """Refuse a plan drafted for a world that has changed since (``Conflict``, exit 10).
+
+        Called right before the first step of every execution, after any approval and
+        before it is used, so a stale approved plan changes nothing and its approval stays
+        unused. BackendUnavailable when the world cannot be read (nothing runs either)."""
+        problems = self._stale(plan)
+        if not problems:
+            return
+        self.audit.append(
+            "precondition.failed",
+            principal=str(principal),
+            subject=plan.target,
+            data={"plan_hash": plan.hash, "problems": problems},
+        )
+        raise errors.Conflict(
+            f"the {plan.action.value} of {plan.target} was planned for a situation that has "
+            f"changed: {'; '.join(problems)}. Nothing was done.",
+            hint="plan it again with the same command or tool (and, if it needs approval, "
+            "ask for a new one): the new plan starts from where things are now",
+            details={"plan_hash": plan.hash, "problems": problems},
+        )
+
+    def _stale(self, plan: Plan) -> list[str]:
+        pre = plan.preconditions
+        problems: list[str] = []
+        if pre.workload is not None:
+            try:
+                now = self.get_workload(pre.workload)
+            except errors.NotFound:
+                problems.append(f"{pre.workload} no longer exists")
+            else:
+                if pre.state is not None and _comparable(now.state) is not pre.state:
+                    problems.append(
+                        f"{pre.workload} is now {now.state.value} (it was {pre.state.value})"
+                    )
+                if pre.node is not None and now.node != pre.node:
+                    problems.append(
+                        f"{pre.workload} is now on {now.node or 'no node'} (it was on {pre.node})"
+                    )
+        if pre.checkpoint is not None:
+            lineage = pre.checkpoint.partition(":")[2].partition("@")[0]
+            listed = self.backend(plan.backend).checkpoints(lineage)
+            found = next((c for c in listed if c.id == pre.checkpoint), None)
+            if found is None:
+                problems.append(f"checkpoint {pre.checkpoint} no longer exists")
+            elif found.status is CheckpointStatus.CORRUPT:
+                problems.append(f"checkpoint {pre.checkpoint} no longer verifies (corrupt)")
+        return problems
 
     # ------------------------------------------------------------------ acting
     def plan_needing_person(
@@ -354,10 +440,17 @@ class Service(PeopleDesk, WorldContext):
         decision = self.guard.decide(plan, principal, self.policy_context(plan))
         if decision.outcome is Outcome.DENY:
             return ActionResult(status="denied", plan=plan, message=decision.reason)
+        if self.guard.approvals.get(approval_id).status is ApprovalStatus.APPROVED:
+            # Before the approval is used (a used or expired one is refused by consume).
+            self.check_preconditions(plan, principal=principal)
         self.guard.consume(approval_id, plan, principal)
-        return self._execute(plan, principal=principal, progress=progress)
+        return self._execute(plan, principal=principal, progress=progress, checked=True)
 
-    def _execute(self, plan: Plan, *, principal: Principal, progress: ProgressFn) -> ActionResult:
+    def _execute(
+        self, plan: Plan, *, principal: Principal, progress: ProgressFn, checked: bool = False
+    ) -> ActionResult:
+        if not checked:
+            self.check_preconditions(plan, principal=principal)
         backend = self.backend(plan.backend)
         execution = self.executor.run(plan, backend, principal=str(principal), progress=progress)
         self.audit.append(
@@ -481,23 +574,36 @@ class Service(PeopleDesk, WorldContext):
 
     # ------------------------------------------------------------------ recovery
     def recover(self) -> list[Execution]:
-        """Finish executions left running by a clawpoint process that died mid-way."""
+        """Finish executions whose clawpoint process died mid-way: the one reconciliation.
+
+        Every CLI command calls it once at start, the watch loop at the start of each pass
+        and the MCP server periodically (``[recovery] every_s``), so an interrupted move is
+        finished even when no person runs a command. Safe at any time and from several
+        processes at once: only orphans are claimed (never an execution that a live process
+        or a thread of this one drives), each by exactly one caller. A recovery that breaks
+        unexpectedly is logged and released for the next pass; it never stops the caller.
+        """
         done: list[Execution] = []
-        for execution in self.journal.claim_orphans():
-            plan = self.journal.get_plan(execution.plan_hash)
-            backend = self.backends.get(plan.backend)
-            if backend is None:
+        for execution in self.journal.claim_orphans(backends=self.backends):
+            try:
+                plan = self.journal.get_plan(execution.plan_hash)
+                backend = self.backends[plan.backend]
+                log.warning(
+                    "recovering interrupted execution",
+                    execution=execution.id,
+                    action=plan.action.value,
+                )
+                finished = self.executor.resume(execution, plan, backend)
+                self.audit.append(
+                    "recovery",
+                    principal="system:recovery",
+                    subject=plan.target,
+                    data={"execution": finished.id, "status": finished.status.value},
+                )
+            except Exception:  # a periodic caller must survive; the next pass retries
+                log.exception("recovery failed; will retry", execution=execution.id)
+                release_execution(execution.id)
                 continue
-            log.warning(
-                "recovering interrupted execution", execution=execution.id, action=plan.action.value
-            )
-            finished = self.executor.resume(execution, plan, backend)
-            self.audit.append(
-                "recovery",
-                principal="system:recovery",
-                subject=plan.target,
-                data={"execution": finished.id, "status": finished.status.value},
-            )
             done.append(finished)
         return done
 

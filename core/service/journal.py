@@ -1,20 +1,78 @@
 """The execution journal: one row per execution, one row per step, persisted as they happen.
 
-The journal is what lets a restarted clawpoint finish or roll back an execution that was
-interrupted (the process killed mid-migration): ``unfinished()`` lists executions still
-marked running, and each step's recorded output feeds the steps after it.
+The journal is what lets clawpoint finish or roll back an execution that was interrupted
+(the process killed mid-migration): each step's recorded output feeds the steps after it,
+and ``claim_orphans`` hands over executions still marked running whose owner is gone.
+
+An execution is *in flight* while its owner drives it: for another process, that process
+is alive and is the same process (its start time, so a recycled pid is not mistaken for
+the owner); for this process, the execution is in the in-process set of executions it
+drives (``start`` adds, ``finish`` removes), so a long-running server can reconcile
+periodically without claiming what its own threads are running. Only in-flight executions
+count against the concurrency and blast-radius limits. Limits: liveness is judged on this
+machine (the state file is local, see ``core.state.db``).
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
+import threading
 import uuid
+from collections.abc import Collection
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from core import errors
 from core.model import Execution, ExecutionStatus, Plan, StepRecord, utcnow
 from core.state.db import Database, dumps, loads
+
+# Executions this process is driving right now (ids). Process-wide: several Service objects
+# in one process share the same pid, so they must share this set too.
+_DRIVING: set[str] = set()
+_DRIVING_LOCK = threading.Lock()
+
+
+def _drive(execution_id: str) -> None:
+    with _DRIVING_LOCK:
+        _DRIVING.add(execution_id)
+
+
+def release(execution_id: str) -> None:
+    """This process no longer drives ``execution_id`` (finished, or given up for a later pass)."""
+    with _DRIVING_LOCK:
+        _DRIVING.discard(execution_id)
+
+
+def _driving(execution_id: str) -> bool:
+    with _DRIVING_LOCK:
+        return execution_id in _DRIVING
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of process ``pid`` (clock ticks since boot), None when unknown.
+
+    Together with the pid it names one process: a pid reused after its owner died gets a
+    different start time. None off Linux or when the process is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Field 22 (starttime); the command name in field 2 may hold spaces and parentheses.
+    fields = raw.rpartition(")")[2].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def owner_alive(execution_id: str, pid: int | None, start: str | None) -> bool:
+    """Whether the recorded owner of a running execution still drives it (see module doc)."""
+    if pid is None:
+        return False
+    if pid == os.getpid() and (start is None or start == process_start(pid)):
+        return _driving(execution_id)
+    if not _alive(pid):
+        return False
+    return start is None or process_start(pid) in (None, start)
 
 
 class Journal:
@@ -51,7 +109,7 @@ class Journal:
         with self.db.write() as conn:
             conn.execute(
                 "INSERT INTO executions(id, plan_hash, action, target, status, principal, "
-                "started_at, owner_pid) VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
+                "started_at, owner_pid, owner_start) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     execution.id,
                     plan.hash,
@@ -61,6 +119,7 @@ class Journal:
                     principal,
                     execution.started_at.isoformat(),
                     os.getpid(),
+                    process_start(os.getpid()),
                 ),
             )
             for idx, step in enumerate(plan.steps):
@@ -68,6 +127,7 @@ class Journal:
                     "INSERT INTO execution_steps(execution_id, idx, name, status) VALUES(?, ?, ?, ?)",
                     (execution.id, idx, step.name, "pending"),
                 )
+            _drive(execution.id)
         return execution
 
     def step_started(self, execution_id: str, idx: int) -> datetime:
@@ -109,6 +169,7 @@ class Journal:
                 "UPDATE executions SET status=?, finished_at=?, result=?, error=? WHERE id=?",
                 (status.value, utcnow().isoformat(), dumps(result), error, execution_id),
             )
+        release(execution_id)
 
     def get(self, execution_id: str) -> Execution:
         with self.db.read() as conn:
@@ -146,35 +207,59 @@ class Journal:
             ],
         )
 
-    def claim_orphans(self) -> list[Execution]:
-        """Running executions whose owning process is gone, now owned by this process.
+    def claim_orphans(self, *, backends: Collection[str] | None = None) -> list[Execution]:
+        """Running executions whose owner is gone (see ``owner_alive``), now driven by this
+        process; only those on ``backends`` when given (a process never claims what it
+        cannot finish, or it would hide the orphan from one that can).
 
         The claim is one conditional UPDATE, so two processes recovering at once never both
-        resume the same execution, and an execution still driven by a live process is left
-        alone.
+        resume the same execution, and an execution still driven by a live owner (another
+        process, or a thread of this one) is left alone.
         """
         claimed: list[str] = []
+        me, my_start = os.getpid(), process_start(os.getpid())
         with self.db.write() as conn:
             rows = conn.execute(
-                "SELECT id, owner_pid FROM executions WHERE status='running'"
+                "SELECT id, target, owner_pid, owner_start FROM executions WHERE status='running'"
             ).fetchall()
             for row in rows:
-                owner = row["owner_pid"]
-                if owner is not None and owner != os.getpid() and _alive(owner):
+                if backends is not None and row["target"].partition(":")[0] not in backends:
+                    continue
+                if owner_alive(row["id"], row["owner_pid"], row["owner_start"]):
                     continue
                 cur = conn.execute(
-                    "UPDATE executions SET owner_pid=? WHERE id=? AND status='running' "
-                    "AND owner_pid IS ?",
-                    (os.getpid(), row["id"], owner),
+                    "UPDATE executions SET owner_pid=?, owner_start=? WHERE id=? "
+                    "AND status='running' AND owner_pid IS ? AND owner_start IS ?",
+                    (me, my_start, row["id"], row["owner_pid"], row["owner_start"]),
                 )
                 if cur.rowcount == 1:
                     claimed.append(row["id"])
+                    _drive(row["id"])
         return [self.get(i) for i in claimed]
 
+    def in_flight(self, conn: sqlite3.Connection | None = None) -> list[tuple[str, str]]:
+        """(execution id, plan hash) of every running execution whose owner still drives it.
+
+        An orphan (owner dead, not yet recovered) is not in flight: it must not hold a slot
+        of the concurrency or blast-radius limits while nobody works on it."""
+        if conn is None:
+            with self.db.read() as own:
+                return self.in_flight(own)
+        rows = conn.execute(
+            "SELECT id, plan_hash, owner_pid, owner_start FROM executions WHERE status='running'"
+        ).fetchall()
+        return [
+            (r["id"], r["plan_hash"])
+            for r in rows
+            if owner_alive(r["id"], r["owner_pid"], r["owner_start"])
+        ]
+
     def count_running(self, *, actions: set[str] | None = None) -> int:
+        """Executions in flight (see ``in_flight``), optionally only of these actions."""
         with self.db.read() as conn:
-            rows = conn.execute("SELECT action FROM executions WHERE status='running'").fetchall()
-        return sum(1 for r in rows if actions is None or r[0] in actions)
+            flying = {i for i, _ in self.in_flight(conn)}
+            rows = conn.execute("SELECT id, action FROM executions WHERE status='running'")
+            return sum(1 for r in rows if r[0] in flying and (actions is None or r[1] in actions))
 
     def recent(self, *, limit: int = 50) -> list[Execution]:
         with self.db.read() as conn:

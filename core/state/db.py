@@ -87,6 +87,8 @@ MIGRATIONS: dict[str, list[str]] = {
         """,
         # v2: which process runs an execution, so recovery never resumes a live one.
         "ALTER TABLE executions ADD COLUMN owner_pid INTEGER",
+        # v3: the owner's start time, so a recycled pid is never taken for a live owner.
+        "ALTER TABLE executions ADD COLUMN owner_start TEXT",
     ],
 }
 

@@ -2,6 +2,8 @@
 
 ``watch_once`` runs one pass:
 
+0. reconcile (``Service.recover``): finish executions whose process died, so a move cut
+   short is completed and no orphan holds a slot of the policy's limits;
 1. collect signals: cloud interruption notices (``NoticePoller``, when a provider is enabled
    in ``settings.signals``), GPU health (``NvmlMonitor``, when ``signals.nvml.enabled``),
    node health, SLA risk (with progress history from ``WatchState``) and queue depth;
@@ -14,7 +16,8 @@
 
 Exit codes of ``clawpoint watch --once`` (``WatchReport.exit_code``), distinct from the
 CLI's general codes: 0 nothing new; 20 approvals waiting (created this pass or still
-pending); 21 actions executed this pass; 1 an error (a signal source or an action failed).
+pending); 21 actions executed (or interrupted executions recovered) this pass; 1 an error
+(a signal source, an action or a recovery failed).
 When several apply: 1, then 21, then 20.
 
 Limits: one pass acts sequentially, most urgent first; a notice 120 s out leaves time for
@@ -33,7 +36,7 @@ import structlog
 from pydantic import BaseModel, Field
 
 from core import errors
-from core.model import Principal, PrincipalKind, utcnow
+from core.model import Execution, ExecutionStatus, Principal, PrincipalKind, utcnow
 from core.planner.planner import PlannerConfig, Proposal
 from core.service.facade import Service
 from core.service.insights import propose
@@ -75,16 +78,24 @@ class WatchReport(BaseModel):
     notices: list[InterruptionNotice] = Field(default_factory=list)
     gpu_status: str | None = None
     errors: list[str] = Field(default_factory=list)
+    recovered: list[Execution] = Field(
+        default_factory=list, description="interrupted executions finished this pass"
+    )
 
     @property
     def changed(self) -> bool:
-        return bool(self.actions or self.errors)
+        return bool(self.actions or self.errors or self.recovered)
 
     @property
     def exit_code(self) -> int:
-        if self.errors or any(a.status in ("failed", "error") for a in self.actions):
+        failed_recovery = any(e.status is not ExecutionStatus.SUCCEEDED for e in self.recovered)
+        if (
+            self.errors
+            or failed_recovery
+            or any(a.status in ("failed", "error") for a in self.actions)
+        ):
             return EXIT_ERROR
-        if any(a.status == "executed" for a in self.actions):
+        if self.recovered or any(a.status == "executed" for a in self.actions):
             return EXIT_ACTED
         if self.still_pending or any(a.status == "approval_required" for a in self.actions):
             return EXIT_APPROVALS
@@ -94,7 +105,10 @@ class WatchReport(BaseModel):
         """One line for people (empty when nothing changed)."""
         if not self.changed:
             return ""
-        parts = [f"{a.trigger}: {a.action} {a.target} -> {a.status}" for a in self.actions]
+        parts = [
+            f"recovered: {e.action.value} {e.target} -> {e.status.value}" for e in self.recovered
+        ]
+        parts += [f"{a.trigger}: {a.action} {a.target} -> {a.status}" for a in self.actions]
         parts += [f"error: {e}" for e in self.errors]
         return "; ".join(parts)
 
@@ -193,6 +207,10 @@ def watch_once(
     now = now or utcnow()
     state = state or WatchState(service.db)
     report = WatchReport(observed_at=now)
+    try:
+        report.recovered = service.recover()
+    except errors.ClawpointError as exc:
+        report.errors.append(f"recovery: {exc}")
     try:
         report.notices = _notices(service, notices, report)
     except errors.ClawpointError as exc:
