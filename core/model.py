@@ -102,6 +102,8 @@ def risk_of(action: Action, params: dict[str, Any]) -> RiskClass:
         return RiskClass.SAFE  # returns capacity; moves nothing
     if action in (Action.KILL, Action.DELETE_CHECKPOINT):
         return RiskClass.DESTRUCTIVE
+    if action in (Action.RESUME, Action.FAILOVER) and params.get("fresh"):
+        return RiskClass.DESTRUCTIVE  # starts from scratch: every bit of progress is dropped
     if action is Action.DRAIN_NODE and not params.get("save", True):
         return RiskClass.DESTRUCTIVE
     if action is Action.SCALE and params.get("down_without_save"):
@@ -116,8 +118,8 @@ ACTION_PARAMS: dict[Action, frozenset[str]] = {
     Action.RESTORE: frozenset({"to"}),
     Action.MIGRATE: frozenset({"to"}),
     Action.PREEMPT: frozenset(),
-    Action.RESUME: frozenset({"to"}),
-    Action.FAILOVER: frozenset({"to"}),
+    Action.RESUME: frozenset({"to", "fresh"}),
+    Action.FAILOVER: frozenset({"to", "fresh"}),
     Action.REQUEUE: frozenset({"to"}),
     Action.DRAIN_NODE: frozenset({"to", "save", "reason"}),
     Action.UNDRAIN_NODE: frozenset(),

@@ -3,7 +3,9 @@
 A backend answers inventory questions and turns an action into a draft plan of journaled
 steps (``plan``), then runs those steps one at a time (``run_step``). Keeping steps small and
 named is what makes executions resumable: after a crash the service asks the backend
-whether a step that had started actually finished (``recover_step``) before it runs the next.
+whether a step that had started actually finished (``recover_step``) before it runs the next;
+after a step reports an error, the same question (``reconcile_step``) comes before any
+compensation, so a lost answer never turns a done step into a failure.
 
 An action a backend cannot do raises ``errors.NotSupported`` from ``plan``; capabilities are
 reported (``capabilities``), never faked.
@@ -62,6 +64,14 @@ class Backend(Protocol):
     def recover_step(
         self, op: str, args: dict[str, Any], started_at: datetime
     ) -> dict[str, Any] | None: ...
+
+    def reconcile_step(
+        self, op: str, args: dict[str, Any], started_at: datetime
+    ) -> dict[str, Any] | None:
+        """After ``run_step`` raised: the step's output if it took effect anyway (an answer
+        lost on the way back, a timeout that fired just before it finished), read from the
+        world itself; None when it really did not happen."""
+        ...
 
 
 def not_supported(backend: str, action: Action | str, why: str = "") -> errors.NotSupported:

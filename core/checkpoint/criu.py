@@ -233,10 +233,12 @@ def restore(
                 stopped = abort is not None and abort.is_set()
                 if stopped or time.perf_counter() - t0 > timeout_s:
                     proc.kill()
-                    proc.communicate()
                     # --restore-sibling makes restored tasks our children; CRIU, killed
                     # mid-way, cannot clean them up, so the half-restored tree is ours to end.
-                    _kill_new_children(before)
+                    # First: they hold CRIU's output pipes, so reading those to the end
+                    # (communicate) would wait for them for ever.
+                    _kill_new_children(before | {proc.pid})
+                    proc.communicate()
                     why = (
                         "stopped: its images failed verification"
                         if stopped

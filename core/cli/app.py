@@ -232,11 +232,19 @@ def _render_result(result: ActionResult, *, json_: bool) -> None:
                 out = ", ".join(f"{k}={v}" for k, v in step.output.items() if k != "timings")
                 output.plain(f"  - {step.name}: {step.status} {out}")
     if result.status == "failed":
-        raise typer.Exit(errors.OperationFailed.exit_code)
+        raise typer.Exit(_failed_exit_code(result))
     if result.status == "denied":
         raise typer.Exit(errors.PolicyDenied.exit_code)
     if result.status == "approval_required":
         raise typer.Exit(errors.ApprovalRequired.exit_code)
+
+
+def _failed_exit_code(result: ActionResult) -> int:
+    """The exit code of the step error that failed the execution (a corrupt checkpoint is 8,
+    a conflict 10...), else 1."""
+    error = (result.execution.result.get("error") if result.execution else None) or {}
+    code = error.get("exit_code") if isinstance(error, dict) else None
+    return code if type(code) is int and code > 0 else errors.OperationFailed.exit_code
 
 
 @app.command()
@@ -310,32 +318,46 @@ def preempt(
     _act(Action.PREEMPT, workload, {}, yes=yes, json_=json_, reason=reason, dry_run=dry_run)
 
 
+FreshOpt = Annotated[
+    bool,
+    typer.Option(
+        "--fresh",
+        help="Start it from scratch instead, restoring no checkpoint (destructive: all its "
+        "progress is lost; asks for confirmation and is audited).",
+    ),
+]
+
+
 @app.command()
 def resume(
     workload: Annotated[str, typer.Argument()],
     to: ToOpt = None,
+    fresh: FreshOpt = False,
     json_: JsonOpt = False,
     yes: YesOpt = False,
     reason: ReasonOpt = "",
     dry_run: DryRunOpt = False,
 ) -> None:
-    """Resume a preempted workload from its newest good checkpoint."""
-    _act(Action.RESUME, workload, {"to": to}, yes=yes, json_=json_, reason=reason, dry_run=dry_run)
+    """Resume a preempted workload from its newest good checkpoint (fails, exit 8, when none
+    verifies; --fresh starts it over instead)."""
+    params = {"to": to, "fresh": True if fresh else None}
+    _act(Action.RESUME, workload, params, yes=yes, json_=json_, reason=reason, dry_run=dry_run)
 
 
 @app.command()
 def failover(
     workload: Annotated[str, typer.Argument()],
     to: ToOpt = None,
+    fresh: FreshOpt = False,
     json_: JsonOpt = False,
     yes: YesOpt = False,
     reason: ReasonOpt = "",
     dry_run: DryRunOpt = False,
 ) -> None:
-    """Recover a workload that died: restore its newest good checkpoint on another node."""
-    _act(
-        Action.FAILOVER, workload, {"to": to}, yes=yes, json_=json_, reason=reason, dry_run=dry_run
-    )
+    """Recover a workload that died: restore its newest good checkpoint on another node
+    (fails, exit 8, when none verifies; --fresh starts it over instead)."""
+    params = {"to": to, "fresh": True if fresh else None}
+    _act(Action.FAILOVER, workload, params, yes=yes, json_=json_, reason=reason, dry_run=dry_run)
 
 
 @app.command()
@@ -417,13 +439,28 @@ def run(
     )
     result = service.run_workload(spec, detach=detach, principal=_person())
     if isinstance(result, int):
-        raise typer.Exit(result)
+        if result != 0:
+            ended = service.get_workload(f"local:{workload_name}")
+            raise errors.OperationFailed(
+                f"workload local:{workload_name} ended with "
+                f"{_exit_status_words(ended.exit_status, result)}",
+                hint="its output above says why; 'clawpoint workloads' shows its state",
+                details={"exit_status": ended.exit_status, "wrapper_exit_code": result},
+            )
+        return None
     if json_:
         return output.emit_json(result)
     output.out.print(
         f"started [bold]{output.esc(result.id)}[/] on {output.esc(result.node)} (pid {result.pid})",
         highlight=False,
     )
+
+
+def _exit_status_words(status: str | None, code: int) -> str:
+    """``exit 7`` -> ``exit status 7``; ``signal SIGKILL`` as is."""
+    if status and status.startswith("exit "):
+        return "exit status " + status.removeprefix("exit ")
+    return status or f"exit status {code}"
 
 
 def _default_name(program: str) -> str:

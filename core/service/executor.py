@@ -4,19 +4,22 @@ A step's arguments may name an earlier step's output as ``$STEP.FIELD`` (the mig
 restore step takes ``$checkpoint.checkpoint_id``). Outputs are persisted before the next
 step starts, so ``resume`` can pick up an execution whose process died: it asks the backend
 whether the interrupted step completed (``recover_step``) and goes on from there. When a step
-fails, the plan's ``on_failure`` steps run best-effort (restart the workload where it was) and
+reports an error, the backend is first asked whether it took effect anyway
+(``reconcile_step``: a lost answer is not a failure); only when it did not, the plan's
+``on_failure`` steps run best-effort (restart the workload where it was) and
 the execution is marked failed or rolled back.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import structlog
 
 from core import errors
 from core.backends.base import Backend, ProgressFn, no_progress
-from core.model import Execution, ExecutionStatus, Plan, PlanStep
+from core.model import Execution, ExecutionStatus, Plan, PlanStep, utcnow
 from core.service.journal import Journal
 
 log = structlog.get_logger("clawpoint.executor")
@@ -36,6 +39,36 @@ def resolve_args(args: dict[str, Any], outputs: dict[str, dict[str, Any]]) -> di
         else:
             resolved[key] = value
     return resolved
+
+
+def _as_error(step: PlanStep, exc: Exception) -> errors.ClawpointError:
+    if isinstance(exc, errors.ClawpointError):
+        return exc
+    log.error("step crashed", step=step.name, exc_info=exc)
+    return errors.OperationFailed(
+        f"step {step.name} crashed: {exc!r}", hint="see the log; the journal has the details"
+    )
+
+
+def _reconcile(
+    backend: Backend,
+    step: PlanStep,
+    args: dict[str, Any],
+    started: datetime,
+    error: errors.ClawpointError,
+) -> dict[str, Any] | None:
+    """A step that reported ``error`` may still have taken effect (its answer was lost, a
+    timeout fired as it finished): ask the backend what really happened before declaring it
+    failed and compensating. Its output, marked as reconciled, or None."""
+    try:
+        found = backend.reconcile_step(step.op, args, started)
+    except Exception as exc:  # the check itself failing leaves the step failed
+        log.warning("reconcile check failed", step=step.name, error=str(exc))
+        return None
+    if found is None:
+        return None
+    log.warning("step reported an error but took effect", step=step.name, error=str(error))
+    return {**found, "reconciled": True, "reported_error": error.message}
 
 
 class Executor:
@@ -85,6 +118,7 @@ class Executor:
         total = len(plan.steps)
         for idx in range(first, total):
             step = plan.steps[idx]
+            started = utcnow()  # not after the journal's: reconciliation looks from here on
             self.journal.step_started(execution.id, idx)
 
             def step_progress(
@@ -97,16 +131,16 @@ class Executor:
             progress(float(idx), float(total), f"{step.name}: {step.description}")
             try:
                 args = resolve_args(step.args, outputs)
-                output = backend.run_step(step.op, args, step_progress)
             except errors.ClawpointError as exc:
                 return self._fail(plan, backend, execution, idx, exc, outputs)
+            try:
+                output = backend.run_step(step.op, args, step_progress)
             except Exception as exc:  # a bug must not leave the journal "running" forever
-                log.exception("step crashed", step=step.name)
-                wrapped = errors.OperationFailed(
-                    f"step {step.name} crashed: {exc!r}",
-                    hint="see the log; the journal has the details",
-                )
-                return self._fail(plan, backend, execution, idx, wrapped, outputs)
+                error = _as_error(step, exc)
+                found = _reconcile(backend, step, args, started, error)
+                if found is None:
+                    return self._fail(plan, backend, execution, idx, error, outputs)
+                output = found
             outputs[step.name] = output
             self.journal.step_finished(execution.id, idx, status="done", output=output)
         progress(float(total), float(total), "done")

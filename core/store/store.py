@@ -338,6 +338,15 @@ class CheckpointStore:
         self.get(checkpoint_id)
         return self._dir(checkpoint_id) / IMAGES
 
+    def published_ids(self, lineage: str) -> builtins.list[str]:
+        """Ids of every published checkpoint of a lineage, readable manifest or not: whether
+        the lineage has any history at all (a fresh start would throw it away)."""
+        d = self._lineage_dir(lineage)
+        if not d.is_dir():
+            return []
+        seqs = sorted((int(p.name) for p in d.iterdir() if self._is_published(p)), reverse=True)
+        return [checkpoint_id(lineage, seq) for seq in seqs]
+
     def candidates(self, lineage: str) -> builtins.list[CheckpointInfo]:
         """Published checkpoints of a lineage not known to be corrupt, newest first."""
         return [i for i in self.list(lineage) if i.status is not CheckpointStatus.CORRUPT]

@@ -1,11 +1,13 @@
 """Entrypoint of a detached wrapper: ``python -m core.wrapper '<RunSpec JSON>'``.
 
 Started by ``core.wrapper.launch.launch_detached`` with stdout/stderr on the workload's log
-file. Logs go to stderr. Exit code: the payload's, or the error's exit code.
+file. Logs go to stderr. Exit code: the payload's, or the error's exit code; an error also
+ends the log with one ``ERROR_LINE`` + JSON line that ``launch_detached`` raises again.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from pydantic import ValidationError
 
 from core import errors
 from core.config import load_settings
+from core.wrapper.launch import ERROR_LINE
 from core.wrapper.spec import RunSpec
 from core.wrapper.supervisor import run
 
@@ -32,6 +35,8 @@ def main(argv: list[str]) -> int:
         return 2
     except errors.ClawpointError as exc:
         print(f"clawpoint wrapper: {exc}", file=sys.stderr)
+        # Machine-readable too: the launcher re-raises this very error (class, hint).
+        print(ERROR_LINE + json.dumps(exc.to_dict(), default=str), file=sys.stderr, flush=True)
         return exc.exit_code
 
 

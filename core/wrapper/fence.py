@@ -33,12 +33,22 @@ def pids_path(settings: Settings, name: str) -> Path:
     return settings.run_dir / f"{name}.pids.json"
 
 
-def write_identity(settings: Settings, name: str, *, wrapper: int, payload: int | None) -> None:
+def write_identity(
+    settings: Settings,
+    name: str,
+    *,
+    wrapper: int,
+    payload: int | None,
+    restored_from: str | None = None,
+) -> None:
+    """``restored_from``: the checkpoint this incarnation started from (None: fresh), which
+    the caller that asked for a restore checks against the one it asked for."""
     data: dict[str, Any] = {
         "wrapper_pid": wrapper,
         "wrapper_start": engine.start_time(wrapper),
         "payload_pid": payload,
         "payload_start": engine.start_time(payload) if payload else None,
+        "restored_from": restored_from,
     }
     path = pids_path(settings, name)
     tmp = path.with_name(path.name + ".tmp")

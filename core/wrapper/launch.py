@@ -10,6 +10,7 @@ Limits: waits by polling the registry (every 50 ms); this host only.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -21,9 +22,11 @@ from core.config import Settings, ensure_dirs
 from core.model import WorkloadState
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
+from core.wrapper.control import error_from
 from core.wrapper.spec import RunSpec
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
+ERROR_LINE = "clawpoint-wrapper-error: "
 
 
 def log_path(settings: Settings, name: str) -> Path:
@@ -35,6 +38,18 @@ def _tail(path: Path, lines: int = 15) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+def _reported_error(lines: list[str]) -> errors.ClawpointError | None:
+    """The error the wrapper reported before exiting (its last ``ERROR_LINE``), if any."""
+    for line in reversed(lines):
+        if line.startswith(ERROR_LINE):
+            try:
+                data = json.loads(line[len(ERROR_LINE) :])
+            except ValueError:
+                return None
+            return error_from(data) if isinstance(data, dict) else None
+    return None
 
 
 def launch_detached(settings: Settings, spec: RunSpec, *, wait_s: float = 60) -> WorkloadRecord:
@@ -77,7 +92,11 @@ def launch_detached(settings: Settings, spec: RunSpec, *, wait_s: float = 60) ->
         if code is not None:
             with open(logfile, "rb") as f:
                 f.seek(offset)
-                tail = "\n".join(f.read().decode(errors="replace").splitlines()[-15:])
+                lines = f.read().decode(errors="replace").splitlines()
+            reported = _reported_error(lines)
+            if reported is not None:
+                raise reported
+            tail = "\n".join(lines[-15:])
             # The wrapper exits with Conflict's code when another wrapper holds the name.
             kind = errors.Conflict if code == errors.Conflict.exit_code else errors.OperationFailed
             raise kind(

@@ -154,14 +154,36 @@ def start_fresh(
         if kids:
             return Payload(kids[0], proc)
         if proc.poll() is not None:
+            # Gone before we saw it: either the command ended at once (``sh -c 'exit 7'``:
+            # unshare exits with its status, which the wrapper reports as the payload's), or
+            # unshare itself could not make the namespace. Only a probe tells them apart.
+            if _pid_namespaces_work(argv[0]):  # argv[0] is unshare here
+                return Payload(proc.pid, proc)
             break
         time.sleep(0.005)
-    proc.kill()
+    if proc.poll() is None:
+        proc.kill()
     proc.wait()
-    raise errors.OperationFailed(
-        f"the workload did not start in its own PID namespace ({' '.join(argv[:4])} ...)",
-        hint="check that this kernel allows PID namespaces (unshare --pid --fork true)",
+    raise errors.EngineUnavailable(
+        f"the workload could not start in its own PID namespace ({' '.join(argv[:4])} ...)",
+        hint="check that this kernel allows PID namespaces (unshare --pid --fork true), "
+        "or use the cooperative engine",
     )
+
+
+def _pid_namespaces_work(unshare: str) -> bool:
+    try:
+        done = subprocess.run(  # noqa: S603 (absolute path from shutil.which, fixed argv)
+            [unshare, "--pid", "--fork", "true"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def restored(pid: int) -> Payload:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from core.model import validate_name
 from core.store.store import parse_checkpoint_id
@@ -25,6 +25,11 @@ class RunSpec(BaseModel):
     cwd: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     restore_from: str | None = None
+    # auto: the newest good checkpoint of the lineage, or a fresh start for a lineage that has
+    # no checkpoint at all (``clawpoint run``, a Slurm job's every start); restore: a verified
+    # checkpoint (``restore_from`` exactly, else the newest good one) or nothing at all;
+    # fresh: from scratch, never restoring (an explicit, audited request by a person).
+    start_mode: Literal["auto", "restore", "fresh"] = "auto"
     home: str
 
     @field_validator("name")
@@ -38,6 +43,12 @@ class RunSpec(BaseModel):
         if value is not None:
             parse_checkpoint_id(value)
         return value
+
+    @model_validator(mode="after")
+    def _fresh_restores_nothing(self) -> RunSpec:
+        if self.start_mode == "fresh" and self.restore_from is not None:
+            raise ValueError("a fresh start restores no checkpoint: drop restore_from")
+        return self
 
     @field_validator("command")
     @classmethod

@@ -4,8 +4,11 @@
 
 1. takes ``<run_dir>/NAME.lock`` (one wrapper per name: Conflict otherwise) and fences any
    orphaned payload of the same name, so a workload never runs twice;
-2. restores ``spec.restore_from`` (verified; if corrupt, the newest good checkpoint instead,
-   and says so), else the newest good checkpoint of the lineage, else starts fresh;
+2. restores ``spec.restore_from`` exactly (verified; if corrupt it fails: no other checkpoint
+   is substituted), else the newest good checkpoint of the lineage; it starts fresh only for
+   a lineage with no checkpoint at all (``start_mode`` auto) or when asked to (``fresh``).
+   When no checkpoint verifies it fails (CorruptCheckpoint) and changes nothing: a restore
+   never silently becomes a restart from zero;
 3. records itself in the WorkloadRegistry and serves ``<run_dir>/NAME.sock`` (JSON lines,
    see ``core.wrapper.control``); SIGUSR1 = checkpoint, SIGUSR2 = checkpoint and stop,
    SIGTERM/SIGINT = forwarded to the payload; periodic checkpoints every
@@ -26,6 +29,8 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +59,24 @@ class _Job:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _test_fault(name: str) -> bool:
+    """Fault injection for tests only (never set in production): ``CLAWPOINT_TEST_DROP_REPLY``
+    = 1 closes a checkpoint request's connection without its answer (a lost answer);
+    ``CLAWPOINT_TEST_REPLY_DELAY_S`` = seconds to wait before writing it (a slow one)."""
+    value = os.environ.get(name, "")
+    if not value:
+        return False
+    if name.endswith("_S"):
+        try:
+            delay = float(value)
+        except ValueError:
+            return False
+        log.warning("control.test_hook_delaying_reply", seconds=delay)
+        time.sleep(max(0.0, min(delay, 60.0)))
+        return True
+    return value == "1"
+
+
 class Supervisor:
     def __init__(self, settings: Settings, spec: RunSpec) -> None:
         self.settings = settings
@@ -74,6 +97,8 @@ class Supervisor:
         self.criu_path = settings.checkpoint.criu_path
         self._lock_fd = -1
         self._server: socket.socket | None = None
+        self._answers = threading.Condition()
+        self._pending_answers = 0
 
     # -- start --------------------------------------------------------------------------------
 
@@ -109,51 +134,26 @@ class Supervisor:
                 env[cooperative.ENV_RESTORE_DIR] = str(restore_dir)
         return env
 
-    def _candidates(self) -> list[str]:
-        ids = [i.id for i in self.store.candidates(self.name)]
-        if self.spec.restore_from:
-            self.store.get(self.spec.restore_from)  # NotFound for a wrong id, before anything
-            ids = [self.spec.restore_from] + [i for i in ids if i != self.spec.restore_from]
-        return ids
-
     def start(self) -> None:
         payload.become_subreaper()
         self.store.cleanup_partial()
         if self.spec.engine == "criu":
             criu.require(self.criu_path)
-        message = ""
-        for cid in self._candidates():
-            try:
-                self._start_from(cid)
-                if self.spec.restore_from and cid != self.spec.restore_from:
-                    message = f"{self.spec.restore_from} was corrupt; restored {cid} instead"
-                else:
-                    message = f"restored from {cid}"
-                self.last_checkpoint = cid
-                break
-            except errors.CorruptCheckpoint as exc:
-                log.warning("wrapper.corrupt_checkpoint_skipped", id=cid, error=exc.message)
-                self._close_pipes()
-        if self.payload is None:
-            if self.spec.restore_from:
-                raise errors.CorruptCheckpoint(
-                    f"{self.spec.restore_from} and every older checkpoint of {self.name} are "
-                    "corrupt; nothing was started",
-                    hint="start the workload without restore_from to begin from scratch",
-                )
-            self.pipes = payload.Pipes()
-            self.payload = payload.start_fresh(
-                self.spec.command,
-                pipes=self.pipes,
-                env=self._env(None),
-                cwd=self.spec.cwd,
-                pid_namespace=self.spec.engine == "criu",
-            )
-            self.pipes.start()
-            message = "started fresh"
+        if self.spec.start_mode == "fresh":
+            self._start_fresh()
+            message = "started fresh on request: no checkpoint was restored"
+        elif self.spec.restore_from:
+            message = self._restore_exactly(self.spec.restore_from)
+        else:
+            message = self._restore_newest_good()
+        assert self.payload is not None
         log.info("wrapper.started", workload=self.name, pid=self.payload.pid, how=message)
         fence.write_identity(
-            self.settings, self.name, wrapper=os.getpid(), payload=self.payload.pid
+            self.settings,
+            self.name,
+            wrapper=os.getpid(),
+            payload=self.payload.pid,
+            restored_from=self.last_checkpoint,
         )
         self.registry.upsert(
             WorkloadRecord(
@@ -173,6 +173,62 @@ class Supervisor:
                 started_at=utcnow(),
             )
         )
+
+    def _restore_exactly(self, cid: str) -> str:
+        """Restore ``cid`` and nothing else: a corrupt one fails, no other is substituted."""
+        self.store.get(cid)  # NotFound for a wrong id, before anything
+        try:
+            self._start_from(cid)
+        except errors.CorruptCheckpoint as exc:
+            self._close_pipes()
+            raise errors.CorruptCheckpoint(
+                f"checkpoint {cid} is corrupt; nothing was started and no other checkpoint "
+                f"was restored in its place ({exc.message})",
+                hint=f"restore another checkpoint of {self.name} (list them with 'clawpoint "
+                f"checkpoints local:{self.name}'), or resume it from its newest good one",
+                details={"checkpoint": cid},
+            ) from exc
+        self.last_checkpoint = cid
+        return f"restored from {cid}"
+
+    def _restore_newest_good(self) -> str:
+        """The newest checkpoint that verifies; a fresh start only for a brand-new lineage."""
+        for info in self.store.candidates(self.name):
+            try:
+                self._start_from(info.id)
+            except errors.CorruptCheckpoint as exc:
+                log.warning("wrapper.corrupt_checkpoint_skipped", id=info.id, error=exc.message)
+                self._close_pipes()
+                continue
+            self.last_checkpoint = info.id
+            return f"restored from {info.id}"
+        published = self.store.published_ids(self.name)
+        if published or self.spec.start_mode == "restore":
+            what = (
+                f"none of the {len(published)} checkpoint(s) of {self.name} verifies"
+                if published
+                else f"{self.name} has no checkpoint"
+            )
+            raise errors.CorruptCheckpoint(
+                f"{what}; nothing was started (its images were left as they are)",
+                hint="restore a specific checkpoint if one is good; or have a person start it from "
+                "scratch ('clawpoint resume WORKLOAD --fresh' or 'failover ... --fresh'), which "
+                "loses its progress",
+                details={"workload": self.name, "checkpoints": published},
+            )
+        self._start_fresh()
+        return "started fresh (no checkpoint yet)"
+
+    def _start_fresh(self) -> None:
+        self.pipes = payload.Pipes()
+        self.payload = payload.start_fresh(
+            self.spec.command,
+            pipes=self.pipes,
+            env=self._env(None),
+            cwd=self.spec.cwd,
+            pid_namespace=self.spec.engine == "criu",
+        )
+        self.pipes.start()
 
     def _start_from(self, cid: str) -> None:
         self.pipes = payload.Pipes()
@@ -235,24 +291,55 @@ class Supervisor:
 
             try:
                 request = json.loads(f.readline() or b"{}")
-                op = request.get("op")
-                if op == "status":
-                    send({"result": self.status()})
-                elif op == "checkpoint":
-                    reply: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
-                    self.jobs.put(_Job("checkpoint", stop=bool(request.get("stop")), reply=reply))
-                    while True:
-                        msg = reply.get()
-                        send(msg)
-                        if "progress" not in msg:
-                            break
-                elif op == "terminate":
-                    self.terminate(float(request.get("timeout_s", 30)))
-                    send({"result": {"terminated": True}})
-                else:
-                    send({"error": errors.InvalidInput(f"unknown op {op!r}").to_dict()})
+                with self._answering():
+                    self._dispatch(request, send)
             except (OSError, ValueError) as exc:
                 log.warning("control.bad_connection", error=str(exc))
+
+    def _dispatch(self, request: dict[str, Any], send: Any) -> None:
+        op = request.get("op")
+        if op == "status":
+            send({"result": self.status()})
+        elif op == "checkpoint":
+            reply: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+            self.jobs.put(_Job("checkpoint", stop=bool(request.get("stop")), reply=reply))
+            while True:
+                msg = reply.get()
+                if "progress" not in msg:
+                    if _test_fault("CLAWPOINT_TEST_DROP_REPLY"):
+                        log.warning("control.test_hook_dropped_reply", op=op)
+                        return
+                    _test_fault("CLAWPOINT_TEST_REPLY_DELAY_S")
+                send(msg)
+                if "progress" not in msg:
+                    break
+        elif op == "terminate":
+            self.terminate(float(request.get("timeout_s", 30)))
+            send({"result": {"terminated": True}})
+        else:
+            send({"error": errors.InvalidInput(f"unknown op {op!r}").to_dict()})
+
+    @contextmanager
+    def _answering(self) -> Iterator[None]:
+        """Counts requests being answered: the wrapper does not exit before they are."""
+        with self._answers:
+            self._pending_answers += 1
+        try:
+            yield
+        finally:
+            with self._answers:
+                self._pending_answers -= 1
+                self._answers.notify_all()
+
+    def wait_for_answers(self, timeout_s: float = 30.0) -> None:
+        """Block until every request read so far has had its answer written.
+
+        A stop-checkpoint ends the payload, which ends the main loop, while the control
+        thread may still be writing the result: exiting first would lose an answer that says
+        "published", and the caller would report a failure that did not happen."""
+        with self._answers:
+            if not self._answers.wait_for(lambda: self._pending_answers == 0, timeout_s):
+                log.warning("wrapper.unanswered_requests", count=self._pending_answers)
 
     def status(self) -> dict[str, Any]:
         p = self.payload
@@ -427,4 +514,5 @@ def run(settings: Settings, spec: RunSpec) -> int:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+        sup.wait_for_answers()
         sup.close()

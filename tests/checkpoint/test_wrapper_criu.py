@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from core import errors
 from core.model import CheckpointStatus, WorkloadState
 from core.store.store import CheckpointStore
 from tests.checkpoint.conftest import Harness, counter_cmd
@@ -88,7 +89,7 @@ def test_restore_while_original_pid_is_taken(harness: Harness) -> None:
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])
-def test_corrupt_image_is_refused_and_previous_used(harness: Harness, damage: str) -> None:
+def test_corrupt_image_is_refused_never_substituted(harness: Harness, damage: str) -> None:
     h = harness
     h.launch("cor", counter_cmd(16))
     h.wait_step("cor", 3)
@@ -106,8 +107,14 @@ def test_corrupt_image_is_refused_and_previous_used(harness: Harness, damage: st
             byte = f.read(1)
             f.seek(-1, os.SEEK_CUR)
             f.write(bytes([byte[0] ^ 0xFF]))
-    again = h.launch("cor", counter_cmd(16), restore_from=bad.id)
-    assert again.message == f"{bad.id} was corrupt; restored {good.id} instead"
+    # Asked for exactly the bad one: refused, and no other one is restored in its place.
+    with pytest.raises(errors.CorruptCheckpoint) as refused:
+        h.launch("cor", counter_cmd(16), restore_from=bad.id)
+    assert bad.id in refused.value.message and "no other checkpoint" in refused.value.message
+    assert _payloads_of(h.settings.home, "cor") == set()
+    # The newest good one instead is a separate, explicit choice.
+    again = h.launch("cor", counter_cmd(16))
+    assert again.message == f"restored from {good.id}"
     assert store.get(bad.id).status is CheckpointStatus.CORRUPT
     assert "does not match" in store.get(bad.id).extra["corrupt_reason"] or damage == "truncate"
     h.wait_step("cor", int(good.extra["progress"]["step"]) + 3)

@@ -173,7 +173,10 @@ class LocalBackend(LocalPlanning):
             }
         if op == "start":
             return self._start(
-                args["workload"], node=args["node"], restore_from=args.get("restore_from")
+                args["workload"],
+                node=args["node"],
+                restore_from=args.get("restore_from"),
+                fresh=bool(args.get("fresh")),
             )
         if op == "fence":
             rec = self.registry.require(args["workload"])
@@ -203,6 +206,45 @@ class LocalBackend(LocalPlanning):
             return {"deleted": args["checkpoint_id"]}
         raise errors.OperationFailed(f"unknown local step {op!r}", hint="this is a bug; report it")
 
+    def reconcile_step(
+        self, op: str, args: dict[str, Any], started_at: datetime
+    ) -> dict[str, Any] | None:
+        """After a step reported an error: did it take effect anyway? Read from the store,
+        the registry and the processes, never from the (possibly lost) answer. A
+        stop-checkpoint whose answer was lost but whose checkpoint is published and whose
+        wrapper stopped is a step that succeeded."""
+        return self.recover_step(op, args, started_at)
+
+    def _checkpoint_happened(
+        self, args: dict[str, Any], started_at: datetime
+    ) -> dict[str, Any] | None:
+        """The output of a checkpoint step that took effect since ``started_at``: a checkpoint
+        published since then that the wrapper recorded as its last, and for a stop, the
+        wrapper STOPPED with it and gone."""
+        name = args["workload"]
+        rec = self.registry.get(name)
+        newer = [c for c in self.store.list(name) if c.created_at >= started_at]
+        if rec is None or not newer:
+            return None
+        if args["stop"]:
+            try:
+                self._wait_wrapper_exit(rec)  # it exits right after recording STOPPED
+            except errors.Conflict:
+                return None
+            rec = self.registry.get(name)
+            if rec is None or rec.state is not WorkloadState.STOPPED:
+                return None
+        c = next((c for c in newer if c.id == rec.last_checkpoint), None)
+        if c is None:
+            return None
+        return {
+            "checkpoint_id": c.id,
+            "size_bytes": c.size_bytes,
+            "timings": c.timings,
+            "node": c.node,
+            "recovered": True,
+        }
+
     def _wait_wrapper_exit(self, rec: WorkloadRecord, timeout_s: float = 30.0) -> None:
         """After a stop-checkpoint the wrapper records STOPPED and exits; wait for that so the
         next step never sees two wrappers for one workload."""
@@ -216,21 +258,19 @@ class LocalBackend(LocalPlanning):
                 )
             time.sleep(0.05)
 
-    def _start(self, name: str, *, node: str, restore_from: str | None) -> dict[str, Any]:
+    def _start(
+        self, name: str, *, node: str, restore_from: str | None, fresh: bool = False
+    ) -> dict[str, Any]:
         rec = self.registry.require(name)
+        before = rec.state
         if _wrapper_alive(self.settings, rec):
             # A wrapper is already up: either a start of this very step that was under way
             # when a previous clawpoint process died (resumed from the journal), or a
             # genuine second copy. Let it settle, then tell the two apart by its node.
             rec = self._settle(rec)
-            if rec.state in _LIVE and rec.node == node:
-                return {
-                    "workload": f"{NAME}:{name}",
-                    "node": rec.node,
-                    "pid": rec.pid,
-                    "restored_from": rec.last_checkpoint,
-                    "already_started": True,
-                }
+            mine = self._started_here(rec, node=node, restore_from=restore_from, fresh=fresh)
+            if mine is not None:
+                return {**mine, "already_started": True}
             if rec.state in _LIVE or _wrapper_alive(self.settings, rec):
                 raise errors.Conflict(
                     f"{NAME}:{name} is already running on {rec.node}",
@@ -246,6 +286,8 @@ class LocalBackend(LocalPlanning):
             cwd=rec.cwd,
             labels=rec.labels,
             restore_from=restore_from,
+            # A start step restores (or fails); only a person's explicit --fresh starts over.
+            start_mode="fresh" if fresh else "restore",
             home=str(self.settings.home),
         )
         try:
@@ -254,21 +296,78 @@ class LocalBackend(LocalPlanning):
             # Another wrapper for this name won the lock meanwhile: the start spawned by a
             # clawpoint process that died right after spawning it. Same node: it is ours.
             current = self._settle(self.registry.require(name))
-            if current.state in _LIVE and current.node == node:
-                return {
-                    "workload": f"{NAME}:{name}",
-                    "node": current.node,
-                    "pid": current.pid,
-                    "restored_from": current.last_checkpoint,
-                    "already_started": True,
-                }
+            mine = self._started_here(current, node=node, restore_from=restore_from, fresh=fresh)
+            if mine is not None:
+                return {**mine, "already_started": True}
             raise
+        restored = self._check_started_as_asked(
+            started, restore_from=restore_from, fresh=fresh, previous=before
+        )
         return {
             "workload": f"{NAME}:{name}",
             "node": started.node,
             "pid": started.pid,
-            "restored_from": started.last_checkpoint,
+            "restored_from": restored,
+            **({"fresh": True} if fresh else {}),
         }
+
+    def _started_here(
+        self, rec: WorkloadRecord, *, node: str, restore_from: str | None, fresh: bool
+    ) -> dict[str, Any] | None:
+        """The output of a start step when ``rec`` is a live wrapper on ``node`` that started
+        the way the step asks (that checkpoint, or fresh): a start that already happened."""
+        if rec.state not in _LIVE or rec.node != node or not _wrapper_alive(self.settings, rec):
+            return None
+        known, got = self._restored_from(rec)
+        if not known or not _as_asked(got, restore_from=restore_from, fresh=fresh):
+            return None
+        return {"workload": f"{NAME}:{rec.name}", "node": rec.node, "pid": rec.pid,
+                "restored_from": got, **({"fresh": True} if fresh else {})}  # fmt: skip
+
+    def _restored_from(self, rec: WorkloadRecord) -> tuple[bool, str | None]:
+        """(known, checkpoint id) the running wrapper of ``rec`` started from (None: fresh),
+        from the identity it wrote at start; unknown if that file is not this wrapper's."""
+        ident = fencing.read_identity(self.settings, rec.name)
+        if not rec.wrapper_pid or ident.get("wrapper_pid") != rec.wrapper_pid:
+            return False, None
+        if "restored_from" not in ident:
+            return False, None
+        value = ident.get("restored_from")
+        return True, value if isinstance(value, str) else None
+
+    def _check_started_as_asked(
+        self,
+        started: WorkloadRecord,
+        *,
+        restore_from: str | None,
+        fresh: bool,
+        previous: WorkloadState,
+    ) -> str | None:
+        """The postcondition of a start step: it restored exactly ``restore_from`` (or some
+        checkpoint of the lineage when None), or nothing when ``fresh``. Anything else is
+        stopped again and reported as the failed restore it is."""
+        known, got = self._restored_from(started)
+        if known and _as_asked(got, restore_from=restore_from, fresh=fresh):
+            return got
+        wanted = "a fresh start" if fresh else (restore_from or "a checkpoint of the lineage")
+        log.error("local.start_postcondition", workload=started.name, wanted=wanted, got=got)
+        if started.socket and _wrapper_alive(self.settings, started):
+            try:
+                ControlClient(Path(started.socket)).terminate(timeout_s=30)
+            except errors.ClawpointError as exc:
+                log.warning("local.stop_after_postcondition_failed", error=str(exc))
+        fencing.fence(self.settings, started)
+        self.registry.update(
+            started.name,
+            state=previous,
+            message=f"start refused: wanted {wanted}, the wrapper started from {got or 'scratch'}",
+        )
+        raise errors.CheckpointError(
+            f"{NAME}:{started.name} was to start from {wanted} but the wrapper started from "
+            f"{got or 'scratch' if known else 'an unknown state'}; it was stopped again",
+            hint="check the workload's log; then restore the checkpoint you want explicitly",
+            details={"wanted": wanted, "got": got},
+        )
 
     def _settle(self, rec: WorkloadRecord, timeout_s: float = 60.0) -> WorkloadRecord:
         """Wait while a live wrapper is still starting (its row not yet RUNNING)."""
@@ -323,34 +422,18 @@ class LocalBackend(LocalPlanning):
         self, op: str, args: dict[str, Any], started_at: datetime
     ) -> dict[str, Any] | None:
         if op == "checkpoint":
-            rec = self.registry.get(args["workload"])
-            newer = [c for c in self.store.list(args["workload"]) if c.created_at >= started_at]
-            if newer and (not args["stop"] or (rec and rec.state is not WorkloadState.RUNNING)):
-                c = newer[0]
-                return {
-                    "checkpoint_id": c.id,
-                    "size_bytes": c.size_bytes,
-                    "timings": c.timings,
-                    "node": c.node,
-                    "recovered": True,
-                }
-            return None
+            return self._checkpoint_happened(args, started_at)
         if op == "start":
             rec = self.registry.get(args["workload"])
-            if (
-                rec
-                and rec.state is WorkloadState.RUNNING
-                and _wrapper_alive(self.settings, rec)
-                and rec.node == args["node"]
-            ):
-                return {
-                    "workload": f"{NAME}:{rec.name}",
-                    "node": rec.node,
-                    "pid": rec.pid,
-                    "restored_from": rec.last_checkpoint,
-                    "recovered": True,
-                }
-            return None
+            if rec is None:
+                return None
+            mine = self._started_here(
+                rec,
+                node=args["node"],
+                restore_from=args.get("restore_from"),
+                fresh=bool(args.get("fresh")),
+            )
+            return {**mine, "recovered": True} if mine is not None else None
         if op == "set_node":
             node = self.get_node(args["node"])
             return (
@@ -365,3 +448,10 @@ class LocalBackend(LocalPlanning):
                 return {"deleted": args["checkpoint_id"], "recovered": True}
             return None
         return None  # fence / terminate are safe to run again
+
+
+def _as_asked(got: str | None, *, restore_from: str | None, fresh: bool) -> bool:
+    """Whether a wrapper that started from ``got`` (None: fresh) did what a start step asked."""
+    if fresh:
+        return got is None
+    return got == restore_from if restore_from else got is not None

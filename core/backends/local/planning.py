@@ -29,15 +29,19 @@ from core.store.store import CheckpointStore
 
 
 def _start_step(
-    workload: str, node: str | None, restore_from: str | None, description: str
+    workload: str,
+    node: str | None,
+    restore_from: str | None,
+    description: str,
+    *,
+    fresh: bool = False,
 ) -> PlanStep:
-    """Start the workload's wrapper on ``node``, restoring ``restore_from`` (None = newest good)."""
-    return PlanStep(
-        name="start",
-        op="start",
-        args={"workload": workload, "node": node, "restore_from": restore_from},
-        description=description,
-    )
+    """Start the workload's wrapper on ``node``, restoring ``restore_from`` (None = newest
+    good; a start step never falls back to a fresh start), or from scratch when ``fresh``."""
+    args: dict[str, Any] = {"workload": workload, "node": node, "restore_from": restore_from}
+    if fresh:
+        args["fresh"] = True
+    return PlanStep(name="start", op="start", args=args, description=description)
 
 
 class LocalPlanning:
@@ -230,6 +234,9 @@ class LocalPlanning:
             self._require_state(rec, {WorkloadState.STOPPED}, action)
             wanted: str | None = params.get("to") or rec.node
             dest = self._pick_target(exclude=set(), requested=wanted)
+            if params.get("fresh"):
+                return self._plan_fresh(rec, dest, fence=False)
+            self._require_restorable(target)
             return PlanDraft(
                 steps=[
                     _start_step(
@@ -251,13 +258,17 @@ class LocalPlanning:
                     hint=f"to move a live workload use: clawpoint migrate {ref}",
                 )
             self._require_state(rec, {WorkloadState.FAILED}, action)
+            exclude = {rec.node} if rec.node else set()
+            if params.get("fresh"):
+                dest = self._pick_target(exclude=exclude, requested=params.get("to"))
+                return self._plan_fresh(rec, dest, fence=True)
             good = self.store.newest_good(target)
             if good is None:
-                raise errors.NotFound(
-                    f"{ref} has no good checkpoint to fail over from",
-                    hint="run workloads with --checkpoint-every so failover has something to restore",
+                self._require_restorable(target)  # names the corrupt ones, if any
+                raise errors.CorruptCheckpoint(
+                    f"no checkpoint of {ref} verifies: nothing to fail over from",
+                    hint=f"a person can start it from scratch: clawpoint failover {ref} --fresh",
                 )
-            exclude = {rec.node} if rec.node else set()
             dest = self._pick_target(exclude=exclude, requested=params.get("to"))
             lost = self._work_lost_note(good)
             return PlanDraft(
@@ -296,8 +307,65 @@ class LocalPlanning:
             )
         raise not_supported(NAME, action)
 
+    def _require_restorable(self, name: str) -> None:
+        """Refuse to plan a restore when no checkpoint of ``name`` can possibly verify.
+
+        Cheap (sizes only); the wrapper still verifies every byte before it resumes one and
+        fails rather than start from scratch."""
+        ref = f"{NAME}:{name}"
+        published = self.store.published_ids(name)
+        if not published:
+            raise errors.NotFound(
+                f"{ref} has no checkpoint to restore",
+                hint=f"a person can start it from scratch: clawpoint resume {ref} --fresh "
+                "(or failover ... --fresh for a failed one)",
+            )
+        for info in self.store.candidates(name):
+            try:
+                self.store.verify(info.id, digests=False)
+                return
+            except errors.CorruptCheckpoint:
+                continue
+        raise errors.CorruptCheckpoint(
+            f"every checkpoint of {ref} is corrupt ({', '.join(published)}); nothing was changed",
+            hint=f"a person can start it from scratch, losing its progress: "
+            f"clawpoint resume {ref} --fresh (failover ... --fresh for a failed one)",
+            details={"checkpoints": published},
+        )
+
+    def _plan_fresh(self, rec: WorkloadRecord, dest: str, *, fence: bool) -> PlanDraft:
+        """Start ``rec`` from scratch on ``dest``: an explicit request by a person (``--fresh``)."""
+        ref = f"{NAME}:{rec.name}"
+        n = len(self.store.published_ids(rec.name))
+        steps = [
+            PlanStep(
+                name="fence",
+                op="fence",
+                args={"workload": rec.name},
+                description="make sure no copy of the workload is still running",
+            )
+        ] if fence else []  # fmt: skip
+        steps.append(
+            _start_step(
+                rec.name,
+                dest,
+                None,
+                f"start {ref} on {dest} FROM SCRATCH: restore no checkpoint",
+                fresh=True,
+            )
+        )
+        return PlanDraft(
+            steps=steps,
+            summary=f"Start {ref} on {dest} from scratch (--fresh): none of its {n} checkpoint(s) "
+            "is restored and all its progress is lost",
+            saves="nothing: the workload starts over (its checkpoints are kept)",
+            rollback=f"its checkpoints stay in the store: clawpoint checkpoints {ref}",
+            scope=self._move_scope(rec, dest),
+        )
+
     def _plan_restore(self, checkpoint_id: str, params: dict[str, Any]) -> PlanDraft:
         ckpt = self.store.get(checkpoint_id)
+        self.store.verify(checkpoint_id, digests=False)  # known corrupt or truncated: refuse now
         rec = self.registry.get(ckpt.lineage)
         if rec is not None:
             rec = self._refresh(rec)

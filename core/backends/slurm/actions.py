@@ -182,6 +182,7 @@ def plan_resume(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> Pla
             f"Slurm job {w.name} is {w.state.value}, not held or pending",
             hint="only a preempted (held) or pending job can be resumed",
         )
+    _require_restorable(b, w, params)
     target = _target(b, params, away_from=None)
     return PlanDraft(
         steps=_restart(b, w.name, _place(target, None)),
@@ -268,6 +269,7 @@ def plan_undrain(b: SlurmBackend, node: NodeInfo, params: dict[str, Any]) -> Pla
 
 def plan_failover(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> PlanDraft:
     b._lineage(w)
+    _require_restorable(b, w, params)
     node = w.node or ""
     target = _target(b, params, away_from=node or None)
     return PlanDraft(
@@ -319,6 +321,38 @@ def _failover_steps(
         )
     steps.append(_step(f"{p}requeue", "requeue", f"requeue job {job} held", job=job, hold=True))
     return steps + _restart(b, job, _place(target, node or None), prefix)
+
+
+def _require_restorable(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> None:
+    """A restarted job's wrapper restores the newest good checkpoint of its lineage, and
+    refuses to start at all when the lineage has checkpoints but none verifies (it never
+    silently starts over). Refuse such a plan up front (sizes only: cheap), and refuse
+    ``fresh``: starting a Slurm job over is a new submission, not a restart."""
+    if params.get("fresh"):
+        raise errors.NotSupported(
+            f"the slurm backend cannot start job {w.name} from scratch",
+            hint="cancel it and submit the command again (clawpoint slurm submit) under a new "
+            "lineage",
+        )
+    lineage = w.labels.get("lineage")
+    if not lineage or not b.cfg.checkpoint_dir:
+        return
+    store = b.store()
+    published = store.published_ids(validate_name(lineage, what="lineage"))
+    if not published:
+        return  # never checkpointed: the wrapper starts it as the new lineage it is
+    for info in store.candidates(lineage):
+        try:
+            store.verify(info.id, digests=False)
+            return
+        except errors.CorruptCheckpoint:
+            continue
+    raise errors.CorruptCheckpoint(
+        f"every checkpoint of {lineage} (job {w.name}) is corrupt: its wrapper would refuse "
+        "to start; nothing was changed",
+        hint="cancel the job and submit it again to start over (its progress is lost)",
+        details={"checkpoints": published},
+    )
 
 
 # ----- steps ---------------------------------------------------------------------------
@@ -451,6 +485,17 @@ def recover_step(
         return None  # waits, updates and releases are idempotent: run them again
     except errors.NotFound:
         return None
+
+
+def reconcile_step(
+    b: SlurmBackend, op: str, args: dict[str, Any], started_at: datetime
+) -> dict[str, Any] | None:
+    """After a step raised: its output if Slurm shows it took effect anyway. Only steps whose
+    effect is a state Slurm reports (a requeued/held job, a drained or down node) qualify; a
+    signal or a wait that failed is not assumed to have worked."""
+    if op in ("requeue", "drain", "node_down"):
+        return recover_step(b, op, args, started_at)
+    return None
 
 
 # ----- validation helpers --------------------------------------------------------------

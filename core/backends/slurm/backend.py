@@ -211,6 +211,11 @@ class SlurmBackend:
     ) -> dict[str, Any] | None:
         return actions.recover_step(self, op, args, started_at)
 
+    def reconcile_step(
+        self, op: str, args: dict[str, Any], started_at: datetime
+    ) -> dict[str, Any] | None:
+        return actions.reconcile_step(self, op, args, started_at)
+
     # ----- small helpers used by actions ----------------------------------------------
     def newest_checkpoint(self, lineage: str) -> CheckpointInfo | None:
         """The newest published checkpoint of a lineage (good or not yet verified)."""
