@@ -8,13 +8,13 @@ exit codes listed in ``core.cli.output``.
 from __future__ import annotations
 
 import getpass
+import importlib
 import os
 import secrets
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -535,23 +535,57 @@ def config_check(json_: JsonOpt = False) -> None:
         raise typer.Exit(errors.InvalidInput.exit_code)
 
 
+def _click_exception_types(name: str) -> tuple[type[BaseException], ...]:
+    """``name`` (ClickException, Exit, Abort) from every click the installed typer may raise.
+
+    typer up to 0.2x re-exports click's classes; newer ones vendor click as ``typer._click``
+    and raise their own. Catching by class from both keeps ``main`` right for every typer
+    that pyproject allows (and for code that raises click's classes directly).
+    """
+    found: list[type[BaseException]] = []
+    for module_name in ("typer._click.exceptions", "typer.exceptions", "click.exceptions"):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        cls = getattr(module, name, None)
+        if isinstance(cls, type) and issubclass(cls, BaseException) and cls not in found:
+            found.append(cls)
+    return tuple(found)
+
+
+_USAGE_ERRORS = _click_exception_types("ClickException")
+_EXITS: tuple[type[BaseException], ...] = (typer.Exit, *_click_exception_types("Exit"))
+_ABORTS: tuple[type[BaseException], ...] = (typer.Abort, *_click_exception_types("Abort"))
+
+
 def main() -> None:
+    """The console script: run the app and turn every outcome into the documented exit code.
+
+    ``standalone_mode=False`` makes click hand everything back: the command's return value,
+    or the code of a ``typer.Exit`` (returned, not raised, by every click/typer version), and
+    usage errors raised as exceptions, which are shown as a usage message (exit 2).
+    """
     from core import logs
 
     logs.configure()  # JSON logs to stderr, so stdout stays clean for --json and stdio MCP
     as_json = "--json" in sys.argv
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
     except errors.ClawpointError as exc:
         output.render_error(exc, as_json=as_json)
         sys.exit(exc.exit_code)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except _EXITS as exc:
+        sys.exit(getattr(exc, "exit_code", 1))
+    except _ABORTS:
         output.err.print("interrupted")
         sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(2)
+    except _USAGE_ERRORS as exc:
+        show = getattr(exc, "show", None)  # the class differs between click and typer._click
+        if callable(show):
+            show()
+        sys.exit(getattr(exc, "exit_code", 2))
     except KeyboardInterrupt:
+        output.err.print("interrupted")
         sys.exit(130)
+    sys.exit(code if type(code) is int else 0)
