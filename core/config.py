@@ -65,6 +65,15 @@ class StoreConfig(_Section):
 class CheckpointConfig(_Section):
     default_engine: Literal["criu", "cooperative"] = "criu"
     criu_path: str = "criu"
+    # Deleted-but-open files up to this size are copied into each checkpoint (CRIU's
+    # --ghost-limit; CRIU's own default of 1 MiB blocks common programs); larger ones refuse.
+    criu_ghost_limit_mib: int = Field(default=64, ge=0, le=1_048_576)
+    # Established TCP connections: "close" = restored closed (peers see a hang-up and
+    # reconnect; listening sockets are kept); "refuse" = a checkpoint of a program holding
+    # one fails. Carrying them live (--tcp-established) is not offered: see docs/checkpointing.md.
+    criu_tcp: Literal["close", "refuse"] = "close"
+    # Carry flock/POSIX locks the workload holds (CRIU's --file-locks); off = such a dump fails.
+    criu_file_locks: bool = True
     cooperative_timeout_s: float = Field(default=60.0, gt=0)
     cooperative_signal: str = "SIGUSR1"
 

@@ -13,10 +13,20 @@ every core), so publishing does not re-read them and only waits for the last chu
 ``--leave-stopped`` so the caller can verify digests concurrently and resume the tree only
 when they match (``resume``), or kill it (``kill_tree``).
 
+Options (``CriuOptions``, from the ``[checkpoint]`` section): deleted-but-open files up to
+``criu_ghost_limit_mib`` are carried in the image (``--ghost-limit``); established TCP
+connections are not carried: with ``criu_tcp = "close"`` they are dumped as closed and
+restored shut down (``--tcp-close``; connections not yet accepted are dropped,
+``--skip-in-flight``), so the restored program sees its peers hang up and clients reconnect;
+with ``"refuse"`` a checkpoint of a program holding one fails, naming the option. Listening
+sockets are carried either way. File locks are carried (``--file-locks``) unless disabled.
+A dump CRIU refuses for one of these reasons raises CheckpointError naming the setting.
+
 Limits: needs root (or CAP_CHECKPOINT_RESTORE + CAP_SYS_PTRACE) and CRIU >= 4.1 on kernels
->= 6.13. No TCP connections, no mount namespace, no GPU (a CUDA plugin would be another
-engine). ``criu`` is called with argv lists; library errors become CheckpointError or
-EngineUnavailable with the tail of CRIU's log.
+>= 6.13, >= 4.2.1 on kernels >= 6.16 (older CRIU cannot dump any TCP socket there). No
+established TCP connection survives (see above), no mount namespace, no GPU (a CUDA plugin
+would be another engine). ``criu`` is called with argv lists; library errors become
+CheckpointError or EngineUnavailable with the tail of CRIU's log.
 """
 
 from __future__ import annotations
@@ -32,22 +42,87 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import structlog
 
-from core import errors
+from core import config, errors
 from core.checkpoint import engine, stats
 from core.store import digest
 from core.store.store import PendingCheckpoint
 
 log = structlog.get_logger(__name__)
 
+# CRIU < 4.1 fails on kernels >= 6.13 (split vvar mapping); CRIU < 4.2.1 cannot dump any TCP
+# socket on kernels >= 6.16, which answer SO_PASSCRED/SO_PASSSEC only for AF_UNIX/NETLINK.
 MIN_VERSION = (4, 1)
+MIN_VERSION_SOCKETS = (4, 2, 1)
+SOCKETS_KERNEL = (6, 16)
 _INSTALL_HINT = "run scripts/install-criu.sh as root"
 _COOP_HINT = (
     "or run the workload with the cooperative engine (engine='cooperative'), "
     "which needs neither root nor CRIU"
 )
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    return tuple(int(g) for g in m.groups() if g is not None) if m else ()
+
+
+def required_version(kernel_release: str | None = None) -> tuple[int, ...]:
+    """The oldest CRIU that works on this kernel (``uname -r`` when not given)."""
+    kernel = _version_tuple(kernel_release or os.uname().release)
+    return MIN_VERSION_SOCKETS if kernel >= SOCKETS_KERNEL else MIN_VERSION
+
+
+@dataclass(frozen=True)
+class CriuOptions:
+    """CRIU behaviour the configuration chooses (see the module docstring)."""
+
+    ghost_limit_mib: int = 64
+    tcp: Literal["close", "refuse"] = "close"
+    file_locks: bool = True
+
+    @classmethod
+    def from_config(cls, cfg: config.CheckpointConfig) -> CriuOptions:
+        return cls(
+            ghost_limit_mib=cfg.criu_ghost_limit_mib,
+            tcp=cfg.criu_tcp,
+            file_locks=cfg.criu_file_locks,
+        )
+
+    def dump_args(self) -> list[str]:
+        argv = ["--ghost-limit", f"{self.ghost_limit_mib}M"]
+        if self.tcp == "close":
+            argv += ["--tcp-close", "--skip-in-flight"]
+        if self.file_locks:
+            argv.append("--file-locks")
+        return argv
+
+
+# Restore flags do not depend on the options: CRIU refuses an image dumped with --tcp-close
+# unless told again (and one dumped without it holds no established connection), and
+# --file-locks only puts back locks the image records.
+RESTORE_ARGS = ("--tcp-close", "--file-locks")
+
+_last_good = CriuOptions()
+
+
+def current_options() -> CriuOptions:
+    """The options of this process's configuration, read afresh on each call.
+
+    Read at every dump, so a setting changed after a refusal (the hint says which) applies to
+    the next checkpoint of a running workload. A config file that no longer loads does not
+    stop a checkpoint (it may be the last one before a preemption): the last good options
+    are used and a warning logged.
+    """
+    global _last_good
+    try:
+        _last_good = CriuOptions.from_config(config.load_settings().checkpoint)
+    except errors.ClawpointError as exc:
+        log.warning("criu.options_unreadable", error=exc.message, using=str(_last_good))
+    return _last_good
 
 
 @functools.lru_cache(maxsize=4)
@@ -60,20 +135,22 @@ def criu_status(criu_path: str = "criu") -> engine.EngineStatus:
             name=name, available=False, reason=f"criu not installed: {_INSTALL_HINT}"
         )
     try:
-        out = subprocess.run(  # noqa: S603 (argv list, resolved criu binary)  # noqa: S603 (argv list)
+        out = subprocess.run(  # noqa: S603 (argv list, resolved criu binary)
             [exe, "--version"], capture_output=True, text=True, timeout=30, check=False
         )
     except (OSError, subprocess.SubprocessError) as exc:
         return engine.EngineStatus(name=name, available=False, reason=f"cannot run {exe}: {exc}")
-    m = re.search(r"Version:\s*([0-9]+)\.([0-9]+)(?:\.([0-9]+))?", out.stdout)
-    version = ".".join(g for g in m.groups() if g) if m else None
-    if m is None or (int(m.group(1)), int(m.group(2))) < MIN_VERSION:
+    m = re.search(r"Version:\s*([0-9]+\.[0-9]+(?:\.[0-9]+)?)", out.stdout)
+    version = m.group(1) if m else None
+    needed = required_version()
+    if version is None or _version_tuple(version) < needed:
         return engine.EngineStatus(
             name=name,
             available=False,
             version=version,
-            reason=f"criu {version or '(unknown version)'} is older than 4.1, which this "
-            f"kernel needs: {_INSTALL_HINT}",
+            reason=f"criu {version or '(unknown version)'} is older than "
+            f"{'.'.join(map(str, needed))}, which this kernel ({os.uname().release}) needs: "
+            f"{_INSTALL_HINT}",
         )
     if os.geteuid() != 0:
         return engine.EngineStatus(
@@ -117,6 +194,46 @@ def _log_tail(path: Path, lines: int = 12) -> str:
     return " | ".join((errs or text)[-lines:])
 
 
+_GHOST_RE = re.compile(r"Can't dump ghost file (.+) of (\d+) size")
+
+
+def _refusal(logfile: Path, options: CriuOptions) -> tuple[str, str] | None:
+    """What a setting made CRIU refuse, as (message, hint); None for other failures."""
+    try:
+        text = logfile.read_text(errors="replace")
+    except OSError:
+        return None
+    keep = "the workload was left as it was and the previous checkpoints are untouched"
+    if m := _GHOST_RE.search(text):
+        size_mib = int(m.group(2)) / 2**20
+        return (
+            f"the workload holds a deleted file open ({m.group(1)}, {size_mib:.1f} MiB), over "
+            f"the ghost limit of {options.ghost_limit_mib} MiB (checkpoint.criu_ghost_limit_mib)",
+            "a deleted-but-open file is copied into every checkpoint: raise "
+            "checkpoint.criu_ghost_limit_mib in the config file above its size, or have the "
+            f"program close it; {keep}",
+        )
+    if "Connected TCP socket" in text:
+        return (
+            "the workload has an established TCP connection and checkpoint.criu_tcp is "
+            f"'{options.tcp}', which refuses to checkpoint it",
+            "set checkpoint.criu_tcp = 'close' in the config file (connections are restored "
+            f"closed and the peers reconnect), or close the connections first; {keep}",
+        )
+    if "Some file locks are hold by dumping tasks" in text:
+        return (
+            "the workload holds file locks and checkpoint.criu_file_locks is off",
+            f"set checkpoint.criu_file_locks = true in the config file; {keep}",
+        )
+    if "Can't get 1:16 opt" in text:
+        return (
+            "this CRIU cannot dump the workload's TCP sockets on this kernel "
+            f"({os.uname().release}): it needs CRIU >= 4.2.1",
+            f"{_INSTALL_HINT}; {keep}",
+        )
+    return None
+
+
 def pipe_inode(fd: int) -> int:
     return os.fstat(fd).st_ino
 
@@ -130,6 +247,7 @@ def dump(
     external_pipes: Sequence[int] = (),
     criu_path: str = "criu",
     timeout_s: float = 3600,
+    options: CriuOptions | None = None,
 ) -> dict[str, float]:
     """Dump the tree rooted at ``pid`` into ``pending.images_dir``; returns timings (seconds).
 
@@ -137,13 +255,16 @@ def dump(
     ``leave_running``: the tree goes on. ``leave_stopped``: the tree stays frozen (the caller
     kills it once the checkpoint is published, or resumes it if publishing failed: never
     lose the workload). Neither: CRIU kills the tree once the dump succeeded.
+    ``options``: None = ``current_options()`` (the configuration's).
     """
     exe = require(criu_path)
+    options = options or current_options()
     logfile = pending.work_dir / "criu-dump.log"
     argv = [exe, "dump", "-t", str(pid), "-D", str(pending.images_dir)]
     argv += ["-W", str(pending.work_dir), "-o", str(logfile), "-v2"]
     for inode in external_pipes:
         argv += ["--external", f"pipe[{inode}]"]
+    argv += options.dump_args()
     if leave_running:
         argv.append("--leave-running")
     elif leave_stopped:
@@ -162,6 +283,13 @@ def dump(
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         follower.cancel()
+        refused = _refusal(logfile, options)
+        if refused is not None:
+            raise errors.CheckpointError(
+                f"criu dump of pid {pid} refused: {refused[0]}",
+                hint=refused[1],
+                details={"log": str(logfile)},
+            )
         raise errors.CheckpointError(
             f"criu dump of pid {pid} failed (exit {proc.returncode}): {_log_tail(logfile)}",
             hint=f"see {logfile}; the previous checkpoints are untouched"
@@ -213,6 +341,7 @@ def restore(
     pidfile.unlink(missing_ok=True)
     argv = [exe, "restore", "-D", str(images_dir), "-W", str(work_dir), "-o", str(logfile)]
     argv += ["-v2", "-d", "--restore-sibling", "--pidfile", str(pidfile)]
+    argv += RESTORE_ARGS
     if leave_stopped:
         argv.append("--leave-stopped")
     fds = []

@@ -70,7 +70,7 @@ def check_configuration() -> CheckReport:
                 message=f"{settings.checkpoint_dir} is not writable: {exc}",
             )
         )
-    status = criu_status()
+    status = criu_status(settings.checkpoint.criu_path)
     items.append(
         CheckItem(
             name="criu",
