@@ -1,0 +1,198 @@
+"""What the API server validates and defaults on the kinds the emulator serves.
+
+Covered: object names (RFC 1123 subdomain or label, by kind), ``generateName``, label keys
+and values, and a few kind rules clawpoint can trip over: pods need containers with names
+and images; Deployments and StatefulSets need a selector that matches their template and
+non-negative replicas; Jobs need ``restartPolicy`` Never or OnFailure. Defaults: those the
+server fills in and code reads back (pod phase Pending, replicas 1, Job parallelism,
+completions, backoffLimit and suspend, the namespace name label). Everything else is stored
+as sent (no OpenAPI schema validation; no pruning of unknown fields).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tests.k8s.emulator import status
+from tests.k8s.emulator.kinds import Kind
+from tests.k8s.emulator.selectors import match_label_selector
+
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+
+SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+    "'-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', "
+    "regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+LABEL_MSG = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+    "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
+    "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+LABEL_VALUE_MSG = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' "
+    "or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
+    "'my_value',  or '12345', regex used for validation is "
+    "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+)
+
+Cause = tuple[str, str, str]
+
+
+def name_problems(kind: Kind, name: str) -> list[str]:
+    if kind.name_format == "label":
+        if len(name) > 63:
+            return ["must be no more than 63 characters"]
+        return [] if _LABEL.match(name) else [LABEL_MSG]
+    if len(name) > 253:
+        return ["must be no more than 253 characters"]
+    return [] if _SUBDOMAIN.match(name) else [SUBDOMAIN_MSG]
+
+
+def _label_causes(labels: dict[str, Any]) -> list[Cause]:
+    causes: list[Cause] = []
+    for key, value in labels.items():
+        prefix, _, name = key.rpartition("/")
+        if (
+            (prefix and not _SUBDOMAIN.match(prefix))
+            or not _QUALIFIED_NAME.match(name)
+            or len(name) > 63
+        ):
+            causes.append(
+                (
+                    "metadata.labels",
+                    "Invalid value",
+                    f'"{key}": name part must consist of alphanumeric characters',
+                )
+            )
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+            causes.append(("metadata.labels", "Invalid value", f'"{value}": {LABEL_VALUE_MSG}'))
+    return causes
+
+
+def _containers(spec: dict[str, Any], path: str) -> list[Cause]:
+    containers = spec.get("containers")
+    if not containers:
+        return [(f"{path}.containers", "Required value", "")]
+    causes: list[Cause] = []
+    for i, c in enumerate(containers):
+        if not c.get("name"):
+            causes.append((f"{path}.containers[{i}].name", "Required value", ""))
+        elif not _LABEL.match(str(c["name"])):
+            causes.append(
+                (f"{path}.containers[{i}].name", "Invalid value", f'"{c["name"]}": {LABEL_MSG}')
+            )
+        if not c.get("image"):
+            causes.append((f"{path}.containers[{i}].image", "Required value", ""))
+    return causes
+
+
+def check(kind: Kind, obj: dict[str, Any]) -> None:
+    """Raise 422 Invalid, with every cause, when ``obj`` breaks the rules above."""
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name") or "")
+    causes: list[Cause] = []
+    if not name:
+        causes.append(("metadata.name", "Required value", "name or generateName is required"))
+    else:
+        for problem in name_problems(kind, name):
+            causes.append(("metadata.name", "Invalid value", f'"{name}": {problem}'))
+    causes += _label_causes(meta.get("labels") or {})
+    spec = obj.get("spec") or {}
+    if kind.builtin and kind.kind == "Pod":
+        causes += _containers(spec, "spec")
+    if kind.builtin and kind.kind in ("Deployment", "StatefulSet", "Job"):
+        template = spec.get("template") or {}
+        causes += _containers(template.get("spec") or {}, "spec.template.spec")
+        replicas = spec.get("replicas", spec.get("parallelism", 0))
+        if isinstance(replicas, int) and replicas < 0:
+            field = "spec.replicas" if "replicas" in spec else "spec.parallelism"
+            causes.append(
+                (field, "Invalid value", f"{replicas}: must be greater than or equal to 0")
+            )
+        if kind.kind != "Job":
+            selector = spec.get("selector")
+            tlabels = (template.get("metadata") or {}).get("labels") or {}
+            if not selector:
+                causes.append(("spec.selector", "Required value", ""))
+            elif not match_label_selector(selector, tlabels):
+                causes.append(
+                    (
+                        "spec.template.metadata.labels",
+                        "Invalid value",
+                        f"{tlabels}: `selector` does not match template `labels`",
+                    )
+                )
+        else:
+            policy = (template.get("spec") or {}).get("restartPolicy")
+            if policy not in ("Never", "OnFailure"):
+                causes.append(
+                    (
+                        "spec.template.spec.restartPolicy",
+                        "Unsupported value",
+                        f'"{policy or "Always"}": supported values: "OnFailure", "Never"',
+                    )
+                )
+    if causes:
+        raise status.invalid(kind.kind, name, kind.group, causes)
+
+
+def defaults(kind: Kind, obj: dict[str, Any]) -> None:
+    """Fill in the server-side defaults named in the module docstring (in place)."""
+    if not kind.builtin:
+        return
+    spec = obj.setdefault("spec", {}) if kind.kind not in ("Namespace",) else obj.get("spec")
+    if kind.kind == "Namespace":
+        labels = obj["metadata"].setdefault("labels", {})
+        labels["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
+    elif kind.kind == "Pod" and spec is not None:
+        spec.setdefault("restartPolicy", "Always")
+        spec.setdefault("terminationGracePeriodSeconds", 30)
+        spec.setdefault("dnsPolicy", "ClusterFirst")
+        spec.setdefault("schedulerName", "default-scheduler")
+    elif kind.kind in ("Deployment", "StatefulSet") and spec is not None:
+        spec.setdefault("replicas", 1)
+    elif kind.kind == "Job" and spec is not None:
+        if "completions" not in spec and "parallelism" not in spec:
+            spec["completions"] = 1
+        spec.setdefault("parallelism", 1)
+        spec.setdefault("backoffLimit", 6)
+        spec.setdefault("suspend", False)
+        spec.setdefault("completionMode", "NonIndexed")
+
+
+def initial_status(kind: Kind, obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The status a create through the API starts with (None: keep what was sent)."""
+    if kind.kind == "Namespace" and kind.builtin:
+        return {"phase": "Active"}
+    if kind.kind == "Pod" and kind.builtin:
+        return {"phase": "Pending"}
+    if kind.kind == "CustomResourceDefinition":
+        names = (obj.get("spec") or {}).get("names") or {}
+        versions = (obj.get("spec") or {}).get("versions") or []
+        return {
+            "conditions": [
+                {
+                    "type": "NamesAccepted",
+                    "status": "True",
+                    "reason": "NoConflicts",
+                    "message": "no conflicts found",
+                },
+                {
+                    "type": "Established",
+                    "status": "True",
+                    "reason": "InitialNamesAccepted",
+                    "message": "the initial names have been accepted",
+                },
+            ],
+            "acceptedNames": names,
+            "storedVersions": [v["name"] for v in versions if v.get("storage")],
+        }
+    if kind.has_status:
+        return {}
+    return None
