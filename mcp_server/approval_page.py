@@ -8,8 +8,18 @@ Requests carrying an ``Authorization`` header are refused outright: that is how 
 MCP clients authenticate, and no agent credential should ever work here (the caller's
 ``approver_token_ok`` must also reject agent tokens). The page only calls an
 ``ApprovalDesk``; the approval store behind it enforces that approvers are people other than
-the requester. Limits: sessions live in this process's memory (a restart logs people out);
-serve it over HTTPS or on 127.0.0.1 only, since the token crosses the wire at login.
+the requester.
+
+Before any login is believed, the page defends itself: a request whose ``Host`` is not one
+the server answers to is refused with 421 (DNS rebinding: a web page in the approver's
+browser cannot reach it under another name); a form body is read as a stream and reading
+stops past ``MAX_FORM_BYTES`` (413, connection closed), so a huge unauthenticated POST costs
+nothing; and each client address gets ``LOGIN_FAILURES`` wrong tokens per
+``LOGIN_WINDOW_S`` before logins from it are answered 429 with ``Retry-After``. Everything
+shown is HTML-escaped (an agent's reason is data). Limits: sessions and the throttle live in
+this process's memory (a restart logs people out and forgets failures); behind a reverse
+proxy every client has the proxy's address, so the throttle is shared; serve it over HTTPS or
+on 127.0.0.1 only, since the token crosses the wire at login.
 """
 
 from __future__ import annotations
@@ -17,8 +27,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import html
+import math
 import re
 import secrets
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -37,7 +50,10 @@ from core.model import Principal, PrincipalKind
 
 COOKIE = "clawpoint_approver"
 SESSION_LIFETIME = timedelta(hours=8)
-MAX_FORM_BYTES = 16 * 1024
+MAX_FORM_BYTES = 16 * 1024  # the page's own forms are a few hundred bytes
+LOGIN_FAILURES = 5  # wrong tokens per client address per window, then 429
+LOGIN_WINDOW_S = 60.0
+_MAX_CLIENTS = 10_000  # addresses remembered by the throttle (oldest forgotten first)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,62}$")
 _CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
@@ -55,6 +71,70 @@ class ApprovalDesk(Protocol):
     def reveal_code(self, approval_id: str) -> str: ...
 
 
+class _TooLarge(Exception):
+    """The form body is larger than MAX_FORM_BYTES (raised before it is all read)."""
+
+
+class LoginThrottle:
+    """Failed logins per client address in a sliding window; over the limit, wait.
+
+    ``clock`` is injectable so tests need not sleep. Memory is bounded: at most
+    ``_MAX_CLIENTS`` addresses, each with at most ``limit`` timestamps.
+    """
+
+    def __init__(
+        self,
+        *,
+        limit: int = LOGIN_FAILURES,
+        window_s: float = LOGIN_WINDOW_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.limit = limit
+        self.window_s = window_s
+        self._clock = clock
+        self._failures: dict[str, deque[float]] = {}
+
+    def _recent(self, client: str) -> deque[float]:
+        now = self._clock()
+        failures = self._failures.get(client, deque())
+        while failures and now - failures[0] >= self.window_s:
+            failures.popleft()
+        if not failures:
+            self._failures.pop(client, None)
+        return failures
+
+    def retry_after(self, client: str) -> int | None:
+        """Seconds this client must wait before it may try again; None when it may now."""
+        failures = self._recent(client)
+        if len(failures) < self.limit:
+            return None
+        return max(1, math.ceil(failures[0] + self.window_s - self._clock()))
+
+    def failed(self, client: str) -> None:
+        failures = self._recent(client)
+        failures.append(self._clock())
+        while len(failures) > self.limit:
+            failures.popleft()
+        self._failures.pop(client, None)
+        self._failures[client] = failures  # newest last: the oldest are forgotten first
+        while len(self._failures) > _MAX_CLIENTS:
+            self._failures.pop(next(iter(self._failures)))
+
+    def succeeded(self, client: str) -> None:
+        self._failures.pop(client, None)
+
+
+def host_allowed(host: str | None, allowed: Sequence[str]) -> bool:
+    """Whether a Host header names this server: an exact entry, or ``NAME:*`` for any port
+    (the same patterns as the MCP endpoint's DNS-rebinding check)."""
+    if not host:
+        return False
+    for entry in allowed:
+        if host == entry or (entry.endswith(":*") and host.startswith(entry[:-1])):
+            return True
+    return False
+
+
 @dataclass
 class _Session:
     principal: Principal
@@ -67,10 +147,16 @@ def approval_routes(
     *,
     approver_token_ok: Callable[[str], bool],
     prefix: str = "/approvals",
+    allowed_hosts: Sequence[str] | None = None,
+    throttle: LoginThrottle | None = None,
 ) -> list[Route]:
-    """The page's routes, to add to the HTTP app next to the MCP endpoint."""
+    """The page's routes, to add to the HTTP app next to the MCP endpoint.
+
+    ``allowed_hosts``: Host header values answered (``NAME`` or ``NAME:*``); None = any
+    (only for an app that checks Host in front of the page)."""
     sessions: dict[str, _Session] = {}
     prefix = "/" + prefix.strip("/")
+    throttle = throttle or LoginThrottle()
 
     def session_of(request: Request) -> _Session | None:
         sid = request.cookies.get(COOKIE)
@@ -85,6 +171,11 @@ def approval_routes(
         handler: Callable[[Request], Awaitable[Response]],
     ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
+            if allowed_hosts is not None and not host_allowed(
+                request.headers.get("host"), allowed_hosts
+            ):
+                return _page("Wrong address", "<p>This server does not answer to that name.</p>",
+                             421, close=True)  # fmt: skip
             if "authorization" in request.headers:
                 return _page("Not here", "<p>Agent and API credentials are not accepted.</p>", 403)
             origin = request.headers.get("origin")
@@ -93,6 +184,9 @@ def approval_routes(
                     return _page("Refused", "<p>Cross-site form posts are refused.</p>", 403)
             try:
                 return await handler(request)
+            except _TooLarge:
+                # The rest of the body is never read; closing the connection discards it.
+                return _page("Too large", "<p>Submit the page's own form.</p>", 413, close=True)
             except errors.ClawpointError as exc:
                 status = {3: 404, 5: 403, 10: 409}.get(exc.exit_code, 400)
                 body = f"<p>{_e(exc.message)}</p><p>{_e(exc.hint)}</p>"
@@ -115,11 +209,20 @@ def approval_routes(
         return _page(f"Pending approvals ({len(pending)})", body + _logout_form(prefix, session))
 
     async def login(request: Request) -> Response:
+        client = request.client.host if request.client else "unknown"
+        wait = throttle.retry_after(client)
+        if wait is not None:  # decided before reading anything the client sent
+            body = f"<p>Too many wrong tokens from your address; try again in {wait} s.</p>"
+            refused = _page("Approver login", body, 429, close=True)
+            refused.headers["Retry-After"] = str(wait)
+            return refused
         form = await _form(request)
         token = form.get("token", "")
         name = form.get("name", "").strip()
         if not token or not approver_token_ok(token):
+            throttle.failed(client)
             return _page("Approver login", "<p>Wrong token.</p>" + _login_form(prefix), 401)
+        throttle.succeeded(client)
         if name and not _NAME_RE.fullmatch(name):
             return _page("Approver login", "<p>Use a plain name.</p>" + _login_form(prefix), 400)
         fingerprint = hashlib.sha256(token.encode()).hexdigest()[:8]
@@ -199,9 +302,15 @@ def _only_verbs(
 
 async def _form(request: Request) -> dict[str, str]:
     # Parsed by hand: a small urlencoded body, so no multipart dependency and a hard size cap.
-    body = await request.body()
-    if len(body) > MAX_FORM_BYTES:
-        raise errors.InvalidInput("form too large", hint="submit the page's own form")
+    # Read as a stream and stop at the cap: an oversized body is never held in memory.
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_FORM_BYTES:
+        raise _TooLarge
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            raise _TooLarge
     parsed = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
     return {k: v[0] for k, v in parsed.items() if v}
 
@@ -267,7 +376,7 @@ def _detail(prefix: str, view: ApprovalView, code: str, session: _Session) -> st
     return body + _back(prefix)
 
 
-def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
+def _page(title: str, body: str, status: int = 200, *, close: bool = False) -> HTMLResponse:
     doc = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -277,14 +386,13 @@ def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
         "label{display:block;margin:.5rem 0}button{padding:.6rem 1.2rem;font-size:1rem}"
         f"</style></head><body><h1>{_e(title)}</h1>{body}</body></html>"
     )
-    return HTMLResponse(
-        doc,
-        status_code=status,
-        headers={
-            "Content-Security-Policy": _CSP,
-            "X-Content-Type-Options": "nosniff",
-            "Referrer-Policy": "no-referrer",
-            "Cache-Control": "no-store",
-            "X-Frame-Options": "DENY",
-        },
-    )
+    headers = {
+        "Content-Security-Policy": _CSP,
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Cache-Control": "no-store",
+        "X-Frame-Options": "DENY",
+    }
+    if close:  # refused before the body was read: end the connection rather than drain it
+        headers["Connection"] = "close"
+    return HTMLResponse(doc, status_code=status, headers=headers)
