@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the system packages clawpoint's tests and demo need on Debian 12 or 13, idempotently.
 # Fast path: every check below is a cheap probe; apt runs only for what is missing.
-#   scripts/install-system-deps.sh            # base: python venv, CRIU >= 4.1
+#   scripts/install-system-deps.sh            # base: python venv, CRIU >= 4.2.1
 #   scripts/install-system-deps.sh --all      # + Slurm, Chromium (approval page tests)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -225,6 +225,13 @@ def _refusal(logfile: Path, options: CriuOptions) -> tuple[str, str] | None:
             "the workload holds file locks and checkpoint.criu_file_locks is off",
             f"set checkpoint.criu_file_locks = true in the config file; {keep}",
         )
+    if "External socket is used" in text:
+        return (
+            "the workload has a Unix-domain socket connected to a process outside it, which "
+            "CRIU cannot carry",
+            "close that connection before checkpointing, or run its peer inside the workload; "
+            + keep,
+        )
     if "Can't get 1:16 opt" in text:
         return (
             "this CRIU cannot dump the workload's TCP sockets on this kernel "

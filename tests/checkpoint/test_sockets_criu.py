@@ -7,6 +7,7 @@
 - A deleted-but-open file of 5 MiB is carried under the default ghost limit (the program
   re-reads and checks it after the move) and refused, naming the setting, over a small one;
   the program's file lock is carried too.
+- A Unix-domain connection to a process outside the workload is refused with that reason.
 """
 
 from __future__ import annotations
@@ -314,3 +315,28 @@ def test_dump_arguments_follow_the_options() -> None:
     assert "--tcp-close" in default and "--file-locks" in default
     strict = criu.CriuOptions(ghost_limit_mib=1, tcp="refuse", file_locks=False).dump_args()
     assert strict == ["--ghost-limit", "1M"]
+
+
+def test_unix_connection_to_an_outside_process_is_refused(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "outside.sock"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(path))
+        server.listen()
+        client = (
+            "import socket, sys, time\n"
+            "s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(b'hi')\n"
+            "while True: time.sleep(1)\n"
+        )
+        cli("run", "--name", "ux", "--node", "node-a", "--detach", "--", sys.executable,
+            "-c", client, str(path))  # fmt: skip
+        conn, _ = server.accept()
+        with conn:
+            assert conn.recv(2) == b"hi"
+            pid = cli.workload("ux")["pid"]
+            proc = cli("checkpoint", "local:ux", "--yes", "--json", ok=False)
+            assert proc.returncode == 8, proc.stdout + proc.stderr
+            assert (
+                "Unix-domain socket connected to a process outside"
+                in json.loads(proc.stdout)["message"]
+            )
+            assert cli.workload("ux")["pid"] == pid and cli.workload("ux")["state"] == "running"
