@@ -14,12 +14,13 @@ names an unknown or misspelled key instead of silently ignoring it.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from core import errors
 from core.backends.slurm.config import SlurmConfig
@@ -78,6 +79,17 @@ class CheckpointConfig(_Section):
     cooperative_signal: str = "SIGUSR1"
 
 
+McpTransport = Literal["stdio", "http"]
+
+
+def _stdio_only() -> list[McpTransport]:
+    return ["stdio"]
+
+
+DEFAULT_AGENT_NAME = "clawpoint-agent"  # the agent of [mcp] token / CLAWPOINT_MCP_TOKEN
+_AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
 class McpConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=1, le=65535)
@@ -86,6 +98,42 @@ class McpConfig(_Section):
     # Token(s) for people on the approval page (never give these to an agent);
     # CLAWPOINT_APPROVER_TOKEN overrides.
     approver_token: str | None = None
+    # More agents on HTTP, each with its own token and name: {name = "token"}. Each name is
+    # the agent's principal (mcp:NAME), so one agent cannot execute another's approved
+    # plans. The token above (or CLAWPOINT_MCP_TOKEN) is the agent "clawpoint-agent".
+    agent_tokens: dict[str, str] = Field(default_factory=dict)
+    # May the user of an agent's own client approve a plan by answering an elicitation?
+    # Off by default: the server cannot tell a person from a client that answers "accept"
+    # itself. When on, only clients named in elicitation_clients (clientInfo.name, as the
+    # client declares it; "*" = any) over elicitation_transports may; such approvals are
+    # recorded as confirmed by the client's user, never as a person, and never satisfy a
+    # policy rule with approval = "out-of-band".
+    elicitation_approval: bool = False
+    elicitation_clients: list[str] = Field(default_factory=list)
+    elicitation_transports: list[McpTransport] = Field(default_factory=_stdio_only)
+
+    @field_validator("agent_tokens")
+    @classmethod
+    def _check_agent_tokens(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, token in value.items():
+            if not _AGENT_NAME.match(name) or name == DEFAULT_AGENT_NAME:
+                raise ValueError(
+                    f"agent name {name!r} must be letters, digits, '.', '_' or '-' (at most "
+                    f"64) and not {DEFAULT_AGENT_NAME!r}"
+                )
+            if not token:
+                raise ValueError(f"agent {name!r} has an empty token")
+        if len(set(value.values())) != len(value):
+            raise ValueError("two agents share a token: give each agent its own")
+        return value
+
+    def allows_elicitation(self, client: str, transport: str) -> bool:
+        """Whether an elicitation answer from ``client`` over ``transport`` may approve."""
+        return (
+            self.elicitation_approval
+            and transport in self.elicitation_transports
+            and ("*" in self.elicitation_clients or client in self.elicitation_clients)
+        )
 
 
 class RecoveryConfig(_Section):
@@ -131,6 +179,14 @@ class Settings(_Section):
     @property
     def approver_token(self) -> str | None:
         return os.environ.get("CLAWPOINT_APPROVER_TOKEN") or self.mcp.approver_token
+
+    @property
+    def agent_tokens(self) -> dict[str, str]:
+        """Every HTTP agent's token by agent name; the main token is ``clawpoint-agent``."""
+        tokens = dict(self.mcp.agent_tokens)
+        if self.mcp_token:
+            tokens[DEFAULT_AGENT_NAME] = self.mcp_token
+        return tokens
 
 
 def default_home() -> Path:

@@ -329,8 +329,12 @@ class Execution(BaseModel):
 
 class PrincipalKind(StrEnum):
     AGENT = "agent"  # an MCP session (any client): may plan and request, never approve
-    PERSON = "person"  # a human at the CLI, the approval page, or answering an elicitation
+    PERSON = "person"  # a human at the CLI, the approval page, or the webhook's chat code
     SCHEDULER = "scheduler"  # the watch loop acting under standing approvals
+    # Whoever answered an elicitation in the agent's own client: the server cannot tell a
+    # person from the client answering for itself, so this is never a named person and can
+    # confirm only plans whose rule accepts it (``[mcp] elicitation_approval``).
+    CLIENT_USER = "client-user"
 
 
 class Principal(BaseModel):

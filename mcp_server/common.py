@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -11,6 +12,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, ConfigDict, Field
 
 from core import errors
+from core.guardrails.approvals import SESSION_SEP
 from core.model import Principal, PrincipalKind
 from core.service.facade import ActionResult
 
@@ -38,11 +40,27 @@ async def call(fn: Callable[[], T]) -> T:
         raise tool_error(exc) from exc
 
 
+# A stdio server process serves exactly one client: the process is the session.
+_STDIO_SESSION = secrets.token_hex(4)
+
+
 def agent() -> Principal:
-    """Whoever calls a tool is an agent: over HTTP named by its token, over stdio 'stdio'."""
+    """Whoever calls a tool is an agent, one principal per session or configured identity.
+
+    Over HTTP the token names the agent (``mcp:clawpoint-agent``, or ``mcp:NAME`` for each
+    ``[mcp] agent_tokens`` entry): streamable HTTP on the current protocol has no sessions,
+    so the token is the identity. Over stdio each server process is one client's session
+    (``mcp:stdio/3fa9c2d1``). Approvals are bound to this principal (see
+    ``core.guardrails.approvals``), so one session cannot execute another's approved plan."""
     token = get_access_token()
-    client = token.client_id if token else "stdio"
-    return Principal(id=f"mcp:{client}", kind=PrincipalKind.AGENT)
+    if token is not None:
+        return Principal(id=f"mcp:{token.client_id}", kind=PrincipalKind.AGENT)
+    return Principal(id=f"mcp:stdio{SESSION_SEP}{_STDIO_SESSION}", kind=PrincipalKind.AGENT)
+
+
+def transport() -> str:
+    """``http`` for a caller authenticated by a bearer token, else ``stdio`` (or in memory)."""
+    return "http" if get_access_token() is not None else "stdio"
 
 
 # --- compact output schemas -------------------------------------------------------------

@@ -49,14 +49,21 @@ class ServiceDesk:
 
 
 def build_http_app(settings: Settings, service: Service, *, host: str, port: int) -> Starlette:
-    agent_token = settings.mcp_token
-    if not agent_token:
+    agent_tokens = settings.agent_tokens
+    if not agent_tokens:
         raise errors.InvalidInput(
             "refusing to serve HTTP without a bearer token",
             hint="set CLAWPOINT_MCP_TOKEN (or [mcp] token in the config) to a long random secret",
         )
     approver = settings.approver_token
-    if approver and hmac.compare_digest(approver.encode(), agent_token.encode()):
+    if len(set(agent_tokens.values())) != len(agent_tokens):
+        raise errors.InvalidInput(
+            "two agents share a token ([mcp] token and an entry of [mcp] agent_tokens)",
+            hint="give each agent its own token: the token is the agent's identity",
+        )
+    if approver and any(
+        hmac.compare_digest(approver.encode(), t.encode()) for t in agent_tokens.values()
+    ):
         raise errors.InvalidInput(
             "the approver token equals the agent token: an agent could approve its own requests",
             hint="set CLAWPOINT_APPROVER_TOKEN to a different secret and give it only to people",
@@ -64,7 +71,7 @@ def build_http_app(settings: Settings, service: Service, *, host: str, port: int
     base = f"http://{host}:{port}"
     mcp = build_server(
         service,
-        token_verifier=StaticTokenVerifier(agent_tokens=[agent_token]),
+        token_verifier=StaticTokenVerifier(agent_tokens=agent_tokens),
         auth=AuthSettings(
             issuer_url=base, resource_server_url=f"{base}/mcp", required_scopes=["agent"]
         ),
@@ -74,7 +81,7 @@ def build_http_app(settings: Settings, service: Service, *, host: str, port: int
 
         def approver_ok(token: str) -> bool:
             raw = token.encode()
-            if hmac.compare_digest(raw, agent_token.encode()):
+            if any(hmac.compare_digest(raw, t.encode()) for t in agent_tokens.values()):
                 return False
             return hmac.compare_digest(raw, approver.encode())
 

@@ -4,10 +4,12 @@ Every action tool takes ``dry_run`` (return the plan only) and ``reason`` (shown
 audited) and returns one ``ActionResult``: ``executed | approval_required | denied | failed |
 planned``. For ``approval_required`` the result names the approval id, its expiry and the
 exact ways a person can approve; it never contains the one-time code (that goes only to
-people). When the client declares elicitation, the human at the client is asked first
-(a resolver runs before the tool body); otherwise a pending approval waits for a person.
-No tool approves anything: ``execute_approved`` only runs a plan a person already approved
-(or whose one-time code a person typed into the chat).
+people). Only when the operator allows it (``[mcp] elicitation_approval``, for the named
+clients and transports) and the client declares elicitation is the client's user asked
+first (a resolver runs before the tool body, using the guard's side-effect-free preview);
+such an answer is recorded as confirmed by the client's user, never as a person. Otherwise
+a pending approval waits for a person. No tool approves anything: ``execute_approved`` only
+runs a plan approved for this session (or whose one-time code a person typed into the chat).
 """
 
 # No "from __future__ import annotations": the SDK evaluates tool annotations at
@@ -26,7 +28,7 @@ from pydantic import BaseModel, Field
 
 from core.guardrails.approvals import ApprovalView
 from core.model import Action, Plan
-from core.service.facade import PersonAnswer, Service
+from core.service.facade import ClientAnswer, ClientAsker, Service
 from mcp_server.common import (
     ActionOut,
     ApprovalOut,
@@ -37,6 +39,7 @@ from mcp_server.common import (
     call,
     open_record,
     records,
+    transport,
 )
 
 ACT = ToolAnnotations(
@@ -83,39 +86,39 @@ def _question(plan: Plan) -> str:
     return " ".join(lines)
 
 
-def _asker(outcome: Any, ctx: Context, asked_hash: str | None) -> Any:
-    """Turn a resolved elicitation into the service's ``ask_person`` callback (or None).
-
-    The SDK hands a resolver that did not ask as an accepted outcome without data: that is
-    "no person was asked", never a yes. A yes only counts for the plan the person was shown
-    (``asked_hash``); if the plan the tool makes differs (the world changed while the person
-    read the question), the answer is not used and the approval waits for a person."""
-    if outcome is None or (isinstance(outcome, AcceptedElicitation) and outcome.data is None):
-        return None
-    client = "client"
+def _client_name(ctx: Context) -> str:
+    """The name the client declares (clientInfo.name): unverified, chosen by the client."""
     try:
         info = ctx.request_context.session.client_params
-        client = info.client_info.name if info and info.client_info else "client"
-    except Exception:  # the name is only for the audit trail
-        pass
+        return info.client_info.name if info and info.client_info else "unknown"
+    except Exception:  # no request context: nothing was declared
+        return "unknown"
 
-    def ask(plan: Plan, view: ApprovalView) -> PersonAnswer | None:
+
+def _asker(outcome: Any, ctx: Context, asked_hash: str | None) -> ClientAsker | None:
+    """Turn a resolved elicitation into the service's ``ask_client`` (or None).
+
+    The SDK hands a resolver that did not ask as an accepted outcome without data: that is
+    "nobody was asked", never a yes. A yes only counts for the plan the user was shown
+    (``asked_hash``); if the plan the tool makes differs (the world changed while the user
+    read the question), the answer is not used and the approval waits for a person. The
+    service checks again whether the operator lets this client's answers approve."""
+    if outcome is None or (isinstance(outcome, AcceptedElicitation) and outcome.data is None):
+        return None
+
+    def ask(plan: Plan, view: ApprovalView) -> ClientAnswer | None:
         if asked_hash is None or plan.hash != asked_hash:
             return None
         if isinstance(outcome, AcceptedElicitation):
             data = outcome.data
             if not isinstance(data, PersonDecision):
                 return None
-            return PersonAnswer(
-                person=f"elicitation:{client}", approved=data.approve, note=data.note
-            )
-        return PersonAnswer(
-            person=f"elicitation:{client}",
-            approved=False,
-            note="declined" if outcome.action == "decline" else "cancelled",
+            return ClientAnswer(approved=data.approve, note=data.note)
+        return ClientAnswer(
+            approved=False, note="declined" if outcome.action == "decline" else "cancelled"
         )
 
-    return ask
+    return ClientAsker(client=_client_name(ctx), transport=transport(), ask=ask)
 
 
 def register(mcp: MCPServer[Any], service: Service) -> None:
@@ -128,7 +131,12 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
                 return None  # cannot ask this client's human: a pending approval will wait
             params = {k: kwargs.get(k) for k in extra}
             plan = service.plan_needing_person(
-                action, kwargs[target_arg], params, principal=agent()
+                action,
+                kwargs[target_arg],
+                params,
+                principal=agent(),
+                client=_client_name(ctx),
+                transport=transport(),
             )
             if plan is None:
                 return None
@@ -153,7 +161,7 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
         principal = agent()
         ask = _asker(asked, ctx, asked_plans.pop(ctx.request_id, None))
         return action_out(await call(lambda: service.act(action, target, params, principal=principal, reason=reason,
-                                        dry_run=dry_run, ask_person=ask)))  # fmt: skip
+                                        dry_run=dry_run, ask_client=ask)))  # fmt: skip
 
     # Spelled as an explicit union: the SDK passes the whole outcome (accepted, declined or
     # cancelled) only when every arm is an elicitation result class; with the aliased

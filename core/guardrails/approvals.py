@@ -11,6 +11,12 @@ secret with HMAC and only its hash is stored, so the database never holds it; ``
 (what agents see) has no code field, and ``reveal_code`` refuses anyone but a person.
 Too many wrong codes lock the request. ``consume`` turns approved into used in one guarded
 UPDATE inside ``BEGIN IMMEDIATE``, so two concurrent executions of the same plan run once.
+
+An approved plan belongs to the session that requested it: only that principal (agent ids
+carry their session, ``mcp:stdio/3fa9c2d1``) or a person may execute it, unless the person
+who approved it chose ``any_session`` (then any session of the same agent may). A request
+may also say it ``needs`` an out-of-band approval: then only a person on a people path can
+approve it, never the user of the agent's own client (``confirm_by_client``, elicitation).
 Limits: the secret file protects the code only from those who cannot read it.
 """
 
@@ -23,7 +29,7 @@ import secrets
 from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -31,10 +37,18 @@ from core import errors
 from core.guardrails import schema
 from core.guardrails.audit import AuditLog
 from core.guardrails.durations import parse_duration
+from core.guardrails.policy import ApprovalKind
 from core.model import Plan, Principal, PrincipalKind, RiskClass, utcnow
 from core.state.db import Database, loads
 
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: easy to read and type
+SESSION_SEP = "/"  # agent principal ids: IDENTITY/SESSION, e.g. mcp:stdio/3fa9c2d1
+ExecutableBy = Literal["requester", "agent"]
+
+
+def session_free(principal_id: str) -> str:
+    """An agent principal's identity without its session: ``mcp:stdio/3fa9`` -> ``mcp:stdio``."""
+    return principal_id.partition(SESSION_SEP)[0]
 
 
 class ApprovalsConfig(BaseModel):
@@ -95,6 +109,10 @@ class ApprovalView(BaseModel):
     note: str = ""
     used_at: datetime | None = None
     failed_attempts: int = 0
+    # "requester": only the requesting session (or a person) may execute the approved plan;
+    # "agent": any session of the requesting agent (a person chose --any-session).
+    executable_by: ExecutableBy = "requester"
+    needs: ApprovalKind = "any"  # "out-of-band": the agent's own client can never approve
 
 
 def load_or_create_secret(path: Path) -> bytes:
@@ -169,7 +187,9 @@ class ApprovalStore:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def create(self, plan: Plan, requester: Principal, reason: str) -> ApprovalView:
+    def create(
+        self, plan: Plan, requester: Principal, reason: str, *, needs: ApprovalKind = "any"
+    ) -> ApprovalView:
         if not plan.hash or plan.hash != plan.compute_hash():
             raise errors.InvalidInput(
                 "the plan is not sealed (its hash is missing or stale)",
@@ -180,7 +200,7 @@ class ApprovalStore:
         with self.db.write() as conn:
             conn.execute(
                 "INSERT INTO approvals(id, plan_hash, plan, requester, requester_kind, reason, "
-                "status, code_hash, created_at, expires_at) VALUES(?,?,?,?,?,?,?,?,?,?)",
+                "status, code_hash, created_at, expires_at, needs) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     approval_id,
                     plan.hash,
@@ -192,10 +212,16 @@ class ApprovalStore:
                     self._code_hash(approval_id, self._code_for(approval_id)),
                     now.isoformat(),
                     (now + self.config.expiry_delta).isoformat(),
+                    needs,
                 ),
             )
         self._audit(
-            "approval.requested", requester, approval_id, plan_hash=plan.hash, reason=reason
+            "approval.requested",
+            requester,
+            approval_id,
+            plan_hash=plan.hash,
+            reason=reason,
+            needs=needs,
         )
         return self.get(approval_id)
 
@@ -218,9 +244,46 @@ class ApprovalStore:
             rows = conn.execute(sql + " ORDER BY created_at DESC", args).fetchall()
         return [_view(r) for r in rows]
 
-    def approve(self, approval_id: str, approver: Principal, *, via: str = "cli") -> ApprovalView:
+    def approve(
+        self, approval_id: str, approver: Principal, *, via: str = "cli", any_session: bool = False
+    ) -> ApprovalView:
+        """A person approves. ``any_session``: any session of the requesting agent may then
+        execute the plan, not only the session that asked."""
         _require_person(approver, "approve")
-        return self._decide(approval_id, approver.id, via, ApprovalStatus.APPROVED, "", approver)
+        return self._decide(
+            approval_id,
+            approver.id,
+            via,
+            ApprovalStatus.APPROVED,
+            "",
+            approver,
+            executable_by="agent" if any_session else None,
+        )
+
+    def confirm_by_client(
+        self, approval_id: str, client_user: Principal, *, approved: bool, note: str = ""
+    ) -> ApprovalView:
+        """The user of the agent's own client answered an elicitation: approve or decline.
+
+        Recorded as confirmed by the client's user (kind ``client-user``, via
+        ``elicitation``), never as a person; refused for a request that needs out-of-band
+        approval. Whether to ask at all is the operator's choice (``[mcp]``), checked by the
+        service before it gets here."""
+        if client_user.kind is not PrincipalKind.CLIENT_USER:
+            raise errors.PolicyDenied(
+                f"only an answer from the agent's client confirms here; {client_user} is a "
+                f"{client_user.kind.value}",
+                hint="people approve with 'clawpoint approvals approve ID' or the approval page",
+            )
+        view = self.get(approval_id)
+        if approved and view.needs == "out-of-band":
+            raise errors.PolicyDenied(
+                f"approval {approval_id} needs a person on a people path (out-of-band); an "
+                "answer in the agent's own client cannot approve it",
+                hint="a person approves with 'clawpoint approvals approve ID' or the approval page",
+            )
+        status = ApprovalStatus.APPROVED if approved else ApprovalStatus.DENIED
+        return self._decide(approval_id, client_user.id, "elicitation", status, note, client_user)
 
     def deny(
         self, approval_id: str, approver: Principal, why: str, *, via: str = "cli"
@@ -253,6 +316,11 @@ class ApprovalStore:
     def approve_with_code(self, approval_id: str, code: str, presenter: Principal) -> ApprovalView:
         """A person typed the code back in chat; the agent relays it. Wrong codes count."""
         view = self.get(approval_id)
+        # Checked before the code: a session that could not execute the plan learns nothing
+        # about the code, and its attempts cost the request nothing.
+        refusal = _executor_refusal(approval_id, view.requester, view.executable_by, presenter)
+        if refusal is not None:
+            raise refusal
         if presenter.id == view.requester and presenter.kind is PrincipalKind.PERSON:
             # A person relaying their own request's code would be approving it themselves.
             raise errors.PolicyDenied(
@@ -313,12 +381,11 @@ class ApprovalStore:
                     f"{plan_hash[:12]}: the plan changed after it was approved",
                     hint="request a new approval for the new plan",
                 )
-            if principal.kind is not PrincipalKind.PERSON and principal.id != row["requester"]:
-                raise errors.PolicyDenied(
-                    f"approval {approval_id} was requested by {row['requester']}, "
-                    f"not {principal.id}",
-                    hint="the requester (or a person) executes an approved plan",
-                )
+            refusal = _executor_refusal(
+                approval_id, row["requester"], row["executable_by"], principal
+            )
+            if refusal is not None:
+                raise refusal
             cur = conn.execute(
                 "UPDATE approvals SET status='used', used_at=?, used_by=? "
                 "WHERE id=? AND status='approved' AND plan_hash=?",
@@ -346,6 +413,8 @@ class ApprovalStore:
         status: ApprovalStatus,
         note: str,
         actor: Principal,
+        *,
+        executable_by: ExecutableBy | None = None,
     ) -> ApprovalView:
         view = self.get(approval_id)
         if decided_by == view.requester:
@@ -359,7 +428,8 @@ class ApprovalStore:
         with self.db.write() as conn:
             cur = conn.execute(
                 "UPDATE approvals SET status=?, decided_by=?, decided_via=?, decided_at=?, note=?, "
-                "expires_at=COALESCE(?, expires_at) WHERE id=? AND status='pending'",
+                "expires_at=COALESCE(?, expires_at), executable_by=COALESCE(?, executable_by) "
+                "WHERE id=? AND status='pending'",
                 (
                     status.value,
                     decided_by,
@@ -367,6 +437,7 @@ class ApprovalStore:
                     now.isoformat(),
                     note,
                     expires.isoformat() if expires else None,
+                    executable_by,
                     approval_id,
                 ),
             )
@@ -375,7 +446,14 @@ class ApprovalStore:
                 f"approval {approval_id} is {self.get(approval_id).status.value}, not pending",
                 hint="list pending approvals with 'clawpoint approvals list'",
             )
-        self._audit(f"approval.{status.value}", actor, approval_id, via=via, note=note)
+        self._audit(
+            f"approval.{status.value}",
+            actor,
+            approval_id,
+            via=via,
+            note=note,
+            **({"executable_by": executable_by} if executable_by else {}),
+        )
         return self.get(approval_id)
 
     def _expire_due(self) -> None:
@@ -399,6 +477,25 @@ class ApprovalStore:
 
     def _audit(self, kind: str, principal: Principal, approval_id: str, **data: Any) -> None:
         self.audit.append(kind, principal=str(principal), subject=approval_id, data=data)
+
+
+def _executor_refusal(
+    approval_id: str, requester: str, executable_by: str, principal: Principal
+) -> errors.PolicyDenied | None:
+    """Why ``principal`` may not execute (or relay a code for) this approval; None if it may.
+
+    A person may; the requesting principal (its session included) may; another session of
+    the same agent only when the approving person allowed any session."""
+    if principal.kind is PrincipalKind.PERSON or principal.id == requester:
+        return None
+    if executable_by == "agent" and session_free(principal.id) == session_free(requester):
+        return None
+    return errors.PolicyDenied(
+        f"approval {approval_id} was requested by {requester} and is bound to that session; "
+        f"{principal.id} cannot use it",
+        hint="request the action in this session (it waits for a person), or ask a person to "
+        "approve it for any session: clawpoint approvals approve ID --any-session",
+    )
 
 
 def _require_person(principal: Principal, what: str) -> None:
@@ -434,6 +531,8 @@ def _view(row: Any) -> ApprovalView:
         note=row["note"],
         used_at=ts(row["used_at"]),
         failed_attempts=row["failed_attempts"],
+        executable_by=row["executable_by"],
+        needs=row["needs"],
     )
 
 
@@ -445,4 +544,5 @@ __all__ = [
     "ApprovalsConfig",
     "load_or_create_secret",
     "normalize_code",
+    "session_free",
 ]

@@ -8,6 +8,10 @@ succeeds once per approval and only for the exact plan hash.
 ``decide`` combines the policy (``policy.evaluate``: dry-run, protections, limits, rules,
 defaults) with standing grants: a policy "approve" becomes "allow" when a grant covers the
 plan and has budget left (the use is counted atomically and audited with the grant id).
+``preview`` is the same answer without any side effect (no grant use, no audit entry): it
+serves dry runs and the question "would a person be asked?" (the elicitation preview), so
+only a real execution ever spends a grant's budget. An approved plan is re-checked with
+``decide(..., approved=True)``: limits and denials still apply, and no grant is spent on it.
 ``request_approval`` fails closed: if no person can be reached (no CLI path, no page, the
 webhook absent or failing, no elicitation) the request is withdrawn and PolicyDenied is
 raised. Every decision, approval event and grant use goes to the audit log.
@@ -26,9 +30,16 @@ from core.guardrails.approvals import (
     load_or_create_secret,
 )
 from core.guardrails.audit import AuditLog
-from core.guardrails.grants import GrantStore
+from core.guardrails.grants import Grant, GrantStore
 from core.guardrails.notify import Notifier, NotifyConfig, build_payload
-from core.guardrails.policy import Decision, Outcome, PolicyConfig, PolicyContext, evaluate
+from core.guardrails.policy import (
+    ApprovalKind,
+    Decision,
+    Outcome,
+    PolicyConfig,
+    PolicyContext,
+    evaluate,
+)
 from core.guardrails.prompts import ApprovalPath, approval_text
 from core.model import Plan, Principal
 from core.state.db import Database
@@ -75,7 +86,7 @@ class Guard:
             notifier=Notifier(notify) if notify and notify.webhook_url else None,
         )
 
-    def decide(
+    def preview(
         self,
         plan: Plan,
         principal: Principal,
@@ -83,21 +94,42 @@ class Guard:
         *,
         trigger: str | None = None,
     ) -> Decision:
+        """What ``decide`` would answer now, changing nothing: no grant use, no audit entry.
+
+        A grant that covers the plan shows as "allow" with its id; the use it would cost is
+        only claimed when the plan really runs (``decide``), and may by then be gone."""
         _require_sealed(plan)
-        context = context.model_copy(update={"principal_kind": principal.kind})
-        decision = evaluate(plan, self.policy, context)
+        decision = self._policy(plan, principal, context)
         if decision.outcome is Outcome.APPROVE:
-            grant = self.grants.claim(plan, principal, trigger)
+            grant = self.grants.match(plan, trigger)
             if grant is not None:
-                decision = decision.model_copy(
-                    update={
-                        "outcome": Outcome.ALLOW,
-                        "grant_id": grant.id,
-                        "reason": f"Standing approval {grant.id} by {grant.granted_by} covers "
-                        f"this ({grant.reason}); use {grant.used_last_hour} of "
-                        f"{grant.max_per_hour} this hour.",
-                    }
-                )
+                decision = _covered(decision, grant, uses=grant.used_last_hour + 1)
+        return decision
+
+    def decide(
+        self,
+        plan: Plan,
+        principal: Principal,
+        context: PolicyContext,
+        *,
+        trigger: str | None = None,
+        dry_run: bool = False,
+        approved: bool = False,
+    ) -> Decision:
+        """The decision for running ``plan`` now, audited.
+
+        ``dry_run``: nothing will run, so it is ``preview`` (no grant use). ``approved``: a
+        person already approved this plan; only the policy's refusals (limits, dry-run mode)
+        matter, and no grant is spent. Otherwise a grant covering an "approve" is claimed."""
+        _require_sealed(plan)
+        if dry_run:
+            decision = self.preview(plan, principal, context, trigger=trigger)
+        else:
+            decision = self._policy(plan, principal, context)
+            if decision.outcome is Outcome.APPROVE and not approved:
+                grant = self.grants.claim(plan, principal, trigger)
+                if grant is not None:
+                    decision = _covered(decision, grant, uses=grant.used_last_hour)
         self.audit.append(
             "decision",
             principal=str(principal),
@@ -111,9 +143,15 @@ class Guard:
                 "grant_id": decision.grant_id,
                 "risk": decision.risk.value,
                 "trigger": trigger,
+                **({"dry_run": True} if dry_run else {}),
+                **({"approved": True} if approved else {}),
             },
         )
         return decision
+
+    def _policy(self, plan: Plan, principal: Principal, context: PolicyContext) -> Decision:
+        context = context.model_copy(update={"principal_kind": principal.kind})
+        return evaluate(plan, self.policy, context)
 
     def request_approval(
         self,
@@ -122,12 +160,16 @@ class Guard:
         reason: str,
         *,
         elicitation_available: bool = False,
+        needs: ApprovalKind = "any",
     ) -> tuple[ApprovalView, list[ApprovalPath]]:
         """Create a pending approval, notify people, and say exactly how a person can approve.
 
+        ``elicitation_available``: the caller may ask the user of its own client (the
+        operator allowed it); ignored when the request ``needs`` out-of-band approval.
         Raises PolicyDenied (and leaves nothing pending) when no person can be reached.
         """
         _require_sealed(plan)
+        elicitation_available = elicitation_available and needs != "out-of-band"
         cfg = self.approvals.config
         webhook = self.notifier is not None and self.notifier.enabled
         if not (cfg.cli_enabled or cfg.page_url or webhook or elicitation_available):
@@ -138,13 +180,13 @@ class Guard:
                 data={"plan_hash": plan.hash},
             )
             raise _no_path(plan)
-        view = self.approvals.create(plan, principal, reason)
+        view = self.approvals.create(plan, principal, reason, needs=needs)
         paths: list[ApprovalPath] = []
         if elicitation_available:
             paths.append(
                 ApprovalPath(
                     kind="elicitation",
-                    how="answer the approval question your chat client shows you",
+                    how="the user of your chat client confirms the question it shows them",
                 )
             )
         if cfg.cli_enabled:
@@ -192,6 +234,17 @@ class Guard:
         """Use an approval for this exact plan, once; call right before executing."""
         _require_sealed(plan)
         return self.approvals.consume(approval_id, plan.hash, principal)
+
+
+def _covered(decision: Decision, grant: Grant, *, uses: int) -> Decision:
+    return decision.model_copy(
+        update={
+            "outcome": Outcome.ALLOW,
+            "grant_id": grant.id,
+            "reason": f"Standing approval {grant.id} by {grant.granted_by} covers this "
+            f"({grant.reason}); use {uses} of {grant.max_per_hour} this hour.",
+        }
+    )
 
 
 def _chat_path(approval_id: str) -> ApprovalPath:

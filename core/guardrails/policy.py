@@ -34,6 +34,9 @@ from core.model import Action, Plan, PrincipalKind, RiskClass, risk_of, utcnow
 Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 WEEKDAYS: tuple[Weekday, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _HOURS_RE = re.compile(r"^(\d{1,2})-(\d{1,2})$")
+# "any": a person on a people path or, where the operator allows it, the user of the agent's
+# client answering an elicitation; "out-of-band": a person on a people path only.
+ApprovalKind = Literal["any", "out-of-band"]
 _RISK_ORDER = [RiskClass.READ, RiskClass.SAFE, RiskClass.DISRUPTIVE, RiskClass.DESTRUCTIVE]
 
 
@@ -94,6 +97,9 @@ class PolicyRule(_Section):
     gpus_max: int | None = Field(default=None, ge=0)
     when: list[TimeWindow] | None = None  # matches inside any of these windows
     principals: list[PrincipalKind] | None = None  # who asks: agent, person, scheduler
+    # For outcome "approve": "out-of-band" demands a person on a people path (CLI, approval
+    # page, webhook code); an answer from the agent's own client (elicitation) never counts.
+    approval: ApprovalKind = "any"
 
     def matches(
         self, plan: Plan, risk: RiskClass, now: datetime, principal: PrincipalKind | None = None
@@ -228,6 +234,8 @@ class PolicyContext(BaseModel):
 
 class Decision(BaseModel):
     outcome: Outcome
+    # Who may approve when the outcome is "approve" (see ``PolicyRule.approval``).
+    approval: ApprovalKind = "any"
     reason: str  # one sentence a person can read
     rule_id: str  # a rule id, "default:<risk>", "limit:<name>", "dry-run", ...
     grant_id: str | None = None
@@ -254,9 +262,12 @@ def pool_of(plan: Plan) -> str:
 def evaluate(plan: Plan, policy: PolicyConfig, context: PolicyContext) -> Decision:
     risk = effective_risk(plan)
 
-    def decide(outcome: Outcome, rule_id: str, reason: str) -> Decision:
+    def decide(
+        outcome: Outcome, rule_id: str, reason: str, approval: ApprovalKind = "any"
+    ) -> Decision:
         return Decision(
             outcome=outcome,
+            approval=approval,
             reason=reason,
             rule_id=rule_id,
             risk=risk,
@@ -290,7 +301,7 @@ def evaluate(plan: Plan, policy: PolicyConfig, context: PolicyContext) -> Decisi
     for rule in policy.rules:
         if rule.matches(plan, risk, context.now, context.principal_kind):
             reason = rule.reason or f"Rule {rule.id!r} says {rule.outcome.value} for the {what}."
-            return decide(rule.outcome, rule.id, reason)
+            return decide(rule.outcome, rule.id, reason, rule.approval)
     outcome = policy.defaults[risk]
     sentences = {
         Outcome.ALLOW: f"The {what} is {risk.value} and allowed by default.",

@@ -61,6 +61,13 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX grant_uses_grant_ts ON grant_uses(grant_id, ts);
     """,
+    # Who may execute an approved plan ('requester': the requesting session only; 'agent':
+    # any session of the requesting agent, a person's choice) and who may approve it
+    # ('any' or 'out-of-band': never the agent's own client).
+    """
+    ALTER TABLE approvals ADD COLUMN executable_by TEXT NOT NULL DEFAULT 'requester';
+    ALTER TABLE approvals ADD COLUMN needs TEXT NOT NULL DEFAULT 'any';
+    """,
 ]
 
 

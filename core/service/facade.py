@@ -13,6 +13,7 @@ Inventory calls fan out to the configured backends. Nothing here knows about MCP
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
@@ -25,7 +26,7 @@ from core.guardrails import schema as guard_schema
 from core.guardrails.approvals import ApprovalStatus, ApprovalView
 from core.guardrails.audit import AuditLog
 from core.guardrails.guard import Guard
-from core.guardrails.policy import Outcome, evaluate
+from core.guardrails.policy import Outcome
 from core.guardrails.prompts import ApprovalPath
 from core.model import (
     Action,
@@ -84,16 +85,33 @@ class ActionResult(BaseModel):
     approval: dict[str, Any] | None = None
 
 
-class PersonAnswer(BaseModel):
-    """A person's answer to an approval question asked through the agent's client."""
+class ClientAnswer(BaseModel):
+    """The answer given in the agent's own client to an approval question (elicitation).
 
-    person: str
+    The server cannot tell whether a person or the client itself answered, so it is recorded
+    as confirmed by the client's user, never as a named person."""
+
     approved: bool
     note: str = ""
 
 
-AskPerson = Callable[[Plan, ApprovalView], PersonAnswer | None]
-"""Ask the human at the calling client about a pending approval; None = could not ask."""
+@dataclass(frozen=True)
+class ClientAsker:
+    """How to ask the user of the calling agent's client, and who that client says it is.
+
+    ``client`` is the client's self-declared name (clientInfo.name, unverified) and
+    ``transport`` ``stdio`` or ``http``: the operator's ``[mcp]`` settings decide whether
+    such an answer may approve anything. ``ask`` returns None when it could not ask."""
+
+    client: str
+    transport: str
+    ask: Callable[[Plan, ApprovalView], ClientAnswer | None]
+
+
+def _label(text: str) -> str:
+    """A client-chosen name made safe for principal ids and audit entries."""
+    cleaned = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "._-") else "_" for ch in text)
+    return cleaned[:64] or "client"
 
 
 def _approval_info(view: ApprovalView, paths: list[ApprovalPath]) -> dict[str, Any]:
@@ -301,20 +319,33 @@ class Service(PeopleDesk, WorldContext):
 
     # ------------------------------------------------------------------ acting
     def plan_needing_person(
-        self, action: Action, target: str, params: dict[str, Any], *, principal: Principal
+        self,
+        action: Action,
+        target: str,
+        params: dict[str, Any],
+        *,
+        principal: Principal,
+        client: str,
+        transport: str,
     ) -> Plan | None:
-        """The plan when the policy would ask a person before running it for ``principal``.
+        """The plan when running it for ``principal`` would need an approval that the user of
+        the calling client (``client`` over ``transport``) may give; otherwise None.
 
-        A preview that records no decision (callers such as the MCP elicitation resolver may
-        ask more than once per call); None when no person is needed or the plan is invalid
-        (the real call then reports why)."""
+        None when the operator does not let this client's answers approve (``[mcp]``), when
+        a standing approval covers the plan or the policy allows or denies it outright, when
+        the rule demands out-of-band approval, or when the plan is invalid (the real call
+        then reports why). It is the guard's side-effect-free preview (no grant use, no
+        audit entry), so a caller may ask more than once per call."""
+        if not self.settings.mcp.allows_elicitation(client, transport):
+            return None
         try:
             plan = self.plan(action, target, params)
         except errors.ClawpointError:
             return None
-        context = self.policy_context(plan).model_copy(update={"principal_kind": principal.kind})
-        decision = evaluate(plan, self.guard.policy, context)
-        return plan if decision.outcome is Outcome.APPROVE else None
+        decision = self.guard.preview(plan, principal, self.policy_context(plan))
+        if decision.outcome is Outcome.APPROVE and decision.approval != "out-of-band":
+            return plan
+        return None
 
     def perform(
         self,
@@ -325,16 +356,19 @@ class Service(PeopleDesk, WorldContext):
         dry_run: bool = False,
         progress: ProgressFn = no_progress,
         trigger: str | None = None,
-        ask_person: AskPerson | None = None,
+        ask_client: ClientAsker | None = None,
     ) -> ActionResult:
         """Decide and (if allowed) execute a plan made by ``plan``.
 
-        - policy ``allow`` (or a standing approval): execute;
+        - ``dry_run``: the guard's preview, reported as ``planned``; spends nothing;
+        - policy ``allow`` (or a standing approval, whose use is claimed now): execute;
         - ``deny``: return ``denied`` with the reason, change nothing;
         - ``approve``: a person acting directly (CLI) approves by confirming this exact plan;
-          anyone else gets a pending approval bound to the plan hash. When the caller can
-          ask its human (``ask_person``, MCP elicitation) and they accept, the approval is
-          recorded as theirs and the plan runs; otherwise ``approval_required`` with the
+          anyone else gets a pending approval bound to the plan hash and to the requesting
+          principal. When the operator lets this client's answers approve (``[mcp]
+          elicitation_approval``), the rule does not demand out-of-band approval and the
+          client's user accepts (``ask_client``), the approval is recorded as confirmed by
+          the client's user and the plan runs; otherwise ``approval_required`` with the
           ways a person can approve. No way to reach a person = refused (fail closed).
         """
         if plan.hash != plan.compute_hash():
@@ -355,8 +389,11 @@ class Service(PeopleDesk, WorldContext):
                 "trigger": trigger,
             },
         )
-        decision = self.guard.decide(plan, principal, self.policy_context(plan), trigger=trigger)
-        if dry_run or decision.dry_run:
+        dry_run = dry_run or self.guard.policy.dry_run
+        decision = self.guard.decide(
+            plan, principal, self.policy_context(plan), trigger=trigger, dry_run=dry_run
+        )
+        if dry_run:
             return ActionResult(
                 status="planned",
                 plan=plan,
@@ -381,28 +418,43 @@ class Service(PeopleDesk, WorldContext):
                 plan=plan,
                 message=f"{decision.reason} Confirm this plan (interactively or with --yes).",
             )
+        asker = ask_client
+        if asker is not None and not (
+            self.settings.mcp.allows_elicitation(asker.client, asker.transport)
+            and decision.approval != "out-of-band"
+        ):
+            asker = None  # the operator did not allow it, or the rule wants a person
         try:
             view, paths = self.guard.request_approval(
-                plan, principal, plan.reason, elicitation_available=ask_person is not None
+                plan,
+                principal,
+                plan.reason,
+                elicitation_available=asker is not None,
+                needs=decision.approval,
             )
         except errors.PolicyDenied as exc:
             return ActionResult(status="denied", plan=plan, message=str(exc))
-        if ask_person is not None:
-            answer = ask_person(plan, view)
+        if asker is not None:
+            answer = asker.ask(plan, view)
             if answer is not None:
-                person = Principal(id=answer.person, kind=PrincipalKind.PERSON)
+                user = Principal(
+                    id=f"elicitation:{_label(asker.client)}@{principal.id}",
+                    kind=PrincipalKind.CLIENT_USER,
+                )
+                self.guard.approvals.confirm_by_client(
+                    view.id,
+                    user,
+                    approved=answer.approved,
+                    note=answer.note or ("" if answer.approved else "declined"),
+                )
                 if answer.approved:
-                    self.guard.approvals.approve(view.id, person, via="elicitation")
                     return self._execute_approved(
                         view.id, plan, principal=principal, progress=progress
                     )
-                self.guard.approvals.deny(
-                    view.id, person, answer.note or "declined", via="elicitation"
-                )
                 return ActionResult(
                     status="denied",
                     plan=plan,
-                    message=f"the person declined: {answer.note or 'no reason given'}",
+                    message=f"the user of your client declined: {answer.note or 'no reason given'}",
                 )
         return ActionResult(
             status="approval_required",
@@ -436,8 +488,9 @@ class Service(PeopleDesk, WorldContext):
     def _execute_approved(
         self, approval_id: str, plan: Plan, *, principal: Principal, progress: ProgressFn
     ) -> ActionResult:
-        # Limits (rate, concurrency, blast radius, dry-run) still apply at execution time.
-        decision = self.guard.decide(plan, principal, self.policy_context(plan))
+        # Limits (rate, concurrency, blast radius, dry-run) still apply at execution time; a
+        # standing approval's budget is not spent on a plan a person already approved.
+        decision = self.guard.decide(plan, principal, self.policy_context(plan), approved=True)
         if decision.outcome is Outcome.DENY:
             return ActionResult(status="denied", plan=plan, message=decision.reason)
         if self.guard.approvals.get(approval_id).status is ApprovalStatus.APPROVED:
@@ -489,7 +542,7 @@ class Service(PeopleDesk, WorldContext):
         dry_run: bool = False,
         progress: ProgressFn = no_progress,
         trigger: str | None = None,
-        ask_person: AskPerson | None = None,
+        ask_client: ClientAsker | None = None,
     ) -> ActionResult:
         """Plan and perform in one call (what the CLI, the action tools and watch use).
 
@@ -511,7 +564,7 @@ class Service(PeopleDesk, WorldContext):
             dry_run=dry_run,
             progress=progress,
             trigger=trigger,
-            ask_person=ask_person,
+            ask_client=ask_client,
         )
 
     # ------------------------------------------------------------------ workloads

@@ -32,8 +32,14 @@ class PeopleDesk:
         code = self.guard.approvals.reveal_code(approval_id, principal=principal)
         return approval_text(view.plan, view, []).as_text(code=code)
 
-    def approve(self, approval_id: str, *, principal: Principal, via: str) -> ApprovalView:
-        return self.guard.approvals.approve(approval_id, principal, via=via)
+    def approve(
+        self, approval_id: str, *, principal: Principal, via: str, any_session: bool = False
+    ) -> ApprovalView:
+        """A person approves; ``any_session`` lets any session of the requesting agent, not
+        only the one that asked, execute the plan."""
+        return self.guard.approvals.approve(
+            approval_id, principal, via=via, any_session=any_session
+        )
 
     def deny(self, approval_id: str, *, principal: Principal, why: str, via: str) -> ApprovalView:
         return self.guard.approvals.deny(approval_id, principal, why, via=via)

@@ -25,6 +25,7 @@ import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.types import Implementation
 
 from core import errors
 from core.config import Settings, load_settings
@@ -208,6 +209,8 @@ class Agent:
 
     @property
     def principal(self) -> str:
+        """The agent's identity; over stdio each server process adds its session
+        (``mcp:stdio/SESSION``)."""
         return "mcp:stdio" if self.transport == "stdio" else "mcp:clawpoint-agent"
 
 
@@ -219,11 +222,18 @@ async def agent_session(
     server: HttpServer | None = None,
     elicitation_callback: Any = None,
     mode: str | None = None,
+    token: str | None = None,
+    client_name: str | None = None,
 ) -> AsyncIterator[Agent]:
-    """An SDK client to the lab's server over ``transport`` ("stdio" or "http")."""
+    """An SDK client to the lab's server over ``transport`` ("stdio" or "http").
+
+    ``token``: another agent token than the server's main one; ``client_name``: the name the
+    client declares (clientInfo.name)."""
     kwargs: dict[str, Any] = {} if mode is None else {"mode": mode}
     if elicitation_callback is not None:
         kwargs["elicitation_callback"] = elicitation_callback
+    if client_name is not None:
+        kwargs["client_info"] = Implementation(name=client_name, version="1.0")
     if transport == "stdio":
         params = StdioServerParameters(
             command=sys.executable, args=["-m", "core.cli", "serve"], env=lab.env()
@@ -232,7 +242,7 @@ async def agent_session(
             yield Agent(client, transport)
         return
     server = server or lab.http_server()
-    headers = {"Authorization": f"Bearer {server.agent_token}"}
+    headers = {"Authorization": f"Bearer {token or server.agent_token}"}
     async with httpx2.AsyncClient(headers=headers, timeout=120) as http:
         async with Client(streamable_http_client(server.mcp_url, http_client=http), **kwargs) as c:
             yield Agent(c, transport)

@@ -1,7 +1,13 @@
-"""Elicitation: the human at the agent's client answers; no answer path means no execution."""
+"""Elicitation, where the operator allows it: the user at the agent's client answers.
+
+Every test here runs with ``[mcp] elicitation_approval`` on for any client over both
+transports (off by default: see test_elicitation_trust.py); no answer path means no
+execution.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -13,6 +19,17 @@ from core.model import Action
 from tests.adversarial.conftest import PERSON, TRANSPORTS, Lab, agent_session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.criu]
+
+ELICITATION_ON = """[mcp]
+elicitation_approval = true
+elicitation_clients = ["*"]
+elicitation_transports = ["stdio", "http"]
+"""
+
+
+@pytest.fixture
+def lab(lab_factory: Callable[[str], Lab]) -> Lab:
+    return lab_factory(ELICITATION_ON)
 
 
 def person(action: str, content: dict[str, Any] | None, asked: list[str]) -> Any:
@@ -39,6 +56,7 @@ async def test_a_person_accepting_through_the_client_executes_once(
     (view,) = lab.service.list_approvals(status=None)
     assert view.status is ApprovalStatus.USED
     assert view.decided_by and view.decided_by.startswith("elicitation:")
+    assert view.decided_by.endswith("@" + view.requester)  # the client's user, in that session
     assert view.decided_via == "elicitation" and view.requester != view.decided_by
     assert len(lab.executions(view.plan_hash)) == 1
     assert lab.node_of(workload) == "node-b"

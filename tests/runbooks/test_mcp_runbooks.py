@@ -163,7 +163,7 @@ async def test_runbook_survives_server_restarts(
     before = _start_workload(service, settings, case)
     run = await _until_it_waits(settings, case, "start_runbook",
                                 {"name": case.runbook, "params": case.params})  # fmt: skip
-    assert run["principal"] == "agent:mcp:stdio"
+    assert run["principal"].startswith("agent:mcp:stdio/")  # this server process's session
     approvals: dict[str, str] = {}
     for at, answer in case.waits:
         # The server that ran the run so far is gone; the run waits in the database.
