@@ -1,6 +1,7 @@
 """Real workloads with sockets and deleted files, through the installed CLI and real CRIU.
 
-- ``python3 -m http.server`` answers on the same port after checkpoint, migrate and failover,
+- ``python3 -m http.server`` answers on the same port after checkpoint, migrate, failover
+  and preempt/resume,
   and the process serving is the checkpointed one (same memory layout, startup banner once).
 - An idle keep-alive client: kept across a leave-running checkpoint, closed by a migration
   (``checkpoint.criu_tcp = "close"``, the default); refused, naming the setting, with "refuse".
@@ -175,7 +176,7 @@ def serve(cli: Cli, tmp_path: Path, name: str, port: int) -> int:
     return pid
 
 
-def test_http_server_answers_after_checkpoint_migrate_and_failover(
+def test_http_server_answers_after_checkpoint_migrate_failover_and_resume(
     cli: Cli, tmp_path: Path
 ) -> None:
     port = free_port()
@@ -206,6 +207,13 @@ def test_http_server_answers_after_checkpoint_migrate_and_failover(
     assert back["state"] == "running" and back["pid"] not in (pid, moved["pid"])
     assert http_get(port) == b"hello from web\n"
     assert layout(back["pid"]) == image
+
+    cli("preempt", "local:web", "--yes")
+    with pytest.raises(OSError):
+        http_get(port, timeout_s=0)  # stopped: nothing listens on the port
+    cli("resume", "local:web", "--yes")
+    assert http_get(port) == b"hello from web\n"
+    assert layout(cli.workload("web")["pid"]) == image
     # The program started once; every later server was restored, never restarted.
     assert cli.logs().count("Serving HTTP on 127.0.0.1") == 1
 
