@@ -1,8 +1,8 @@
 """Real workloads with sockets and deleted files, through the installed CLI and real CRIU.
 
-- ``python3 -m http.server`` answers on the same port after checkpoint, migrate, failover
-  and preempt/resume,
-  and the process serving is the checkpointed one (same memory layout, startup banner once).
+- ``python3 -m http.server`` answers on the same port after checkpoint, migrate, failover and
+  preempt/resume, and the process serving is the checkpointed one (same memory layout,
+  startup banner printed once).
 - An idle keep-alive client: kept across a leave-running checkpoint, closed by a migration
   (``checkpoint.criu_tcp = "close"``, the default); refused, naming the setting, with "refuse".
 - A deleted-but-open file of 5 MiB is carried under the default ghost limit (the program
