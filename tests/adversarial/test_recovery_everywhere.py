@@ -8,6 +8,7 @@ From then on no clawpoint command runs; only the server (and the test reading th
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -146,3 +147,18 @@ def test_limits_count_live_executions_of_the_same_pool_only(lab: Lab, need_criu:
     again = act(spot_2)
     assert again.status == "approval_required", again.message
     assert lab.service.journal.count_running() == 0
+
+
+def test_a_watch_pass_finishes_an_interrupted_migration(lab: Lab, need_criu: None) -> None:
+    """``clawpoint watch`` is a long-running process too: each pass reconciles first."""
+    workload = lab.start("watched", mb=50)
+    execution_id = interrupt_migration(lab, workload)
+    done = subprocess.run(
+        [*clawpoint(), "watch", "--once", "--json"],
+        env=lab.env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert execution_status(lab, execution_id) == "succeeded"
+    assert lab.node_of(workload) == "node-b"
+    report = json.loads(done.stdout)
+    assert [(e["id"], e["status"]) for e in report["recovered"]] == [(execution_id, "succeeded")]
+    assert report["exit_code"] == done.returncode == 21  # "acted this pass"
