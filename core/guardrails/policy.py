@@ -6,7 +6,10 @@ sentence saying why and the id of the rule or limit that decided. Order of evalu
 
 1. read -> allow (planning and looking are always allowed);
 2. the global dry-run switch -> deny every mutating plan;
-3. protection of the newest good checkpoint of a live workload -> deny its deletion;
+3. protection of the newest good checkpoint of a live workload -> deny its deletion ("good"
+   means it verifies: newer corrupt checkpoints do not make it deletable);
+3b. checkpoints agents take of one workload per rolling hour -> deny past the limit (each
+   pauses the workload, and a checkpoint is "safe", so no person sees them);
 4. limits (concurrent disruptive executions, rate per risk class per hour, blast radius)
    -> deny while exceeded;
 5. the ordered ``rules``: the first that matches decides;
@@ -155,6 +158,9 @@ class PolicyLimits(_Section):
     rate_per_hour: dict[RiskClass, int] = Field(
         default_factory=lambda: {RiskClass.DISRUPTIVE: 30, RiskClass.DESTRUCTIVE: 10}
     )
+    # Checkpoints agents may take of ONE workload in any rolling hour (each one pauses it;
+    # a person's are not counted). 0 = agents may not checkpoint at all.
+    agent_checkpoints_per_hour: int = Field(default=6, ge=0)
 
     @field_validator("rate_per_hour")
     @classmethod
@@ -228,6 +234,8 @@ class PolicyContext(BaseModel):
     pools: dict[str, PoolLoad] = Field(default_factory=dict)
     # True when the plan deletes the newest good checkpoint of a workload that is running.
     deletes_newest_good_checkpoint: bool = False
+    # Checkpoints of the plan's workload that agents ran in the last hour (checkpoint plans).
+    agent_checkpoints_last_hour: int = Field(default=0, ge=0)
     now: datetime = Field(default_factory=utcnow)
     principal_kind: PrincipalKind | None = None  # filled in by Guard.decide
 
@@ -295,6 +303,16 @@ def evaluate(plan: Plan, policy: PolicyConfig, context: PolicyContext) -> Decisi
             f"{plan.target} is the newest good checkpoint of a live workload; deleting it "
             "would leave nothing to restore from.",
         )
+    if _agent_checkpoints_exhausted(plan, policy.limits, context):
+        done, limit = context.agent_checkpoints_last_hour, policy.limits.agent_checkpoints_per_hour
+        return decide(
+            Outcome.DENY,
+            "limit:agent-checkpoints",
+            f"Agents checkpointed {plan.target} {done} times in the last hour; the limit is "
+            f"{limit} per workload per hour, since each checkpoint pauses it. Use its newest "
+            "checkpoint, wait, or ask a person to checkpoint it (clawpoint checkpoint "
+            f"{plan.target}).",
+        )
     limited = _check_limits(plan, risk, policy.limits, context)
     if limited is not None:
         return decide(Outcome.DENY, limited[0], limited[1])
@@ -309,6 +327,14 @@ def evaluate(plan: Plan, policy: PolicyConfig, context: PolicyContext) -> Decisi
         Outcome.DENY: f"The {what} is {risk.value}, and {risk.value} actions are denied.",
     }
     return decide(outcome, f"default:{risk.value}", sentences[outcome])
+
+
+def _agent_checkpoints_exhausted(plan: Plan, limits: PolicyLimits, context: PolicyContext) -> bool:
+    return (
+        plan.action is Action.CHECKPOINT
+        and context.principal_kind is PrincipalKind.AGENT
+        and context.agent_checkpoints_last_hour >= limits.agent_checkpoints_per_hour
+    )
 
 
 def _check_limits(

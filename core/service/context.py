@@ -17,7 +17,7 @@ from datetime import timedelta
 from core import errors
 from core.backends.base import Backend
 from core.guardrails.policy import PolicyContext, PoolLoad, pool_of
-from core.model import NodeInfo, Plan, RiskClass, utcnow
+from core.model import Action, NodeInfo, Plan, RiskClass, utcnow
 from core.service.journal import Journal
 from core.state.db import Database
 
@@ -47,6 +47,12 @@ class WorldContext:
                 "JOIN plans p ON p.hash = e.plan_hash WHERE e.started_at >= ? OR e.status='running'",
                 (since.isoformat(),),
             ).fetchall()
+            # Per workload, agents only: what the agent-checkpoint rate limit counts.
+            agent_checkpoints = conn.execute(
+                "SELECT COUNT(*) FROM executions WHERE action = ? AND target = ? "
+                "AND principal LIKE 'agent:%' AND started_at >= ?",
+                (Action.CHECKPOINT.value, plan.target, since.isoformat()),
+            ).fetchone()[0]
         for row in rows:
             risk = RiskClass(json.loads(row["body"])["risk"])
             if row["started_at"] >= since.isoformat():
@@ -73,4 +79,5 @@ class WorldContext:
             actions_last_hour=per_class,
             pools=pools,
             deletes_newest_good_checkpoint=bool(plan.scope.get("newest_of_live_workload")),
+            agent_checkpoints_last_hour=int(agent_checkpoints),
         )

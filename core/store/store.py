@@ -12,6 +12,12 @@ writer holds its lock.
 Corruption found by ``verify`` is recorded with a ``CORRUPT`` marker file next to the manifest
 (the manifest itself is never rewritten); such a checkpoint is never restored.
 
+Retention protects checkpoints by their goodness, not their age: it never deletes the newest
+checkpoint that verifies (whatever corrupt ones lie above it), and only checkpoints taken on
+the workload's own schedule or when it was stopped (never those asked for on request, which
+is what an agent's "safe" ``checkpoint_workload`` is) push older ones out; see
+``apply_retention``.
+
 Limits: one filesystem per root (rename is atomic only within one; on a cluster the root must
 be a shared filesystem with POSIX rename and flock, such as NFSv4 or Lustre). No compression.
 """
@@ -44,6 +50,9 @@ log = structlog.get_logger(__name__)
 MANIFEST = "manifest.json"
 IMAGES = "images"
 CORRUPT_MARK = "CORRUPT"
+# Manifest ``extra`` key: true for a leave-running checkpoint asked for on request (control
+# socket or SIGUSR1), as opposed to the wrapper's schedule or a stop-checkpoint.
+ON_REQUEST = "on_request"
 FORMAT = 1
 _TMP = ".tmp-"
 _DEL = ".del-"
@@ -442,11 +451,39 @@ class CheckpointStore:
         shutil.rmtree(gone, ignore_errors=True)
         log.info("checkpoint.deleted", id=checkpoint_id)
 
-    def apply_retention(self, lineage: str) -> builtins.list[str]:
-        """Keep the newest ``keep`` checkpoints and always the newest not known to be corrupt."""
+    def apply_retention(self, lineage: str, *, fresh: str | None = None) -> builtins.list[str]:
+        """Delete what ``keep`` rotates out; never the newest good checkpoint. Returns the ids.
+
+        A checkpoint goes once ``keep`` *rotating* checkpoints are newer than it: known-good
+        ones (not marked corrupt) that were taken on schedule or when the workload stopped.
+        Checkpoints taken on request (``ON_REQUEST``) do not rotate, so any number of them,
+        an agent's included, deletes nothing; they are themselves rotated out by later
+        scheduled ones. The newest checkpoint that verifies is kept whatever its age: walking
+        from the newest, each is verified (``fresh``, the one just published and hashed, is
+        trusted) until one does; the ones that fail are marked corrupt on the way.
+        """
         infos = self.list(lineage)
-        protected = next((i.id for i in infos if i.status is not CheckpointStatus.CORRUPT), None)
-        doomed = [i.id for i in infos[self.keep :] if i.id != protected]
+        protected: str | None = None
+        for info in infos:
+            if info.status is CheckpointStatus.CORRUPT:
+                continue
+            if info.id == fresh:
+                protected = info.id
+                break
+            try:
+                self.verify(info.id)
+            except errors.CorruptCheckpoint:
+                info.status = CheckpointStatus.CORRUPT  # verify marked it
+                continue
+            protected = info.id
+            break
+        doomed: builtins.list[str] = []
+        newer_rotating = 0
+        for info in infos:  # newest first
+            if newer_rotating >= self.keep and info.id != protected:
+                doomed.append(info.id)
+            if info.status is not CheckpointStatus.CORRUPT and not info.extra.get(ON_REQUEST):
+                newer_rotating += 1
         for cid in doomed:
             self.delete(cid)
         return doomed

@@ -43,7 +43,7 @@ from core.config import Settings, ensure_dirs
 from core.model import CheckpointInfo, WorkloadState, utcnow
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
-from core.store.store import CheckpointStore
+from core.store.store import ON_REQUEST, CheckpointStore
 from core.wrapper import control, fence, payload
 from core.wrapper.spec import RunSpec
 
@@ -363,7 +363,16 @@ class Supervisor:
 
     # -- checkpoints --------------------------------------------------------------------------
 
-    def checkpoint(self, *, stop: bool, reply: queue.SimpleQueue[dict[str, Any]] | None) -> None:
+    def checkpoint(
+        self,
+        *,
+        stop: bool,
+        reply: queue.SimpleQueue[dict[str, Any]] | None,
+        on_request: bool = False,
+    ) -> None:
+        """Take a checkpoint, then apply retention. ``on_request``: a leave-running one someone
+        asked for (control socket, SIGUSR1), which rotates no older checkpoint out."""
+
         def progress(done: float, total: float | None, message: str) -> None:
             if reply is not None:
                 reply.put({"progress": [done, total, message]})
@@ -378,7 +387,7 @@ class Supervisor:
             if stop:
                 self.stopping = True
             self.registry.update(self.name, state=WorkloadState.CHECKPOINTING)
-            info = self._checkpoint(p, stop=stop, progress=progress)
+            info = self._checkpoint(p, stop=stop, progress=progress, on_request=on_request)
         except errors.ClawpointError as exc:
             self.stopping = False
             log.error("wrapper.checkpoint_failed", workload=self.name, error=str(exc))
@@ -387,7 +396,11 @@ class Supervisor:
                 reply.put({"error": exc.to_dict()})
             return
         self.last_checkpoint = info.id
-        deleted = self.store.apply_retention(self.name)
+        try:
+            deleted = self.store.apply_retention(self.name, fresh=info.id)
+        except errors.ClawpointError as exc:  # the checkpoint itself is published and good
+            log.warning("wrapper.retention_failed", workload=self.name, error=exc.message)
+            deleted = []
         state = WorkloadState.STOPPED if stop else WorkloadState.RUNNING
         self.registry.update(
             self.name, state=state, last_checkpoint=info.id, message=f"checkpointed {info.id}"
@@ -396,8 +409,15 @@ class Supervisor:
         if reply is not None:
             reply.put({"result": info.model_dump(mode="json")})
 
-    def _checkpoint(self, p: payload.Payload, *, stop: bool, progress: Any) -> CheckpointInfo:
-        extra = {"command": self.spec.command, "progress": payload.progress_of(self.progress_path)}
+    def _checkpoint(
+        self, p: payload.Payload, *, stop: bool, progress: Any, on_request: bool = False
+    ) -> CheckpointInfo:
+        extra: dict[str, Any] = {
+            "command": self.spec.command,
+            "progress": payload.progress_of(self.progress_path),
+        }
+        if on_request:
+            extra[ON_REQUEST] = True
         if self.spec.engine == "criu":
             assert self.pipes is not None
             return ops.criu_checkpoint(
@@ -463,7 +483,11 @@ class Supervisor:
             if job.kind == "exit":
                 return self._finish(job.code)
             if job.kind == "periodic" or job.kind == "checkpoint":
-                self.checkpoint(stop=job.stop, reply=job.reply)
+                self.checkpoint(
+                    stop=job.stop,
+                    reply=job.reply,
+                    on_request=job.kind == "checkpoint" and not job.stop,
+                )
                 if every:
                     due = time.monotonic() + every
 

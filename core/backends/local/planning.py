@@ -404,8 +404,10 @@ class LocalPlanning:
     def _plan_delete(self, checkpoint_id: str) -> PlanDraft:
         ckpt = self.store.get(checkpoint_id)
         rec = self.registry.get(ckpt.lineage)
-        newest = self.store.list(ckpt.lineage)
-        is_newest = bool(newest) and newest[0].id == ckpt.id
+        # Protected by goodness, not age: the newest checkpoint that verifies (newer corrupt
+        # ones are found, marked and skipped here), whatever lies above it.
+        good = self.store.newest_good(ckpt.lineage)
+        is_newest = good is not None and good.id == ckpt.id
         live = rec is not None and rec.state in (
             WorkloadState.RUNNING,
             WorkloadState.STOPPED,
