@@ -35,11 +35,11 @@ async def test_another_stdio_session_cannot_execute_an_approval(lab: Lab, need_c
     async with agent_session(lab, "stdio") as a, agent_session(lab, "stdio") as b:
         out = await a.ok("migrate_workload", {"workload": workload, "reason": "cheaper node"})
         approval_id, plan_hash = approval_id_of(out), out["plan"]["hash"]
-        requester = lab.service.get_approval(approval_id).requester
-        assert requester.startswith("mcp:stdio/"), requester
         lab.service.approve(approval_id, principal=PERSON, via="cli")
 
         text = await b.error("execute_approved", {"approval_id": approval_id})
+        requester = lab.service.get_approval(approval_id).requester
+        assert requester.startswith("mcp:stdio/"), requester
         assert f"requested by {requester}" in text and "--any-session" in text, text
         # Relaying the chat code does not help the other session either, and costs nothing.
         pending = approval_id_of(await a.ok("preempt_workload", {"workload": workload}))
