@@ -14,8 +14,8 @@ authentication (bearer token, when one is set), then RBAC, in that order.
 Differs from a real server (kept out on purpose): no protobuf/CBOR or YAML bodies, no
 server-side apply, no bookmarks, no ``resourceVersionMatch`` (lists always read the
 latest state), no OpenAPI schema, no garbage collection of dependents, no admission
-webhooks. Immediate deletes of built-in kinds answer a Success ``Status``; of custom
-resources, the object.
+webhooks. An immediate delete answers the deleted object for pods and custom resources and a
+Success ``Status`` for the other built-in kinds, as the published API declares.
 """
 
 from __future__ import annotations
@@ -329,7 +329,7 @@ class App:
             )
             if not gone:
                 return _json(obj, 202)
-            if kind.builtin:
+            if kind.builtin and kind.key != ("", "pods"):
                 details = {
                     "name": name,
                     **({"group": kind.group} if kind.group else {}),

@@ -231,8 +231,10 @@ class Store:
                 initial = validation.initial_status(kind, obj)
                 if initial is not None:
                     obj["status"] = initial
-            elif kind.kind == "CustomResourceDefinition" and "status" not in obj:
-                obj["status"] = validation.initial_status(kind, obj)
+            elif "status" not in obj:
+                initial = validation.initial_status(kind, obj)
+                if initial:
+                    obj["status"] = initial
             key = (meta.get("namespace", ""), meta["name"])
             if key in self.objects[kind.key]:
                 raise status.already_exists(kind.plural, meta["name"], kind.group)

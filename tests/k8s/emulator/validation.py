@@ -193,6 +193,10 @@ def initial_status(kind: Kind, obj: dict[str, Any]) -> dict[str, Any] | None:
             "acceptedNames": names,
             "storedVersions": [v["name"] for v in versions if v.get("storage")],
         }
+    if kind.kind == "StatefulSet" and kind.builtin:
+        return {"replicas": 0, "availableReplicas": 0}  # not omitempty in the Go type
+    if kind.kind == "PodDisruptionBudget" and kind.builtin:
+        return {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
     if kind.has_status:
         return {}
     return None
