@@ -18,6 +18,7 @@ from starlette.applications import Starlette
 from core import errors
 from core.config import Settings
 from core.guardrails.approvals import ApprovalView
+from core.guardrails.tokens import token_problem, weak_token_hint
 from core.model import Principal, PrincipalKind
 from core.service.facade import Service, bootstrap
 from mcp_server.approval_page import approval_routes
@@ -55,12 +56,12 @@ def build_http_app(settings: Settings, service: Service, *, host: str, port: int
             "refusing to serve HTTP without a bearer token",
             hint="set CLAWPOINT_MCP_TOKEN (or [mcp] token in the config) to a long random secret",
         )
-    approver = settings.approver_token
     if len(set(agent_tokens.values())) != len(agent_tokens):
         raise errors.InvalidInput(
             "two agents share a token ([mcp] token and an entry of [mcp] agent_tokens)",
             hint="give each agent its own token: the token is the agent's identity",
         )
+    approver = settings.approver_token
     if approver and any(
         hmac.compare_digest(approver.encode(), t.encode()) for t in agent_tokens.values()
     ):
@@ -68,6 +69,10 @@ def build_http_app(settings: Settings, service: Service, *, host: str, port: int
             "the approver token equals the agent token: an agent could approve its own requests",
             hint="set CLAWPOINT_APPROVER_TOKEN to a different secret and give it only to people",
         )
+    _refuse_weak_tokens(
+        {f"agent {name}'s token": t for name, t in agent_tokens.items()}
+        | ({"approver token": approver} if approver else {})
+    )
     base = f"http://{host}:{port}"
     mcp = build_server(
         service,
@@ -86,9 +91,39 @@ def build_http_app(settings: Settings, service: Service, *, host: str, port: int
             return hmac.compare_digest(raw, approver.encode())
 
         app.router.routes.extend(
-            approval_routes(ServiceDesk(service), approver_token_ok=approver_ok)
+            approval_routes(
+                ServiceDesk(service), approver_token_ok=approver_ok, allowed_hosts=page_hosts(host)
+            )
         )
     return app
+
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_WILDCARD = ("0.0.0.0", "::", "")
+
+
+def page_hosts(host: str) -> list[str] | None:
+    """Host header values the approval page answers to, as ``/mcp`` does on loopback: the
+    loopback names on any port; bound to one address, that address too. Bound to every
+    interface (0.0.0.0) there is no one right name: None, and a proxy in front must check."""
+    names = ["127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost", "[::1]"]
+    if host in _LOOPBACK:
+        return names
+    if host in _WILDCARD:
+        return None
+    bracketed = f"[{host}]" if ":" in host else host
+    return [bracketed, f"{bracketed}:*", *names]
+
+
+def _refuse_weak_tokens(tokens: dict[str, str]) -> None:
+    """Start no HTTP server whose tokens could be guessed (see core.guardrails.tokens)."""
+    for what, token in tokens.items():
+        problem = token_problem(token)
+        if problem is not None:
+            raise errors.InvalidInput(
+                f"refusing to serve HTTP: the {what} is too weak: {problem}",
+                hint=weak_token_hint(),
+            )
 
 
 def serve_http(settings: Settings, *, host: str, port: int) -> None:

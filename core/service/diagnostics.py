@@ -14,7 +14,8 @@ from typing import Literal
 from pydantic import BaseModel
 
 from core import errors
-from core.config import config_path, default_home, ensure_dirs, load_settings
+from core.config import Settings, config_path, default_home, ensure_dirs, load_settings
+from core.guardrails.tokens import token_problem, weak_token_hint
 
 
 class CheckItem(BaseModel):
@@ -26,6 +27,22 @@ class CheckItem(BaseModel):
 class CheckReport(BaseModel):
     ok: bool
     items: list[CheckItem]
+
+
+def _weak_tokens(settings: Settings) -> list[CheckItem]:
+    """An error per HTTP token too weak to serve with (``serve --http`` refuses them too)."""
+    named = {
+        "CLAWPOINT_MCP_TOKEN / [mcp] token": settings.mcp_token,
+        "CLAWPOINT_APPROVER_TOKEN / [mcp] approver_token": settings.approver_token,
+        **{f"[mcp] agent_tokens.{n}": t for n, t in settings.mcp.agent_tokens.items()},
+    }
+    found: list[CheckItem] = []
+    for what, token in named.items():
+        problem = token_problem(token) if token else None
+        if problem is not None:
+            message = f"{what} is too weak: {problem}; {weak_token_hint()}"
+            found.append(CheckItem(name="mcp", level="error", message=message))
+    return found
 
 
 def check_configuration() -> CheckReport:
@@ -92,15 +109,19 @@ def check_configuration() -> CheckReport:
             CheckItem(name="local", level="ok", message=f"local nodes: {', '.join(names)}")
         )
     token = settings.mcp_token
-    items.append(
-        CheckItem(
-            name="mcp",
-            level="ok" if token else "warn",
-            message="HTTP bearer token configured"
-            if token
-            else "no HTTP token: 'clawpoint serve --http' will refuse to start (set CLAWPOINT_MCP_TOKEN)",
+    weak = _weak_tokens(settings)
+    if weak:
+        items.extend(weak)
+    else:
+        items.append(
+            CheckItem(
+                name="mcp",
+                level="ok" if token else "warn",
+                message="HTTP bearer token configured"
+                if token
+                else "no HTTP token: 'clawpoint serve --http' will refuse to start (set CLAWPOINT_MCP_TOKEN)",
+            )
         )
-    )
     if os.geteuid() != 0:
         items.append(
             CheckItem(
