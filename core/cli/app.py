@@ -213,7 +213,8 @@ def _act(
         task = bar.add_task(plan.action.value, total=len(plan.steps))
 
         def progress(done: float, total: float | None, message: str) -> None:
-            bar.update(task, completed=done, total=total, description=message[:60])
+            # The bar's text is Rich markup; progress messages quote names: escape them.
+            bar.update(task, completed=done, total=total, description=output.esc(message[:60]))
 
         result = service.perform(plan, principal=_person(), confirmed=confirmed, progress=progress)
     _render_result(result, json_=json_)
