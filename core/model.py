@@ -276,7 +276,8 @@ class Plan(BaseModel):
     hash: str = ""
 
     def compute_hash(self) -> str:
-        """Stable over what the plan does: action, target, params, steps (not time or prose)."""
+        """Stable over what the plan does and assumes: action, target, params, steps,
+        preconditions (not time or prose)."""
         body = {
             "action": self.action.value,
             "target": self.target,

@@ -258,7 +258,7 @@ class Service(PeopleDesk, WorldContext):
             checkpoint = f"{backend.name}:{local_target}"
         try:
             workload = backend.get_workload(name)
-        except errors.NotFound:
+        except (errors.NotFound, errors.InvalidInput):  # not a workload (a Slurm node failover)
             return Preconditions(checkpoint=checkpoint)
         return Preconditions(
             workload=workload.id,
