@@ -37,6 +37,64 @@ def validate_name(value: str, *, what: str = "name") -> str:
     return value
 
 
+# Free text people and agents attach to actions (a reason, a label value) ends up in the
+# audit log, in webhooks and on the approval page: every interface caps it the same way.
+MAX_REASON_CHARS = 500
+MAX_LABEL_VALUE_CHARS = 200
+MAX_LABELS = 32
+LABEL_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,62}$")
+# Periodic checkpoint interval: more than 0, at most 30 days (beyond that it never fires;
+# a huge or infinite one would overflow the timers).
+MAX_CHECKPOINT_INTERVAL_S = 30 * 86400.0
+
+
+def validate_reason(value: str, *, what: str = "reason") -> str:
+    """A reason or note of at most ``MAX_REASON_CHARS`` characters; InvalidInput otherwise."""
+    if len(value) > MAX_REASON_CHARS:
+        raise errors.InvalidInput(
+            f"{what} is {len(value)} characters long; at most {MAX_REASON_CHARS} are kept",
+            hint=f"shorten the {what} to {MAX_REASON_CHARS} characters or fewer",
+        )
+    return value
+
+
+def parse_labels(items: list[str], *, what: str = "label") -> dict[str, str]:
+    """``KEY=VALUE`` strings to a dict: ASCII keys, bounded values and count."""
+    if len(items) > MAX_LABELS:
+        raise errors.InvalidInput(
+            f"{len(items)} {what}s given; at most {MAX_LABELS} are allowed",
+            hint=f"keep the {what}s that policy rules or people need",
+        )
+    labels: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not LABEL_KEY_RE.fullmatch(key):
+            raise errors.InvalidInput(
+                f"{what} {item[:80]!r} is not KEY=VALUE with a key of 1-63 ASCII letters, "
+                "digits, '_', '.', '/' or '-'",
+                hint="e.g. --label team=ml",
+            )
+        if len(value) > MAX_LABEL_VALUE_CHARS or not value.isprintable():
+            raise errors.InvalidInput(
+                f"{what} {key}: the value must be printable and at most "
+                f"{MAX_LABEL_VALUE_CHARS} characters",
+                hint="shorten the value; put long text in --reason or the audit log",
+            )
+        labels[key] = value
+    return labels
+
+
+def validate_interval_s(value: float, *, what: str = "checkpoint interval") -> float:
+    """Seconds, more than 0 and at most ``MAX_CHECKPOINT_INTERVAL_S`` (NaN and inf refused)."""
+    if not 0 < value <= MAX_CHECKPOINT_INTERVAL_S:  # NaN fails every comparison
+        raise errors.InvalidInput(
+            f"{what} {value!r} s must be more than 0 and at most "
+            f"{MAX_CHECKPOINT_INTERVAL_S:.0f} s (30 days)",
+            hint="give a number of seconds, e.g. 300 for every five minutes",
+        )
+    return value
+
+
 class ObjectRef(BaseModel):
     """A ``BACKEND:NAME`` reference (workload, node or checkpoint)."""
 
@@ -55,6 +113,11 @@ def parse_ref(
     """Parse ``BACKEND:NAME``. Without a backend prefix, ``default_backend`` is used if given."""
     if not isinstance(value, str) or not value:
         raise errors.InvalidInput(f"empty {what} id", hint=f"pass a {what} id like local:train-1")
+    if not value.isascii():  # ids are ASCII only: no look-alike letters or other scripts' digits
+        raise errors.InvalidInput(
+            f"malformed {what} id {value!r}: ids are ASCII letters, digits, '_', '.', '-'",
+            hint=f"copy the {what} id from the list command",
+        )
     backend, sep, name = value.partition(":")
     if not sep:
         if default_backend is None:
