@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core import errors
 from core.guardrails.approvals import SESSION_SEP
-from core.model import Principal, PrincipalKind
+from core.model import MAX_REASON_CHARS, Principal, PrincipalKind
 from core.service.facade import ActionResult
 
 T = TypeVar("T")
@@ -22,7 +22,9 @@ R = TypeVar("R", bound=BaseModel)
 WorkloadId = Annotated[
     str, Field(description="Workload id BACKEND:NAME, e.g. local:train-1", max_length=128)
 ]
-Reason = Annotated[str, Field(description="Why (shown to people and audited)", max_length=500)]
+Reason = Annotated[
+    str, Field(description="Why (shown to people and audited)", max_length=MAX_REASON_CHARS)
+]
 
 
 def tool_error(exc: errors.ClawpointError) -> ToolError:

@@ -152,7 +152,8 @@ class Service(PeopleDesk, WorldContext):
     def _split_checkpoint(self, ref: str) -> tuple[Backend, str]:
         backend_name, sep, rest = ref.partition(":")
         lineage, at, seq = rest.partition("@")
-        if not sep or not at or not seq.isdigit():
+        # ASCII digits only: str.isdigit alone reads "@٣" (Arabic-Indic three) as "@3".
+        if not sep or not at or not (seq.isascii() and seq.isdigit()):
             raise errors.InvalidInput(
                 f"malformed checkpoint id {ref!r}: expected BACKEND:WORKLOAD@SEQ",
                 hint="list checkpoints with 'clawpoint checkpoints' and copy an id",

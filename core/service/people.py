@@ -7,6 +7,7 @@ codes) through ``list_approvals``/``get_approval`` but can never approve, deny o
 
 from __future__ import annotations
 
+from core import errors
 from core.guardrails.approvals import ApprovalStatus, ApprovalView
 from core.guardrails.grants import Grant
 from core.guardrails.guard import Guard
@@ -20,7 +21,14 @@ class PeopleDesk:
     guard: Guard
 
     def list_approvals(self, *, status: str | None = None) -> list[ApprovalView]:
-        wanted = ApprovalStatus(status) if status else None
+        try:
+            wanted = ApprovalStatus(status) if status else None
+        except ValueError:
+            valid = ", ".join(s.value for s in ApprovalStatus)
+            raise errors.InvalidInput(
+                f"unknown approval status {status!r}: one of {valid}",
+                hint=f"pass one of {valid}",
+            ) from None
         return self.guard.approvals.list(status=wanted)
 
     def get_approval(self, approval_id: str) -> ApprovalView:
