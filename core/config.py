@@ -206,13 +206,31 @@ def load_settings(home: Path | None = None) -> Settings:
     home = home or default_home()
     path = config_path(home)
     data: dict[str, Any] = {}
-    if path.exists():
+    named = bool(os.environ.get("CLAWPOINT_CONFIG"))
+    if named and not path.exists():
+        # A file someone named and that is not there is a mistake, never "use the defaults".
+        raise errors.InvalidInput(
+            f"CLAWPOINT_CONFIG names {path}, which does not exist",
+            hint="fix the path in CLAWPOINT_CONFIG, or unset it to use $CLAWPOINT_HOME/config.toml",
+        )
+    if path.exists() or path.is_symlink():
         try:
-            data = tomllib.loads(path.read_text())
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:
             raise errors.InvalidInput(
                 f"config file {path} is not valid TOML: {exc}",
                 hint="fix the syntax, then run 'clawpoint config check'",
+            ) from exc
+        except UnicodeDecodeError as exc:
+            raise errors.InvalidInput(
+                f"config file {path} is not UTF-8 text (byte {exc.start}): TOML files are UTF-8",
+                hint="save it as UTF-8, then run 'clawpoint config check'",
+            ) from exc
+        except OSError as exc:  # a directory, a dangling link, no permission
+            raise errors.InvalidInput(
+                f"config file {path} cannot be read: {exc.strerror or exc}",
+                hint="point CLAWPOINT_CONFIG (or $CLAWPOINT_HOME/config.toml) at a readable "
+                "TOML file, then run 'clawpoint config check'",
             ) from exc
     data.pop("home", None)
     try:
