@@ -26,7 +26,17 @@ from core.cli.slurm import slurm_app
 from core.cli.spot import spot_app
 from core.cli.watch import watch_command
 from core.config import Settings, load_settings
-from core.model import Action, Plan, Principal, PrincipalKind, RiskClass, validate_name
+from core.model import (
+    Action,
+    Plan,
+    Principal,
+    PrincipalKind,
+    RiskClass,
+    parse_labels,
+    validate_interval_s,
+    validate_name,
+    validate_reason,
+)
 from core.service.facade import ActionResult, Service, bootstrap
 from core.wrapper.spec import RunSpec
 
@@ -48,7 +58,20 @@ app.add_typer(slurm_app, name="slurm")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
-ReasonOpt = Annotated[str, typer.Option("--reason", help="Why (recorded in the audit log).")]
+
+
+def check_reason(value: str | None) -> str | None:
+    """Option callback: the same length cap as the MCP tools (InvalidInput, exit 2)."""
+    return value if value is None else validate_reason(value)
+
+
+ReasonOpt = Annotated[
+    str,
+    typer.Option(
+        "--reason", help="Why (recorded in the audit log; at most 500 characters).",
+        callback=check_reason,
+    ),
+]  # fmt: skip
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Show the plan; change nothing.")]
 ToOpt = Annotated[
     str | None, typer.Option("--to", help="Target node name (default: best available).")
@@ -412,20 +435,15 @@ def run(
     json_: JsonOpt = False,
 ) -> None:
     """Run CMD checkpointably; restores the newest good checkpoint of NAME if there is one."""
+    if checkpoint_every is not None:
+        validate_interval_s(checkpoint_every, what="--checkpoint-every")
+    labels = parse_labels(label or [], what="--label")
     settings = _settings()
     engine = engine or settings.checkpoint.default_engine
     if engine not in ("criu", "cooperative"):
         raise errors.InvalidInput(
             f"unknown engine {engine!r}", hint="use --engine criu or --engine cooperative"
         )
-    labels: dict[str, str] = {}
-    for item in label or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise errors.InvalidInput(
-                f"label {item!r} is not KEY=VALUE", hint="e.g. --label team=ml"
-            )
-        labels[key] = value
     workload_name = validate_name(name, what="workload name") if name else _default_name(command[0])
     service = bootstrap(settings)
     spec = RunSpec(
@@ -495,7 +513,9 @@ def serve(
 
 @app.command()
 def demo(
-    state_mb: Annotated[int, typer.Option(help="Workload state size in MiB.")] = 200,
+    state_mb: Annotated[
+        int, typer.Option(min=1, max=16384, help="Workload state size in MiB (1-16384).")
+    ] = 200,
     keep: Annotated[bool, typer.Option(help="Keep the demo's CLAWPOINT_HOME afterwards.")] = False,
     json_: JsonOpt = False,
 ) -> None:
