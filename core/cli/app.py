@@ -35,7 +35,6 @@ from core.model import (
     parse_labels,
     validate_interval_s,
     validate_name,
-    validate_reason,
 )
 from core.service.facade import ActionResult, Service, bootstrap
 from core.wrapper.spec import RunSpec
@@ -59,17 +58,11 @@ app.add_typer(slurm_app, name="slurm")
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 
-
-def check_reason(value: str | None) -> str | None:
-    """Option callback: the same length cap as the MCP tools (InvalidInput, exit 2)."""
-    return value if value is None else validate_reason(value)
-
-
 ReasonOpt = Annotated[
     str,
     typer.Option(
         "--reason", help="Why (recorded in the audit log; at most 500 characters).",
-        callback=check_reason,
+        callback=output.check_reason,
     ),
 ]  # fmt: skip
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Show the plan; change nothing.")]

@@ -32,6 +32,10 @@ def _service() -> Service:
     return bootstrap(load_settings())
 
 
+# Budgets beyond this per hour are a typo, not a policy (and must fit the database).
+MAX_GRANT_PER_HOUR = 10_000
+
+
 def _person() -> Principal:
     return Principal(id=getpass.getuser(), kind=PrincipalKind.PERSON)
 
@@ -101,7 +105,10 @@ def approve(
 @approvals_app.command()
 def deny(
     approval_id: Annotated[str, typer.Argument(metavar="ID")],
-    why: Annotated[str, typer.Option("--why", help="Reason, shown to the requester.")] = "",
+    why: Annotated[
+        str,
+        typer.Option("--why", help="Reason, shown to the requester.", callback=output.check_reason),
+    ] = "",
     json_: JsonOpt = False,
 ) -> None:
     """Deny a pending request."""
@@ -124,7 +131,7 @@ def grant(
     ] = None,
     max_: Annotated[str, typer.Option("--max", help="Budget, e.g. 20/h")] = "10/h",
     expires: Annotated[str, typer.Option("--expires", help="e.g. 8h, 7d")] = "24h",
-    reason: Annotated[str, typer.Option("--reason")] = "",
+    reason: Annotated[str, typer.Option("--reason", callback=output.check_reason)] = "",
     json_: JsonOpt = False,
 ) -> None:
     """Pre-authorise a class of plans within a scope, a budget and an expiry."""
@@ -143,8 +150,15 @@ def grant(
             )
         pairs[key] = value
     count, sep, unit = max_.partition("/")
-    if not count.isdigit() or (sep and unit not in ("h", "hour")):
-        raise errors.InvalidInput(f"--max {max_!r} is not N/h", hint="e.g. --max 20/h")
+    if (
+        not (count.isascii() and count.isdigit())
+        or not 1 <= int(count) <= MAX_GRANT_PER_HOUR
+        or (sep and unit not in ("h", "hour"))
+    ):
+        raise errors.InvalidInput(
+            f"--max {max_!r} is not N/h with N from 1 to {MAX_GRANT_PER_HOUR}",
+            hint="e.g. --max 20/h",
+        )
     g = _service().grant(act, pairs, max_per_hour=int(count), expires=expires,
                          reason=reason or "standing approval", principal=_person())  # fmt: skip
     if json_:

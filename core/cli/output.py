@@ -25,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from core import errors
+from core.model import validate_reason
 
 out = Console(emoji=False)
 err = Console(stderr=True, emoji=False)
@@ -38,6 +39,11 @@ def esc(value: object) -> str:
 def plain(text: str, *, stderr: bool = False) -> None:
     """Print text that is data as it is: no markup, no highlighting."""
     (err if stderr else out).print(text, markup=False, highlight=False)
+
+
+def check_reason(value: str | None) -> str | None:
+    """Option callback for free text (--reason, --why): the MCP tools' length cap, exit 2."""
+    return value if value is None else validate_reason(value)
 
 
 def to_jsonable(value: Any) -> Any:

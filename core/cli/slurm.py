@@ -24,8 +24,10 @@ Name = Annotated[str, typer.Option("--name", help="Checkpoint lineage of the job
 def _spec(name: str, command: list[str], partition: str | None, nodelist: str | None, exclude: str | None,
           cpus: int, mem_mb: int | None, gpus: int, time: str | None, signal_before_end: int | None,
           checkpoint_every: float | None, output_path: str | None, chdir: str | None) -> SbatchSpec:  # fmt: skip
-    from core.model import validate_name
+    from core.model import validate_interval_s, validate_name
 
+    if checkpoint_every is not None:
+        validate_interval_s(checkpoint_every, what="--checkpoint-every")
     return SbatchSpec(
         lineage=validate_name(name, what="job name"), command=command, partition=partition, nodelist=nodelist,
         exclude=exclude, cpus=cpus, mem_mb=mem_mb, gpus=gpus, time_limit=time,
