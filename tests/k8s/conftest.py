@@ -55,3 +55,22 @@ def pod(
         if ready:
             body["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
     return body
+
+
+@pytest.fixture
+def kubeconfig(emu: Emulator, tmp_path: Any) -> Any:
+    """A kubeconfig file for the emulator (context ``emulator``); the emulator checks the token."""
+    emu.token = "t0ken"
+    return emu.kubeconfig(tmp_path / "kubeconfig", context="emulator", token="t0ken")
+
+
+@pytest.fixture
+def conn(kubeconfig: Any) -> Iterator[Any]:
+    """A ``Connection`` of the backend, configured the way a user would: kubeconfig + context."""
+    from core.backends.kubernetes.connection import Connection, KubernetesConfig
+
+    connection = Connection(
+        KubernetesConfig(kubeconfig=str(kubeconfig), context="emulator", retry_total_s=3)
+    )
+    yield connection
+    connection.close()

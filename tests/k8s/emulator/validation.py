@@ -48,10 +48,10 @@ def name_problems(kind: Kind, name: str) -> list[str]:
     if kind.name_format == "label":
         if len(name) > 63:
             return ["must be no more than 63 characters"]
-        return [] if _LABEL.match(name) else [LABEL_MSG]
+        return [] if _LABEL.fullmatch(name) else [LABEL_MSG]
     if len(name) > 253:
         return ["must be no more than 253 characters"]
-    return [] if _SUBDOMAIN.match(name) else [SUBDOMAIN_MSG]
+    return [] if _SUBDOMAIN.fullmatch(name) else [SUBDOMAIN_MSG]
 
 
 def _label_causes(labels: dict[str, Any]) -> list[Cause]:
@@ -59,8 +59,8 @@ def _label_causes(labels: dict[str, Any]) -> list[Cause]:
     for key, value in labels.items():
         prefix, _, name = key.rpartition("/")
         if (
-            (prefix and not _SUBDOMAIN.match(prefix))
-            or not _QUALIFIED_NAME.match(name)
+            (prefix and not _SUBDOMAIN.fullmatch(prefix))
+            or not _QUALIFIED_NAME.fullmatch(name)
             or len(name) > 63
         ):
             causes.append(
@@ -70,7 +70,7 @@ def _label_causes(labels: dict[str, Any]) -> list[Cause]:
                     f'"{key}": name part must consist of alphanumeric characters',
                 )
             )
-        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
             causes.append(("metadata.labels", "Invalid value", f'"{value}": {LABEL_VALUE_MSG}'))
     return causes
 
@@ -83,7 +83,7 @@ def _containers(spec: dict[str, Any], path: str) -> list[Cause]:
     for i, c in enumerate(containers):
         if not c.get("name"):
             causes.append((f"{path}.containers[{i}].name", "Required value", ""))
-        elif not _LABEL.match(str(c["name"])):
+        elif not _LABEL.fullmatch(str(c["name"])):
             causes.append(
                 (f"{path}.containers[{i}].name", "Invalid value", f'"{c["name"]}": {LABEL_MSG}')
             )
@@ -196,7 +196,12 @@ def initial_status(kind: Kind, obj: dict[str, Any]) -> dict[str, Any] | None:
     if kind.kind == "StatefulSet" and kind.builtin:
         return {"replicas": 0, "availableReplicas": 0}  # not omitempty in the Go type
     if kind.kind == "PodDisruptionBudget" and kind.builtin:
-        return {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
+        return {
+            "disruptionsAllowed": 0,
+            "currentHealthy": 0,
+            "desiredHealthy": 0,
+            "expectedPods": 0,
+        }
     if kind.has_status:
         return {}
     return None
