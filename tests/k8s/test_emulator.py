@@ -701,3 +701,14 @@ def test_recorder_sees_every_request_and_refuses_on_demand(emu: Emulator, api: A
             core.list_node()
     with emu.refuse_requests():
         pass  # nothing sent: passes
+
+
+def test_delete_collection_with_a_label_selector(emu: Emulator, api: Any) -> None:
+    emu.seed(
+        pod("a", labels={"app": "web"}),
+        pod("b", labels={"app": "web"}),
+        pod("c", labels={"app": "db"}),
+    )
+    core = client.CoreV1Api(api)
+    core.delete_collection_namespaced_pod("default", label_selector="app=web")
+    assert [p.metadata.name for p in core.list_namespaced_pod("default").items] == ["c"]
