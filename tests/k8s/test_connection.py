@@ -165,3 +165,23 @@ def test_an_unreachable_api_is_backend_unavailable_within_the_retry_bound(tmp_pa
         list_pods(conn)
     assert info.value.code == "kubernetes-unreachable"
     assert f"127.0.0.1:{port}" in info.value.message and "kubectl cluster-info" in info.value.hint
+
+
+def test_a_tls_failure_is_reported_with_a_ca_hint(emu: Emulator, tmp_path: Path) -> None:
+    import yaml
+
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        # The emulator speaks plain HTTP: the TLS handshake fails.
+        "clusters": [{"name": "c", "cluster": {"server": emu.url.replace("http://", "https://")}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "tls", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "tls",
+    }
+    path = tmp_path / "kc"
+    path.write_text(yaml.safe_dump(doc))
+    conn = Connection(KubernetesConfig(kubeconfig=str(path), retry_total_s=0.5))
+    with pytest.raises(errors.BackendUnavailable) as info:
+        list_pods(conn)
+    assert info.value.code == "kubernetes-connection" and "certificate-authority" in info.value.hint

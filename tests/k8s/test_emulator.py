@@ -649,6 +649,12 @@ def test_rbac_denials_have_the_servers_message(emu: Emulator, api: Any) -> None:
     assert (
         'cannot list resource "deployments" in API group "apps"' in status_of(info.value)["message"]
     )
+    with pytest.raises(client.ApiException) as info:
+        core.connect_post_node_proxy_with_path("n1", "checkpoint/team-a/p/main")
+    assert status_of(info.value)["message"] == (
+        'nodes "n1" is forbidden: User "system:serviceaccount:clawpoint:clawpoint" cannot '
+        'create resource "nodes/proxy" in API group "" at the cluster scope'
+    )
     assert client.VersionApi(api).get_code().major == "1"  # discovery stays open
 
 

@@ -16,6 +16,7 @@ API answer                error (code)
 ========================  ==================================================================
 unreachable after retries ``BackendUnavailable`` (``kubernetes-unreachable``): check server/
                           context/network
+TLS failure               ``BackendUnavailable`` (``kubernetes-connection``): check the CA
 401 Unauthorized          ``BackendUnavailable`` (``kubernetes-unauthorized``): credentials
                           expired or wrong; refresh them
 403 Forbidden             ``OperationFailed`` (``kubernetes-forbidden``), naming the verb,
@@ -151,6 +152,14 @@ def translate(exc: Exception, op: Op, *, where: str) -> errors.ClawpointError | 
         "name": op.name,
     }
     causes = (body.get("details") or {}).get("causes") or []
+    if code == 0:  # the client's wrapping of TLS failures (and requests it cannot build)
+        return errors.BackendUnavailable(
+            f"could not talk to the Kubernetes API at {where} ({op.describe()}): {exc.reason}",
+            hint="check the server address and its CA certificate in the kubeconfig "
+            "(certificate-authority / certificate-authority-data), then retry",
+            code="kubernetes-connection",
+            details=details,
+        )
     if code == 429 and any(c.get("reason") == "DisruptionBudget" for c in causes):
         budget = "; ".join(str(c.get("message", "")) for c in causes)
         return errors.Conflict(
