@@ -52,7 +52,7 @@ def validate_reason(value: str, *, what: str = "reason") -> str:
     """A reason or note of at most ``MAX_REASON_CHARS`` characters; InvalidInput otherwise."""
     if len(value) > MAX_REASON_CHARS:
         raise errors.InvalidInput(
-            f"{what} is {len(value)} characters long; at most {MAX_REASON_CHARS} are kept",
+            f"{what} is {len(value)} characters long; at most {MAX_REASON_CHARS} are allowed",
             hint=f"shorten the {what} to {MAX_REASON_CHARS} characters or fewer",
         )
     return value
