@@ -12,11 +12,13 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -214,10 +216,17 @@ def test_controller_down_service_fails_cleanly(
                 service.act(action, target, {}, principal=PERSON, confirmed=True)
             assert "controller" in info.value.message and info.value.hint
             assert execution_count(service) == before
-        # A plan made before the outage: its first step fails, no later step starts.
-        result = service.perform(plan, principal=PERSON, confirmed=True)
-        assert result.status == "failed" and result.execution is not None
-        ex = service.journal.get(result.execution.id)  # as persisted
+        # A plan made before the outage is refused before its first step: its preconditions
+        # cannot be checked against a world that cannot be read.
+        before = execution_count(service)
+        with pytest.raises(errors.BackendUnavailable) as info:
+            service.perform(plan, principal=PERSON, confirmed=True)
+        assert "controller" in info.value.message and info.value.hint
+        assert execution_count(service) == before
+        # Run by the executor alone (as recovery would): its first step fails, no later
+        # step starts.
+        execution = service.executor.run(plan, service.backend("slurm"), principal=str(PERSON))
+        ex = service.journal.get(execution.id)  # as persisted
         assert ex.status is ExecutionStatus.FAILED
         assert ex.result["error"]["error"] == "backend-unavailable"
         assert "controller" in (ex.error or "")
@@ -273,3 +282,44 @@ def test_failover_after_slurmd_killed(backend: SlurmBackend, lineage: str) -> No
         assert_resumed(backend, lineage, job, newest.id)
     finally:
         restart_cluster()  # a new slurmd for n1
+
+
+def test_cli_migrate_to_lands_on_that_node(
+    backend: SlurmBackend, lineage: str, tmp_path: Path
+) -> None:
+    """``clawpoint migrate slurm:JOB --to n2`` (the installed command) puts the job on n2,
+    not wherever Slurm would pick (n1, the lowest free node, once n3 is excluded)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        "[local]\nenabled = false\n\n[slurm]\nenabled = true\nretry_total_s = 2.0\n"
+    )
+    env = {**os.environ, "CLAWPOINT_HOME": str(home)}
+    env.pop("CLAWPOINT_CONFIG", None)
+    cli = str(ROOT / ".venv" / "bin" / "clawpoint")
+
+    def clawpoint(*argv: str) -> Any:
+        at = argv.index("--") if "--" in argv else len(argv)  # --json before the payload
+        argv = (*argv[:at], "--json", *argv[at:])
+        done = subprocess.run([cli, *argv], capture_output=True, text=True, env=env,
+                              timeout=240)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        return json.loads(done.stdout)
+
+    log = CLUSTER_DIR / "log" / f"{lineage}.out"
+    submitted = clawpoint("slurm", "submit", "--name", lineage, "--nodelist", "n3",
+                          "--output", str(log), "--chdir", str(ROOT), "--",
+                          sys.executable, "-m", "core.workloads.counter", "--state-mb", "20")  # fmt: skip
+    job = backend.get_workload(submitted["workload"]).name
+    backend.wait_until("the job to run on n3", 60, lambda: backend.get_workload(job).node == "n3")
+    wait_step(job, 20)
+
+    result = clawpoint("migrate", f"slurm:{job}", "--to", "n2", "--yes")
+    assert result["status"] == "executed", result["message"]
+    assert "onto n2" in result["plan"]["summary"]
+    outputs = {s["name"]: s["output"] for s in result["execution"]["steps"]}
+    assert outputs["wait_running"]["node"] == "n2"
+    assert sh("squeue", "-h", "-j", job, "-o", "%T|%N").strip() == "RUNNING|n2"
+    listed = clawpoint("workloads", "--backend", "slurm")
+    assert next(w for w in listed if w["name"] == job)["node"] == "n2"
+    assert_resumed(backend, lineage, job, outputs["wait_checkpoint"]["checkpoint"])

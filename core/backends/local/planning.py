@@ -483,11 +483,12 @@ class LocalPlanning:
                 description=f"mark {info.id} unschedulable",
             )
         )
+        onto = f" onto {params['to']}" if targets and params.get("to") else ""
         return PlanDraft(
             steps=steps,
             summary=f"Drain {info.id}: "
             + (
-                f"move {len(running)} workload(s) off it"
+                f"move {len(running)} workload(s) off it{onto}"
                 if save
                 else f"kill {len(running)} workload(s) on it"
             )

@@ -1,0 +1,232 @@
+"""Subjects for the backend contract suite: every backend with workloads in every state.
+
+``subject`` is parametrised over the backends: ``local`` (a fresh CLAWPOINT_HOME with three
+small counters under the cooperative engine, so no CRIU is needed: one running on node-a,
+one preempted, one that died after a checkpoint) and ``slurm`` (the loopback cluster of
+scripts/slurm-cluster.sh with a running and a held job that carry a lineage; the Slurm
+cases skip, with the reason, where that cluster cannot run). Planning is read-only, so the
+subjects are made once per module.
+
+Also here: the installed CLI read through its ``--help`` (``cli``) and the tool list of a
+live ``clawpoint serve`` read by a real MCP client (``live_tools``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+
+from core import errors
+from core.backends.base import Backend, PlanDraft, no_progress
+from core.config import load_settings
+from core.model import Action, Principal, PrincipalKind, WorkloadState
+from core.service.executor import resolve_args
+from core.service.facade import Service, bootstrap
+from tests.backends.named import CLAWPOINT, InstalledCli
+from tests.service.conftest import counter, wait_step
+from tests.slurm.conftest import cluster, read_env
+
+ROOT = Path(__file__).resolve().parents[2]
+PERSON = Principal(id="tester", kind=PrincipalKind.PERSON)
+
+
+@dataclass
+class Subject:
+    """One backend and a workload (or node, or checkpoint) for each kind of target."""
+
+    name: str
+    backend: Backend
+    running: str  # a wrapped workload running on ``source``
+    stopped: str  # a wrapped workload that was preempted (resumable)
+    failed: str  # a wrapped workload whose node or process died
+    checkpoint: str | None  # a checkpoint of ``stopped`` (backends that restore)
+    source: str  # the node ``running`` is on
+    other: str  # a node that takes work and runs none of the above
+    placement: Callable[[PlanDraft], set[str]]  # the nodes a plan starts workloads on
+
+    def target_of(self, action: Action) -> str | None:
+        """The id ``action`` is planned on here; None: this backend has none of that kind."""
+        if action in (Action.DRAIN_NODE, Action.UNDRAIN_NODE):
+            return self.source
+        if action is Action.RESUME:
+            return self.stopped
+        if action is Action.FAILOVER:
+            return self.failed
+        if action in (Action.RESTORE, Action.DELETE_CHECKPOINT):
+            return self.checkpoint
+        return self.running
+
+    def target(self, action: Action) -> str:
+        found = self.target_of(action)
+        if found is None:
+            pytest.skip(f"the {self.name} backend keeps nothing {action.value} could target")
+        return found
+
+
+def execute(backend: Backend, draft: PlanDraft) -> dict[str, dict[str, Any]]:
+    """Run a plan's steps in order, filling ``$STEP.FIELD`` args as the executor does."""
+    outputs: dict[str, dict[str, Any]] = {}
+    for step in draft.steps:
+        outputs[step.name] = backend.run_step(
+            step.op, resolve_args(step.args, outputs), no_progress
+        )
+    return outputs
+
+
+# --------------------------------------------------------------------------- local
+def _local_placement(draft: PlanDraft) -> set[str]:
+    return {str(s.args["node"]) for s in draft.steps if s.op == "start"}
+
+
+@pytest.fixture(scope="module")
+def local_subject(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Subject]:
+    home = tmp_path_factory.mktemp("contract") / "home"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CLAWPOINT_HOME", str(home))
+        mp.setenv("PYTHONPATH", str(ROOT))
+        mp.delenv("CLAWPOINT_CONFIG", raising=False)
+        settings = load_settings(home)
+        service = bootstrap(settings)
+        try:
+            yield _make_local(service)
+        finally:
+            for w in service.workloads("local"):
+                if w.state in (WorkloadState.RUNNING, WorkloadState.CHECKPOINTING):
+                    try:
+                        service.act(Action.KILL, w.id, {}, principal=PERSON, confirmed=True)
+                    except errors.ClawpointError:
+                        pass
+
+
+def _make_local(service: Service) -> Subject:
+    settings = service.settings
+
+    def start(name: str) -> None:
+        spec = counter(settings, name, mb=1, node="node-a", engine="cooperative")
+        service.run_workload(spec, detach=True, principal=PERSON)
+        wait_step(settings, name, 2)
+
+    def act(action: Action, target: str, params: dict[str, Any]) -> None:
+        result = service.act(action, target, params, principal=PERSON, confirmed=True)
+        assert result.status == "executed", result.message
+
+    for name in ("c-run", "c-held", "c-dead"):
+        start(name)
+    act(Action.PREEMPT, "local:c-held", {})
+    act(Action.CHECKPOINT, "local:c-dead", {"stop": False})
+    pid = service.get_workload("local:c-dead").pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while service.get_workload("local:c-dead").state is not WorkloadState.FAILED:
+        assert time.monotonic() < deadline, "the wrapper did not record the death"
+        time.sleep(0.05)
+    held = service.checkpoints("local:c-held")[0].id.removeprefix("local:")
+    return Subject(
+        name="local",
+        backend=service.backend("local"),
+        running="c-run",
+        stopped="c-held",
+        failed="c-dead",
+        checkpoint=held,
+        source="node-a",
+        other="node-b",
+        placement=_local_placement,
+    )
+
+
+# --------------------------------------------------------------------------- slurm
+def _slurm_placement(draft: PlanDraft) -> set[str]:
+    return {
+        str(s.args["fields"]["NodeList"])
+        for s in draft.steps
+        if s.op == "update_job" and s.args["fields"].get("NodeList")
+    }
+
+
+@pytest.fixture(scope="module")
+def slurm_subject() -> Iterator[Subject]:
+    if os.geteuid() != 0:
+        pytest.skip("the loopback Slurm cluster needs root (it starts slurmctld/slurmd/munged)")
+    if cluster("status").returncode != 0:
+        up = cluster("up")
+        if up.returncode != 0:
+            pytest.skip(f"scripts/slurm-cluster.sh up failed: {up.stderr.strip()[-500:]}")
+    from core.backends.slurm import SlurmBackend, SlurmConfig
+
+    env = read_env()
+    name = f"contract-{os.getpid()}"
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        mp.delenv("SLURM_JWT", raising=False)
+        full_env = {**os.environ}
+
+        def sbatch(lineage: str, *extra: str) -> str:
+            argv = ["sbatch", "--parsable", f"--job-name=clawpoint-{name}",
+                    f"--comment=clawpoint:{lineage}", "--requeue", "-o", "/dev/null", *extra,
+                    "--wrap", "sleep 600"]  # fmt: skip
+            out = subprocess.run(argv, capture_output=True, text=True, check=True, env=full_env)
+            return out.stdout.strip().split(";")[0]
+
+        backend = SlurmBackend(SlurmConfig(enabled=True, retry_total_s=2.0, command_timeout_s=10.0))
+        try:
+            running = sbatch(f"{name}-run", "--nodelist=n1")
+            held = sbatch(f"{name}-held", "--hold")
+            backend.wait_until(
+                "the job to run on n1", 60, lambda: backend.get_workload(running).node == "n1"
+            )
+            assert backend.get_workload(held).state is WorkloadState.STOPPED
+            yield Subject(
+                name="slurm",
+                backend=backend,
+                running=running,
+                stopped=held,
+                failed=running,  # its node's death is what failover answers
+                checkpoint=None,
+                source="n1",
+                other="n2",
+                placement=_slurm_placement,
+            )
+        finally:
+            subprocess.run(["scancel", f"--name=clawpoint-{name}"], env=full_env, check=False)
+
+
+@pytest.fixture(params=["local", "slurm"])
+def subject(request: pytest.FixtureRequest) -> Subject:
+    return request.getfixturevalue(f"{request.param}_subject")  # type: ignore[no-any-return]
+
+
+# --------------------------------------------------------------------------- interfaces
+@pytest.fixture(scope="session")
+def cli() -> InstalledCli:
+    if not CLAWPOINT.exists():
+        pytest.fail(f"{CLAWPOINT} is not installed: run 'make venv'")
+    return InstalledCli()
+
+
+@pytest.fixture(scope="session")
+def live_tools(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
+    """The tool names ``clawpoint serve`` (stdio) lists to a real MCP client."""
+    home = tmp_path_factory.mktemp("serve") / "home"
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
+    env["CLAWPOINT_HOME"] = str(home)
+    params = StdioServerParameters(command=str(CLAWPOINT), args=["serve"], env=env)
+
+    async def names() -> set[str]:
+        async with Client(params) as client:
+            return {t.name for t in (await client.list_tools()).tools}
+
+    found = anyio.run(names)
+    assert len(found) >= 20, found
+    return found

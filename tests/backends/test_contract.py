@@ -1,0 +1,157 @@
+"""The backend contract, for every backend: the parameters an action is given reach its plan.
+
+- ``to`` (migrate, requeue, resume, failover, restore, drain) places the workload on that
+  node, and says so in the summary; a node that does not exist, or the node the workload is
+  already on, is refused before anything runs.
+- ``stop`` (checkpoint), ``save`` and ``reason`` (drain) change the plan as they promise.
+- A parameter the action does not take (``to_node``, a typo) is refused with a clear error,
+  never ignored.
+- undrain returns a drained node to service, and refuses a node that is not drained.
+- Every rollback and hint a plan carries names only commands of the installed CLI and tools
+  of the live MCP server.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from datetime import UTC, datetime
+
+import pytest
+
+from core import errors
+from core.model import ACTION_PARAMS, Action, NodeInfo, RiskClass, risk_of
+from tests.backends.conftest import Subject, execute
+from tests.backends.named import NOT_TOOLS, InstalledCli, command_refs, config_keys, tool_like
+
+MOVES = [
+    Action.MIGRATE,
+    Action.REQUEUE,
+    Action.RESUME,
+    Action.FAILOVER,
+    Action.RESTORE,
+    Action.DRAIN_NODE,
+]
+
+
+def _capable(subject: Subject, action: Action) -> None:
+    if action not in subject.backend.capabilities():
+        pytest.skip(f"the {subject.name} backend cannot {action.value}")
+
+
+def test_every_action_taking_to_is_covered() -> None:
+    assert {a for a, params in ACTION_PARAMS.items() if "to" in params} == set(MOVES)
+
+
+@pytest.mark.parametrize("action", MOVES, ids=lambda a: a.value)
+def test_to_places_the_workload_on_that_node(subject: Subject, action: Action) -> None:
+    _capable(subject, action)
+    target = subject.target(action)
+    draft = subject.backend.plan(action, target, {"to": subject.other})
+    assert subject.placement(draft) == {subject.other}, [s.model_dump() for s in draft.steps]
+    assert subject.other in draft.summary
+
+
+@pytest.mark.parametrize("action", [Action.MIGRATE, Action.RESUME, Action.FAILOVER],
+                         ids=lambda a: a.value)  # fmt: skip
+def test_to_a_node_that_does_not_exist_is_refused(subject: Subject, action: Action) -> None:
+    _capable(subject, action)
+    with pytest.raises(errors.NotFound) as info:
+        subject.backend.plan(action, subject.target(action), {"to": "nowhere-9"})
+    assert "nowhere-9" in info.value.message and info.value.hint
+
+
+def test_migrate_to_the_node_it_is_on_is_refused(subject: Subject) -> None:
+    with pytest.raises(errors.InvalidInput) as info:
+        subject.backend.plan(Action.MIGRATE, subject.running, {"to": subject.source})
+    assert subject.source in info.value.message and info.value.hint
+
+
+@pytest.mark.parametrize("action", list(Action), ids=lambda a: a.value)
+def test_a_parameter_the_action_does_not_take_is_refused(subject: Subject, action: Action) -> None:
+    _capable(subject, action)
+    target = subject.target(action)
+    for params in ({"to_node": subject.other}, {"bogus": 1}, {"stop": True, "dry": 1}):
+        if set(params) <= ACTION_PARAMS[action]:
+            continue
+        with pytest.raises(errors.InvalidInput) as info:
+            subject.backend.plan(action, target, params)
+        unknown = sorted(set(params) - ACTION_PARAMS[action])
+        assert all(repr(k) in info.value.message for k in unknown), info.value.message
+        assert info.value.hint
+
+
+def test_checkpoint_stop_reaches_the_plan(subject: Subject) -> None:
+    stop = subject.backend.plan(Action.CHECKPOINT, subject.running, {"stop": True})
+    keep = subject.backend.plan(Action.CHECKPOINT, subject.running, {"stop": False})
+    assert "stop it" in stop.summary and "stop it" not in keep.summary
+    assert stop.steps != keep.steps
+
+
+def test_drain_save_and_reason_reach_the_plan(subject: Subject) -> None:
+    reason = "kernel upgrade 6.18"
+    params = {"reason": reason, "to": subject.other}
+    saved = subject.backend.plan(Action.DRAIN_NODE, subject.source, {**params, "save": True})
+    assert subject.placement(saved) == {subject.other}, "a drain that saves moves the workload"
+    assert any(s.args.get("reason") == reason for s in saved.steps)
+    unsaved = subject.backend.plan(Action.DRAIN_NODE, subject.source, {**params, "save": False})
+    assert not subject.placement(unsaved)
+    assert any(s.args.get("reason") == reason for s in unsaved.steps)
+
+
+def test_undrain_returns_a_drained_node_to_service(subject: Subject) -> None:
+    backend, node = subject.backend, subject.other
+    assert risk_of(Action.UNDRAIN_NODE, {}) is RiskClass.SAFE
+    with pytest.raises(errors.Conflict) as info:
+        backend.plan(Action.UNDRAIN_NODE, node, {})  # in service: nothing to undo
+    assert info.value.hint
+    try:
+        execute(backend, backend.plan(Action.DRAIN_NODE, node, {"reason": "contract"}))
+        assert not _node(subject, node).schedulable
+        draft = backend.plan(Action.UNDRAIN_NODE, node, {})
+        out = execute(backend, draft)
+        assert _node(subject, node).schedulable, out
+        # Had clawpoint died after the step, recovery would see that it took effect.
+        step = draft.steps[-1]
+        assert backend.recover_step(step.op, step.args, datetime.now(UTC)) is not None
+    finally:
+        if subject.name == "slurm":
+            subprocess.run(["scontrol", "update", f"nodename={node}", "state=RESUME"],
+                           capture_output=True, check=False)  # fmt: skip
+
+
+def _node(subject: Subject, name: str) -> NodeInfo:
+    return next(n for n in subject.backend.nodes() if n.name == name)
+
+
+def test_rollbacks_and_hints_name_real_commands_and_tools(
+    subject: Subject, cli: InstalledCli, live_tools: set[str]
+) -> None:
+    """Plan every action (as it is, and with ``to``): each rollback, and the hint of each
+    refusal, names only commands the installed CLI parses and tools the server lists."""
+    texts: list[tuple[str, str]] = []
+    for action in Action:
+        for params in ({}, {"to": subject.other}):
+            if set(params) - ACTION_PARAMS[action]:
+                continue
+            target = subject.target_of(action)
+            if target is None or action not in subject.backend.capabilities():
+                continue  # the service refuses it with the backend's not_supported hint
+            what = f"{subject.name} {action.value} {params}"
+            try:
+                draft = subject.backend.plan(action, target, params)
+                texts.append((f"{what} rollback", draft.rollback))
+            except errors.ClawpointError as exc:
+                texts.append((f"{what} hint", exc.hint))
+    rollbacks = [t for w, t in texts if w.endswith("rollback")]
+    assert any("clawpoint " in t for t in rollbacks), texts
+    assert any("nodes undrain" in t for t in rollbacks), "a drain names its undo"
+    keys = config_keys() | NOT_TOOLS
+    problems = []
+    for where, text in texts:
+        for ref in command_refs(text):
+            problem = cli.problem(ref)
+            if problem:
+                problems.append(f"{where}: {text!r}: {problem}")
+        for name in tool_like(text, not_tools=keys) - live_tools:
+            problems.append(f"{where}: {text!r}: no MCP tool {name}")
+    assert not problems, "\n".join(problems)
