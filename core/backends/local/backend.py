@@ -408,7 +408,7 @@ class LocalBackend(LocalPlanning):
         health: str | None = None,
         reason: str = "",
     ) -> NodeInfo:
-        """Operator hook (CLI ``nodes set``): cordon/uncordon or mark health of a virtual node."""
+        """Set a virtual node's schedulable flag or health directly, outside any plan (tests)."""
         current = self.get_node(node)
         self._set_node(
             node,
