@@ -242,9 +242,7 @@ class Store:
             if kind.key not in _NO_GENERATION:
                 meta["generation"] = 1
             if dry_run:
-                meta["resourceVersion"] = ""  # as the server: a dry-run create has none
-                meta.pop("resourceVersion")
-                return obj
+                return obj  # as the server: uid and timestamp, but no resourceVersion
             meta["resourceVersion"] = self._next_rv()
             self.objects[kind.key][key] = obj
             if kind.kind == "CustomResourceDefinition":
