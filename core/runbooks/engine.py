@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from core import errors
-from core.guardrails.approvals import ApprovalStatus
+from core.guardrails.approvals import ApprovalStatus, session_free
 from core.guardrails.notify import slack_escape
 from core.model import Principal, PrincipalKind, utcnow
 from core.runbooks import schema, templates, tools
@@ -154,8 +154,13 @@ class Engine:
         self, run_id: str, *, principal: Principal, answer: str | None = None,
         confirm: bool = False,
     ) -> RunView:  # fmt: skip
-        """Go on from where the run waits; a still-pending gate or question says so."""
+        """Go on from where the run waits; a still-pending gate or question says so.
+
+        Only a person or the agent that started the run (any of its sessions: a run outlives
+        the session that started it) may continue it, since continuing runs the plans
+        approved for the run's principal."""
         run = self.store.get(run_id)
+        _require_owner(run, principal)
         if run.status.finished:
             return view(run)
         rb = self.runbook(run.runbook)
@@ -429,3 +434,16 @@ def _choice(step: Any, answer: str) -> str:
             hint=f"answer one of: {', '.join(c.value for c in step.choices)}",
         )
     return chosen
+
+
+def _require_owner(run: RunRecord, caller: Principal) -> None:
+    """Refuse an agent other than the one that started ``run`` (people may continue any)."""
+    owner = run.principal
+    if caller.kind is PrincipalKind.PERSON or (
+        caller.kind is owner.kind and session_free(caller.id) == session_free(owner.id)
+    ):
+        return
+    raise errors.PolicyDenied(
+        f"run {run.id} was started by {owner}; {caller} cannot continue it",
+        hint="start your own run, or ask a person: clawpoint runbook continue RUN",
+    )

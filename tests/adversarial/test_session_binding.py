@@ -110,3 +110,22 @@ async def test_a_person_can_release_an_approval_to_any_session(lab: Lab, need_cr
         assert done["status"] == "executed", done
     assert lab.node_of(workload) == "node-b"
     assert lab.service.get_approval(approval_id).status is ApprovalStatus.USED
+
+
+async def test_another_agent_cannot_continue_a_runbook_run(lab: Lab, need_criu: None) -> None:
+    """Continuing a run executes the plans approved for the run's principal: only that agent
+    (in any of its sessions: a run outlives them) or a person may continue it."""
+    workload = lab.start("bound-run")
+    async with agent_session(lab, "stdio") as a:
+        run = await a.ok("start_runbook", {"name": "spot-interruption",
+                                           "params": {"workload": workload}})  # fmt: skip
+        assert (run["status"], run["current"]) == ("waiting_approval", "save-gate"), run
+    lab.service.approve(run["waiting"]["approval_id"], principal=PERSON, via="cli")
+    async with agent_session(lab, "http") as other_agent:
+        text = await other_agent.error("continue_runbook", {"run_id": run["id"]})
+        assert "cannot continue it" in text, text
+    assert lab.executions() == [] and lab.node_of(workload) == "node-a"
+    async with agent_session(lab, "stdio") as a_again:  # the same agent, a later session
+        after = await a_again.ok("continue_runbook", {"run_id": run["id"]})
+    assert (after["status"], after["current"]) == ("waiting_approval", "resume-gate"), after
+    assert len(lab.executions()) == 1  # the approved preempt-and-save ran, once
