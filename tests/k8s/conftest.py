@@ -15,6 +15,7 @@ def emu() -> Iterator[Emulator]:
     with Emulator() as server:
         server.namespace("default", "team-a")
         yield server
+        assert not server.crashes, f"the emulator failed inside: {server.crashes}"
 
 
 @pytest.fixture

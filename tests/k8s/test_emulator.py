@@ -718,3 +718,11 @@ def test_delete_collection_with_a_label_selector(emu: Emulator, api: Any) -> Non
     core = client.CoreV1Api(api)
     core.delete_collection_namespaced_pod("default", label_selector="app=web")
     assert [p.metadata.name for p in core.list_namespaced_pod("default").items] == ["c"]
+
+
+def test_a_bad_continue_token_is_a_400_not_a_crash(emu: Emulator, api: Any) -> None:
+    core = client.CoreV1Api(api)
+    with pytest.raises(client.ApiException) as info:
+        core.list_namespaced_pod("default", limit=1, _continue="not-a-token")
+    assert info.value.status == 400  # a bad continue token is the server's 400, not a crash
+    assert emu.crashes == []

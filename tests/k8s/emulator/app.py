@@ -135,6 +135,9 @@ class App:
             return await self.route(request, path, body)
         except status.ApiError as err:
             return _error(err)
+        except Exception as exc:  # an emulator bug: answer as the server would, and keep it
+            self.emu.crashes.append(f"{request.method} {path}: {exc!r}")
+            return _error(status.internal(repr(exc)))
 
     async def route(self, request: Request, path: str, body: Any) -> Response:
         parts = [p for p in path.split("/") if p]

@@ -78,6 +78,7 @@ class Emulator:
         self.checkpoint_default = 404
         self.checkpoint_by_node: dict[str, int] = {}
         self.checkpoint_calls: list[tuple[str, str]] = []
+        self.crashes: list[str] = []  # unexpected exceptions inside the emulator (its bugs)
         self._lock = threading.Lock()
         self._app = App(self)
         self._server: uvicorn.Server | None = None
