@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from core.model import MAX_REASON_CHARS
 from tests.cli.conftest import ROOT, Cli
+
+MAX_REASON_CHARS = 500  # what the MCP tools accept (core.model.MAX_REASON_CHARS)
 
 
 def _refused(r: object, *needles: str) -> None:
