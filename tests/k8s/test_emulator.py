@@ -726,3 +726,19 @@ def test_a_bad_continue_token_is_a_400_not_a_crash(emu: Emulator, api: Any) -> N
         core.list_namespaced_pod("default", limit=1, _continue="not-a-token")
     assert info.value.status == 400  # a bad continue token is the server's 400, not a crash
     assert emu.crashes == []
+
+
+def test_the_dynamic_client_works_through_discovery(emu: Emulator, api: Any) -> None:
+    from kubernetes import dynamic
+
+    emu.seed(*crds.ray())
+    dc = dynamic.DynamicClient(api)
+    pods = dc.resources.get(api_version="v1", kind="Pod")
+    pods.create(body=pod("a"), namespace="default")
+    assert [p.metadata.name for p in pods.get(namespace="default").items] == ["a"]
+    rayjobs = dc.resources.get(api_version="ray.io/v1", kind="RayJob")
+    rayjobs.create(
+        body={"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "r"}},
+        namespace="default",
+    )
+    assert [r.metadata.name for r in rayjobs.get(namespace="default").items] == ["r"]

@@ -13,6 +13,11 @@ InferenceServices when discovery shows their CRDs (the served version is picked 
 ``ids.WORKLOAD_KINDS``, preferred first). States follow each kind's own status fields (see
 ``_STATE_OF``).
 
+A 403 on any kind, an operator's included, raises (naming the permission) rather than
+silently leaving that kind out. Wrapped workloads are recognised by the provisional
+annotations ``clawpoint.io/engine`` and ``clawpoint.io/lineage`` (the wrapper's container
+entrypoint will set them; until then every workload reports engine ``none``).
+
 All parsing is done on the raw JSON (pure functions below ``Inventory``), so a field the
 client's models do not know never breaks a read. Limits: a snapshot; allocated GPUs count
 only pods in the namespaces in scope; pods report their own ids, not their owners'.
