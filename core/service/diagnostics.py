@@ -45,6 +45,27 @@ def _weak_tokens(settings: Settings) -> list[CheckItem]:
     return found
 
 
+def _elicitation(settings: Settings) -> CheckItem:
+    """Whether answers in an agent's own client may approve, and for whom (``[mcp]``)."""
+    mcp = settings.mcp
+    if not mcp.elicitation_approval:
+        return CheckItem(name="elicitation", level="ok",
+                         message="off: an answer in an agent's own client approves nothing")  # fmt: skip
+    if not mcp.elicitation_clients:
+        return CheckItem(name="elicitation", level="warn",
+                         message="elicitation_approval is on but elicitation_clients is empty: "
+                         "no client is asked")  # fmt: skip
+    anyone = "*" in mcp.elicitation_clients
+    who = "any client" if anyone else ", ".join(mcp.elicitation_clients)
+    return CheckItem(
+        name="elicitation",
+        level="warn" if anyone else "ok",
+        message=f"on for {who} over {', '.join(mcp.elicitation_transports)}: their 'accept' "
+        "approves plans as the client's user (names are what clients claim; rules with "
+        'approval = "out-of-band" still need a person)',
+    )
+
+
 def check_configuration() -> CheckReport:
     from core.checkpoint.criu import criu_status
 
@@ -122,6 +143,7 @@ def check_configuration() -> CheckReport:
                 else "no HTTP token: 'clawpoint serve --http' will refuse to start (set CLAWPOINT_MCP_TOKEN)",
             )
         )
+    items.append(_elicitation(settings))
     if os.geteuid() != 0:
         items.append(
             CheckItem(

@@ -8,7 +8,11 @@ once, without anybody reading the question.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +21,14 @@ from mcp.types import ElicitResult
 from core import errors
 from core.guardrails.approvals import ApprovalStatus
 from core.model import Principal, PrincipalKind
-from tests.adversarial.conftest import PERSON, TRANSPORTS, Lab, agent_session, approval_id_of
+from tests.adversarial.conftest import (
+    PERSON,
+    ROOT,
+    TRANSPORTS,
+    Lab,
+    agent_session,
+    approval_id_of,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.criu]
 
@@ -138,3 +149,26 @@ approval = "out-of-band"
         done = await agent.ok("execute_approved", {"approval_id": approval_id})
         assert done["status"] == "executed", done
     assert lab.node_of(workload) == "node-b"
+
+
+@pytest.mark.parametrize(
+    ("config", "level", "says"),
+    [
+        ("", "ok", "off: an answer in an agent's own client approves nothing"),
+        ('[mcp]\nelicitation_approval = true\nelicitation_clients = ["*"]\n', "warn",
+         "on for any client over stdio"),
+        ("[mcp]\nelicitation_approval = true\n", "warn", "no client is asked"),
+    ],
+)  # fmt: skip
+def test_config_check_says_who_may_approve_by_elicitation(
+    tmp_path: Path, config: str, level: str, says: str
+) -> None:
+    (tmp_path / "config.toml").write_text(config)
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
+    proc = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "clawpoint"), "config", "check", "--json"],
+        env={**env, "CLAWPOINT_HOME": str(tmp_path)}, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    items = {i["name"]: i for i in json.loads(proc.stdout)["items"]}
+    assert items["elicitation"]["level"] == level and says in items["elicitation"]["message"]
