@@ -5,15 +5,22 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
+# Exact versions of every dependency (dev tools included): installs are reproducible.
+# `make refresh-lock` re-resolves the newest allowed versions and rewrites it only when lint
+# and the tests pass with them (TESTS="tests/cli" limits the tests it runs).
+LOCK    = constraints.txt
 
-.PHONY: demo test lint typecheck bench deps venv docs clean slurm-up slurm-down
+.PHONY: demo test lint typecheck bench deps venv docs clean slurm-up slurm-down refresh-lock
 
 venv: $(STAMP)
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -c $(LOCK) --upgrade pip
+	$(BIN)/python -m pip install -q -c $(LOCK) -e '.[dev]'
 	touch $(STAMP)
+
+refresh-lock:
+	PYTHON=$(PYTHON) scripts/refresh-lock.sh $(TESTS)
 
 deps:
 	scripts/install-system-deps.sh --all
