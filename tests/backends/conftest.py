@@ -181,12 +181,14 @@ def slurm_subject() -> Iterator[Subject]:
 
         backend = SlurmBackend(SlurmConfig(enabled=True, retry_total_s=2.0, command_timeout_s=10.0))
         try:
-            running = sbatch(f"{name}-run", "--nodelist=n1")
+            # Wherever there is room: other tests may share the cluster.
+            running = sbatch(f"{name}-run")
             held = sbatch(f"{name}-held", "--hold")
-            backend.wait_until(
-                "the job to run on n1", 60, lambda: backend.get_workload(running).node == "n1"
+            source = backend.wait_until(
+                "the job to run", 240, lambda: backend.get_workload(running).node
             )
             assert backend.get_workload(held).state is WorkloadState.STOPPED
+            other = next(n for n in ("n2", "n3", "n1") if n != source)
             yield Subject(
                 name="slurm",
                 backend=backend,
@@ -194,8 +196,8 @@ def slurm_subject() -> Iterator[Subject]:
                 stopped=held,
                 failed=running,  # its node's death is what failover answers
                 checkpoint=None,
-                source="n1",
-                other="n2",
+                source=str(source),
+                other=other,
                 placement=_slurm_placement,
             )
         finally:
