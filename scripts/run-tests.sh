@@ -14,6 +14,4 @@ if command -v npm >/dev/null 2>&1; then
 fi
 cleanup() { (( started_slurm )) && scripts/slurm-cluster.sh down >/dev/null 2>&1; }
 trap cleanup EXIT
-# CLAWPOINT_TEST_PYTHON: another environment's interpreter (scripts/refresh-lock.sh tests the
-# newest allowed versions with it); default the project's venv.
-"${CLAWPOINT_TEST_PYTHON:-.venv/bin/python}" -m pytest -q -p no:cacheprovider "$@"
+.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
