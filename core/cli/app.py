@@ -425,9 +425,18 @@ def run(
     ] = None,
     label: Annotated[list[str] | None, typer.Option(help="KEY=VALUE label (repeatable).")] = None,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Run in the background.")] = False,
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            "--fresh",
+            help="Start from scratch even if NAME has checkpoints (they are kept, not restored; "
+            "recorded in the audit log).",
+        ),
+    ] = False,
     json_: JsonOpt = False,
 ) -> None:
-    """Run CMD checkpointably; restores the newest good checkpoint of NAME if there is one."""
+    """Run CMD checkpointably; restores the newest good checkpoint of NAME if there is one
+    (if NAME has checkpoints but none verifies, it fails with exit 8 unless --fresh)."""
     if checkpoint_every is not None:
         validate_interval_s(checkpoint_every, what="--checkpoint-every")
     labels = parse_labels(label or [], what="--label")
@@ -447,6 +456,7 @@ def run(
         command=command,
         cwd=os.getcwd(),
         labels=labels,
+        start_mode="fresh" if fresh else "auto",
         home=str(settings.home),
     )
     result = service.run_workload(spec, detach=detach, principal=_person())

@@ -604,6 +604,7 @@ class Service(PeopleDesk, WorldContext):
                 "engine": spec.engine,
                 "command": spec.command,
                 "detach": detach,
+                "start_mode": spec.start_mode,
             },
         )
         if detach:

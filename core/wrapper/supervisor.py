@@ -212,8 +212,8 @@ class Supervisor:
             raise errors.CorruptCheckpoint(
                 f"{what}; nothing was started (its images were left as they are)",
                 hint="restore a specific checkpoint if one is good; or have a person start it from "
-                "scratch ('clawpoint resume WORKLOAD --fresh' or 'failover ... --fresh'), which "
-                "loses its progress",
+                "scratch ('clawpoint resume WORKLOAD --fresh', 'failover WORKLOAD --fresh', or "
+                "'clawpoint run --fresh --name NAME -- CMD'), which loses its progress",
                 details={"workload": self.name, "checkpoints": published},
             )
         self._start_fresh()

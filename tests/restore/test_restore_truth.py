@@ -72,6 +72,13 @@ def test_resume_with_no_good_checkpoint_fails_and_changes_nothing(cli: Cli, dama
     assert [c.id for c in cli.checkpoints("w")] == ids  # nothing new, nothing deleted
     assert cli.step("w") == saved  # no payload ran: a fresh start would have written ~1
 
+    # ``run`` under the same name (what a requeued Slurm job does) refuses the same way.
+    again = cli.run("run", "--detach", "--name", "w", "--node", "node-a", "--", "sleep", "60")
+    assert again.returncode == 8, again.stdout + again.stderr
+    assert "--fresh" in again.stdout + again.stderr  # the way out is named
+    assert not cli.alive("w") and cli.step("w") == saved
+    assert cli.image_digests("w") == digests
+
 
 def test_fresh_start_needs_a_person_and_is_audited(cli: Cli) -> None:
     saved = _preempted(cli, "f")

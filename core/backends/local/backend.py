@@ -213,6 +213,19 @@ class LocalBackend(LocalPlanning):
         the registry and the processes, never from the (possibly lost) answer. A
         stop-checkpoint whose answer was lost but whose checkpoint is published and whose
         wrapper stopped is a step that succeeded."""
+        if op == "terminate":
+            # The answer to a terminate can be lost the same way: what counts is that no
+            # process of the workload is left.
+            rec = self.registry.get(args["workload"])
+            if rec is None or _wrapper_alive(self.settings, rec):
+                return None
+            if not fencing.fence(self.settings, rec):
+                return None
+            self.registry.update(
+                rec.name, state=WorkloadState.FAILED, exit_status="killed",
+                message="killed by clawpoint",
+            )  # fmt: skip
+            return {"terminated": True, "recovered": True}
         return self.recover_step(op, args, started_at)
 
     def _checkpoint_happened(
