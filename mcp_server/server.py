@@ -10,7 +10,8 @@ who may run them.
 
 While it serves (stdio or HTTP), the server reconciles every ``[recovery] every_s`` seconds
 (``Service.recover``): an execution whose process died is finished without waiting for a
-person to run a command, and stops holding a slot of the policy's limits.
+person to run a command, and stops holding a slot of the policy's limits. The same task
+advances runbook runs whose gate or question timed out (``Engine.advance_due``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from core.config import Settings
 from core.model import (
     Action,
 )
+from core.runbooks.engine import Engine
 from core.service.facade import ActionResult, Service, bootstrap
 from mcp_server import tools_actions, tools_insights, tools_runbooks
 from mcp_server.common import (
@@ -101,6 +103,14 @@ async def reconcile_forever(service: Service, every_s: float) -> None:
         for execution in finished:
             log.warning("recovered interrupted execution", execution=execution.id,
                         status=execution.status.value)  # fmt: skip
+        try:  # runbook gates and questions time out without anyone calling continue
+            changed = await anyio.to_thread.run_sync(lambda: Engine(service).advance_due())
+        except Exception:
+            log.exception("advancing timed-out runbook runs failed")
+            continue
+        for change in changed:
+            log.warning("runbook run timed out", run=change.id, step=change.step,
+                        status=change.status.value)  # fmt: skip
 
 
 def reconciling(

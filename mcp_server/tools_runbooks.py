@@ -1,7 +1,7 @@
 """Runbook tools, prompts and resources for the MCP server.
 
-``register(mcp, service)`` adds four tools over ``core.runbooks.engine`` (``list_runbooks``,
-``start_runbook``, ``runbook_status``, ``continue_runbook``), one prompt per shipped runbook
+``register(mcp, service)`` adds five tools over ``core.runbooks.engine`` (``list_runbooks``,
+``start_runbook``, ``runbook_status``, ``list_runs``, ``continue_runbook``), one prompt per shipped runbook
 (how to run it with those tools), and read-only resources: runbook definitions, the policy in
 force, the recent audit log and a workload's checkpoints. The agent that starts a run is its
 principal; approvals it meets come from a person (``clawpoint approvals approve ID``).
@@ -63,6 +63,13 @@ class Run(BaseModel):
     messages: list[str]
     error: str | None
     next: str
+
+
+class RunList(BaseModel):
+    runs: list[dict[str, Any]] = Field(
+        description="id, runbook, status, principal, waits_for, current, next, outcome"
+    )
+    next_offset: int | None = Field(description="pass as offset for more; null: no more")
 
 
 def _run(v: RunView) -> Run:
@@ -140,6 +147,22 @@ def register(mcp: MCPServer[Any], service: Service, *, engine: Engine | None = N
         """A run's status, step outputs, messages, and what it waits for."""
         return _run(await call(lambda: eng.status(run_id)))
 
+    @mcp.tool(title="List runbook runs", annotations=READ)
+    async def list_runs(
+        status: Annotated[
+            str | None,
+            Field(description="waiting, running, succeeded, failed, ... (all if empty)",
+                  max_length=32),
+        ] = None,
+        limit: Annotated[int, Field(ge=1, le=100)] = 20,
+        offset: Annotated[int, Field(ge=0, le=100_000)] = 0,
+    ) -> RunList:  # fmt: skip
+        """Runs, newest first: status, what each waits for, the next step. Page with offset."""
+        runs = await call(lambda: eng.list_runs(limit=limit + 1, offset=offset, status=status))
+        more = len(runs) > limit
+        return RunList(runs=[r.model_dump(mode="json") for r in runs[:limit]],
+                       next_offset=offset + limit if more else None)  # fmt: skip
+
     @mcp.tool(title="Continue a runbook run", annotations=RUNS_ACTIONS)
     async def continue_runbook(
         run_id: RunId,
@@ -147,11 +170,17 @@ def register(mcp: MCPServer[Any], service: Service, *, engine: Engine | None = N
             str | None,
             Field(description="The person's answer to the run's question", max_length=200),
         ] = None,
+        code: Annotated[
+            str | None,
+            Field(description="One-time approval code the person typed in chat", max_length=32),
+        ] = None,
     ) -> Run:
-        """Resume a waiting run: after a person decided its approval, or with the person's
-        answer. A still-pending approval is reported, not bypassed."""
+        """Resume a waiting run: after a person decided its approval, with the approval code
+        they gave you, or with their answer. A still-pending approval is reported."""
         principal = agent()
-        return _run(await call(lambda: eng.continue_(run_id, principal=principal, answer=answer)))
+        return _run(
+            await call(lambda: eng.continue_(run_id, principal=principal, answer=answer, code=code))
+        )
 
     try:
         for rb in eng.runbooks().values():

@@ -132,6 +132,38 @@ def status(
     )  # fmt: skip
 
 
+@runbook_app.command()
+def runs(
+    status_: Annotated[
+        str | None,
+        typer.Option("--status", help="waiting, running, succeeded, failed, cancelled, ..."),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most N runs.")] = 20,
+    offset: Annotated[int, typer.Option("--offset", min=0, help="Skip the N newest.")] = 0,
+    json_: JsonOpt = False,
+) -> None:
+    """Runs newest first, one line each: status, what it waits for, what comes next."""
+    found = _engine().list_runs(limit=limit, offset=offset, status=status_)
+    if json_:
+        return output.emit_json(found)
+    output.table(
+        "Runbook runs",
+        ["id", "runbook", "status", "waits for", "next", "started (UTC)"],
+        [(r.id, r.runbook, r.status.value, r.waits_for or "", r.next or (r.outcome or ""),
+          f"{r.started_at:%m-%d %H:%M}") for r in found],
+    )  # fmt: skip
+
+
+@runbook_app.command()
+def advance(json_: JsonOpt = False) -> None:
+    """Move on every run whose gate or question timed out (what watch does each pass)."""
+    changes = _engine().advance_due()
+    if json_:
+        return output.emit_json(changes)
+    for c in changes:
+        output.plain(f"{c.id} {c.runbook}: {c.step} timed out -> {c.status.value}: {c.message}")
+
+
 @runbook_app.command("continue")
 def continue_(
     run_id: RunArg,

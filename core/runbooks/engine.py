@@ -12,8 +12,13 @@ after it. A run found with an action ``started`` but no result is failed with a 
 the audit log instead of repeating the action (a read step simply runs again). Approved
 plans run through ``execute_approved``, which consumes the approval, so they run once.
 
+Timeouts fire without anyone calling ``continue``: ``advance_due(now)`` moves every waiting
+run whose gate or question timed out along its ``on_timeout`` branch (the watch pass and the
+MCP server's periodic task call it). A gate that times out withdraws its pending approval, so
+a late "approve" can no longer run an action the run has given up on.
+
 Limits: ``wait`` steps and ``until`` polling sleep in the calling thread (keep them short or
-prefer an ask/approval); timeouts of gates and questions are checked when a run is continued.
+prefer an ask/approval).
 """
 
 from __future__ import annotations
@@ -30,13 +35,13 @@ from pydantic import BaseModel, Field
 from core import errors
 from core.guardrails.approvals import ApprovalStatus, session_free
 from core.guardrails.notify import slack_escape
-from core.model import Principal, PrincipalKind, utcnow
+from core.model import ExecutionStatus, Principal, PrincipalKind, utcnow
 from core.runbooks import schema, templates, tools
 from core.runbooks.calls import CALLS, CallContext, ToolCall
 from core.runbooks.store import RunRecord, RunStatus, RunStore, StepRecord, Waiting, new_run_id
 from core.service.facade import ActionResult, Service
 
-__all__ = ["Engine", "RunView", "default_runbooks_dir"]
+__all__ = ["Engine", "RunChange", "RunSummary", "RunView", "default_runbooks_dir"]
 
 _OK_ACTION = ("executed", "planned", "approval_required")
 
@@ -84,6 +89,52 @@ def view(run: RunRecord) -> RunView:
         messages=run.messages, error=run.error, started_at=run.started_at,
         updated_at=run.updated_at, next=hint,
     )  # fmt: skip
+
+
+class RunSummary(BaseModel):
+    """A run in one line's worth of fields: what a fresh session needs to find and go on."""
+
+    id: str
+    runbook: str
+    status: RunStatus
+    principal: str
+    started_at: datetime
+    updated_at: datetime
+    waits_for: str | None = Field(default=None, description="approval ID, answer or confirm")
+    current: str | None = None
+    next: str = ""
+    outcome: str | None = Field(default=None, description="last message or error of a run")
+
+
+def summary(run: RunRecord) -> RunSummary:
+    v = view(run)
+    w = run.waiting
+    waits = None
+    if w is not None and not run.status.finished:
+        waits = f"approval {w.approval_id}" if w.approval_id else w.kind
+    outcome = None
+    if run.status.finished:
+        outcome = run.error or (run.messages[-1] if run.messages else None)
+    return RunSummary(
+        id=run.id, runbook=run.runbook, status=run.status, principal=str(run.principal),
+        started_at=run.started_at, updated_at=run.updated_at, waits_for=waits,
+        current=run.current, next=v.next, outcome=outcome,
+    )  # fmt: skip
+
+
+class RunChange(BaseModel):
+    """What ``advance_due`` did to one run: where it was, where it is now, and why."""
+
+    id: str
+    runbook: str
+    step: str
+    before: RunStatus
+    status: RunStatus
+    current: str | None
+    message: str
+
+
+_WAITING = (RunStatus.WAITING_APPROVAL.value, RunStatus.WAITING_ANSWER.value)
 
 
 class _Wait(Exception):
@@ -150,11 +201,78 @@ class Engine:
     def runs(self, *, limit: int = 20) -> list[RunView]:
         return [view(r) for r in self.store.list(limit=limit)]
 
+    def list_runs(self, *, limit: int = 20, offset: int = 0,
+                  status: str | None = None) -> list[RunSummary]:  # fmt: skip
+        """Concise records, newest first; ``status`` filters (``waiting`` = either wait)."""
+        if status is not None and status != "waiting" and status not in set(RunStatus):
+            raise errors.InvalidInput(
+                f"no run status {status!r}",
+                hint="use waiting, " + ", ".join(s.value for s in RunStatus),
+            )
+        statuses = _WAITING if status == "waiting" else ((status,) if status else ())
+        runs = self.store.list(limit=limit, offset=offset, statuses=statuses)
+        return [summary(r) for r in runs]
+
+    def advance_due(self, now: datetime | None = None) -> list[RunChange]:
+        """Advance every waiting run whose gate or question timed out at ``now``.
+
+        A timed-out gate withdraws its pending approval and follows ``on_timeout``; a question
+        takes its ``default`` or follows ``on_timeout``; the run then goes on (as its own
+        principal) until it ends or waits again. Runs whose wait is not over are untouched.
+        One run's error does not stop the others: it is recorded in that run (it fails)."""
+        now = now or utcnow()
+        changes: list[RunChange] = []
+        for run in self.store.list(limit=10_000, statuses=_WAITING):
+            w = run.waiting
+            if w is None or run.current is None or not self._due(run, w, now):
+                continue
+            before, at = run.status, run.current
+            try:
+                rb = self.runbook(run.runbook)
+                if rb.digest() != run.digest:
+                    run.record(at, "gate", "error", error="runbook changed while waiting")
+                    run.error = (
+                        f"step {at}: timed out, and the runbook changed since the run started"
+                    )
+                    self._go(run, rb, at, "fail")
+                    run = self.store.save(run)
+                else:
+                    run.status = RunStatus.RUNNING
+                    run = self._advance(run, rb, run.principal, now=now)
+            except errors.Conflict:
+                continue  # another process moved it meanwhile: its result stands
+            except errors.ClawpointError as exc:  # e.g. the runbook file is gone
+                changes.append(RunChange(id=run.id, runbook=run.runbook, step=at, before=before,
+                                         status=before, current=at,
+                                         message=f"could not advance: {exc}"))  # fmt: skip
+                continue
+            last = run.messages[-1] if run.messages else ""
+            changes.append(RunChange(id=run.id, runbook=run.runbook, step=at, before=before,
+                                     status=run.status, current=run.current,
+                                     message=run.error or last))  # fmt: skip
+        return changes
+
+    def _due(self, run: RunRecord, w: Waiting, now: datetime) -> bool:
+        try:
+            step = self.runbook(run.runbook).step(w.step)
+        except errors.ClawpointError:
+            return False
+        timeout = getattr(step, "timeout", None)
+        if timeout is not None and (now - w.since).total_seconds() > float(timeout):
+            return True
+        if w.approval_id:  # the approval itself expired or was locked
+            status = self.service.get_approval(w.approval_id).status
+            return status in (ApprovalStatus.EXPIRED, ApprovalStatus.LOCKED)
+        return False
+
     def continue_(
         self, run_id: str, *, principal: Principal, answer: str | None = None,
-        confirm: bool = False,
+        confirm: bool = False, code: str | None = None,
     ) -> RunView:  # fmt: skip
         """Go on from where the run waits; a still-pending gate or question says so.
+
+        ``code``: the one-time code a person gave in chat for the approval the run waits on;
+        it approves that approval (a wrong code counts an attempt), then the run goes on.
 
         Only a person or the agent that started the run (any of its sessions: a run outlives
         the session that started it) may continue it, since continuing runs the plans
@@ -169,6 +287,10 @@ class Engine:
                 f"runbook {rb.name!r} changed since run {run.id} started",
                 hint="start a new run of the current runbook; this one cannot continue safely",
             )
+        if code is not None and not (run.status is RunStatus.WAITING_APPROVAL and run.waiting
+                                     and run.waiting.approval_id):  # fmt: skip
+            raise errors.InvalidInput(f"run {run.id} waits for no approval a code could approve",
+                                      hint=view(run).next or "nothing to approve")  # fmt: skip
         if answer is not None and run.status is not RunStatus.WAITING_ANSWER:
             raise errors.InvalidInput(f"run {run.id} does not wait for an answer ({run.status})",
                                       hint=view(run).next or "nothing to answer")  # fmt: skip
@@ -176,6 +298,12 @@ class Engine:
             if answer is None:
                 return view(run)
             answer = _choice(rb.step(str(run.current)), answer)  # refuse before changing anything
+        if code is not None and run.waiting and run.waiting.approval_id:
+            # The engine presents the code as the run's principal (the requester of every
+            # approval in the run); the caller was checked above. Wrong codes are refused here
+            # without changing the run.
+            self.service.guard.approvals.approve_with_code(run.waiting.approval_id, code,
+                                                           run.principal)  # fmt: skip
         run.status = RunStatus.RUNNING
         return view(self._advance(run, rb, principal, answer=answer, confirm=confirm))
 
@@ -189,7 +317,8 @@ class Engine:
 
     # ------------------------------------------------------------------ stepping
     def _advance(self, run: RunRecord, rb: schema.Runbook, caller: Principal, *,
-                 answer: str | None = None, confirm: bool = False) -> RunRecord:  # fmt: skip
+                 answer: str | None = None, confirm: bool = False,
+                 now: datetime | None = None) -> RunRecord:  # fmt: skip
         while run.status is RunStatus.RUNNING and run.current is not None:
             step = rb.step(run.current)
             try:
@@ -197,7 +326,8 @@ class Engine:
                     run.record(step.id, step.kind, "skipped")
                     target = "continue"
                 else:
-                    target = self._step(run, step, caller, answer=answer, confirm=confirm)
+                    target = self._step(run, step, caller, answer=answer, confirm=confirm,
+                                        now=now)  # fmt: skip
                     answer, confirm = None, False
             except _Wait:
                 return self.store.save(run)
@@ -227,13 +357,13 @@ class Engine:
                                                             "at": step_id})  # fmt: skip
 
     def _step(self, run: RunRecord, step: Any, caller: Principal, *, answer: str | None,
-              confirm: bool) -> str:  # fmt: skip
+              confirm: bool, now: datetime | None = None) -> str:  # fmt: skip
         if isinstance(step, schema.ToolStep):
             return self._tool(run, step)
         if isinstance(step, schema.ApprovalStep):
-            return self._gate(run, step, caller, confirm=confirm)
+            return self._gate(run, step, caller, confirm=confirm, now=now or utcnow())
         if isinstance(step, schema.AskStep):
-            return self._ask(run, step, caller, answer)
+            return self._ask(run, step, caller, answer, now=now or utcnow())
         ctx = run.context()
         if isinstance(step, schema.CheckStep):
             result = step.condition.evaluate(ctx)
@@ -246,7 +376,7 @@ class Engine:
         if isinstance(step, schema.NotifyStep):
             text = templates.render(step.message, ctx, strict=False)
             sent = self._notify(run, step.id, text, step.severity)
-            run.record(step.id, step.kind, "ok", {"sent": sent})
+            run.record(step.id, step.kind, "ok", {"sent": sent, "message": str(text).strip()})
             return step.next
         if isinstance(step, schema.WaitStep):
             self._sleep(step.duration)
@@ -305,7 +435,7 @@ class Engine:
         return step.next
 
     def _gate(self, run: RunRecord, step: schema.ApprovalStep, caller: Principal, *,
-              confirm: bool) -> str:  # fmt: skip
+              confirm: bool, now: datetime) -> str:  # fmt: skip
         act = run.last(step.for_)
         out = act.output if act is not None and isinstance(act.output, Mapping) else None
         if out is None or act is None or act.status == "skipped":
@@ -317,11 +447,17 @@ class Engine:
             return step.next
         ctx = run.context()
         approval = out.get("approval")
+        waited = run.waiting.since if run.waiting and run.waiting.step == step.id else now
+        timed_out = (now - waited).total_seconds() > step.timeout
         if approval is None:  # a person started the run: they confirm the plan themselves
             plan_hash = str((out.get("plan") or {}).get("hash"))
+            if timed_out:
+                run.record(step.id, step.kind, "ok", {"status": "timeout", "approval_id": None})
+                return step.on_timeout
             if not (confirm and caller.kind is PrincipalKind.PERSON):
                 self._wait(run, step, RunStatus.WAITING_APPROVAL,
-                           Waiting(step=step.id, kind="confirm", plan_hash=plan_hash),
+                           Waiting(step=step.id, kind="confirm", plan_hash=plan_hash,
+                                   since=waited),
                            templates.render(step.message, ctx, strict=False))  # fmt: skip
             plan = self.service.journal.get_plan(plan_hash)
             result = self.service.perform(plan, principal=caller, confirmed=True)
@@ -329,12 +465,13 @@ class Engine:
         approval_id = str(approval["id"])
         status = self.service.get_approval(approval_id).status
         prior = run.last(step.id)
-        if status is ApprovalStatus.PENDING:
-            waited = run.waiting.since if run.waiting and run.waiting.step == step.id else utcnow()
-            if (utcnow() - waited).total_seconds() > step.timeout:
-                run.record(step.id, step.kind, "ok", {"status": "timeout",
+        if status is ApprovalStatus.PENDING and timed_out:
+            status = self._withdraw(run, approval_id)
+            if status is ApprovalStatus.DENIED:  # withdrawn: nobody can approve it any more
+                run.record(step.id, step.kind, "ok", {"status": "timeout", "withdrawn": True,
                                                       "approval_id": approval_id})  # fmt: skip
                 return step.on_timeout
+        if status is ApprovalStatus.PENDING:
             text = templates.render(step.message, ctx, strict=False)
             self._wait(run, step, RunStatus.WAITING_APPROVAL,
                        Waiting(step=step.id, kind="approval", approval_id=approval_id,
@@ -355,11 +492,44 @@ class Engine:
                                                   "approval_id": approval_id})  # fmt: skip
             return step.on_timeout
         started = prior is not None and prior.status == "started"
+        adopted = None if started else self._used_by_run(run, approval_id)
+        if adopted is not None:  # executed directly (execute_approved with a chat code)
+            return self._approved(run, step, approval_id, adopted)
         raise errors.Conflict(
             f"approval {approval_id} was already used"
             + (" by this run, but its result was not recorded" if started else ""),
             hint="see 'clawpoint audit' for the execution; start a new run if still needed",
         )
+
+    def _withdraw(self, run: RunRecord, approval_id: str) -> ApprovalStatus:
+        """Withdraw the pending approval of a timed-out gate; its status afterwards (a person
+        who approved in the last instant wins: APPROVED is returned and the gate goes on)."""
+        try:
+            self.service.guard.approvals.cancel(
+                approval_id, run.principal, f"runbook run {run.id} stopped waiting (gate timeout)"
+            )
+        except errors.Conflict:
+            pass
+        return self.service.get_approval(approval_id).status
+
+    def _used_by_run(self, run: RunRecord, approval_id: str) -> ActionResult | None:
+        """The result of an approval the run's own agent already executed outside the run
+        (the chat-code route: ``execute_approved`` with the person's code), so the run can go
+        on instead of failing with "already used"; None when it was someone else's use."""
+        view_ = self.service.get_approval(approval_id)
+        if view_.status is not ApprovalStatus.USED:
+            return None
+        owner = session_free(run.principal.id)
+        for ex in self.service.journal.recent(limit=200):
+            kind, _, who = ex.principal.partition(":")
+            if (ex.plan_hash == view_.plan_hash and kind == run.principal.kind.value
+                    and session_free(who) == owner):  # fmt: skip
+                ok = ex.status is ExecutionStatus.SUCCEEDED
+                return ActionResult(
+                    status="executed" if ok else "failed", plan=view_.plan, execution=ex,
+                    message=view_.plan.summary + (": done" if ok else f": {ex.error}"),
+                )  # fmt: skip
+        return None
 
     def _approved(self, run: RunRecord, step: schema.ApprovalStep, approval_id: str | None,
                   result: ActionResult) -> str:  # fmt: skip
@@ -378,14 +548,14 @@ class Engine:
         return "stop" if on_error == "stop" else "fail"
 
     def _ask(self, run: RunRecord, step: schema.AskStep, caller: Principal,
-             answer: str | None) -> str:  # fmt: skip
+             answer: str | None, *, now: datetime) -> str:  # fmt: skip
         waiting = run.waiting if run.waiting and run.waiting.step == step.id else None
         if answer is not None and waiting is not None:
             chosen = _choice(step, answer)
             run.record(step.id, step.kind, "ok", {"answer": chosen, "answered_by": str(caller)})
             return step.next
-        since = waiting.since if waiting else utcnow()
-        if (utcnow() - since).total_seconds() > step.timeout:
+        since = waiting.since if waiting else now
+        if (now - since).total_seconds() > step.timeout:
             if step.default is None:
                 run.record(step.id, step.kind, "ok", {"answer": None, "answered_by": "timeout"})
                 return step.on_timeout

@@ -13,6 +13,7 @@ hold a plan or an execution, a few KiB each). Runs are never deleted here.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -184,13 +185,14 @@ class RunStore:
             )
         return RunRecord.model_validate(loads(row["body"]))
 
-    def list(self, *, limit: int = 20, status: str | None = None) -> list[RunRecord]:
+    def list(self, *, limit: int = 20, offset: int = 0, status: str | None = None,
+             statuses: Sequence[str] = ()) -> list[RunRecord]:  # fmt: skip
+        """Runs newest first; ``status``/``statuses`` filter, ``offset`` pages."""
         sql = "SELECT body FROM runbook_runs"
-        args: tuple[Any, ...] = ()
-        if status:
-            sql += " WHERE status=?"
-            args = (status,)
-        sql += " ORDER BY started_at DESC LIMIT ?"
+        wanted = [*statuses, *([status] if status else [])]
+        if wanted:
+            sql += f" WHERE status IN ({','.join('?' * len(wanted))})"
+        sql += " ORDER BY started_at DESC, id LIMIT ? OFFSET ?"
         with self.db.read() as conn:
-            rows = conn.execute(sql, (*args, limit)).fetchall()
+            rows = conn.execute(sql, (*wanted, limit, offset)).fetchall()
         return [RunRecord.model_validate(loads(r["body"])) for r in rows]
