@@ -61,7 +61,7 @@ class _Job:
 
 def _test_fault(name: str) -> bool:
     """Fault injection for tests only (never set in production): ``CLAWPOINT_TEST_DROP_REPLY``
-    = 1 closes a checkpoint request's connection without its answer (a lost answer);
+    = 1 closes a checkpoint or terminate request's connection without its answer (lost);
     ``CLAWPOINT_TEST_REPLY_DELAY_S`` = seconds to wait before writing it (a slow one)."""
     value = os.environ.get(name, "")
     if not value:
@@ -315,6 +315,9 @@ class Supervisor:
                     break
         elif op == "terminate":
             self.terminate(float(request.get("timeout_s", 30)))
+            if _test_fault("CLAWPOINT_TEST_DROP_REPLY"):
+                log.warning("control.test_hook_dropped_reply", op=op)
+                return
             send({"result": {"terminated": True}})
         else:
             send({"error": errors.InvalidInput(f"unknown op {op!r}").to_dict()})

@@ -202,3 +202,18 @@ def test_run_reports_the_payloads_exit_status(cli: Cli) -> None:
     assert "PID namespace" not in text
     rec = cli.record("seven")
     assert rec.state is WorkloadState.FAILED and rec.exit_status == "exit 7"
+
+
+def test_a_lost_terminate_answer_is_reconciled(cli: Cli) -> None:
+    """The wrapper ends the workload but drops its answer (test hook): the kill is done."""
+    cli.start_counter("gone", CLAWPOINT_TEST_DROP_REPLY="1")
+    cli.wait_step("gone", 5)
+    service = bootstrap(load_settings(cli.home))
+    person = Principal(id="tester", kind=PrincipalKind.PERSON)
+    result = service.act(Action.KILL, "local:gone", {}, principal=person, confirmed=True)
+    assert result.status == "executed", result.message
+    assert result.execution is not None
+    assert result.execution.steps[0].output["reconciled"] is True
+    rec = cli.record("gone")
+    assert rec.state is WorkloadState.FAILED and rec.exit_status == "killed"
+    assert not cli.alive("gone")

@@ -217,7 +217,11 @@ class LocalBackend(LocalPlanning):
             # The answer to a terminate can be lost the same way: what counts is that no
             # process of the workload is left.
             rec = self.registry.get(args["workload"])
-            if rec is None or _wrapper_alive(self.settings, rec):
+            if rec is None:
+                return None
+            try:
+                self._wait_wrapper_exit(rec)  # a wrapper that ended its payload exits next
+            except errors.Conflict:
                 return None
             if not fencing.fence(self.settings, rec):
                 return None
