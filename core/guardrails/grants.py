@@ -7,9 +7,15 @@ limit. ``claim`` finds a matching grant with budget left and records the use in 
 ``BEGIN IMMEDIATE`` transaction, so concurrent claims cannot overspend the hourly budget.
 
 Scope keys (all must match; an unknown or absent key never matches, failing closed):
-``trigger`` (the event that prompted the plan), ``backend``, ``target``, any string key of
-the plan's scope (``namespace``, ``partition``, ``node``, ``pool``), ``labels.KEY`` (workload
-label) and ``node_labels.KEY`` (node label).
+``trigger``, ``backend``, ``target``, any string key of the plan's scope (``namespace``,
+``partition``, ``node``, ``pool``), ``labels.KEY`` (workload label) and ``node_labels.KEY``
+(node label).
+
+``trigger`` is matched against evidence, never against a claim: the grant applies only while
+``core.guardrails.evidence`` holds a live sighting of that trigger, made by clawpoint itself,
+for the plan's target, workload or node. The ``trigger`` a caller passes (watch, a runbook
+run, an agent) is only recorded in the audit as what it claimed. The evidence a grant used is
+returned on the ``Grant`` (``evidence``), stored with the plan hash and audited.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from core import errors
 from core.guardrails import schema
 from core.guardrails.audit import AuditLog
 from core.guardrails.durations import parse_duration
+from core.guardrails.evidence import Evidence, EvidenceStore, plan_subjects
 from core.model import Action, Plan, Principal, PrincipalKind, utcnow
 from core.state.db import Database, dumps, loads
 
@@ -40,17 +47,20 @@ class Grant(BaseModel):
     revoked_at: datetime | None = None
     revoked_by: str | None = None
     used_last_hour: int = 0
+    # The sighting that let a trigger-scoped grant cover the plan it was matched against.
+    evidence: Evidence | None = None
 
     def active(self, now: datetime) -> bool:
         return self.revoked_at is None and now < self.expires_at
 
 
-def scope_matches(scope: dict[str, str], plan: Plan, trigger: str | None) -> bool:
+def scope_matches(scope: dict[str, str], plan: Plan) -> bool:
+    """Every key but ``trigger`` (which ``GrantStore`` checks against evidence)."""
     for key, wanted in scope.items():
         have: Any
         if key == "trigger":
-            have = trigger
-        elif key == "backend":
+            continue
+        if key == "backend":
             have = plan.backend
         elif key == "target":
             have = plan.target
@@ -70,6 +80,17 @@ class GrantStore:
         self.db = db
         self.audit = audit
         schema.ensure_schema(db)
+        self.evidence = EvidenceStore(db, audit=audit)
+
+    def _covers(self, grant: Grant, plan: Plan, now: datetime) -> Grant | None:
+        """``grant`` (with the evidence it rests on) when it covers ``plan`` now, else None."""
+        if grant.action is not plan.action or not scope_matches(grant.scope, plan):
+            return None
+        wanted = grant.scope.get("trigger")
+        if wanted is None:
+            return grant
+        seen = self.evidence.find(wanted, plan_subjects(plan), now)
+        return grant.model_copy(update={"evidence": seen}) if seen is not None else None
 
     def grant(
         self,
@@ -161,16 +182,15 @@ class GrantStore:
         return self.get(grant_id)
 
     def match(self, plan: Plan, trigger: str | None = None) -> Grant | None:
-        """The first active grant covering this plan with budget left (read only)."""
+        """The first active grant covering this plan with budget left (read only).
+
+        ``trigger`` is what the caller claims; it is not used to match (see the module)."""
         now = utcnow()
         for grant in self.list():
-            if (
-                grant.action is plan.action
-                and scope_matches(grant.scope, plan, trigger)
-                and grant.active(now)
-                and grant.used_last_hour < grant.max_per_hour
-            ):
-                return grant
+            if grant.active(now) and grant.used_last_hour < grant.max_per_hour:
+                covering = self._covers(grant, plan, now)
+                if covering is not None:
+                    return covering
         return None
 
     def claim(self, plan: Plan, principal: Principal, trigger: str | None = None) -> Grant | None:
@@ -185,16 +205,21 @@ class GrantStore:
             ).fetchall()
             for row in rows:
                 used = _uses_since(conn, row["id"], now - timedelta(hours=1))
-                grant = _grant(row, used)
-                if scope_matches(grant.scope, plan, trigger) and used < grant.max_per_hour:
+                covering = self._covers(_grant(row, used), plan, now)
+                if covering is not None and used < covering.max_per_hour:
                     conn.execute(
                         "INSERT INTO grant_uses(grant_id, ts, plan_hash, principal) "
                         "VALUES(?,?,?,?)",
-                        (grant.id, now.isoformat(), plan.hash, str(principal)),
+                        (covering.id, now.isoformat(), plan.hash, str(principal)),
                     )
-                    chosen = grant.model_copy(update={"used_last_hour": used + 1})
+                    chosen = covering.model_copy(update={"used_last_hour": used + 1})
                     break
         if chosen is not None:
+            if chosen.evidence is not None:
+                self.evidence.record_use(
+                    chosen.evidence, plan_hash=plan.hash, grant_id=chosen.id,
+                    principal=str(principal),
+                )  # fmt: skip
             self.audit.append(
                 "grant.used",
                 principal=str(principal),
@@ -203,7 +228,8 @@ class GrantStore:
                     "plan_hash": plan.hash,
                     "action": plan.action.value,
                     "target": plan.target,
-                    "trigger": trigger,
+                    "claimed_trigger": trigger,
+                    "evidence": chosen.evidence.brief() if chosen.evidence else None,
                     "used_last_hour": chosen.used_last_hour,
                     "max_per_hour": chosen.max_per_hour,
                 },

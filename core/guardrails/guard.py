@@ -141,6 +141,7 @@ class Guard:
                 "reason": decision.reason,
                 "rule_id": decision.rule_id,
                 "grant_id": decision.grant_id,
+                "evidence": decision.evidence,
                 "risk": decision.risk.value,
                 "trigger": trigger,
                 **({"dry_run": True} if dry_run else {}),
@@ -237,12 +238,20 @@ class Guard:
 
 
 def _covered(decision: Decision, grant: Grant, *, uses: int) -> Decision:
+    seen = grant.evidence
+    basis = (
+        f" It rests on {seen.trigger} observed for {seen.subject} by {seen.source} at "
+        f"{seen.observed_at:%H:%M:%S} UTC (evidence {seen.id}, until {seen.expires_at:%H:%M:%S})."
+        if seen is not None
+        else ""
+    )
     return decision.model_copy(
         update={
             "outcome": Outcome.ALLOW,
             "grant_id": grant.id,
+            "evidence": seen.brief() if seen is not None else None,
             "reason": f"Standing approval {grant.id} by {grant.granted_by} covers this "
-            f"({grant.reason}); use {uses} of {grant.max_per_hour} this hour.",
+            f"({grant.reason}); use {uses} of {grant.max_per_hour} this hour.{basis}",
         }
     )
 

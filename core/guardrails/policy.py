@@ -247,6 +247,8 @@ class Decision(BaseModel):
     reason: str  # one sentence a person can read
     rule_id: str  # a rule id, "default:<risk>", "limit:<name>", "dry-run", ...
     grant_id: str | None = None
+    # The sighting a trigger-scoped grant rested on (``core.guardrails.evidence``).
+    evidence: dict[str, Any] | None = None
     risk: RiskClass
     plan_hash: str = ""
     dry_run: bool = False

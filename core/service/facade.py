@@ -291,6 +291,10 @@ class Service(PeopleDesk, WorldContext):
             details={"plan_hash": plan.hash, "problems": problems},
         )
 
+    def stale_reasons(self, plan: Plan) -> list[str]:
+        """What no longer holds of the plan's preconditions (empty: it still fits); reads only."""
+        return self._stale(plan)
+
     def _stale(self, plan: Plan) -> list[str]:
         pre = plan.preconditions
         problems: list[str] = []

@@ -9,6 +9,9 @@ Two tables (component ``watch`` of the state database):
   poll every few seconds does not flood people with the same request.
 - ``watch_observations``: the last ``KEEP_OBSERVATIONS`` progress sightings per workload,
   from which the SLA signal computes a progress rate.
+- ``watch_findings``: the conditions already reported (pending approvals, unfixable risks,
+  failing sources) with a fingerprint and when they were last reported, so a pass prints
+  only what is new, in one process or across ``--once`` runs (``seen``/``forget_others``).
 
 Limits: bounded by the number of distinct proposal keys and workloads; rows of workloads
 that no longer exist are pruned by ``prune``.
@@ -44,6 +47,14 @@ MIGRATIONS = [
         PRIMARY KEY (workload, at)
     );
     """,
+    """
+    ALTER TABLE watch_requests ADD COLUMN trigger TEXT;
+    CREATE TABLE watch_findings (
+        key TEXT PRIMARY KEY,
+        fingerprint TEXT NOT NULL,
+        reported_at TEXT NOT NULL
+    );
+    """,
 ]
 
 
@@ -61,6 +72,7 @@ class Request(BaseModel):
     approval_id: str | None = None
     message: str = ""
     updated_at: datetime
+    trigger: str | None = None
 
     def blocks(self, now: datetime) -> bool:
         """True while this earlier request should stop the same proposal being asked again."""
@@ -101,10 +113,10 @@ class WatchState:
         with self.db.write() as conn:
             conn.execute(
                 "INSERT INTO watch_requests(key, plan_hash, status, approval_id, message, "
-                "updated_at) VALUES(?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
+                "updated_at, trigger) VALUES(?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
                 "plan_hash=excluded.plan_hash, status=excluded.status, "
                 "approval_id=excluded.approval_id, message=excluded.message, "
-                "updated_at=excluded.updated_at",
+                "updated_at=excluded.updated_at, trigger=excluded.trigger",
                 (
                     req.key,
                     req.plan_hash,
@@ -112,8 +124,45 @@ class WatchState:
                     req.approval_id,
                     req.message,
                     req.updated_at.isoformat(),
+                    req.trigger,
                 ),
             )
+
+    def triggers_by_approval(self) -> dict[str, str]:
+        """Approval id -> the trigger watch asked it for (its own requests only)."""
+        with self.db.read() as conn:
+            rows = conn.execute(
+                "SELECT approval_id, trigger FROM watch_requests "
+                "WHERE approval_id IS NOT NULL AND trigger IS NOT NULL"
+            ).fetchall()
+        return {r["approval_id"]: r["trigger"] for r in rows}
+
+    def seen(self, key: str, fingerprint: str, now: datetime, *, remind_s: float) -> bool:
+        """Whether a condition is news: first seen, changed, or last reported ``remind_s``
+        ago. News is recorded as reported now."""
+        with self.db.write() as conn:
+            row = conn.execute(
+                "SELECT fingerprint, reported_at FROM watch_findings WHERE key=?", (key,)
+            ).fetchone()
+            news = (
+                row is None
+                or row["fingerprint"] != fingerprint
+                or (now - datetime.fromisoformat(row["reported_at"])).total_seconds() >= remind_s
+            )
+            if news:
+                conn.execute(
+                    "INSERT OR REPLACE INTO watch_findings(key, fingerprint, reported_at) "
+                    "VALUES(?,?,?)",
+                    (key, fingerprint, now.isoformat()),
+                )
+        return news
+
+    def forget_others(self, keep: set[str]) -> None:
+        """Drop conditions that are gone, so they are news again if they come back."""
+        with self.db.write() as conn:
+            for (key,) in conn.execute("SELECT key FROM watch_findings").fetchall():
+                if key not in keep:
+                    conn.execute("DELETE FROM watch_findings WHERE key=?", (key,))
 
     def history(self) -> dict[str, list[Observation]]:
         with self.db.read() as conn:

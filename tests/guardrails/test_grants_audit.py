@@ -35,9 +35,13 @@ def test_grant_matches_scope_and_trigger(grants: GrantStore) -> None:
         Action.REQUEUE, GPU_SPOT, max_per_hour=5, expires="7d", reason="spot", granted_by=ALICE
     )
     plan = make_plan(Action.REQUEUE, scope={"partition": "gpu"})
-    assert grants.match(plan, "spot-interruption") == grants.get(grant.id)
-    assert grants.match(plan, None) is None  # no trigger: fail closed
-    assert grants.match(plan, "queue-depth") is None
+    # A claimed trigger is not evidence: nothing observed, no grant (fail closed).
+    assert grants.match(plan, "spot-interruption") is None
+    grants.evidence.record("queue-backlog", plan.target, source="test")
+    assert grants.match(plan, "spot-interruption") is None  # evidence of another trigger
+    seen = grants.evidence.record("spot-interruption", plan.target, source="test")
+    matched = grants.match(plan, None)  # observed: applies whatever the caller claims
+    assert matched is not None and matched.id == grant.id and matched.evidence == seen
     cpu = make_plan(Action.REQUEUE, scope={"partition": "cpu"})
     assert grants.match(cpu, "spot-interruption") is None
     kill = make_plan(Action.KILL, scope={"partition": "gpu"})
@@ -79,6 +83,7 @@ def test_budget_is_counted_atomically(grants: GrantStore, audit: AuditLog) -> No
         Action.REQUEUE, GPU_SPOT, max_per_hour=3, expires="1h", reason="spot", granted_by=ALICE
     )
     plan = make_plan(Action.REQUEUE, scope={"partition": "gpu"})
+    grants.evidence.record("spot-interruption", plan.target, source="test")
     barrier = threading.Barrier(6)
     claimed: list[str | None] = []
 
@@ -105,9 +110,11 @@ def test_budget_refills_and_grant_expires(
         Action.REQUEUE, GPU_SPOT, max_per_hour=1, expires="2h", reason="spot", granted_by=ALICE
     )
     plan = make_plan(Action.REQUEUE, scope={"partition": "gpu"})
+    start = utcnow()
+    grants.evidence.record("spot-interruption", plan.target, source="test",
+                           expires_at=start + timedelta(hours=3))  # fmt: skip
     assert grants.claim(plan, AGENT, "spot-interruption") is not None
     assert grants.claim(plan, AGENT, "spot-interruption") is None
-    start = utcnow()
     monkeypatch.setattr(grants_mod, "utcnow", lambda: start + timedelta(minutes=61))
     assert grants.claim(plan, AGENT, "spot-interruption") is not None
     monkeypatch.setattr(grants_mod, "utcnow", lambda: start + timedelta(hours=2, minutes=1))

@@ -66,6 +66,7 @@ def test_standing_grant_turns_approve_into_allow_but_not_deny(db: Database) -> N
         granted_by=ALICE,
     )
     plan = make_plan(Action.REQUEUE, scope={"partition": "gpu"})
+    guard.grants.evidence.record("spot-interruption", plan.target, source="test")
     first = guard.decide(plan, AGENT, PolicyContext(), trigger="spot-interruption")
     assert (first.outcome, first.grant_id) == (Outcome.ALLOW, grant.id)
     assert "spot notices" in first.reason

@@ -1,24 +1,12 @@
-"""`clawpoint watch --once` exit codes and the read-only insight tools' registration."""
+"""The read-only insight tools' registration (the command itself: test_heartbeat.py)."""
 
 from __future__ import annotations
 
 import anyio
 from mcp.server import MCPServer
-from typer.testing import CliRunner
 
 from core.service.facade import Service
-from core.watch.loop import EXIT_NOTHING
 from mcp_server import tools_insights
-
-
-def test_watch_once_is_quiet_and_exits_zero_when_nothing_happens(service: Service) -> None:
-    from core.cli.watch import app
-
-    result = CliRunner().invoke(app, ["--once"])
-    assert result.exit_code == EXIT_NOTHING, result.output
-    assert result.stdout == ""  # logs go to stderr; stdout stays empty
-    bad = CliRunner().invoke(app, ["--every", "soon"])
-    assert bad.exit_code == 1 and "not a duration" in bad.output
 
 
 def test_insight_tools_are_registered_read_only_and_answer(service: Service) -> None:
