@@ -80,6 +80,8 @@ _MAINTENANCE = frozenset(
     {InterruptionAction.REBOOT, InterruptionAction.REDEPLOY, InterruptionAction.FREEZE,
      InterruptionAction.DRAIN}
 )  # fmt: skip
+# Triggers whose evidence is the raw sighting of a node's signal (recorded per node).
+SIGNAL_TRIGGERS = frozenset({"spot-interruption", "maintenance", "gpu-failure", "node-down"})
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 
 Level = Literal["acted", "attention", "error"]
@@ -307,8 +309,10 @@ def _record_evidence(
         if h.health is NodeHealth.DOWN:
             put("node-down", node.id, h.source, None, "; ".join(h.reasons)[:200])
     for p in plans.proposals:
-        # The planner's own reading (SLA, queue, cost, ...): evidence for its target only.
-        put(p.trigger, p.target, "watch:planner", None, p.reason[:200])
+        # The planner's own readings (SLA, queue, cost): evidence for its target only. Its
+        # notice, GPU and node proposals rest on the sightings above, which expire with them.
+        if p.trigger not in SIGNAL_TRIGGERS:
+            put(p.trigger, p.target, "watch:planner", None, p.reason[:200])
 
 
 def _run_approved(service: Service, state: WatchState, report: WatchReport) -> None:
