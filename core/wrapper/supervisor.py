@@ -99,6 +99,7 @@ class Supervisor:
         self._server: socket.socket | None = None
         self._answers = threading.Condition()
         self._pending_answers = 0
+        self._closing = False
 
     # -- start --------------------------------------------------------------------------------
 
@@ -302,7 +303,11 @@ class Supervisor:
             send({"result": self.status()})
         elif op == "checkpoint":
             reply: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
-            self.jobs.put(_Job("checkpoint", stop=bool(request.get("stop")), reply=reply))
+            with self._answers:  # against refuse_pending: queued before it, or refused
+                if self._closing:
+                    send({"error": self._ended_error().to_dict()})
+                    return
+                self.jobs.put(_Job("checkpoint", stop=bool(request.get("stop")), reply=reply))
             while True:
                 msg = reply.get()
                 if "progress" not in msg:
@@ -333,6 +338,24 @@ class Supervisor:
             with self._answers:
                 self._pending_answers -= 1
                 self._answers.notify_all()
+
+    def _ended_error(self) -> errors.ClawpointError:
+        return errors.Conflict(
+            f"workload {self.name} ended before the checkpoint could be taken",
+            hint="its newest checkpoint and its state are in the workload and checkpoint lists",
+        )
+
+    def refuse_pending(self) -> None:
+        """The main loop is over: answer every request still queued (it will never run)."""
+        with self._answers:
+            self._closing = True
+        while True:
+            try:
+                job = self.jobs.get_nowait()
+            except queue.Empty:
+                return
+            if job.reply is not None:
+                job.reply.put({"error": self._ended_error().to_dict()})
 
     def wait_for_answers(self, timeout_s: float = 30.0) -> None:
         """Block until every request read so far has had its answer written.
@@ -541,5 +564,6 @@ def run(settings: Settings, spec: RunSpec) -> int:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+        sup.refuse_pending()
         sup.wait_for_answers()
         sup.close()
