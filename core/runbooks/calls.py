@@ -16,14 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from core import errors
-from core.model import Action, Principal, parse_ref
+from core.model import Action, Plan, Principal, parse_ref, utcnow
 from core.service import insights
 from core.service.facade import Service
+from core.signals.sla import node_speed
 
-__all__ = ["ACTION_MAP", "CALLS", "CallContext", "ToolCall"]
+__all__ = ["ACTION_MAP", "CALLS", "CallContext", "ToolCall", "check_params", "projection"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,35 @@ def _node_name(node: str) -> tuple[str, str]:
     return ref.backend, ref.name
 
 
+def require_node(svc: Service, node: str) -> tuple[str, str]:
+    """(backend, name) of a node that exists; ``NotFound`` naming the known nodes otherwise."""
+    backend, name = _node_name(node)
+    known = svc.nodes(backend)  # an unknown backend is NotFound here already
+    if not any(n.name == name for n in known):
+        raise errors.NotFound(
+            f"no node {node}",
+            hint=f"nodes of {backend}: {', '.join(n.name for n in known) or '(none)'}",
+        )
+    return backend, name
+
+
+def check_params(svc: Service, types: Mapping[str, str], params: Mapping[str, Any]) -> None:
+    """Refuse a run whose ``node`` parameters name nodes that do not exist (before any step:
+    a typo must not read as "healthy" or "empty")."""
+    for name, kind in types.items():
+        if kind == "node" and params.get(name):
+            require_node(svc, str(params[name]))
+
+
+def _to(a: Mapping[str, Any]) -> str | None:
+    """``to`` as the backend names it: runbook parameters are ``BACKEND:NAME`` node ids, the
+    backends' plans take the bare name."""
+    to = a.get("to")
+    if to in (None, ""):
+        return None
+    return _node_name(str(to))[1] if ":" in str(to) else str(to)
+
+
 # --------------------------------------------------------------------------- read tools
 
 
@@ -87,6 +118,8 @@ def _list_workloads(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
     backend, node = (None, None)
     if a.get("node"):
         backend, node = _node_name(a["node"])
+    if a.get("node"):
+        require_node(svc, a["node"])
     items = svc.workloads(a.get("backend") or backend)
     if node:
         items = [w for w in items if w.node == node]
@@ -110,7 +143,13 @@ def _queue_depth(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
     _args("queue_depth", a, {"backend", "partition"}, set())
     queues = insights.queue_depth(svc, a.get("backend"))
     if a.get("partition"):
+        known = sorted({q.partition for q in queues if q.partition})
         queues = [q for q in queues if q.partition == a["partition"]]
+        if not queues:  # an unknown partition is a mistake, not an empty queue
+            raise errors.NotFound(
+                f"no partition or queue {a['partition']!r}",
+                hint=f"partitions with a queue: {', '.join(known) or '(none on these backends)'}",
+            )
     ages = [q.oldest_pending_age_s for q in queues if q.oldest_pending_age_s is not None]
     return {
         "pending": sum(q.pending for q in queues),
@@ -173,10 +212,76 @@ def _plan_actions(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
 def _plan(action: Action) -> ToolCall:
     def call(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
         _args(f"plan_{action.value}", a, {"workload", "to", "reason"}, {"workload"})
-        params = {"to": a.get("to")}
-        return _json(svc.plan(action, a["workload"], params, reason=a.get("reason") or ""))
+        params = {"to": _to(a)}
+        plan = svc.plan(action, a["workload"], params, reason=a.get("reason") or "")
+        out = _json(plan)
+        out["projection"] = projection(svc, plan)
+        return out
 
     return call
+
+
+def projection(svc: Service, plan: Plan, *, now: datetime | None = None) -> dict[str, Any] | None:
+    """When ``plan`` moves a workload that has a deadline: its projected finish and slack
+    where it runs now and after the move, and whether the move brings it inside the deadline.
+
+    Work left scales with 1/speed (label ``clawpoint.io/speed``), plus the plan's pause. When
+    the move does not meet the deadline, ``options`` names what would: the speed needed and
+    the nodes that have it, lower-priority work to preempt on such nodes, or more capacity.
+    None when the workload has no deadline or its progress is unknown."""
+    now = now or utcnow()
+    risk = next((r for r in insights.sla_risk(svc, now=now) if r.workload == plan.target), None)
+    if risk is None or risk.remaining_s is None:
+        return None
+    nodes = {n.name: n for n in svc.nodes(plan.backend)}
+    dest = plan.scope.get("target_node")
+    target = nodes.get(str(dest)) if dest else None
+    to_speed = node_speed(target)
+    pause = float(plan.expected_pause_s or 0.0)
+    left = risk.remaining_s * risk.node_speed / to_speed + pause
+    finish = now + timedelta(seconds=left)
+    slack = risk.time_left_s - left
+    out: dict[str, Any] = {
+        "deadline": risk.deadline.isoformat(),
+        "finish_now": risk.eta.isoformat() if risk.eta else None,
+        "slack_now_s": round(risk.slack_s or 0.0, 1),
+        "target_node": dest,
+        "target_speed": to_speed,
+        "projected_finish": finish.isoformat(),
+        "slack_s": round(slack, 1),
+        "minutes_late": round(max(0.0, -slack) / 60, 1),
+        "meets_deadline": slack >= 0,
+        "options": [],
+        "advice": "",
+    }
+    if slack >= 0:
+        out["advice"] = f"the move finishes {slack / 60:.0f} min before the deadline"
+        return out
+    budget = risk.time_left_s - pause
+    needed = risk.remaining_s * risk.node_speed / budget if budget > 0 else None
+    options: list[str] = []
+    if needed is None:
+        options.append("no node can finish it in time: ask for a later deadline")
+    else:
+        fast = [n for n in nodes.values() if node_speed(n) >= needed and n.name != risk.node]
+        free = [n.name for n in fast if n.schedulable and n.health.value != "down"]
+        busy = [n for n in fast if n.workloads]
+        if free:
+            options.append(f"migrate to a node of speed >= {needed:.1f}: {', '.join(free)}")
+        for n in busy:
+            options.append(
+                f"preempt work on {n.name} if it has lower priority "
+                f"({', '.join(n.workloads)}), then migrate there"
+            )
+        if not fast:
+            options.append(f"ask for capacity: a node of speed >= {needed:.1f} (none exists)")
+    out["needed_speed"] = round(needed, 2) if needed else None
+    out["options"] = options
+    out["advice"] = (
+        f"moving to {dest} (speed {to_speed:g}) still finishes "
+        f"{out['minutes_late']} min late; what would help: " + "; ".join(options)
+    )
+    return out
 
 
 def _list_approvals(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
@@ -213,6 +318,8 @@ def _action(tool: str) -> ToolCall:
     def call(svc: Service, a: dict[str, Any], ctx: CallContext) -> Any:
         _args(tool, a, {target_arg, "reason", "dry_run", *extra}, {target_arg, "reason"})
         params = {k: a[k] for k in extra if a.get(k) is not None}
+        if "to" in params:
+            params["to"] = _to(a)
         if action is Action.CHECKPOINT:
             params.setdefault("stop", False)
         if action is Action.DRAIN_NODE:

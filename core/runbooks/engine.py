@@ -37,7 +37,7 @@ from core.guardrails.approvals import ApprovalStatus, session_free
 from core.guardrails.notify import slack_escape
 from core.model import ExecutionStatus, Principal, PrincipalKind, utcnow
 from core.runbooks import schema, templates, tools
-from core.runbooks.calls import CALLS, CallContext, ToolCall
+from core.runbooks.calls import CALLS, CallContext, ToolCall, check_params
 from core.runbooks.store import RunRecord, RunStatus, RunStore, StepRecord, Waiting, new_run_id
 from core.service.facade import ActionResult, Service
 
@@ -187,8 +187,10 @@ class Engine:
         trigger: str | None = None,
     ) -> RunView:
         rb = self.runbook(name)
+        bound = rb.bind_params(params or {})
+        check_params(self.service, {n: p.type for n, p in rb.params.items()}, bound)
         run = RunRecord(id=new_run_id(), runbook=rb.name, digest=rb.digest(),
-                        params=rb.bind_params(params or {}), principal=principal,
+                        params=bound, principal=principal,
                         current=rb.steps[0].id, dry_run=dry_run, trigger=trigger)  # fmt: skip
         self.service.audit.append("runbook.start", principal=str(principal), subject=run.id,
                                   data={"runbook": rb.name, "params": run.params,
@@ -351,7 +353,9 @@ class Engine:
             run.current = None
             run.status = RunStatus.SUCCEEDED if target == "stop" else RunStatus.FAILED
             if target == "fail" and not run.error:
-                run.error = f"failed at step {step_id}"
+                last = run.last(step_id)
+                run.error = (f"step {step_id}: {last.error}" if last is not None and last.error
+                             else f"failed at step {step_id}")  # fmt: skip
             self.service.audit.append("runbook.end", principal=str(run.principal),
                                       subject=run.id, data={"status": run.status.value,
                                                             "at": step_id})  # fmt: skip
@@ -370,8 +374,10 @@ class Engine:
             run.record(step.id, step.kind, "ok", {"result": result})
             target: str = step.then if result else step.else_
             if step.message and target in ("stop", "fail"):
-                self._notify(run, step.id, templates.render(step.message, ctx, strict=False),
-                             "info" if target == "stop" else "warning")  # fmt: skip
+                text = str(templates.render(step.message, ctx, strict=False)).strip()
+                self._notify(run, step.id, text, "info" if target == "stop" else "warning")
+                if target == "fail":
+                    run.error = f"step {step.id}: {text}"
             return target
         if isinstance(step, schema.NotifyStep):
             text = templates.render(step.message, ctx, strict=False)

@@ -40,7 +40,7 @@ def test_list_and_check(tmp_path: Path, service: Service) -> None:
 
 def test_person_run_waits_for_their_confirmation(service: Service) -> None:
     local = cast(LocalBackend, service.backend("local"))
-    local.set_node_state("node-b", health="down", reason="no heartbeat")
+    local.set_node_state("node-b", health="degraded", reason="ecc errors")
     run = _json("run", "gpu-node-failure", "--param", "node=local:node-b")
     assert run["status"] == "waiting_approval" and run["waiting"]["kind"] == "confirm"
     assert "--yes" in run["next"]
