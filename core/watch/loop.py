@@ -538,7 +538,7 @@ def _findings(service: Service, report: WatchReport, plans: PlanReport, nodes: S
     asked_now = {a.approval_id for a in report.actions if a.approval_id}
     for view in service.guard.approvals.list(status=ApprovalStatus.PENDING):
         if view.id in asked_now:
-            state.seen(f"approval:{view.id}", "", now, remind_s=remind_s)  # told just now
+            state.seen(f"approval:{view.id}", f"approval{view.id}", now, remind_s=remind_s)
             continue
         conditions.append(Finding(
             key=f"approval:{view.id}", level="attention", kind="approval", subject=view.target,

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.cli.conftest import cli  # noqa: F401
 from tests.service.conftest import need_criu, service, settings  # noqa: F401
 from tests.signals.conftest import aws_imds, signals_config  # noqa: F401
 from tests.webhook import Receiver
