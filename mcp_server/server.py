@@ -33,6 +33,7 @@ from core.config import Settings
 from core.model import (
     Action,
 )
+from core.runbooks.calls import projection
 from core.runbooks.engine import Engine
 from core.service.facade import ActionResult, Service, bootstrap
 from mcp_server import tools_actions, tools_insights, tools_runbooks
@@ -212,27 +213,35 @@ def build_server(
     async def plan_migration(
         workload: WorkloadId, to: NodeName = None, reason: Reason = ""
     ) -> PlanOut:
-        """The plan to move a running workload to another node (nothing is changed)."""
-        return open_record(
-            PlanOut,
-            await call(lambda: service.plan(Action.MIGRATE, workload, {"to": to}, reason=reason)),
-        )
+        """The plan to move a running workload to another node (nothing is changed); with a
+        deadline, its projected finish and slack there."""
+        return await _planned(service, Action.MIGRATE, workload, to, reason)
 
     @mcp.tool(title="Plan a failover", annotations=READ)
     async def plan_failover(
         workload: WorkloadId, to: NodeName = None, reason: Reason = ""
     ) -> PlanOut:
         """The plan to restore a dead workload's newest good checkpoint elsewhere (nothing is changed)."""
-        return open_record(
-            PlanOut,
-            await call(lambda: service.plan(Action.FAILOVER, workload, {"to": to}, reason=reason)),
-        )
+        return await _planned(service, Action.FAILOVER, workload, to, reason)
 
     tools_actions.register(mcp, service)
     tools_insights.register(mcp, service)
     tools_runbooks.register(mcp, service)
     _forbid_unknown_arguments(mcp)
     return mcp
+
+
+async def _planned(
+    service: Service, action: Action, workload: str, to: str | None, reason: str
+) -> PlanOut:
+    """A move's plan with its ``projection`` (finish and slack against the workload's
+    deadline after the move; null without a deadline), as runbooks record it."""
+
+    def plan() -> dict[str, Any]:
+        p = service.plan(action, workload, {"to": to}, reason=reason)
+        return {**p.model_dump(mode="json"), "projection": projection(service, p)}
+
+    return PlanOut.model_validate(await call(plan))
 
 
 def _forbid_unknown_arguments(mcp: MCPServer[Any]) -> None:

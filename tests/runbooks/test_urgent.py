@@ -258,8 +258,9 @@ def test_sla_rescue_fails_when_the_move_would_still_be_late(
         svc.act(Action.KILL, "local:late-w", {}, principal=PERSON, confirmed=True)
 
 
+@pytest.mark.anyio
 @pytest.mark.criu
-def test_sla_rescue_projects_a_finish_inside_the_deadline(
+async def test_sla_rescue_projects_a_finish_inside_the_deadline(
     settings: Settings, service: Service, need_criu: None
 ) -> None:
     labels = {"clawpoint.io/deadline": _in_minutes(10), "clawpoint.io/expected-duration": "2h"}
@@ -273,6 +274,10 @@ def test_sla_rescue_projects_a_finish_inside_the_deadline(
     assert proj["target_node"] == "node-b" and proj["target_speed"] == 20.0
     assert proj["meets_deadline"] is True and proj["slack_s"] > 0
     assert "projected finish there" in run["waiting"]["question"]
+    async with Client(_params(settings)) as client:  # an agent's plan carries it too
+        plan = await _call(client, "plan_migration", {"workload": "local:fast-w"})
+    assert plan["projection"]["meets_deadline"] is True
+    assert plan["projection"]["target_node"] == "node-b"
 
 
 # ---------------------------------------------------------------------------- gpu-node-failure
