@@ -79,6 +79,13 @@ class CheckpointConfig(_Section):
     cooperative_signal: str = "SIGUSR1"
 
 
+class VerifyConfig(_Section):
+    # After every restore (migrate, resume, failover, restore) the workload is watched this
+    # long before the step reports done: it must stay up and its first progress must not be
+    # behind the checkpoint's. 0 = check once, right away.
+    settle_s: float = Field(default=2.0, ge=0, le=600)
+
+
 McpTransport = Literal["stdio", "http"]
 
 
@@ -155,6 +162,7 @@ class Settings(_Section):
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
     slurm: SlurmConfig = Field(default_factory=SlurmConfig)
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
+    verify: VerifyConfig = Field(default_factory=VerifyConfig)
 
     @property
     def state_db(self) -> Path:

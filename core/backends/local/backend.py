@@ -24,6 +24,7 @@ import structlog
 
 from core import errors
 from core.backends.base import ProgressFn
+from core.backends.local import verify
 from core.backends.local.common import (
     _CAPABILITIES,
     _LIVE,
@@ -294,6 +295,7 @@ class LocalBackend(LocalPlanning):
                     hint="preempt or migrate it instead of starting a second copy",
                 )
         fencing.fence(self.settings, rec)
+        mark = verify.ProgressMark.take(self.settings, name)
         spec = RunSpec(
             name=name,
             node=node,
@@ -320,13 +322,43 @@ class LocalBackend(LocalPlanning):
         restored = self._check_started_as_asked(
             started, restore_from=restore_from, fresh=fresh, previous=before
         )
+        seen = None if restored is None else self._watch_restored(started, restored, mark)
         return {
             "workload": f"{NAME}:{name}",
             "node": started.node,
             "pid": started.pid,
             "restored_from": restored,
             **({"fresh": True} if fresh else {}),
+            **({"verified": seen.model_dump(mode="json")} if seen is not None else {}),
         }
+
+    def _watch_restored(
+        self, started: WorkloadRecord, checkpoint_id: str, mark: verify.ProgressMark
+    ) -> verify.RestoreWatch:
+        """The last postcondition of every restoring start: the restored program stays up
+        and does not go back behind its checkpoint's progress. A workload that fails it and
+        is still running is stopped (the checkpoint untouched), so it stays restorable."""
+        try:
+            return verify.watch_restored(
+                self.settings, self.registry, self.store, started.name,
+                checkpoint_id=checkpoint_id, mark=mark,
+            )  # fmt: skip
+        except errors.CheckpointError as exc:
+            log.error("local.restore_unverified", workload=started.name, error=exc.message)
+            current = self.registry.require(started.name)
+            if current.socket and _wrapper_alive(self.settings, current):
+                try:
+                    ControlClient(Path(current.socket)).terminate(timeout_s=30)
+                except errors.ClawpointError as stop_exc:
+                    log.warning("local.stop_after_unverified_failed", error=str(stop_exc))
+            fencing.fence(self.settings, current)
+            self.registry.update(
+                started.name,
+                state=WorkloadState.FAILED,
+                exit_status=current.exit_status or "restore unverified",
+                message=exc.message,
+            )
+            raise
 
     def _started_here(
         self, rec: WorkloadRecord, *, node: str, restore_from: str | None, fresh: bool
