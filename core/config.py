@@ -150,6 +150,21 @@ class RecoveryConfig(_Section):
     every_s: float = Field(default=30.0, gt=0, le=86_400)
 
 
+class WrapperConfig(_Section):
+    # On SIGTERM (and SIGINT in the foreground) the wrapper saves a checkpoint first when one
+    # fits in term_grace_s (judged from the last checkpoint's duration), then stops the
+    # payload for real: SIGTERM to its process group, SIGKILL after term_kill_after_s.
+    # Slurm sends SIGTERM, then SIGKILL after KillWait (30 s by default); Kubernetes after
+    # terminationGracePeriodSeconds (30 s by default): 25 s leaves room for the stop.
+    term_checkpoint: bool = True
+    term_grace_s: float = Field(default=25.0, gt=0, le=3600)
+    term_kill_after_s: float = Field(default=3.0, gt=0, le=600)
+    # The payload's stdout/stderr go to logs/NAME.out, rotated at out_max_mib into
+    # NAME.out.1 .. NAME.out.<out_keep>; the wrapper's own lines stay in logs/NAME.log.
+    out_max_mib: float = Field(default=64.0, gt=0, le=1_048_576)
+    out_keep: int = Field(default=3, ge=1, le=100)
+
+
 class Settings(_Section):
     home: Path
     local: LocalBackendConfig = Field(default_factory=LocalBackendConfig)
@@ -162,6 +177,7 @@ class Settings(_Section):
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
     slurm: SlurmConfig = Field(default_factory=SlurmConfig)
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
+    wrapper: WrapperConfig = Field(default_factory=WrapperConfig)
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
 
     @property

@@ -410,6 +410,19 @@ def nodes_undrain(
     _act(Action.UNDRAIN_NODE, node, {}, yes=yes, json_=json_, reason=reason, dry_run=dry_run)
 
 
+def _stdin_has_input() -> bool:
+    """Whether stdin is a pipe or file someone meant for the workload (not a tty, not
+    /dev/null, not closed)."""
+    try:
+        st = os.fstat(0)
+        if os.isatty(0):
+            return False
+        null = os.stat(os.devnull)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) != (null.st_dev, null.st_ino)
+
+
 @app.command(context_settings={"allow_interspersed_args": False})
 def run(
     command: Annotated[list[str], typer.Argument(help="The command to run, after --")],
@@ -447,6 +460,13 @@ def run(
             f"unknown engine {engine!r}", hint="use --engine criu or --engine cooperative"
         )
     workload_name = validate_name(name, what="workload name") if name else _default_name(command[0])
+    if _stdin_has_input():
+        output.plain(
+            "warning: the workload's stdin is /dev/null: input piped or redirected into "
+            "'clawpoint run' is not passed to it (a restored workload could not get it back); "
+            "have the command read a file instead",
+            stderr=True,
+        )
     service = bootstrap(settings)
     spec = RunSpec(
         name=workload_name,

@@ -1,7 +1,8 @@
 """Start a wrapper detached from the caller (``clawpoint run --detach``, backend steps).
 
-The wrapper runs as ``sys.executable -m core.wrapper <spec json>`` in a new session with its
-stdio on ``<log_dir>/NAME.log`` (appended), so it outlives the CLI or MCP server that
+The wrapper runs as ``sys.executable -m core.wrapper <spec json>`` in a new session, in the
+clawpoint home (not the workload's launch directory, which later starts must not need), with
+its stdio on ``<log_dir>/NAME.log`` (appended), so it outlives the CLI or MCP server that
 started it. ``launch_detached`` returns once the registry shows the new wrapper RUNNING, or
 raises with the tail of the log if it exited first.
 
@@ -70,13 +71,16 @@ def launch_detached(settings: Settings, spec: RunSpec, *, wait_s: float = 60) ->
                 stdout=log,
                 stderr=log,
                 env=env,
-                cwd=spec.cwd or None,
+                # Not spec.cwd: that directory may be gone by a later start (a CI workspace),
+                # and only a fresh payload start needs it (CRIU restores take the cwd from the
+                # image). The wrapper itself runs in the clawpoint home, which always exists.
+                cwd=settings.home,
                 start_new_session=True,
             )
         except OSError as exc:
             raise errors.OperationFailed(
                 f"cannot start the wrapper for {spec.name}: {exc}",
-                hint="check that the working directory exists and Python is runnable",
+                hint=f"check that {settings.home} exists and Python is runnable",
             ) from exc
     registry = WorkloadRegistry(Database(settings.state_db))
     deadline = time.monotonic() + wait_s

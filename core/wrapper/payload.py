@@ -2,10 +2,10 @@
 
 The wrapper owns the payload's stdout/stderr pipes and copies them to its own stdout/stderr
 (threads), so no regular file the payload writes can grow behind CRIU's back. A fresh CRIU
-payload runs as ``unshare --pid --fork --kill-child setsid CMD``: CMD is the init of a new
-PID namespace (a session leader inside it), and dies with ``unshare``; ``unshare`` itself
-gets SIGKILL when the wrapper dies (parent-death signal), so a payload never outlives its
-wrapper unmanaged. Cooperative payloads run directly (no root needed).
+payload runs as ``python -I -S nsinit.py CMD`` (``core/wrapper/nsinit.py``): CMD is the init
+of a new PID namespace (a session leader inside it), and dies with that starter, which ends
+the way CMD ended (so a SIGKILL is recorded as one) and gets SIGKILL when the wrapper dies
+(parent-death signal), so a payload never outlives its wrapper unmanaged. Cooperative payloads run directly (no root needed).
 
 Limits: Linux only. Parent-death signals are tied to the *thread* that spawned the child,
 so payloads must be started from the wrapper's main thread.
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -26,6 +26,7 @@ from core import errors
 from core.checkpoint import engine
 
 _PR_SET_PDEATHSIG = 1
+_NSINIT = Path(__file__).resolve().with_name("nsinit.py")
 _PR_SET_CHILD_SUBREAPER = 36
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -93,7 +94,7 @@ class Payload:
 
     def __init__(self, pid: int, proc: subprocess.Popen[bytes] | None) -> None:
         self.pid = pid
-        self.proc = proc  # unshare (criu) or the command itself (cooperative); None if restored
+        self.proc = proc  # the starter (criu) or the command itself (cooperative); None if restored
         self.exited = threading.Event()
         self.returncode: int | None = None
 
@@ -122,14 +123,15 @@ def start_fresh(
 ) -> Payload:
     argv = list(command)
     if pid_namespace:
-        unshare, setsid = shutil.which("unshare"), shutil.which("setsid")
-        if unshare is None or setsid is None:
-            raise errors.EngineUnavailable(
-                "the criu engine needs 'unshare' and 'setsid' (util-linux) to run the workload "
-                "in its own PID namespace",
-                hint="apt-get install util-linux, or use the cooperative engine",
-            )
-        argv = [unshare, "--pid", "--fork", "--kill-child", setsid, *argv]
+        argv = [sys.executable, "-I", "-S", str(_NSINIT), *argv]
+    if cwd is not None and not os.path.isdir(cwd):
+        raise errors.InvalidInput(
+            f"cannot start {command[0]!r} from scratch: its working directory {cwd} is gone",
+            hint="a fresh start runs in the directory it was first run from: re-create it, or "
+            "start the workload again with 'clawpoint run' from an existing directory "
+            "(restores from a checkpoint do not need it)",
+            details={"cwd": cwd},
+        )
     try:
         proc = subprocess.Popen(  # noqa: S603 (argv list from the validated spec)
             argv,
@@ -147,7 +149,7 @@ def start_fresh(
         ) from exc
     if not pid_namespace:
         return Payload(proc.pid, proc)
-    # The namespace init is unshare's only child: wait until it exists.
+    # The namespace init is the starter's only child: wait until it exists.
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         kids = engine.children(proc.pid)
@@ -155,9 +157,9 @@ def start_fresh(
             return Payload(kids[0], proc)
         if proc.poll() is not None:
             # Gone before we saw it: either the command ended at once (``sh -c 'exit 7'``:
-            # unshare exits with its status, which the wrapper reports as the payload's), or
-            # unshare itself could not make the namespace. Only a probe tells them apart.
-            if _pid_namespaces_work(argv[0]):  # argv[0] is unshare here
+            # the starter exits with its status, which the wrapper reports as the payload's),
+            # or the namespace could not be made. Only a probe tells them apart.
+            if _pid_namespaces_work():
                 return Payload(proc.pid, proc)
             break
         time.sleep(0.005)
@@ -165,16 +167,16 @@ def start_fresh(
         proc.kill()
     proc.wait()
     raise errors.EngineUnavailable(
-        f"the workload could not start in its own PID namespace ({' '.join(argv[:4])} ...)",
-        hint="check that this kernel allows PID namespaces (unshare --pid --fork true), "
+        "the workload could not start in its own PID namespace",
+        hint="check that this kernel allows PID namespaces (unshare --pid --fork true, as root), "
         "or use the cooperative engine",
     )
 
 
-def _pid_namespaces_work(unshare: str) -> bool:
+def _pid_namespaces_work() -> bool:
     try:
-        done = subprocess.run(  # noqa: S603 (absolute path from shutil.which, fixed argv)
-            [unshare, "--pid", "--fork", "true"],
+        done = subprocess.run(  # noqa: S603 (our own interpreter and starter, fixed argv)
+            [sys.executable, "-I", "-S", str(_NSINIT), "true"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -11,9 +11,19 @@
    never silently becomes a restart from zero;
 3. records itself in the WorkloadRegistry and serves ``<run_dir>/NAME.sock`` (JSON lines,
    see ``core.wrapper.control``); SIGUSR1 = checkpoint, SIGUSR2 = checkpoint and stop,
-   SIGTERM/SIGINT = forwarded to the payload; periodic checkpoints every
-   ``checkpoint_every`` seconds; retention after each publish;
+   SIGTERM/SIGINT = terminate (below); periodic checkpoints every ``checkpoint_every``
+   seconds; retention after each publish;
 4. when the payload exits, records COMPLETED / FAILED (with the exit status) / STOPPED.
+
+Termination contract (SIGTERM or SIGINT to the wrapper: ``kill``, Slurm's scancel, a pod's
+termination, Ctrl-C): within ``[wrapper] term_grace_s`` of the signal, the wrapper takes a
+stop checkpoint if ``term_checkpoint`` is on and one is expected to finish in what is left
+of the budget (judged from the last checkpoint's duration); then it stops the payload for
+real (SIGTERM to its process group, SIGKILL of the tree after ``term_kill_after_s``: the
+payload is PID 1 of its namespace and ignores signals it has no handler for). A watchdog
+kills it at the deadline whatever is in progress. The workload is recorded STOPPED with the
+reason "terminated, checkpoint ID saved" or "terminated without checkpoint: WHY" (registry
+message, wrapper log, audit log).
 
 All checkpoints run on the main thread, one at a time (requests queue up). Limits: this
 host's processes only; a payload started outside the wrapper cannot be adopted.
@@ -38,8 +48,9 @@ from typing import Any
 import structlog
 
 from core import errors
-from core.checkpoint import cooperative, criu, ops
+from core.checkpoint import cooperative, criu, engine, ops
 from core.config import Settings, ensure_dirs
+from core.guardrails.audit import AuditLog
 from core.model import CheckpointInfo, WorkloadState, utcnow
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
@@ -100,6 +111,10 @@ class Supervisor:
         self._answers = threading.Condition()
         self._pending_answers = 0
         self._closing = False
+        self.term_reason: str | None = None  # set once a termination signal is handled
+        self.term_signal: str | None = None
+        self._term_deadline = 0.0
+        self._last_ckpt_s: float | None = None  # wall time of this wrapper's last checkpoint
 
     # -- start --------------------------------------------------------------------------------
 
@@ -413,7 +428,9 @@ class Supervisor:
             if stop:
                 self.stopping = True
             self.registry.update(self.name, state=WorkloadState.CHECKPOINTING)
+            t0 = time.monotonic()
             info = self._checkpoint(p, stop=stop, progress=progress, on_request=on_request)
+            self._last_ckpt_s = time.monotonic() - t0
         except errors.ClawpointError as exc:
             self.stopping = False
             log.error("wrapper.checkpoint_failed", workload=self.name, error=str(exc))
@@ -482,13 +499,110 @@ class Supervisor:
     def _on_signal(self, signum: int, frame: object) -> None:
         if signum in (signal.SIGUSR1, signal.SIGUSR2):
             self.jobs.put(_Job("checkpoint", stop=signum == signal.SIGUSR2))
-        elif self.payload is not None:
-            self.terminating = True
-            # Forward; escalate off the main thread (SimpleQueue.put and threads are safe here).
-            p = self.payload
-            threading.Thread(
-                target=ops.terminate_tree, args=(p.pid,), kwargs={"grace_s": 10, "exited": p.exited}
-            ).start()
+            return
+        p = self.payload
+        if p is None or self.term_signal is not None:
+            return  # not started yet (run() stops it), or already being terminated
+        self.term_signal = signal.Signals(signum).name
+        self._term_deadline = time.monotonic() + self.settings.wrapper.term_grace_s
+        # The main thread may be busy (a checkpoint): the job waits its turn, the watchdog
+        # does not. SimpleQueue.put and starting a thread are safe in a signal handler.
+        self.jobs.put(_Job("term"))
+        threading.Thread(target=self._term_watchdog, args=(p,), daemon=True).start()
+
+    # -- termination ----------------------------------------------------------------------------
+
+    def _term_watchdog(self, p: payload.Payload) -> None:
+        """At the deadline, stop the payload whatever is in progress (a slow checkpoint)."""
+        if p.exited.wait(max(0.0, self._term_deadline - time.monotonic())):
+            return
+        if self.term_reason is None:
+            self.term_reason = (
+                f"terminated without checkpoint: none finished within the "
+                f"{self.settings.wrapper.term_grace_s:g}s grace budget"
+            )
+        self._stop_payload(p)
+
+    def _stop_payload(self, p: payload.Payload) -> None:
+        """Really stop it: SIGTERM to its process group (the namespace init ignores it without
+        a handler; its other processes may not), then SIGKILL of the tree."""
+        try:
+            target = os.getpgid(p.pid)
+            if target == p.pid:
+                os.killpg(target, signal.SIGTERM)
+            else:  # shares a group with us (cooperative): only the payload itself
+                os.kill(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        if not p.exited.wait(self.settings.wrapper.term_kill_after_s):
+            engine.kill_tree(p.pid)
+            p.exited.wait(10)
+
+    def _checkpoint_estimate_s(self, p: payload.Payload) -> float | None:
+        """How long a stop checkpoint is expected to take: the last one's duration (this
+        wrapper's, else the lineage's newest recorded total), with a margin; None if unknown."""
+        last = self._last_ckpt_s
+        if last is None:
+            newest = self.store.list(self.name)[:1]  # newest first
+            # Its manifest holds the phases (the total is only known after it is written):
+            # the longest phase is a lower bound, which the margin below covers.
+            phases = [float(v) for i in newest for k, v in i.timings.items() if k.endswith("_s")]
+            last = max(phases) if phases else None
+        return None if last is None else last * 1.5 + 0.5
+
+    def _handle_term(self) -> None:
+        p = self.payload
+        if p is None or p.exited.is_set():
+            return
+        cfg = self.settings.wrapper
+        left = self._term_deadline - time.monotonic()
+        why: str | None = None
+        if not cfg.term_checkpoint:
+            why = "checkpoint on termination is off ([wrapper] term_checkpoint = false)"
+        else:
+            estimate = self._checkpoint_estimate_s(p)
+            if estimate is not None and estimate > left:
+                why = (
+                    f"a checkpoint takes about {estimate:.1f}s and only {max(left, 0):.1f}s of "
+                    f"the {cfg.term_grace_s:g}s grace budget was left"
+                )
+        if why is None:
+            before = self.last_checkpoint
+            self.checkpoint(stop=True, reply=None)
+            if self.last_checkpoint != before and self.last_checkpoint is not None:
+                if self.term_reason is None:
+                    self.term_reason = f"terminated, checkpoint {self.last_checkpoint} saved"
+            else:
+                why = "the checkpoint failed (see the wrapper log)"
+        if why is not None and self.term_reason is None:
+            self.term_reason = f"terminated without checkpoint: {why}"
+        if not p.exited.is_set():
+            self._stop_payload(p)
+
+    def _record_termination(self) -> int:
+        reason = self.term_reason or "terminated without checkpoint: the workload ended first"
+        saved = not reason.startswith("terminated without")
+        self.registry.update(
+            self.name,
+            state=WorkloadState.STOPPED,
+            message=reason,
+            exit_status=f"terminated by {self.term_signal}",
+        )
+        log.warning(
+            "wrapper.terminated", workload=self.name, signal=self.term_signal, reason=reason
+        )
+        try:
+            AuditLog(Database(self.settings.state_db)).append(
+                "terminated",
+                principal=f"signal:{self.term_signal}",
+                subject=f"local:{self.name}",
+                data={"reason": reason, "checkpoint": self.last_checkpoint if saved else None},
+            )
+        except Exception as exc:  # noqa: BLE001 (the audit is best effort here: we are going)
+            log.warning("wrapper.audit_failed", error=str(exc))
+        if saved:
+            return 0
+        return 128 + int(signal.Signals[self.term_signal or "SIGTERM"])
 
     def loop(self) -> int:
         assert self.payload is not None
@@ -508,6 +622,9 @@ class Supervisor:
                 job = _Job("periodic")
             if job.kind == "exit":
                 return self._finish(job.code)
+            if job.kind == "term":
+                self._handle_term()
+                continue
             if job.kind == "periodic" or job.kind == "checkpoint":
                 self.checkpoint(
                     stop=job.stop,
@@ -520,6 +637,8 @@ class Supervisor:
     def _finish(self, code: int) -> int:
         if self.pipes is not None:
             self.pipes.drain()
+        if self.term_signal is not None:
+            return self._record_termination()
         if self.stopping:
             self.registry.update(self.name, state=WorkloadState.STOPPED, exit_status=None)
             log.info("wrapper.stopped", workload=self.name, checkpoint=self.last_checkpoint)
