@@ -1,0 +1,243 @@
+"""Fixtures for the scheduling recipes: a clawpoint state directory with two local nodes, a
+fake AWS metadata endpoint on loopback, a small workload on the spot node, and (for the
+OpenClaw tests) a real OpenClaw gateway on loopback in a throwaway HOME.
+
+Everything goes through the installed ``clawpoint`` console script, as a scheduler runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.signals.fakes import FakeAwsImds
+
+REPO = Path(__file__).resolve().parents[2]
+CLAWPOINT = Path(sys.executable).parent / "clawpoint"
+NODE_BIN = Path(os.environ.get("CLAWPOINT_NODE_BIN", "/opt/clawpoint-node/bin"))
+TRIGGER_JS = REPO / "scripts" / "openclaw-trigger.js"
+
+
+def wait_for(
+    what: str, check: Callable[[], Any], timeout: float = 120.0, every: float = 1.0
+) -> Any:
+    """Poll ``check`` until it returns something truthy; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)
+
+
+@dataclass
+class Site:
+    """A clawpoint state directory: nodes node-a (on demand) and node-b (spot, this host)."""
+
+    home: Path
+    imds: FakeAwsImds
+
+    def env(self) -> dict[str, str]:
+        return {"PATH": "/usr/bin:/bin", "CLAWPOINT_HOME": str(self.home), "LANG": "C.UTF-8"}
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [str(CLAWPOINT), *args], env=self.env(), capture_output=True, text=True,
+            timeout=300, cwd=self.home,
+        )  # fmt: skip
+        if check:
+            assert proc.returncode == 0, f"clawpoint {args}: {proc.returncode}\n{proc.stderr}"
+        return proc
+
+    def start_workload(self, name: str = "counter", mb: int = 1) -> None:
+        self.cli(
+            "run", "--name", name, "--node", "node-b", "--engine", "cooperative", "-d", "--json",
+            "--", sys.executable, "-m", "core.workloads.counter", "--state-mb", str(mb),
+            "--step-seconds", "0.1",
+        )  # fmt: skip
+
+    def grant_spot_moves(self) -> None:
+        self.cli(
+            "approvals", "grant", "--action", "migrate", "--scope", "trigger=spot-interruption",
+            "--json",
+        )  # fmt: skip
+
+    def stop_workloads(self) -> None:
+        """Kill the wrappers and workloads this site started (their pids from the run dir)."""
+        for pids in (self.home / "run").glob("*.pids.json"):
+            try:
+                data = json.loads(pids.read_text())
+            except (OSError, ValueError):
+                continue
+            for key in ("payload_pid", "wrapper_pid"):
+                pid = data.get(key)
+                if isinstance(pid, int) and pid > 1:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+
+
+def write_config(home: Path, imds_url: str) -> None:
+    (home / "config.toml").write_text(
+        f"""
+[[local.nodes]]
+name = "node-a"
+price_per_hour = 3.06
+spot = false
+[[local.nodes]]
+name = "node-b"
+price_per_hour = 0.92
+spot = true
+[checkpoint]
+default_engine = "cooperative"
+[signals]
+node = "local:node-b"
+[signals.aws]
+enabled = true
+base_url = "{imds_url}"
+"""
+    )
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[Site]:
+    if not CLAWPOINT.exists():
+        pytest.skip("the clawpoint console script is not installed in this venv (pip install -e .)")
+    home = tmp_path / "clawpoint-home"
+    home.mkdir()
+    with FakeAwsImds() as imds:
+        write_config(home, imds.url)
+        s = Site(home=home, imds=imds)
+        try:
+            yield s
+        finally:
+            s.stop_workloads()
+
+
+def need_node_tools() -> None:
+    node = NODE_BIN / "node"
+    if not (node.exists() and (NODE_BIN / "openclaw").exists()):
+        pytest.skip(f"Node >= 22 tools not in {NODE_BIN}: run scripts/install-node-tools.sh")
+
+
+def render_trigger(dest: Path, home: Path) -> Path:
+    """The shipped trigger script with its two placeholders filled, as docs/scheduling.md says."""
+    text = TRIGGER_JS.read_text()
+    dest.write_text(
+        text.replace("@CLAWPOINT@", str(CLAWPOINT)).replace("@CLAWPOINT_HOME@", str(home))
+    )
+    return dest
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Gateway:
+    """A real OpenClaw gateway on 127.0.0.1, token auth, in its own HOME."""
+
+    home: Path
+    port: int
+    token: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def env(self) -> dict[str, str]:
+        return {
+            "PATH": f"{NODE_BIN}:/usr/bin:/bin", "HOME": str(self.home), "LANG": "C.UTF-8",
+        }  # fmt: skip
+
+    def openclaw(self, *args: str, check: bool = True) -> Any:
+        proc = subprocess.run(
+            [str(NODE_BIN / "openclaw"), *args, "--port", str(self.port), "--token", self.token],
+            env=self.env(), capture_output=True, text=True, timeout=120, cwd=self.home,
+        )  # fmt: skip
+        if check:
+            assert proc.returncode == 0, f"openclaw {args}: {proc.returncode}\n{proc.stderr}"
+        try:
+            return json.loads(proc.stdout)
+        except ValueError:
+            return {"raw": proc.stdout, "stderr": proc.stderr, "code": proc.returncode}
+
+    def add(self, *args: str) -> str:
+        job = self.openclaw("cron", "add", *args, "--json")
+        return str(job["id"])
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        got = self.openclaw("cron", "get", job_id, "--json")
+        return dict(got)
+
+    def runs(self, job_id: str) -> list[dict[str, Any]]:
+        got = self.openclaw("cron", "runs", job_id, "--json", "--limit", "50")
+        return list(got.get("entries", []))
+
+
+def start_gateway(root: Path) -> Gateway:
+    need_node_tools()
+    home = root / "openclaw-home"
+    home.mkdir(parents=True)
+    port, token = _free_port(), secrets.token_urlsafe(16)
+    env = {"PATH": f"{NODE_BIN}:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
+    subprocess.run(
+        [str(NODE_BIN / "openclaw"), "config", "set", "gateway.mode", "local"],
+        env=env, capture_output=True, timeout=120, check=True,
+    )  # fmt: skip
+    log = root / "gateway.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(NODE_BIN / "openclaw"), "gateway", "run", "--port", str(port), "--bind",
+             "loopback", "--auth", "token", "--token", token],
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    gw = Gateway(home=home, port=port, token=token, proc=proc, log=log)
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            pytest.fail(f"the gateway exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
+        probe = subprocess.run(
+            [str(NODE_BIN / "openclaw"), "cron", "status", "--json", "--port", str(port),
+             "--token", token],
+            env=env, capture_output=True, timeout=60, check=False,
+        )  # fmt: skip
+        return probe.returncode == 0
+
+    wait_for("the OpenClaw gateway to answer", up, timeout=180, every=2)
+    return gw
+
+
+def stop_gateway(gw: Gateway) -> None:
+    try:
+        os.killpg(gw.proc.pid, signal.SIGTERM)
+        gw.proc.wait(timeout=60)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(gw.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    gw = start_gateway(tmp_path_factory.mktemp("gateway"))
+    try:
+        yield gw
+    finally:
+        stop_gateway(gw)
