@@ -75,6 +75,10 @@ class CheckpointConfig(_Section):
     criu_tcp: Literal["close", "refuse"] = "close"
     # Carry flock/POSIX locks the workload holds (CRIU's --file-locks); off = such a dump fails.
     criu_file_locks: bool = True
+    # The regular files the workload has open for writing and its writable shared mappings
+    # (/dev/shm segments) are copied into each checkpoint, smallest first, up to this many MiB,
+    # and put back on restore; beyond it they are listed in the manifest, not copied.
+    file_budget_mib: int = Field(default=256, ge=0, le=1_048_576)
     cooperative_timeout_s: float = Field(default=60.0, gt=0)
     cooperative_signal: str = "SIGUSR1"
 

@@ -83,6 +83,9 @@ class CriuOptions:
     ghost_limit_mib: int = 64
     tcp: Literal["close", "refuse"] = "close"
     file_locks: bool = True
+    # Not a CRIU flag: how much of the files the workload writes each checkpoint carries
+    # (``core.checkpoint.files``).
+    file_budget_mib: int = 256
 
     @classmethod
     def from_config(cls, cfg: config.CheckpointConfig) -> CriuOptions:
@@ -90,6 +93,7 @@ class CriuOptions:
             ghost_limit_mib=cfg.criu_ghost_limit_mib,
             tcp=cfg.criu_tcp,
             file_locks=cfg.criu_file_locks,
+            file_budget_mib=cfg.file_budget_mib,
         )
 
     def dump_args(self) -> list[str]:

@@ -3,6 +3,8 @@
 - ``criu_checkpoint``: begin -> dump (hashing as CRIU writes) -> publish. With ``stop`` the
   tree is dumped *frozen* and only killed after the checkpoint is published; if anything
   fails before that, the tree is resumed. A stop never loses the workload.
+- The files the tree writes (``core.checkpoint.files``) are copied into the checkpoint while
+  the tree is frozen and put back, digests checked, before CRIU restores.
 - ``criu_restore_verified``: CRIU restores the tree stopped while a thread re-hashes the
   images against the manifest; the tree is resumed only if the digests match, killed
   otherwise (and the checkpoint marked corrupt). Verification thus overlaps the restore.
@@ -25,7 +27,7 @@ import structlog
 
 from core import errors
 from core.backends.base import ProgressFn, no_progress
-from core.checkpoint import criu, engine
+from core.checkpoint import criu, engine, files
 from core.model import CheckpointInfo
 from core.store.store import CheckpointStore
 
@@ -43,30 +45,55 @@ def criu_checkpoint(
     extra: dict[str, Any] | None = None,
     criu_path: str = "criu",
     progress: ProgressFn = no_progress,
+    options: criu.CriuOptions | None = None,
 ) -> CheckpointInfo:
-    """Checkpoint the tree rooted at ``pid``; with ``stop`` it is killed once published."""
+    """Checkpoint the tree rooted at ``pid``; with ``stop`` it is killed once published.
+
+    The files the tree writes are copied while it is frozen (``core.checkpoint.files``): a
+    leave-running checkpoint of a tree that has any is dumped ``--leave-stopped`` and resumed
+    right after the copy. ``options``: None = the configuration's, read once here.
+    """
     t0 = time.perf_counter()
+    options = options or criu.current_options()
+    exclude = (str(store.root),)
+    # Cheap look before the freeze: only a tree with files to copy pays for a stopped dump.
+    frozen = stop or bool(files.writable_files(pid, exclude=exclude))
+    resumed = False
     pending = store.begin(lineage, engine="criu", node=node)
     try:
         progress(0, 3, f"dumping pid {pid} into {pending.id}")
         timings = criu.dump(
             pid,
             pending,
-            leave_running=not stop,
-            leave_stopped=stop,
+            leave_running=not frozen,
+            leave_stopped=frozen,
             external_pipes=pipes,
             criu_path=criu_path,
+            options=options,
         )
+        file_state: dict[str, Any] = {"budget_bytes": options.file_budget_mib * 2**20}
+        if frozen:
+            t1 = time.perf_counter()
+            file_state = files.save(
+                pid,
+                pending.images_dir,
+                budget_bytes=options.file_budget_mib * 2**20,
+                exclude=exclude,
+            )
+            timings["files_s"] = time.perf_counter() - t1
+            if not stop:
+                criu.resume(pid)
+                resumed = True
         progress(1, 3, "publishing (fsync + manifest)")
         info = store.publish(
             pending,
             timings=timings,
             leave_running=not stop,
-            extra={**(extra or {}), "pipes": list(pipes)},
+            extra={**(extra or {}), "pipes": list(pipes), files.FILES_KEY: file_state},
         )
     except BaseException:
         store.abort(pending)
-        if stop:
+        if frozen and not resumed:
             criu.resume(pid)  # the dump froze it: let it go on rather than lose it
         raise
     # The manifest cannot contain its own total; the caller gets it (and the log).
@@ -93,7 +120,14 @@ def criu_restore_verified(
     t0 = time.perf_counter()
     images = store.images_dir(checkpoint_id)
     # Sizes first (no reads): CRIU may wait forever on a truncated page image.
-    store.verify(checkpoint_id, digests=False)
+    info = store.verify(checkpoint_id, digests=False)
+    # The files the workload wrote, back as they were at the checkpoint (digests checked
+    # first): CRIU refuses files whose size changed, and memory must match their contents.
+    try:
+        files.put_back(info, images)
+    except errors.CorruptCheckpoint as exc:
+        store.mark_corrupt(checkpoint_id, exc.message)
+        raise
     verdict: list[BaseException | None] = []
     corrupt = threading.Event()
 

@@ -11,6 +11,7 @@ from typing import Any
 from core import errors
 from core.backends.base import PlanDraft, not_supported
 from core.backends.local.common import _CAPABILITIES, _LIVE, NAME, _resident_bytes
+from core.checkpoint import criu, probe
 from core.config import LocalNodeConfig
 from core.model import (
     Action,
@@ -42,6 +43,25 @@ def _start_step(
     if fresh:
         args["fresh"] = True
     return PlanStep(name="start", op="start", args=args, description=description)
+
+
+def _refuse_unsupported(rec: WorkloadRecord, action: Action) -> None:
+    """Probe a CRIU workload's resources (read-only) and refuse a plan CRIU cannot carry out,
+    so a plan or dry-run names the problem before anything is paused."""
+    if rec.engine != "criu" or rec.pid is None:
+        return
+    found = probe.refusals(rec.pid, criu.current_options())
+    if found:
+        shown = "; ".join(str(r) for r in found[:5])
+        hints = list(dict.fromkeys(r.hint for r in found))
+        raise errors.CheckpointError(
+            f"cannot {action.value} {NAME}:{rec.name}: it holds what a checkpoint cannot "
+            f"carry: {shown}",
+            hint="; ".join(hints) + "; nothing was paused or changed (docs/checkpointing.md "
+            "lists what a checkpoint carries)",
+            code="checkpoint-unsupported-resource",
+            details={"refusals": [str(r) for r in found]},
+        )
 
 
 class LocalPlanning:
@@ -156,6 +176,7 @@ class LocalPlanning:
         if action is Action.CHECKPOINT:
             stop = bool(params.get("stop", False))
             self._require_state(rec, {WorkloadState.RUNNING}, action)
+            _refuse_unsupported(rec, action)
             return PlanDraft(
                 steps=[
                     PlanStep(
@@ -177,6 +198,7 @@ class LocalPlanning:
             )
         if action is Action.MIGRATE:
             self._require_state(rec, {WorkloadState.RUNNING}, action)
+            _refuse_unsupported(rec, action)
             dest = self._pick_target(exclude={rec.node or ""}, requested=params.get("to"))
             return PlanDraft(
                 steps=[
@@ -214,6 +236,7 @@ class LocalPlanning:
             )
         if action is Action.PREEMPT:
             self._require_state(rec, {WorkloadState.RUNNING}, action)
+            _refuse_unsupported(rec, action)
             return PlanDraft(
                 steps=[
                     PlanStep(

@@ -1,0 +1,157 @@
+"""A read-only probe of a payload tree's resources: what CRIU (or clawpoint) cannot carry.
+
+Planning a checkpoint, migration or preemption of a CRIU workload calls ``refusals`` so that a
+plan or dry-run says why it cannot work before anything is paused. It reads /proc only
+(``fd``, ``fdinfo``, ``maps``, ``net/tcp*``) and finds:
+
+- devices CRIU does not dump (all but the memory devices such as ``/dev/null``, terminals
+  and tun): a GPU (``/dev/nvidia*``, ``/dev/dri``) needs a device plugin this engine does
+  not have; ``/dev/fuse``, ``/dev/kvm``, block devices and the like cannot be carried;
+- ``io_uring``, ``perf_event`` and ``userfaultfd`` descriptors, which CRIU does not dump;
+- established TCP connections when ``checkpoint.criu_tcp = "refuse"``;
+- deleted-but-open files larger than ``checkpoint.criu_ghost_limit_mib``;
+- writable shared file mappings (shared memory) that do not fit in
+  ``checkpoint.file_budget_mib`` (they would be restored with newer contents).
+
+Limits: a tree it cannot read (not root, process gone) yields no refusal: CRIU's own error
+at dump still names the problem. Unix-domain sockets to outside processes are left to CRIU's
+refusal at dump (finding the peer needs sock_diag).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.checkpoint import files
+from core.checkpoint.criu import CriuOptions
+
+# Character devices CRIU dumps (criu/files.c dump_chrdev): the memory devices (major 1:
+# null, zero, full, random, urandom, kmsg), terminals and ptys, and tun (misc 10:200).
+_MEM_MAJOR = 1
+_TTY_MAJORS = frozenset({4, 5, *range(128, 144)})
+_MISC_OK = frozenset({(10, 200)})
+_ANON_UNSUPPORTED = {
+    "anon_inode:[io_uring]": "an io_uring instance",
+    "anon_inode:[perf_event]": "a perf_event descriptor",
+    "anon_inode:[userfaultfd]": "a userfaultfd",
+}
+_TCP_ESTABLISHED = "01"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    pid: int
+    resource: str
+    reason: str
+    hint: str = "release that resource in the program before checkpointing it"
+
+    def __str__(self) -> str:
+        return f"pid {self.pid}: {self.resource}: {self.reason}"
+
+
+def _established_tcp_inodes(pid: int) -> set[str]:
+    inodes: set[str] = set()
+    for name in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{name}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if len(parts) > 9 and parts[3] == _TCP_ESTABLISHED:
+                inodes.add(parts[9])
+    return inodes
+
+
+def _device_reason(path: str, st: os.stat_result) -> str | None:
+    if stat.S_ISBLK(st.st_mode):
+        return "a block device CRIU cannot carry"
+    if not stat.S_ISCHR(st.st_mode):
+        return None
+    major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
+    if major == _MEM_MAJOR or major in _TTY_MAJORS or (major, minor) in _MISC_OK:
+        return None
+    if path.startswith(("/dev/nvidia", "/dev/dri")):
+        return "a GPU device: the criu engine has no GPU plugin"
+    return f"a character device ({major}:{minor}) CRIU cannot carry"
+
+
+def refusals(root: int, options: CriuOptions) -> list[Refusal]:
+    """What in the tree rooted at ``root`` makes a checkpoint impossible (empty: none found)."""
+    out: list[Refusal] = []
+    tcp: set[str] | None = None
+    for pid in files.tree_pids(root):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            source = f"/proc/{pid}/fd/{fd}"
+            try:
+                target = os.readlink(source)
+            except OSError:
+                continue
+            if target in _ANON_UNSUPPORTED:
+                out.append(Refusal(pid, target, f"{_ANON_UNSUPPORTED[target]} CRIU cannot dump"))
+            elif target.startswith("socket:[") and options.tcp == "refuse":
+                if tcp is None:
+                    tcp = _established_tcp_inodes(pid)
+                if target[len("socket:[") : -1] in tcp:
+                    out.append(
+                        Refusal(
+                            pid,
+                            "established TCP connection",
+                            "checkpoint.criu_tcp is 'refuse', which refuses to checkpoint it",
+                            "set checkpoint.criu_tcp = 'close' in the config file (connections "
+                            "are restored closed and the peers reconnect), or close them first",
+                        )
+                    )
+            elif target.startswith("/dev/") and not target.startswith("/dev/shm/"):
+                try:
+                    reason = _device_reason(target, os.stat(source))
+                except OSError:
+                    continue
+                if reason:
+                    out.append(Refusal(pid, target, reason))
+            elif target.endswith(files.DELETED) and target.startswith("/"):
+                try:
+                    st = os.stat(source)
+                except OSError:
+                    continue
+                limit = options.ghost_limit_mib * 2**20
+                if stat.S_ISREG(st.st_mode) and st.st_size > limit:
+                    out.append(
+                        Refusal(
+                            pid,
+                            target,
+                            f"a deleted file held open ({st.st_size / 2**20:.1f} MiB), over "
+                            f"the ghost limit of {options.ghost_limit_mib} MiB "
+                            "(checkpoint.criu_ghost_limit_mib)",
+                            "a deleted-but-open file is copied into every checkpoint: raise "
+                            "checkpoint.criu_ghost_limit_mib in the config file above its size, "
+                            "or have the program close it",
+                        )
+                    )
+        for path, _ in files.shared_mappings(pid):
+            if path.startswith(("/dev/nvidia", "/dev/dri")):
+                out.append(
+                    Refusal(pid, path, "a GPU device mapping: the criu engine has no GPU plugin")
+                )
+    _, left = files.split_budget(files.writable_files(root), options.file_budget_mib * 2**20)
+    for f in left:
+        if f.shared_map:
+            out.append(
+                Refusal(
+                    root,
+                    f.path,
+                    f"shared memory of {f.size / 2**20:.1f} MiB beyond the file budget of "
+                    f"{options.file_budget_mib} MiB (checkpoint.file_budget_mib): it would "
+                    "be restored with newer contents than the processes' memory",
+                    "raise checkpoint.file_budget_mib in the config file above the size of "
+                    "the shared memory",
+                )
+            )
+    return out

@@ -1,0 +1,215 @@
+"""The files a workload writes and the memory it shares, through the installed CLI and CRIU.
+
+- A program that rewrites its own state file (opened without O_APPEND) and checks on every
+  step that the file matches its in-memory counter survives failover (SIGKILL, then
+  ``clawpoint failover``) and a restore from an older checkpoint: the file is put back as it
+  was at the checkpoint, so CRIU accepts it and the program's check holds.
+- Two processes sharing a 32 MiB ``multiprocessing.shared_memory`` segment (a /dev/shm file)
+  check that it matches the counter in their memory: after failover the segment is the
+  checkpoint's, not the newer one the killed processes left.
+- A workload holding a device CRIU cannot carry: a dry-run (and a real run) of migrate is
+  refused at plan time, naming the device, and the workload is never paused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.checkpoint import test_sockets_criu as sockets
+from tests.checkpoint.test_sockets_criu import Cli
+
+pytestmark = pytest.mark.criu
+cli = sockets.cli  # the fixture: clawpoint in a private CLAWPOINT_HOME, cleaned up after
+
+STATE_PROGRAM = textwrap.dedent(
+    """
+    import os, sys, time
+    path = sys.argv[1]
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o640)  # no O_APPEND
+    n = 0
+    while True:
+        expected = "".join(f"{i}\\n" for i in range(n)).encode()
+        got = os.pread(fd, len(expected) + 4096, 0)
+        if got != expected:
+            print(f"CHECK FAILED at {n}: file has {len(got)} bytes, memory says "
+                  f"{len(expected)}", flush=True)
+            os._exit(3)
+        os.pwrite(fd, f"{n}\\n".encode(), len(expected))
+        n += 1
+        time.sleep(0.02)
+    """
+)
+
+SHM_PROGRAM = textwrap.dedent(
+    """
+    import os, struct, sys, time
+    from multiprocessing import shared_memory
+    SIZE = 32 * 2**20
+    shm = shared_memory.SharedMemory(create=True, size=SIZE)
+    buf = shm.buf
+    buf[:8] = struct.pack("q", 0)
+    buf[SIZE - 8:] = struct.pack("q", 0)
+    def fail(who, n, a, b):
+        print(f"CHECK FAILED in {who} at {n}: segment says {a}/{b}", flush=True)
+        os._exit(3)
+    if os.fork() == 0:  # the reader: the segment never goes backwards, both ends agree
+        last = 0
+        while True:
+            a = struct.unpack("q", bytes(buf[:8]))[0]
+            b = struct.unpack("q", bytes(buf[SIZE - 8:]))[0]
+            if a < last or b < a - 1:
+                fail("reader", last, a, b)
+            last = a
+            time.sleep(0.01)
+    n = 0
+    with open(sys.argv[1], "w") as status:
+        pass
+    while True:  # the writer: the segment holds exactly its own counter
+        a = struct.unpack("q", bytes(buf[:8]))[0]
+        b = struct.unpack("q", bytes(buf[SIZE - 8:]))[0]
+        if a != n or b != n:
+            fail("writer", n, a, b)
+        n += 1
+        buf[SIZE - 8:] = struct.pack("q", n)
+        buf[:8] = struct.pack("q", n)
+        if n % 10 == 0:
+            print(f"step {n}", flush=True)
+        time.sleep(0.02)
+    """
+)
+
+
+def lines(path: Path) -> int:
+    """How many counter lines the state file holds; asserts they are 0..n-1 in order."""
+    text = path.read_text()
+    rows = text.splitlines()
+    assert text == "".join(f"{i}\n" for i in range(len(rows))), f"torn state file: {text[-40:]}"
+    return len(rows)
+
+
+def wait_for(cond: object, what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if callable(cond) and cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def grows_and_holds(cli: Cli, name: str, path: Path, pid: int) -> None:
+    """The restored program keeps counting with its check intact (it exits 3 otherwise)."""
+    start = lines(path)
+    wait_for(lambda: lines(path) >= start + 30, f"{path} to grow")
+    w = cli.workload(name)
+    assert w["state"] == "running" and w["pid"] == pid, w
+    assert "CHECK FAILED" not in cli.logs()
+
+
+def test_state_file_survives_failover_and_an_older_checkpoint(cli: Cli, tmp_path: Path) -> None:
+    program = tmp_path / "state.py"
+    program.write_text(STATE_PROGRAM)
+    state = tmp_path / "work" / "state.txt"
+    state.parent.mkdir()
+    cli("run", "--name", "st", "--node", "node-a", "--detach", "--",
+        sys.executable, str(program), str(state))  # fmt: skip
+    wait_for(lambda: state.exists() and lines(state) > 20, "the first steps")
+    pid = cli.workload("st")["pid"]
+
+    cli("checkpoint", "local:st", "--yes")
+    at_first = lines(state)
+    wait_for(lambda: lines(state) > at_first + 50, "progress after the checkpoint")
+    assert cli.workload("st")["pid"] == pid  # leave-running: it went on
+    assert "CHECK FAILED" not in cli.logs()
+
+    # Failover: the file is now longer than at the checkpoint; CRIU alone refuses that.
+    os.kill(pid, signal.SIGKILL)
+    cli.wait_state("st", "failed")
+    cli("failover", "local:st", "--yes")
+    back = cli.workload("st")
+    assert back["state"] == "running" and back["pid"] != pid
+    grows_and_holds(cli, "st", state, back["pid"])
+
+    # An older checkpoint: preempt (a newer checkpoint), then restore the first one.
+    cli("preempt", "local:st", "--yes")
+    listed = json.loads(cli("checkpoints", "local:st", "--json").stdout)
+    assert len(listed) >= 2
+    older = min(listed, key=lambda c: c["seq"])["id"]
+    cli("restore", older, "--yes")
+    again = cli.workload("st")
+    assert again["state"] == "running"
+    grows_and_holds(cli, "st", state, again["pid"])
+    manifest = next(
+        c for c in json.loads(cli("checkpoints", "local:st", "--json").stdout) if c["id"] == older
+    )
+    saved = manifest["extra"]["file_state"]["saved"]
+    assert [s["path"] for s in saved] == [str(state)]
+
+
+def test_shared_memory_segment_is_saved_with_the_checkpoint(cli: Cli, tmp_path: Path) -> None:
+    program = tmp_path / "shm.py"
+    program.write_text(SHM_PROGRAM)
+    started = tmp_path / "started"
+    cli("run", "--name", "shm", "--node", "node-a", "--detach", "--",
+        sys.executable, str(program), str(started))  # fmt: skip
+    wait_for(lambda: "step 20" in cli.logs(), "the first steps")
+    pid = cli.workload("shm")["pid"]
+
+    cli("checkpoint", "local:shm", "--yes")
+    wait_for(lambda: "step 100" in cli.logs(), "progress after the checkpoint")
+    os.kill(pid, signal.SIGKILL)
+    cli.wait_state("shm", "failed")
+    cli("failover", "local:shm", "--yes")
+    back = cli.workload("shm")
+    assert back["state"] == "running" and back["pid"] != pid
+    seen = cli.logs().count("step ")
+    wait_for(lambda: cli.logs().count("step ") >= seen + 5, "progress after failover")
+    w = cli.workload("shm")
+    assert w["state"] == "running" and w["pid"] == back["pid"], w
+    assert "CHECK FAILED" not in cli.logs()
+    saved = json.loads(cli("checkpoints", "local:shm", "--json").stdout)[0]["extra"]["file_state"]
+    shm = [s for s in saved["saved"] if s["path"].startswith("/dev/shm/")]
+    assert shm and shm[0]["size"] == 32 * 2**20
+
+
+DEVICE = next((d for d in ("/dev/fuse", "/dev/loop-control", "/dev/kvm") if Path(d).exists()), "")
+
+
+@pytest.mark.skipif(not DEVICE, reason="no device CRIU cannot carry exists here")
+def test_migrate_dry_run_refuses_an_unsupported_device_and_pauses_nothing(
+    cli: Cli, tmp_path: Path
+) -> None:
+    program = tmp_path / "dev.py"
+    program.write_text(
+        "import sys, time\n"
+        f"dev = open({DEVICE!r}, 'rb', buffering=0)\n"
+        "n = 0\n"
+        "while True:\n"
+        "    n += 1\n"
+        "    print(f'tick {n}', flush=True)\n"
+        "    time.sleep(0.05)\n"
+    )
+    cli("run", "--name", "dev", "--node", "node-a", "--detach", "--",
+        sys.executable, str(program))  # fmt: skip
+    wait_for(lambda: "tick 5" in cli.logs(), "the first ticks")
+    pid = cli.workload("dev")["pid"]
+    switches = Path(f"/proc/{pid}/status").read_text()
+
+    for extra in (["--dry-run"], []):
+        proc = cli("migrate", "local:dev", "--to", "node-b", "--yes", "--json", *extra, ok=False)
+        assert proc.returncode == 8, proc.stdout + proc.stderr
+        err = json.loads(proc.stdout)
+        assert DEVICE in err["message"] and "cannot carry" in err["message"], err
+        assert "nothing was paused" in err["message"] or "nothing was paused" in json.dumps(err)
+    # Never paused: the same process, still running, no checkpoint was taken.
+    assert cli.workload("dev")["pid"] == pid and cli.workload("dev")["state"] == "running"
+    assert json.loads(cli("checkpoints", "local:dev", "--json").stdout) == []
+    assert "State:\tS" in switches or "State:\tR" in switches
+    assert not any(line.startswith("State:\tT") for line in Path(f"/proc/{pid}/status").open())
