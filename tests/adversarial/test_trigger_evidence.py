@@ -4,8 +4,9 @@ A person grants "preempt anything on a spot interruption notice". An agent that 
 notice (in its reason) while the cloud has announced nothing gets no grant: a person is
 asked. Once the fake AWS metadata endpoint on loopback announces an interruption and a
 watch pass (the installed command) observes it, the same call is covered, and the audit
-names the evidence (source, node, time). When the evidence expires (the notice's deadline
-plus the grace), the grant stops applying again, although the endpoint still says so.
+names the evidence (source, node, time). A runbook the agent starts then is covered
+the same way. When the evidence expires (the notice's deadline plus the grace), the grant
+stops applying again, although the endpoint still says so.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ async def test_a_claimed_trigger_gets_no_grant_an_observed_one_does_until_it_exp
     lab_factory: Callable[[str], Lab], imds: FakeAwsImds, transport: str, need_criu: None
 ) -> None:
     lab = lab_factory(_config(imds))
-    first, second = lab.start("ev-first"), lab.start("ev-second")
+    first, second, third = lab.start("ev-first"), lab.start("ev-second"), lab.start("ev-third")
     grant = lab.service.grant(
         Action.PREEMPT, {"trigger": "spot-interruption"}, max_per_hour=10, expires="1h",
         reason="spot notices cannot wait for a person", principal=PERSON,
@@ -107,13 +108,19 @@ async def test_a_claimed_trigger_gets_no_grant_an_observed_one_does_until_it_exp
             e.kind == "evidence.observed" and e.data["evidence_id"] == evidence.id
             for e in lab.service.audit.entries()
         )
+        # A runbook the agent starts is covered the same way (its save step, as the agent).
+        run = await agent.ok("start_runbook", {"name": "spot-interruption",
+                                               "params": {"workload": second}})  # fmt: skip
+        uses = _grant_uses(lab, grant.id)
+        assert [u["target"] for u in uses] == [first, second], (run, uses)
+        assert uses[1]["evidence"]["evidence_id"] == evidence.id
 
         # 3. The evidence expires (deadline + grace), though the endpoint still announces it.
         remaining = MARGIN_S - (time.monotonic() - observed_by)
         assert remaining > 0, "the steps above took longer than the evidence lives"
         time.sleep(remaining + 1)
         assert [e for e in lab.service.guard.grants.evidence.live() if e.subject == NODE] == []
-        late = await agent.ok("preempt_workload", {"workload": second, "reason": CLAIM})
+        late = await agent.ok("preempt_workload", {"workload": third, "reason": CLAIM})
         approval_id_of(late)
-        assert len(_grant_uses(lab, grant.id)) == 1 and lab.node_of(second) == "node-a"
+        assert len(_grant_uses(lab, grant.id)) == 2 and lab.node_of(third) == "node-a"
     assert deadline < evidence.expires_at
