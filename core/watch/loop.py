@@ -437,6 +437,38 @@ def _unfixable(plans: PlanReport, nodes: Sequence[Any], workloads: Sequence[Any]
     return out
 
 
+def _plan_and_act(
+    service: Service, state: WatchState, evidence: EvidenceStore, report: WatchReport,
+    gpus: list[GpuHealth], now: datetime, config: PlannerConfig | None,
+) -> tuple[PlanReport, list[Any]]:  # fmt: skip
+    """Inventory, evidence, plans, and the actions they call for (steps 2-5)."""
+    _record_progress(service, state, now)
+    ids, nodes = _node_ids(service)
+    plans = propose(
+        service, now=now, notices=report.notices, gpus=gpus, history=state.history(),
+        config=config,
+    )  # fmt: skip
+    report.proposals = plans.proposals
+    _record_evidence(evidence, report, now=now, ids=ids, nodes=nodes, gpus=gpus, plans=plans)
+    _run_approved(service, state, report)
+    for p in plans.proposals:
+        prev = state.request(p.key)
+        if prev is not None and prev.blocks(now):
+            if prev.status != "approval_required":
+                report.skipped.append(p.key)
+            continue
+        action = _act(service, p, p.effect.notice_deadline)
+        report.actions.append(action)
+        state.remember(
+            Request(
+                key=p.key, plan_hash=action.plan_hash or "", status=action.status,
+                approval_id=action.approval_id, message=action.message[:500],
+                updated_at=action.finished_at, trigger=p.trigger,
+            )
+        )  # fmt: skip
+    return plans, nodes
+
+
 def watch_once(
     service: Service,
     *,
@@ -467,30 +499,11 @@ def watch_once(
     except errors.ClawpointError as exc:
         gpus = []
         report.errors.append(f"gpus: {exc}")
-    _record_progress(service, state, now)
-    ids, nodes = _node_ids(service)
-    plans = propose(
-        service, now=now, notices=report.notices, gpus=gpus, history=state.history(),
-        config=config,
-    )  # fmt: skip
-    report.proposals = plans.proposals
-    _record_evidence(evidence, report, now=now, ids=ids, nodes=nodes, gpus=gpus, plans=plans)
-    _run_approved(service, state, report)
-    for p in plans.proposals:
-        prev = state.request(p.key)
-        if prev is not None and prev.blocks(now):
-            if prev.status != "approval_required":
-                report.skipped.append(p.key)
-            continue
-        action = _act(service, p, p.effect.notice_deadline)
-        report.actions.append(action)
-        state.remember(
-            Request(
-                key=p.key, plan_hash=action.plan_hash or "", status=action.status,
-                approval_id=action.approval_id, message=action.message[:500],
-                updated_at=action.finished_at, trigger=p.trigger,
-            )
-        )  # fmt: skip
+    try:
+        plans, nodes = _plan_and_act(service, state, evidence, report, gpus, now, config)
+    except errors.ClawpointError as exc:  # e.g. a backend that does not answer: next pass
+        plans, nodes = PlanReport(observed_at=now, proposals=[]), []
+        report.errors.append(f"planning: {exc}")
     try:
         report.withdrawn = _withdraw_stale(service, state, evidence, now)
     except errors.ClawpointError as exc:
@@ -531,7 +544,11 @@ def _findings(service: Service, report: WatchReport, plans: PlanReport, nodes: S
                 f" at {r['current']}" if r.get("current") else "") + (
                 f": {r['message']}" if r.get("message") else ""),
         ))  # fmt: skip
-    conditions = _unfixable(plans, nodes, service.workloads())
+    try:
+        conditions = _unfixable(plans, nodes, service.workloads() if nodes else [])
+    except errors.ClawpointError as exc:
+        conditions = []
+        report.errors.append(f"inventory: {exc}")
     conditions += [
         Finding(key=f"error:{e}", level="error", kind="error", message=e) for e in report.errors
     ]

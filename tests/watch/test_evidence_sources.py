@@ -1,0 +1,63 @@
+"""What a watch pass records as evidence, and what a grant makes of it.
+
+A failed GPU that NVML reports for node-b becomes ``gpu-failure`` evidence about
+``local:node-b`` (source ``nvml``): a grant scoped ``trigger=gpu-failed`` (the same trigger
+under its other name) then covers a plan for a workload on node-b, not one on node-a. A
+healthy GPU records nothing. A notice's evidence lives until the deadline plus the grace.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from core.guardrails.evidence import NOTICE_GRACE_S
+from core.model import Action, Principal, PrincipalKind, utcnow
+from core.service.facade import Service
+from core.signals.model import GpuHealth, GpuVerdict, InterruptionAction, InterruptionNotice
+from core.signals.nvml import NvmlReport, NvmlStatus
+from core.watch.loop import watch_once
+from tests.guardrails.conftest import make_plan
+
+PERSON = Principal(id="alice", kind=PrincipalKind.PERSON)
+
+
+def _gpu(verdict: GpuVerdict) -> GpuHealth:
+    return GpuHealth(source="nvml", node="local:node-b", index=0, verdict=verdict,
+                     reasons=["Xid 79: fallen off the bus"] if verdict is GpuVerdict.FAILED
+                     else [])  # fmt: skip
+
+
+def test_a_failed_gpu_is_evidence_for_its_node_only(service: Service) -> None:
+    grants = service.guard.grants
+    grant = grants.grant(Action.MIGRATE, {"trigger": "gpu-failed"}, max_per_hour=5,
+                         expires="1h", reason="GPU failures", granted_by=PERSON)  # fmt: skip
+    on_b = make_plan(target="local:train-b", scope={"node": "node-b"})
+    on_a = make_plan(target="local:train-a", scope={"node": "node-a"})
+    healthy = NvmlReport(status=NvmlStatus.OK, node="local:node-b", gpus=[_gpu(GpuVerdict.HEALTHY)])
+    watch_once(service, notices=[], nvml=healthy)
+    assert grants.evidence.live() == [] and grants.match(on_b) is None
+
+    failed = NvmlReport(status=NvmlStatus.OK, node="local:node-b",
+                        gpus=[_gpu(GpuVerdict.FAILED)])  # fmt: skip
+    report = watch_once(service, notices=[], nvml=failed)
+    [seen] = grants.evidence.live()
+    assert (seen.trigger, seen.subject, seen.source) == ("gpu-failure", "local:node-b", "nvml")
+    assert report.evidence and report.evidence[0]["evidence_id"] == seen.id
+    covered = grants.match(on_b, "anything the caller says")
+    assert covered is not None and covered.id == grant.id and covered.evidence == seen
+    assert grants.match(on_a) is None
+
+
+def test_a_notice_is_evidence_until_its_deadline_plus_the_grace(service: Service) -> None:
+    deadline = utcnow().replace(microsecond=0) + timedelta(seconds=120)
+    notice = InterruptionNotice(source="aws-imds", provider="aws",
+                                action=InterruptionAction.TERMINATE, deadline=deadline,
+                                node="local:node-a")  # fmt: skip
+    watch_once(service, notices=[notice])
+    evidence = service.guard.grants.evidence
+    [seen] = [e for e in evidence.live() if e.subject == "local:node-a"]
+    assert seen.trigger == "spot-interruption"
+    assert seen.expires_at == deadline + timedelta(seconds=NOTICE_GRACE_S)
+    later = deadline + timedelta(seconds=NOTICE_GRACE_S + 1)
+    assert evidence.find("spot-interruption", ["local:node-a"], later) is None
+    assert evidence.find("spot-interruption", ["local:node-a"], deadline) == seen
