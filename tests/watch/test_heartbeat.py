@@ -18,6 +18,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from core.backends.local import LocalBackend
+from core.config import load_settings
+from core.service.facade import bootstrap
 from tests.cli.conftest import Cli
 from tests.signals.fakes import FakeAwsImds
 
@@ -139,6 +142,27 @@ def test_an_sla_nothing_can_rescue_is_reported_once(cli: Cli) -> None:
     assert "no faster node" in line
     second = cli("watch", "--once")
     assert (second.code, second.stdout) == (20, ""), str(second)
+
+
+def test_a_workload_dead_on_a_degraded_node_is_reported_and_a_down_node_is_evidence(
+    cli: Cli,
+) -> None:
+    ref = cli.start("dies", "sh", "-c", "sleep 2; exit 3", node="node-b")
+    deadline = time.monotonic() + 60
+    while cli.workload(ref)["state"] != "failed":
+        assert time.monotonic() < deadline, cli.workload(ref)
+        time.sleep(0.2)
+    local = bootstrap(load_settings(cli.home)).backend("local")
+    assert isinstance(local, LocalBackend)
+    local.set_node_state("node-b", health="degraded", reason="ECC errors")
+    r = cli("watch", "--once")
+    assert r.code == 20, str(r)
+    [line] = _lines(r.stdout)
+    assert line.startswith(f"attention: {ref} died on degraded node local:node-b"), line
+    assert (cli("watch", "--once").stdout) == ""  # said once
+    local.set_node_state("node-a", health="down", reason="not responding")
+    seen = cli("watch", "--once", "--json").json()["evidence"]
+    assert [(e["trigger"], e["subject"]) for e in seen] == [("node-down", "local:node-a")]
 
 
 if __name__ == "__main__":  # pragma: no cover
