@@ -7,7 +7,10 @@ succeeds once per approval and only for the exact plan hash.
 
 ``decide`` combines the policy (``policy.evaluate``: dry-run, protections, limits, rules,
 defaults) with standing grants: a policy "approve" becomes "allow" when a grant covers the
-plan and has budget left (the use is counted atomically and audited with the grant id).
+plan and has budget left (the use is counted atomically and audited with the grant id). A
+grant scoped to a trigger covers a plan only on evidence clawpoint observed itself
+(``core.guardrails.evidence``); the ``trigger`` a caller passes is audited as its claim and
+never matched, and the evidence used goes into the decision, its reason and the audit.
 ``preview`` is the same answer without any side effect (no grant use, no audit entry): it
 serves dry runs and the question "would a person be asked?" (the elicitation preview), so
 only a real execution ever spends a grant's budget. An approved plan is re-checked with
