@@ -213,3 +213,33 @@ def test_migrate_dry_run_refuses_an_unsupported_device_and_pauses_nothing(
     assert json.loads(cli("checkpoints", "local:dev", "--json").stdout) == []
     assert "State:\tS" in switches or "State:\tR" in switches
     assert not any(line.startswith("State:\tT") for line in Path(f"/proc/{pid}/status").open())
+
+
+def test_beyond_the_budget_the_checkpoint_is_kept_and_the_restore_says_why(
+    cli: Cli, tmp_path: Path
+) -> None:
+    cli.config("[checkpoint]\nfile_budget_mib = 0\n")
+    program = tmp_path / "state.py"
+    program.write_text(STATE_PROGRAM)
+    state = tmp_path / "state.txt"
+    cli("run", "--name", "big", "--node", "node-a", "--detach", "--",
+        sys.executable, str(program), str(state))  # fmt: skip
+    wait_for(lambda: state.exists() and lines(state) > 20, "the first steps")
+    pid = cli.workload("big")["pid"]
+
+    cli("checkpoint", "local:big", "--yes")  # still taken; the workload goes on
+    at = lines(state)
+    wait_for(lambda: lines(state) > at + 30, "progress after the checkpoint")
+    assert cli.workload("big")["pid"] == pid
+    listed = json.loads(cli("checkpoints", "local:big", "--json").stdout)
+    record = listed[0]["extra"]["file_state"]
+    assert record["saved"] == [] and [f["path"] for f in record["not_covered"]] == [str(state)]
+
+    os.kill(pid, signal.SIGKILL)
+    cli.wait_state("big", "failed")
+    proc = cli("failover", "local:big", "--yes", "--json", ok=False)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert str(state) in out and "file budget" in out, out
+    assert cli.workload("big")["state"] != "running"
+    assert json.loads(cli("checkpoints", "local:big", "--json").stdout)[0]["id"] == listed[0]["id"]
