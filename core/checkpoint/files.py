@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -173,8 +173,11 @@ def writable_files(root: int, *, exclude: tuple[str, ...] = ()) -> list[OpenFile
             if not _covered_path(path, exclude):
                 continue
             e = _entry(path, source, append=False, shared_map=True)
-            if e is not None and (e.dev, e.ino) not in found:
-                found[(e.dev, e.ino)] = e
+            if e is None:
+                continue
+            old = found.get((e.dev, e.ino))
+            # Mapped and open (SharedMemory keeps its fd): a shared mapping all the same.
+            found[(e.dev, e.ino)] = e if old is None else replace(old, shared_map=True)
     return sorted(found.values(), key=lambda f: (f.size, f.path))
 
 

@@ -176,7 +176,17 @@ def test_shared_memory_segment_is_saved_with_the_checkpoint(cli: Cli, tmp_path: 
     assert "CHECK FAILED" not in cli.logs()
     saved = json.loads(cli("checkpoints", "local:shm", "--json").stdout)[0]["extra"]["file_state"]
     shm = [s for s in saved["saved"] if s["path"].startswith("/dev/shm/")]
-    assert shm and shm[0]["size"] == 32 * 2**20
+    assert shm and shm[0]["size"] == 32 * 2**20 and shm[0]["shared_map"]
+
+    # Beyond the budget, shared memory is refused at plan time, before anything is paused.
+    cli.config("[checkpoint]\nfile_budget_mib = 16\n")
+    for action in (["checkpoint", "local:shm", "--dry-run"], ["migrate", "local:shm"]):
+        proc = cli(*action, "--yes", "--json", ok=False)
+        assert proc.returncode == 8, proc.stdout + proc.stderr
+        err = json.loads(proc.stdout)
+        assert shm[0]["path"] in err["message"] and "file_budget_mib" in err["message"], err
+    assert cli.workload("shm")["pid"] == back["pid"]
+    assert len(json.loads(cli("checkpoints", "local:shm", "--json").stdout)) == 1
 
 
 DEVICE = next((d for d in ("/dev/fuse", "/dev/loop-control", "/dev/kvm") if Path(d).exists()), "")
