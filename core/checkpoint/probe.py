@@ -49,7 +49,7 @@ class Refusal:
     hint: str = "release that resource in the program before checkpointing it"
 
     def __str__(self) -> str:
-        return f"pid {self.pid}: {self.resource}: {self.reason}"
+        return f"pid {self.pid}: {self.resource}: {self.reason} ({self.hint})"
 
 
 def _established_tcp_inodes(pid: int) -> set[str]:

@@ -53,12 +53,11 @@ def _refuse_unsupported(rec: WorkloadRecord, action: Action) -> None:
     found = probe.refusals(rec.pid, criu.current_options())
     if found:
         shown = "; ".join(str(r) for r in found[:5])
-        hints = list(dict.fromkeys(r.hint for r in found))
         raise errors.CheckpointError(
             f"cannot {action.value} {NAME}:{rec.name}: it holds what a checkpoint cannot "
             f"carry: {shown}",
-            hint="; ".join(hints) + "; nothing was paused or changed (docs/checkpointing.md "
-            "lists what a checkpoint carries)",
+            hint="nothing was paused or changed; do what the message says for each resource, "
+            "then plan again (docs/checkpointing.md lists what a checkpoint carries)",
             code="checkpoint-unsupported-resource",
             details={"refusals": [str(r) for r in found]},
         )
