@@ -3,7 +3,8 @@
 A failed GPU that NVML reports for node-b becomes ``gpu-failure`` evidence about
 ``local:node-b`` (source ``nvml``): a grant scoped ``trigger=gpu-failed`` (the same trigger
 under its other name) then covers a plan for a workload on node-b, not one on node-a. A
-healthy GPU records nothing. A notice's evidence lives until the deadline plus the grace.
+healthy GPU records nothing. A notice's evidence lives until the deadline plus the grace;
+when it has expired, watch withdraws the approval it had requested on it.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 from core.guardrails.evidence import NOTICE_GRACE_S
-from core.model import Action, Principal, PrincipalKind, utcnow
+from core.model import Action, Principal, PrincipalKind, WorkloadState, utcnow
 from core.service.facade import Service
 from core.signals.model import GpuHealth, GpuVerdict, InterruptionAction, InterruptionNotice
 from core.signals.nvml import NvmlReport, NvmlStatus
 from core.watch.loop import watch_once
 from tests.guardrails.conftest import make_plan
+from tests.service.conftest import counter, wait_step
 
 PERSON = Principal(id="alice", kind=PrincipalKind.PERSON)
 
@@ -61,3 +63,35 @@ def test_a_notice_is_evidence_until_its_deadline_plus_the_grace(service: Service
     later = deadline + timedelta(seconds=NOTICE_GRACE_S + 1)
     assert evidence.find("spot-interruption", ["local:node-a"], later) is None
     assert evidence.find("spot-interruption", ["local:node-a"], deadline) == seen
+
+
+def test_watch_withdraws_its_request_when_the_notice_evidence_expires(service: Service) -> None:
+    spec = counter(service.settings, "expiring", mb=1, node="node-a", engine="cooperative")
+    service.run_workload(spec, detach=True, principal=PERSON)
+    try:
+        wait_step(service.settings, "expiring", 2)
+        deadline = utcnow().replace(microsecond=0) + timedelta(seconds=120)
+        notice = InterruptionNotice(source="aws-imds", provider="aws",
+                                    action=InterruptionAction.TERMINATE, deadline=deadline,
+                                    node="local:node-a")  # fmt: skip
+        asked = watch_once(service, notices=[notice])
+        [act] = asked.actions
+        assert act.status == "approval_required" and act.approval_id
+        # Still observed: the request stands, and is not repeated.
+        again = watch_once(service, notices=[notice])
+        assert again.withdrawn == [] and again.still_pending == [act.approval_id]
+        # The notice is gone from the endpoint and its evidence has expired.
+        later = deadline + timedelta(seconds=NOTICE_GRACE_S + 1)
+        gone = watch_once(service, notices=[], now=later)
+        [withdrawn] = gone.withdrawn
+        assert withdrawn.approval_id == act.approval_id
+        assert "evidence expired" in withdrawn.reason
+        view = service.guard.approvals.get(act.approval_id)
+        assert (view.status.value, view.decided_via) == ("denied", "withdrawn")
+        [line] = [f.line() for f in gone.findings if f.kind == "withdrawn"]
+        assert line.startswith(f"acted: withdrew approval {act.approval_id}")
+        assert gone.exit_code == 21
+    finally:
+        for w in service.workloads("local"):
+            if w.state in (WorkloadState.RUNNING, WorkloadState.CHECKPOINTING):
+                service.act(Action.KILL, w.id, {}, principal=PERSON, confirmed=True)
