@@ -31,8 +31,10 @@ Scenarios:
   gateway's run history for the wake-up, then uses the real MCP server (``clawpoint serve``
   over stdio): ``list_approvals``, ``migrate_workload`` (asks a person), and after the
   scripted person approved, ``execute_approved``. Its tool calls are recorded.
-- ``slurm``: like ``grant`` on the loopback Slurm cluster; skipped with the reason when the
-  cluster is not reachable (this script does not bring it up).
+- ``openclaw-stream``: the same agent, woken by the stream job instead (the gateway runs
+  ``clawpoint watch --every 5s`` and fires on ``^(attention|error): `` lines).
+- ``slurm``: not measured yet; the reason is printed and written to the results (the
+  loopback cluster is shared with the tests, and a notice for its node would move their jobs).
 - ``quiet``: the agent's wake-ups over a simulated 30-minute quiet period. 360 watch passes
   (30 min at 5 s) are run back to back by one ``clawpoint watch --every 1s`` process (the
   pass is the same whatever the interval; only the spacing is compressed) with the trigger
@@ -341,7 +343,7 @@ async def stand_in_agent(
             await call("execute_approved", {"approval_id": approval_id})
 
 
-def scenario_openclaw(root: Path, mb: int) -> dict[str, Any]:
+def scenario_openclaw(root: Path, mb: int, kind: str = "trigger") -> dict[str, Any]:
     import anyio
 
     if not (NODE_BIN / "openclaw").exists():
@@ -356,17 +358,26 @@ def scenario_openclaw(root: Path, mb: int) -> dict[str, Any]:
             script.write_text((ROOT / "scripts" / "openclaw-trigger.js").read_text()
                               .replace("@CLAWPOINT@", str(CLAWPOINT))
                               .replace("@CLAWPOINT_HOME@", str(site.home)))  # fmt: skip
-            job = gw.call("cron", "add", "--name", "clawpoint-trigger", "--every", "30s",
-                          "--trigger-script", str(script), "--message",
-                          "clawpoint watch found something that needs you (below). "
-                          "If nothing needs doing, reply NO_REPLY.",
-                          "--session", "isolated", "--no-deliver")["id"]  # fmt: skip
+            message = ("clawpoint watch found something that needs you (below). "
+                       "If nothing needs doing, reply NO_REPLY.")  # fmt: skip
+            if kind == "trigger":
+                schedule = ["--every", "30s", "--trigger-script", str(script)]
+            else:
+                argv = ["/usr/bin/env", f"CLAWPOINT_HOME={site.home}", str(CLAWPOINT), "watch",
+                        "--every", POLL]  # fmt: skip
+                schedule = ["--stream-command", json.dumps(argv), "--stream-mode", "match",
+                            "--stream-match", "^(attention|error): ", "--stream-batch-ms", "1000"]  # fmt: skip
+            job = gw.call("cron", "add", "--name", f"clawpoint-{kind}", *schedule, "--message",
+                          message, "--session", "isolated", "--no-deliver")["id"]  # fmt: skip
 
             def evals() -> int:
                 got = gw.call("cron", "get", job) or {}
                 return int(got.get("state", {}).get("triggerEvalCount", 0))
 
-            wait_until("a first quiet evaluation", lambda: evals() >= 1, 150, 1)
+            if kind == "trigger":
+                wait_until("a first quiet evaluation", lambda: evals() >= 1, 150, 1)
+            else:
+                time.sleep(35)  # the source runs; past the gateway's 30 s floor between fires
             woke_at: list[float] = []
 
             def person(approval_id: str) -> None:
@@ -398,13 +409,18 @@ def slurm_reason() -> str | None:
     """Why the Slurm scenario cannot run here (None when it can)."""
     if not shutil.which("sinfo"):
         return "sinfo not found: the loopback Slurm cluster is not installed (make deps)"
+    env = dict(os.environ)
+    loopback_conf = Path("/var/lib/clawpoint-slurm/etc/slurm.conf")  # scripts/slurm-cluster.sh
+    if "SLURM_CONF" not in env and loopback_conf.exists():
+        env["SLURM_CONF"] = str(loopback_conf)
     proc = subprocess.run(["sinfo", "-h", "-o", "%N %t"], capture_output=True, text=True,
-                          timeout=30, check=False)  # fmt: skip
+                          timeout=30, check=False, env=env)  # fmt: skip
     if proc.returncode != 0:
         return f"sinfo failed: {proc.stderr.strip()[:200]} (make slurm-up)"
     return (
-        "not measured: a spot notice on Slurm needs a [signals] node mapped to a Slurm node "
-        "and a shared checkpoint store; this script does not set that up yet"
+        "not measured: the loopback cluster is shared with the test suite, and a spot notice "
+        "for one of its nodes makes watch move every job on that node, jobs that are not this "
+        "benchmark's included; measure on a cluster of its own"
     )
 
 
@@ -485,7 +501,10 @@ def main() -> int:
     ap.add_argument("--mb", type=int, default=200)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--quiet-passes", type=int, default=360)
-    ap.add_argument("--only", nargs="*", default=["grant", "person", "openclaw", "slurm", "quiet"])
+    ap.add_argument(
+        "--only", nargs="*",
+        default=["grant", "person", "openclaw", "openclaw-stream", "slurm", "quiet"],
+    )  # fmt: skip
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "notice_to_safe.json")
     args = ap.parse_args()
     if not CLAWPOINT.exists():
@@ -498,11 +517,12 @@ def main() -> int:
             "grant": lambda d: scenario_grant(d, args.mb),
             "person": lambda d: scenario_person(d, args.mb),
             "openclaw": lambda d: scenario_openclaw(d, args.mb),
+            "openclaw-stream": lambda d: scenario_openclaw(d, args.mb, "stream"),
         }
-        for name in ("grant", "person", "openclaw"):
+        for name in ("grant", "person", "openclaw", "openclaw-stream"):
             if name not in args.only:
                 continue
-            reps = 1 if name == "openclaw" else args.reps
+            reps = 1 if name.startswith("openclaw") else args.reps
             rows = []
             for i in range(reps):
                 log(f"{name} {i + 1}/{reps}")

@@ -23,6 +23,7 @@ command -v dd >/dev/null || need coreutils
 if (( want_all )); then
   command -v chromium >/dev/null || need chromium
   command -v sqlite3 >/dev/null || need sqlite3
+  command -v systemd-analyze >/dev/null || need systemd   # verifies contrib/systemd units
 fi
 if (( ${#missing[@]} )); then
   log "installing ${missing[*]}"
