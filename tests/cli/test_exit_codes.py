@@ -75,9 +75,11 @@ def test_1_foreground_run_whose_payload_failed(cli: Cli) -> None:
 
 
 def test_1_failed_runbook(cli: Cli) -> None:
-    r = cli("runbook", "run", "gpu-node-failure", "--param", "node=local:node-z", "--json")
+    # A step that fails at run time (an unknown partition) fails the run: exit 1.
+    r = cli("runbook", "run", "queue-backlog", "--param", "partition=no-such-partition", "--json")
     assert r.code == 1, str(r)
     assert r.json()["status"] == "failed"
+    assert "no-such-partition" in r.stdout
 
 
 def test_2_invalid_input(cli: Cli) -> None:
