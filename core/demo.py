@@ -29,7 +29,7 @@ from core.checkpoint.criu import criu_status
 from core.config import load_settings
 from core.model import Action, Principal, PrincipalKind, WorkloadState
 from core.service.facade import Service, bootstrap
-from core.wrapper.spec import RunSpec
+from core.wrapper.spec import RunSpec, output_files
 
 NAME = "train-demo"
 CHECKPOINT_EVERY_S = 5.0
@@ -249,8 +249,10 @@ def run_demo(
         demo = _Demo(service, report, say)
         try:
             demo.run(state_mb)
-            log = service.settings.log_dir / f"{NAME}.log"
-            text = log.read_text(errors="replace") if log.exists() else ""
+            # The counter's own output is in NAME.out (and its rotated files).
+            text = "".join(
+                p.read_text(errors="replace") for p in output_files(service.settings, NAME)
+            )
             report.state_checks_failed = "STATE CHECK FAILED" in text
             report.ok = (
                 not report.state_checks_failed

@@ -2,9 +2,10 @@
 
 The wrapper runs as ``sys.executable -m core.wrapper <spec json>`` in a new session, in the
 clawpoint home (not the workload's launch directory, which later starts must not need), with
-its stdio on ``<log_dir>/NAME.log`` (appended), so it outlives the CLI or MCP server that
-started it. ``launch_detached`` returns once the registry shows the new wrapper RUNNING, or
-raises with the tail of the log if it exited first.
+its stdio on ``<log_dir>/NAME.log`` (appended; the payload's own output goes to
+``NAME.out``, see ``core.wrapper.payload.RotatingOutput``), so it outlives the CLI or MCP
+server that started it. ``launch_detached`` returns once the registry shows the new wrapper
+RUNNING, or raises with the tail of the log (and of the output) if it exited first.
 
 Limits: waits by polling the registry (every 50 ms); this host only.
 """
@@ -24,7 +25,7 @@ from core.model import WorkloadState
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.wrapper.control import error_from
-from core.wrapper.spec import RunSpec
+from core.wrapper.spec import RunSpec, output_path
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 ERROR_LINE = "clawpoint-wrapper-error: "
@@ -55,6 +56,7 @@ def _reported_error(lines: list[str]) -> errors.ClawpointError | None:
 
 def launch_detached(settings: Settings, spec: RunSpec, *, wait_s: float = 60) -> WorkloadRecord:
     ensure_dirs(settings)
+    spec = spec.model_copy(update={"output": "file"})  # the payload's output: logs/NAME.out
     logfile = log_path(settings, spec.name)
     env = dict(os.environ)
     env["CLAWPOINT_HOME"] = spec.home
@@ -63,6 +65,8 @@ def launch_detached(settings: Settings, spec: RunSpec, *, wait_s: float = 60) ->
         p for p in (str(_PROJECT_ROOT), env.get("PYTHONPATH", "")) if p
     )
     offset = logfile.stat().st_size if logfile.exists() else 0
+    outfile = output_path(settings, spec.name)
+    out_offset = outfile.stat().st_size if outfile.exists() else 0
     with open(logfile, "ab") as log:
         try:
             proc = subprocess.Popen(  # noqa: S603 (our own interpreter and module)
@@ -101,6 +105,8 @@ def launch_detached(settings: Settings, spec: RunSpec, *, wait_s: float = 60) ->
             if reported is not None:
                 raise reported
             tail = "\n".join(lines[-15:])
+            if outfile.exists() and outfile.stat().st_size > out_offset:
+                tail += f"\n(its output, {outfile}:)\n{_tail(outfile, 10)}"
             # The wrapper exits with Conflict's code when another wrapper holds the name.
             kind = errors.Conflict if code == errors.Conflict.exit_code else errors.OperationFailed
             raise kind(

@@ -1,7 +1,9 @@
 """Starting the payload: fresh in its own PID namespace, or restored by CRIU; its output pipes.
 
-The wrapper owns the payload's stdout/stderr pipes and copies them to its own stdout/stderr
-(threads), so no regular file the payload writes can grow behind CRIU's back. A fresh CRIU
+The wrapper owns the payload's stdout/stderr pipes and copies them (threads) to its own
+stdout/stderr, or for a detached wrapper to ``logs/NAME.out`` (rotated by size; the
+wrapper's own lines stay in ``logs/NAME.log``), so no regular file the payload writes can
+grow behind CRIU's back. A fresh CRIU
 payload runs as ``python -I -S nsinit.py CMD`` (``core/wrapper/nsinit.py``): CMD is the init
 of a new PID namespace (a session leader inside it), and dies with that starter, which ends
 the way CMD ended (so a SIGKILL is recorded as one) and gets SIGKILL when the wrapper dies
@@ -40,13 +42,84 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-class Pipes:
-    """stdout/stderr pipes for one payload incarnation, pumped to our own fds."""
+class RotatingOutput:
+    """The payload's stdout and stderr, appended to ``path`` and rotated by size.
 
-    def __init__(self, out_fd: int = 1, err_fd: int = 2) -> None:
+    When a write would take the file past ``max_bytes`` it is renamed ``path.1`` (``.1`` to
+    ``.2``, ..., the oldest beyond ``keep`` deleted) and a new one started. The cut falls
+    after a newline, so lines stay whole: a file may exceed ``max_bytes`` by the rest of the
+    line it ends with, up to twice ``max_bytes`` (longer lines are split).
+    Only the wrapper writes these files (the payload writes to a pipe the wrapper reads), so
+    rotation never touches a file in a checkpoint image. Thread-safe (both pumps write)."""
+
+    def __init__(self, path: Path, *, max_bytes: int, keep: int) -> None:
+        self.path = path
+        self.max_bytes = max(1, max_bytes)
+        self.keep = max(1, keep)
+        self._lock = threading.Lock()
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._size = os.fstat(self._fd).st_size
+        self._open_line = False  # the last byte written was not a newline
+
+    def write(self, data: bytes) -> None:
+        with self._lock:
+            while data:
+                room = max(0, self.max_bytes - self._size)
+                if len(data) <= room:
+                    self._write(data)
+                    return
+                cut = data.rfind(b"\n", 0, room) + 1
+                if not cut and self._open_line:  # finish the line this file ends with first
+                    nl = data.find(b"\n") + 1
+                    end = nl or len(data)
+                    if self._size + end <= 2 * self.max_bytes:
+                        self._write(data[:end])
+                        data = data[end:]
+                        if nl:
+                            self._rotate()
+                        continue
+                if not cut and not self._size:
+                    cut = room  # one line longer than a whole file: it has to be split
+                if cut:
+                    self._write(data[:cut])
+                    data = data[cut:]
+                self._rotate()
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            self._size += n
+            view = view[n:]
+        self._open_line = not data.endswith(b"\n")
+
+    def _rotate(self) -> None:
+        os.close(self._fd)
+        for i in range(self.keep, 0, -1):
+            older = self.path.with_name(f"{self.path.name}.{i}")
+            newer = self.path.with_name(f"{self.path.name}.{i - 1}") if i > 1 else self.path
+            if newer.exists():
+                os.replace(newer, older)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._size = 0
+        self._open_line = False
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+
+class Pipes:
+    """stdout/stderr pipes for one payload incarnation, pumped to our own fds (1 and 2), or
+    to ``output`` (a detached wrapper: logs/NAME.out)."""
+
+    def __init__(self, output: RotatingOutput | None = None) -> None:
         self.out_r, self.out_w = os.pipe()
         self.err_r, self.err_w = os.pipe()
-        self._targets = ((self.out_r, out_fd), (self.err_r, err_fd))
+        self.output = output
+        self._targets = ((self.out_r, 1), (self.err_r, 2))
         self._threads: list[threading.Thread] = []
 
     @property
@@ -59,7 +132,9 @@ class Pipes:
             os.close(fd)
         self.out_w = self.err_w = -1
         for src, dst in self._targets:
-            t = threading.Thread(target=_pump, args=(src, dst), daemon=True, name=f"pump-{dst}")
+            t = threading.Thread(
+                target=_pump, args=(src, dst, self.output), daemon=True, name=f"pump-{dst}"
+            )
             t.start()
             self._threads.append(t)
 
@@ -74,12 +149,15 @@ class Pipes:
             t.join(timeout_s)
 
 
-def _pump(src: int, dst: int) -> None:
+def _pump(src: int, dst: int, output: RotatingOutput | None) -> None:
     try:
         while True:
             data = os.read(src, 1 << 16)
             if not data:
                 break
+            if output is not None:
+                output.write(data)
+                continue
             view = memoryview(data)
             while view:
                 view = view[os.write(dst, view) :]

@@ -6,10 +6,12 @@ exists is only known when it starts.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from core.config import Settings
 from core.model import validate_name
 from core.store.store import parse_checkpoint_id
 
@@ -30,6 +32,9 @@ class RunSpec(BaseModel):
     # checkpoint (``restore_from`` exactly, else the newest good one) or nothing at all;
     # fresh: from scratch, never restoring (an explicit, audited request by a person).
     start_mode: Literal["auto", "restore", "fresh"] = "auto"
+    # Where the payload's stdout/stderr go: the wrapper's own (a foreground run, a Slurm job's
+    # output file) or logs/NAME.out, rotated by size (a detached wrapper).
+    output: Literal["inherit", "file"] = "inherit"
     home: str
 
     @field_validator("name")
@@ -56,3 +61,19 @@ class RunSpec(BaseModel):
         if not value[0]:
             raise ValueError("the command's program is empty")
         return value
+
+
+def output_path(settings: Settings, name: str) -> Path:
+    """Where a detached wrapper writes its payload's stdout/stderr (``NAME.out``, rotated into
+    ``NAME.out.1`` ..); the wrapper's own lines are in ``NAME.log`` beside it."""
+    return settings.log_dir / f"{name}.out"
+
+
+def output_files(settings: Settings, name: str) -> list[Path]:
+    """The payload's output files of ``name`` that exist, oldest first."""
+    base = output_path(settings, name)
+    rotated = sorted(
+        (p for p in base.parent.glob(f"{base.name}.*") if p.suffix[1:].isdigit()),
+        key=lambda p: -int(p.suffix[1:]),
+    )
+    return [*rotated, *([base] if base.exists() else [])]

@@ -56,7 +56,7 @@ from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store.store import ON_REQUEST, CheckpointStore
 from core.wrapper import control, fence, payload
-from core.wrapper.spec import RunSpec
+from core.wrapper.spec import RunSpec, output_path
 
 log = structlog.get_logger(__name__)
 
@@ -115,6 +115,7 @@ class Supervisor:
         self.term_signal: str | None = None
         self._term_deadline = 0.0
         self._last_ckpt_s: float | None = None  # wall time of this wrapper's last checkpoint
+        self._out: payload.RotatingOutput | None = None
 
     # -- start --------------------------------------------------------------------------------
 
@@ -236,7 +237,7 @@ class Supervisor:
         return "started fresh (no checkpoint yet)"
 
     def _start_fresh(self) -> None:
-        self.pipes = payload.Pipes()
+        self.pipes = payload.Pipes(self._output())
         self.payload = payload.start_fresh(
             self.spec.command,
             pipes=self.pipes,
@@ -247,7 +248,7 @@ class Supervisor:
         self.pipes.start()
 
     def _start_from(self, cid: str) -> None:
-        self.pipes = payload.Pipes()
+        self.pipes = payload.Pipes(self._output())
         if self.spec.engine == "cooperative":
             info = self.store.verify(cid)
             self.payload = payload.start_fresh(
@@ -271,6 +272,19 @@ class Supervisor:
             self.restore_info = {"from": cid, "timings": restored.timings}
             self.payload = payload.restored(restored.pid)
         self.pipes.start()
+
+    def _output(self) -> payload.RotatingOutput | None:
+        """logs/NAME.out for a detached wrapper (one per wrapper, shared by its attempts)."""
+        if self.spec.output != "file":
+            return None
+        if self._out is None:
+            cfg = self.settings.wrapper
+            self._out = payload.RotatingOutput(
+                output_path(self.settings, self.name),
+                max_bytes=int(cfg.out_max_mib * 2**20),
+                keep=cfg.out_keep,
+            )
+        return self._out
 
     def _close_pipes(self) -> None:
         if self.pipes is not None:
@@ -657,6 +671,8 @@ class Supervisor:
         return 128 - code if code < 0 else code
 
     def close(self) -> None:
+        if self._out is not None:
+            self._out.close()
         if self._server is not None:
             self._server.close()
             self.sock_path.unlink(missing_ok=True)

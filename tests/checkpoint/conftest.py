@@ -96,7 +96,9 @@ class Harness:
 
     def log_text(self) -> str:
         logs = self.settings.log_dir
-        return "\n".join(p.read_text(errors="replace") for p in sorted(logs.glob("*.log")))
+        # The wrappers' lines (NAME.log) and the payloads' output (NAME.out, rotated NAME.out.N).
+        files = sorted([*logs.glob("*.log"), *logs.glob("*.out"), *logs.glob("*.out.*")])
+        return "\n".join(p.read_text(errors="replace") for p in files)
 
     def cleanup(self) -> None:
         for name in self.started:

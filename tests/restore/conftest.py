@@ -24,6 +24,7 @@ from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store.store import CheckpointStore
 from core.wrapper import fence
 from core.wrapper.control import ControlClient
+from core.wrapper.spec import output_files
 
 ROOT = Path(__file__).resolve().parents[2]
 CLAWPOINT = ROOT / ".venv" / "bin" / "clawpoint"
@@ -138,8 +139,9 @@ class Cli:
         path.write_bytes(bytes(data))
 
     def log(self, name: str) -> str:
-        path = self.settings.log_dir / f"{name}.log"
-        return path.read_text(errors="replace") if path.exists() else ""
+        """The wrapper's lines (NAME.log), then the payload's output (NAME.out*, oldest first)."""
+        paths = [self.settings.log_dir / f"{name}.log", *output_files(self.settings, name)]
+        return "".join(p.read_text(errors="replace") for p in paths if p.exists())
 
     def cleanup(self) -> None:
         for name in self.names:

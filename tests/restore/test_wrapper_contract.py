@@ -1,7 +1,8 @@
 """What the wrapper promises real programs, through the installed ``clawpoint`` command and
 real CRIU: termination stops the workload (saving a checkpoint first when enabled), later
-starts do not need the launch directory, a killed payload is recorded as killed, and input
-piped into ``run`` is not silently dropped.
+starts do not need the launch directory, a killed payload is recorded as killed, input
+piped into ``run`` is not silently dropped, and the payload's output is kept apart from the
+wrapper's lines and rotated, with no line lost or repeated across a checkpoint and restore.
 
 The workload here installs no signal handlers at all (unlike the counter workload): as PID 1
 of its namespace it ignores SIGTERM, which is what the termination contract must overcome.
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from core.model import WorkloadState
+from core.wrapper.spec import output_files
 from tests.restore.conftest import CLAWPOINT, Cli
 
 pytestmark = [pytest.mark.criu, pytest.mark.timeout(600)]
@@ -38,7 +40,7 @@ while True:
     with open(p + ".tmp", "w") as f:
         f.write(json.dumps({"step": i}))
     os.replace(p + ".tmp", p)
-    print("step", i, flush=True)
+    print("step", i, "x" * (200 if "loud" in sys.argv else 0), flush=True)
     time.sleep(0.02)
 """
 
@@ -185,3 +187,36 @@ def test_input_piped_into_run_is_reported_not_silently_dropped(cli: Cli) -> None
     quiet = cli.run("run", "--name", "in", "--fresh", "--engine", "criu", "--", "true")
     assert quiet.returncode == 0, quiet.stdout + quiet.stderr
     assert "stdin is /dev/null" not in quiet.stderr
+
+
+def test_payload_output_is_separate_rotated_and_whole_across_restores(cli: Cli) -> None:
+    max_bytes = 10_240
+    _config(cli, f"[wrapper]\nout_max_mib = {max_bytes / 2**20}\nout_keep = 100\n")
+    _start(cli, "o", "loud")
+    at = cli.wait_step("o", 100)
+    assert cli.json("preempt", "local:o", "--yes")["status"] == "executed"
+    stopped = cli.checkpoints("o")[0]
+    saved = int(stopped.extra["progress"]["step"])
+    done = cli.run("resume", "local:o", "--yes", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr + cli.log("o")
+    cli.wait_step("o", max(at, saved) + 100)
+    assert cli.json("preempt", "local:o", "--yes")["status"] == "executed"
+
+    files = output_files(cli.settings, "o")
+    assert len(files) >= 3, files  # rotated at least twice
+    assert files[-1].name == "o.out" and files[0].name.startswith("o.out.")
+    steps: list[int] = []
+    for f in files:
+        data = f.read_bytes()
+        # Cut between lines, never inside one: past the size only by the line it ended with.
+        assert data.endswith(b"\n"), f
+        assert len(data.rstrip(b"\n").rsplit(b"\n", 1)[0]) <= max_bytes, f
+        for line in data.decode().splitlines():
+            word, n, xs = line.split(" ")
+            assert word == "step" and xs == "x" * 200, line
+            steps.append(int(n))
+    # Every line once, in order, from the first step through both checkpoints and the restore.
+    assert steps == list(range(1, len(steps) + 1))
+    assert steps[-1] > saved + 100
+    wrapper_log = (cli.settings.log_dir / "o.log").read_text()
+    assert "wrapper.started" in wrapper_log and "step 1 " not in wrapper_log

@@ -15,7 +15,7 @@ from core.checkpoint.criu import criu_status
 from core.config import Settings, load_settings
 from core.model import Action, Principal, PrincipalKind, WorkloadState
 from core.service.facade import Service, bootstrap
-from core.wrapper.spec import RunSpec
+from core.wrapper.spec import RunSpec, output_files
 
 ROOT = Path(__file__).resolve().parents[2]
 PERSON = Principal(id="tester", kind=PrincipalKind.PERSON)
@@ -77,5 +77,6 @@ def wait_step(settings: Settings, name: str, above: int, timeout_s: float = 90) 
 
 
 def log_text(settings: Settings, name: str) -> str:
-    path = settings.log_dir / f"{name}.log"
-    return path.read_text(errors="replace") if path.exists() else ""
+    """The wrapper's lines (NAME.log), then the payload's output (NAME.out*, oldest first)."""
+    paths = [settings.log_dir / f"{name}.log", *output_files(settings, name)]
+    return "".join(p.read_text(errors="replace") for p in paths if p.exists())
