@@ -25,6 +25,7 @@ from core.state.db import Database
 from core.state.workloads import WorkloadRegistry
 from core.wrapper import fence
 from core.wrapper.control import ControlClient
+from core.wrapper.spec import output_files
 
 CLI = Path(sys.executable).with_name("clawpoint")
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -78,10 +79,11 @@ class Cli:
             time.sleep(0.2)
 
     def log(self, name: str) -> str:
-        """Everything the workload's log files hold (payload output and wrapper lines)."""
-        return "\n".join(
-            p.read_text(errors="replace") for p in sorted((self.home / "logs").glob(f"{name}*"))
-        )
+        """The wrapper's lines (NAME.log), then the payload's output (NAME.out and its rotated
+        files, oldest first, so its lines stay in order)."""
+        settings = load_settings(self.home)
+        files = [settings.log_dir / f"{name}.log", *output_files(settings, name)]
+        return "\n".join(p.read_text(errors="replace") for p in files if p.exists())
 
     def progress(self, name: str) -> int:
         """The highest ``progress N`` the program printed so far (-1: none)."""
