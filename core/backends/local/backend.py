@@ -351,6 +351,10 @@ class LocalBackend(LocalPlanning):
                     ControlClient(Path(current.socket)).terminate(timeout_s=30)
                 except errors.ClawpointError as stop_exc:
                     log.warning("local.stop_after_unverified_failed", error=str(stop_exc))
+            try:  # its last registry write must come before ours
+                self._wait_wrapper_exit(current)
+            except errors.Conflict as wait_exc:
+                log.warning("local.wrapper_still_up_after_unverified", error=str(wait_exc))
             fencing.fence(self.settings, current)
             self.registry.update(
                 started.name,
