@@ -33,8 +33,13 @@ Scenarios:
   scripted person approved, ``execute_approved``. Its tool calls are recorded.
 - ``openclaw-stream``: the same agent, woken by the stream job instead (the gateway runs
   ``clawpoint watch --every 5s`` and fires on ``^(attention|error): `` lines).
-- ``slurm``: not measured yet; the reason is printed and written to the results (the
-  loopback cluster is shared with the tests, and a notice for its node would move their jobs).
+- ``slurm``: as ``grant``, with the counter submitted by ``clawpoint slurm submit`` as a
+  wrapped, requeueable sbatch job on the loopback cluster (``scripts/slurm-cluster.sh``), on a
+  node no other job runs on (a notice for a node makes watch move every wrapped job on it);
+  the notice names that node (``[signals] node = "slurm:NODE"``). Safe: the requeued job
+  running on another node writes a verified step, restored from the checkpoint (not below
+  the step at the notice), its log without "STATE CHECK FAILED", and counting on. Target:
+  <= 30 s. Only the benchmark's own job is touched; it is cancelled at the end.
 - ``quiet``: the agent's wake-ups over a simulated 30-minute quiet period. 360 watch passes
   (30 min at 5 s) are run back to back by one ``clawpoint watch --every 1s`` process (the
   pass is the same whatever the interval; only the spacing is compressed) with the trigger
@@ -93,6 +98,18 @@ def engine() -> str:
     return "criu" if os.geteuid() == 0 and shutil.which("criu") else "cooperative"
 
 
+def clawpoint_cli(home: Path, env: dict[str, str], *args: str) -> Any:
+    """Run the installed command; its JSON (with ``--json``) or text; RuntimeError if it fails."""
+    proc = subprocess.run(
+        [str(CLAWPOINT), *args], env=env, capture_output=True, text=True, timeout=600, cwd=home,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"clawpoint {' '.join(args)}: {proc.returncode}\n{proc.stdout}{proc.stderr}"
+        )
+    return json.loads(proc.stdout) if "--json" in args else proc.stdout
+
+
 class Site:
     """One state directory, its fake metadata endpoint and the workload on node-b."""
 
@@ -128,15 +145,7 @@ base_url = "{imds.url}"
         return {"PATH": "/usr/bin:/bin", "CLAWPOINT_HOME": str(self.home), "LANG": "C.UTF-8"}
 
     def cli(self, *args: str) -> Any:
-        proc = subprocess.run(
-            [str(CLAWPOINT), *args], env=self.env(), capture_output=True, text=True,
-            timeout=600, cwd=self.home,
-        )  # fmt: skip
-        if proc.returncode != 0:
-            raise RuntimeError(
-                f"clawpoint {' '.join(args)}: {proc.returncode}\n{proc.stdout}{proc.stderr}"
-            )
-        return json.loads(proc.stdout) if "--json" in args else proc.stdout
+        return clawpoint_cli(self.home, self.env(), *args)
 
     def spawn(self, *args: str, stdout: Any = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
         p = subprocess.Popen(
@@ -405,23 +414,205 @@ def scenario_openclaw(root: Path, mb: int, kind: str = "trigger") -> dict[str, A
 # -- Slurm ------------------------------------------------------------------------------
 
 
+SLURM_DIR = Path("/var/lib/clawpoint-slurm")  # scripts/slurm-cluster.sh
+
+
+def slurm_env() -> dict[str, str]:
+    """The loopback cluster's client environment (``scripts/slurm-cluster.sh env``)."""
+    env: dict[str, str] = {}
+    try:
+        for line in (SLURM_DIR / "env").read_text().splitlines():
+            key, _, value = line.removeprefix("export ").partition("=")
+            if key and value:
+                env[key.strip()] = value.strip()
+    except OSError:
+        pass
+    return env
+
+
 def slurm_reason() -> str | None:
     """Why the Slurm scenario cannot run here (None when it can)."""
     if not shutil.which("sinfo"):
         return "sinfo not found: the loopback Slurm cluster is not installed (make deps)"
-    env = dict(os.environ)
-    loopback_conf = Path("/var/lib/clawpoint-slurm/etc/slurm.conf")  # scripts/slurm-cluster.sh
-    if "SLURM_CONF" not in env and loopback_conf.exists():
-        env["SLURM_CONF"] = str(loopback_conf)
+    if not slurm_env():
+        return f"{SLURM_DIR / 'env'} missing: the loopback cluster is not set up (make slurm-up)"
     proc = subprocess.run(["sinfo", "-h", "-o", "%N %t"], capture_output=True, text=True,
-                          timeout=30, check=False, env=env)  # fmt: skip
+                          timeout=30, check=False, env={**os.environ, **slurm_env()})  # fmt: skip
     if proc.returncode != 0:
         return f"sinfo failed: {proc.stderr.strip()[:200]} (make slurm-up)"
-    return (
-        "not measured: the loopback cluster is shared with the test suite, and a spot notice "
-        "for one of its nodes makes watch move every job on that node, jobs that are not this "
-        "benchmark's included; measure on a cluster of its own"
-    )
+    if engine() != "criu":
+        return "the Slurm wrapper needs CRIU (root and criu on PATH)"
+    return None
+
+
+class SlurmSite:
+    """The counter as a wrapped sbatch job on the loopback cluster, and a clawpoint home
+    pointed at that cluster whose notice source names the job's node.
+
+    Only this object's own job is touched (and cancelled on close). A notice for a node
+    makes watch move every wrapped job on it, so the job is placed on a node where no other
+    job runs, and the run is refused if another job lands there meanwhile."""
+
+    def __init__(self, root: Path, imds: FakeAwsImds, mb: int) -> None:
+        self.home = root / "home"
+        self.home.mkdir(parents=True)
+        self.imds = imds
+        self.lineage = f"bench-n2s-{os.getpid()}-{root.name}"
+        self.log = SLURM_DIR / "log" / f"{self.lineage}.out"
+        self.job: str | None = None
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.write_config(None)
+        busy = {n for n in self.sq("%N").split() if n}
+        nodes = sorted(set(self.sh("sinfo", "-h", "-N", "-o", "%N").split()))
+        free = [n for n in nodes if n not in busy]
+        if len(free) < 2:
+            raise RuntimeError(f"need two idle nodes (busy: {sorted(busy)}; other jobs run)")
+        out = self.cli("slurm", "submit", "--name", self.lineage, "--nodelist", free[0],
+                       "--output", str(self.log), "--chdir", str(ROOT), "--json", "--",
+                       sys.executable, "-m", "core.workloads.counter", "--state-mb", str(mb),
+                       "--step-seconds", "0.05")  # fmt: skip
+        self.job = str(out["workload"]).removeprefix("slurm:")
+        self.node = free[0]
+        wait_until("the job to run", lambda: self.where() == ("RUNNING", self.node), 120, 0.5)
+        wait_until("the counter's first steps", lambda: (self.progress() or {}).get("step", 0) > 10,
+                   timeout=180)  # fmt: skip
+        # Pinned only to start on a free node: migrate clears NodeList (NodeList= plus
+        # ExcNodeList=SOURCE). Now the notice source can name the node the job runs on.
+        self.write_config(self.node)
+
+    def write_config(self, node: str | None) -> None:
+        signals = (
+            f'[signals]\nnode = "slurm:{node}"\n[signals.aws]\nenabled = true\n'
+            f'base_url = "{self.imds.url}"\n'
+            if node
+            else ""
+        )
+        (self.home / "config.toml").write_text(
+            "[local]\nenabled = false\n[slurm]\nenabled = true\n" + signals
+        )
+
+    def env(self) -> dict[str, str]:
+        return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "CLAWPOINT_HOME": str(self.home),
+                "LANG": "C.UTF-8", **slurm_env()}  # fmt: skip
+
+    def sh(self, *argv: str) -> str:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True,
+                              env=self.env()).stdout  # fmt: skip
+
+    def sq(self, fmt: str, job: str | None = None) -> str:
+        return self.sh("squeue", "-h", *(["-j", job] if job else ["-t", "RUNNING"]), "-o", fmt)
+
+    def where(self) -> tuple[str, str] | None:
+        assert self.job
+        state, _, node = self.sq("%T|%N", self.job).strip().partition("|")
+        return (state, node) if state else None
+
+    def cli(self, *args: str) -> Any:
+        return clawpoint_cli(self.home, self.env(), *args)
+
+    def spawn_watch(self) -> None:
+        self.watch_log = self.home / "watch.log"
+        with self.watch_log.open("wb") as out:
+            self.procs.append(subprocess.Popen(
+                [str(CLAWPOINT), "watch", "--every", POLL], env=self.env(), stdout=out,
+                stderr=subprocess.STDOUT, cwd=self.home, start_new_session=True,
+            ))  # fmt: skip
+
+    def _run(self, suffix: str) -> Path:
+        return Path(f"/tmp/clawpoint-slurm-job-{self.job}/run/{self.lineage}.{suffix}")
+
+    def progress(self) -> dict[str, Any] | None:
+        try:
+            return dict(json.loads(self._run("progress.json").read_text()))
+        except (OSError, ValueError):
+            return None
+
+    def pids(self) -> dict[str, Any]:
+        try:
+            return dict(json.loads(self._run("pids.json").read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+                try:
+                    p.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+        if self.job:
+            subprocess.run(["scancel", self.job], env=self.env(), capture_output=True,
+                           timeout=60, check=False)  # fmt: skip
+        shutil.rmtree(SLURM_DIR / "checkpoints" / self.lineage, ignore_errors=True)
+
+
+def scenario_slurm(root: Path, mb: int) -> dict[str, Any]:
+    """As ``grant``, with the counter as a wrapped sbatch job on the loopback cluster: the
+    notice names the job's node; safe = the first verified step the restored job writes,
+    running on another node (its progress file is per job id, so per job, not per node)."""
+    with FakeAwsImds() as imds:
+        site = SlurmSite(root, imds, mb)
+        try:
+            site.cli("approvals", "grant", "--action", "migrate", "--scope",
+                     "trigger=spot-interruption", "--json")  # fmt: skip
+            others = [j for j in site.sq("%i|%N").split() if j.split("|")[1] == site.node
+                      and j.split("|")[0] != site.job]  # fmt: skip
+            if others:
+                raise RuntimeError(
+                    f"other jobs on {site.node} ({others}): a notice would move them"
+                )
+            site.spawn_watch()
+            time.sleep(1 + random.uniform(0, 5))  # the notice lands at a random poll phase
+            before = site.pids().get("payload_pid")
+            step_at_notice = (site.progress() or {}).get("step", 0)
+            t0 = time.time()
+            imds.mark_instance_action("terminate", in_seconds=120)
+
+            def restored() -> dict[str, Any] | None:
+                pids = site.pids()
+                if pids.get("payload_pid") in (None, before) or not pids.get("restored_from"):
+                    return None
+                prog = site.progress()
+                if prog is None or prog.get("ts", 0) <= t0 or not prog.get("verified"):
+                    return None
+                return prog
+
+            try:
+                prog = wait_until("the job to run on another node", restored, 120, 0.05)
+            except TimeoutError as exc:
+                seen = site.watch_log.read_text(errors="replace")[-1500:]
+                raise TimeoutError(
+                    f"{exc}; job {site.job} {site.where()}; watch said: {seen}"
+                ) from None
+            safe_s = float(prog["ts"]) - t0
+            where = site.where()
+            step_after = int(prog["step"])
+            # progress continues from there (the counter checks every page each step)
+            later = wait_until(
+                "more steps",
+                lambda: (p := site.progress() or {}).get("step", 0) >= step_after + 20 and p,
+                120,
+                0.2,
+            )
+            log_text = site.log.read_text(errors="replace") if site.log.exists() else ""
+            return {
+                "notice_to_safe_s": round(safe_s, 3),
+                "job": site.job,
+                "node_before": site.node,
+                "node_after": where[1] if where else None,
+                "state_after": where[0] if where else None,
+                "step_at_notice": step_at_notice,
+                "first_step_after": step_after,
+                "step_later": later["step"],
+                "restored_from": site.pids().get("restored_from"),
+                "check_failed": "STATE CHECK FAILED" in log_text,
+                "state_intact": bool(prog.get("verified"))
+                and step_after >= step_at_notice
+                and "STATE CHECK FAILED" not in log_text,
+            }
+        finally:
+            site.close()
 
 
 # -- quiet period -----------------------------------------------------------------------
@@ -484,6 +675,13 @@ def machine() -> dict[str, Any]:
     }
 
 
+def moved(row: dict[str, Any]) -> bool:
+    """The workload ended up on the other node (Slurm: any node but the one noticed)."""
+    if "node_before" in row:
+        return row.get("node_after") not in (None, row["node_before"])
+    return row.get("node_after") == "node-a"
+
+
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     times = [r["notice_to_safe_s"] for r in rows if "notice_to_safe_s" in r]
     if not times:
@@ -492,7 +690,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "median_s": round(statistics.median(times), 2),
         "max_s": round(max(times), 2),
         "min_s": round(min(times), 2),
-        "all_intact": all(r.get("state_intact") and r.get("node_after") == "node-a" for r in rows),
+        "all_intact": all(r.get("state_intact") and moved(r) for r in rows),
     }
 
 
@@ -533,8 +731,20 @@ def main() -> int:
                 log(f"  {rows[-1]}")
             results[name] = {"runs": rows, **summary(rows)}
         if "slurm" in args.only:
-            results["slurm"] = {"skipped": slurm_reason()}
-            log(f"slurm: {results['slurm']['skipped']}")
+            reason = slurm_reason()
+            if reason:
+                results["slurm"] = {"skipped": reason}
+                log(f"slurm: {reason}")
+            else:
+                rows = []
+                for i in range(args.reps):
+                    log(f"slurm {i + 1}/{args.reps}")
+                    try:
+                        rows.append(scenario_slurm(work / f"slurm-{i}", args.mb))
+                    except (RuntimeError, TimeoutError, subprocess.CalledProcessError) as exc:
+                        rows.append({"error": str(exc)[:2000]})
+                    log(f"  {rows[-1]}")
+                results["slurm"] = {"runs": rows, **summary(rows)}
         if "quiet" in args.only:
             log(f"quiet: {args.quiet_passes} passes")
             results["quiet"] = scenario_quiet(work / "quiet", args.quiet_passes)
