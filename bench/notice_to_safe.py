@@ -544,6 +544,10 @@ class SlurmSite:
         if self.job:
             subprocess.run(["scancel", self.job], env=self.env(), capture_output=True,
                            timeout=60, check=False)  # fmt: skip
+            try:  # the job's wrapper may still be writing into its lineage while it ends
+                wait_until("the job to end", lambda: self.where() is None, 60, 0.5)
+            except TimeoutError:
+                log(f"job {self.job} still listed; its checkpoints may be left behind")
         shutil.rmtree(SLURM_DIR / "checkpoints" / self.lineage, ignore_errors=True)
 
 
