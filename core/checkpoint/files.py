@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -144,20 +145,27 @@ def shared_mappings(pid: int) -> list[tuple[str, str]]:
     return out
 
 
+def open_fds(pid: int) -> Iterator[tuple[str, str, str]]:
+    """(fd number, /proc source path, what it points at) of every descriptor ``pid`` holds;
+    a process or descriptor that goes away while being read is skipped."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return
+    for fd in fds:
+        source = f"/proc/{pid}/fd/{fd}"
+        try:
+            target = os.readlink(source)
+        except OSError:
+            continue
+        yield fd, source, target
+
+
 def writable_files(root: int, *, exclude: tuple[str, ...] = ()) -> list[OpenFile]:
     """The regular files the tree rooted at ``root`` can write, one entry per file."""
     found: dict[tuple[int, int], OpenFile] = {}
     for pid in tree_pids(root):
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            source = f"/proc/{pid}/fd/{fd}"
-            try:
-                path = os.readlink(source)
-            except OSError:
-                continue
+        for fd, source, path in open_fds(pid):
             flags = _fd_flags(pid, fd)
             if flags is None or flags & _O_ACCMODE == os.O_RDONLY:
                 continue

@@ -84,16 +84,7 @@ def refusals(root: int, options: CriuOptions) -> list[Refusal]:
     out: list[Refusal] = []
     tcp: set[str] | None = None
     for pid in files.tree_pids(root):
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            source = f"/proc/{pid}/fd/{fd}"
-            try:
-                target = os.readlink(source)
-            except OSError:
-                continue
+        for _fd, source, target in files.open_fds(pid):
             if target in _ANON_UNSUPPORTED:
                 out.append(Refusal(pid, target, f"{_ANON_UNSUPPORTED[target]} CRIU cannot dump"))
             elif target.startswith("socket:[") and options.tcp == "refuse":
