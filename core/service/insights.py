@@ -4,10 +4,17 @@ What the read-only MCP tools (``queue_depth``, ``sla_risk``, ``spot_market``,
 ``cluster_health``, ``plan_actions``), the CLI and the watch loop call. Each function reads
 inventory and signals and returns pydantic models; nothing here acts or writes state.
 
+``observe`` is the one place the signal sources are read: the cloud interruption notices
+(AWS, GCP, Azure metadata endpoints, when enabled in ``settings.signals``) and this host's
+GPUs (NVML, when ``signals.nvml.enabled``). The watch loop passes its long-lived poller and
+monitor; the MCP tools call it with none, which polls once. Either way the same clients,
+the same node attribution and the same error reporting apply.
+
 Limits: progress files are read for local workloads only (other backends report progress
-through labels such as ``clawpoint.io/expected-duration``). NVML is probed only when
-``settings.signals.nvml.enabled``; on a host without NVIDIA's library the report says so.
-Cloud notices are not polled here (the watch loop owns the long-lived poller); pass them in.
+through labels such as ``clawpoint.io/expected-duration``). On a host without NVIDIA's
+library the GPU report says so. A one-shot poll sees a GCP preemption from the moment of
+the poll (its 30 s grace is counted from then), where the watch loop's poller remembers
+the first sighting.
 """
 
 from __future__ import annotations
@@ -22,9 +29,10 @@ from core import errors
 from core.model import NodeInfo, WorkloadState, utcnow
 from core.planner.planner import PlannerConfig, PlannerInput, Proposal, plan_actions
 from core.service.facade import Service
+from core.signals.cloud import NoticePoller, ProviderStatus
 from core.signals.model import GpuHealth, InterruptionNotice, NodeHealthSignal, SpotPrice
 from core.signals.nodes import node_health
-from core.signals.nvml import NvmlReport, probe
+from core.signals.nvml import NvmlMonitor, NvmlReport, NvmlStatus
 from core.signals.prices import build_price_sources, price_at
 from core.signals.queue import QueueDepth, from_backend
 from core.signals.sla import Observation, SlaRisk, assess, estimate, node_speed, read_progress
@@ -47,6 +55,90 @@ class SpotMarket(BaseModel):
     observed_at: datetime
     nodes: list[NodeMarket]
     prices: list[SpotPrice] = Field(default_factory=list)
+    notices: list[InterruptionNotice] = Field(default_factory=list)
+    providers: list[ProviderStatus] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
+
+
+# Where notices come from: the watch loop's long-lived poller, notices already in hand (tests,
+# replays), or None (poll the enabled providers once). GPUs likewise: a monitor, a report in
+# hand, an injected nvml module, or None (the real pynvml, loaded lazily).
+NoticeSource = NoticePoller | Sequence[InterruptionNotice] | None
+GpuSource = NvmlMonitor | NvmlReport | Any
+
+
+class Observations(BaseModel):
+    """What the signal sources said in one reading (see ``observe``)."""
+
+    notices: list[InterruptionNotice] = Field(default_factory=list)
+    providers: list[ProviderStatus] = Field(default_factory=list)
+    gpu_report: NvmlReport | None = None
+    gpus: list[GpuHealth] = Field(default_factory=list, description="with their node set")
+    errors: list[str] = Field(default_factory=list)
+
+    @property
+    def gpu_status(self) -> str | None:
+        return self.gpu_report.status.value if self.gpu_report is not None else None
+
+
+def _poll_notices(service: Service, source: NoticeSource, seen: Observations) -> None:
+    cfg = service.settings.signals
+    if source is None:
+        if not (cfg.aws.enabled or cfg.gcp.enabled or cfg.azure.enabled):
+            return
+        with NoticePoller(cfg) as poller:
+            _poll_notices(service, poller, seen)
+        return
+    if isinstance(source, NoticePoller):
+        result = source.poll()
+        seen.notices, seen.providers = result.notices, result.providers
+        return
+    seen.notices = list(source)
+
+
+def _read_gpus(service: Service, source: GpuSource, seen: Observations) -> None:
+    cfg = service.settings.signals
+    if source is None and not cfg.nvml.enabled:
+        return
+    if isinstance(source, NvmlReport):
+        nv = source
+    elif isinstance(source, NvmlMonitor):
+        nv = source.report()
+    else:  # None (the real pynvml) or an injected nvml module
+        with NvmlMonitor(source, node=cfg.node, event_wait_ms=cfg.nvml.event_wait_ms) as mon:
+            nv = mon.report()
+    seen.gpu_report = nv
+    if nv.status is NvmlStatus.ERROR:
+        seen.errors.append(f"NVML: {nv.message}")
+    node = nv.node or cfg.node
+    seen.gpus = [g if g.node else g.model_copy(update={"node": node}) for g in nv.gpus]
+
+
+def observe(
+    service: Service,
+    *,
+    notices: NoticeSource = None,
+    nvml: GpuSource = None,
+    read_gpus: bool = True,
+) -> Observations:
+    """Read the cloud interruption notices and this host's GPU health once.
+
+    The one function both the watch loop and the read tools use, so an agent sees exactly
+    what the watch acts on. A provider that cannot be reached is reported in ``providers``
+    (not an error: the host is simply not on that cloud); a source that fails is reported
+    in ``errors`` and the other sources are still read. ``read_gpus=False`` skips NVML."""
+    seen = Observations()
+    try:
+        _poll_notices(service, notices, seen)
+    except errors.ClawpointError as exc:
+        seen.errors.append(f"notices: {exc}")
+    if not read_gpus:
+        return seen
+    try:
+        _read_gpus(service, nvml, seen)
+    except errors.ClawpointError as exc:
+        seen.errors.append(f"gpus: {exc}")
+    return seen
 
 
 class ClusterHealth(BaseModel):
@@ -54,6 +146,9 @@ class ClusterHealth(BaseModel):
     nodes: list[NodeHealthSignal]
     gpus: NvmlReport | None = None
     unavailable: dict[str, str] = Field(default_factory=dict)
+    notices: list[InterruptionNotice] = Field(default_factory=list)
+    providers: list[ProviderStatus] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
 
 
 class PlanReport(BaseModel):
@@ -63,6 +158,7 @@ class PlanReport(BaseModel):
     notices: list[InterruptionNotice] = Field(default_factory=list)
     gpus: list[GpuHealth] = Field(default_factory=list)
     queues: list[QueueDepth] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list, description="signal sources that failed")
 
 
 def queue_depth(service: Service, backend: str | None = None) -> list[QueueDepth]:
@@ -101,9 +197,8 @@ def sla_risk(
     return sorted(out, key=lambda r: (order[r.level.value], r.slack_s or 0.0))
 
 
-def spot_market(service: Service, *, now: datetime | None = None) -> SpotMarket:
+def _market(service: Service, now: datetime) -> SpotMarket:
     """Each node's current price: the configured price sources first, else the inventory."""
-    now = now or utcnow()
     sources = build_price_sources(service.settings.signals.prices)
     rows: list[NodeMarket] = []
     prices: list[SpotPrice] = []
@@ -134,10 +229,28 @@ def spot_market(service: Service, *, now: datetime | None = None) -> SpotMarket:
     return SpotMarket(observed_at=now, nodes=rows, prices=prices)
 
 
+def spot_market(
+    service: Service, *, now: datetime | None = None, seen: Observations | None = None
+) -> SpotMarket:
+    """Each node's current price and the interruption notices the clouds announce now
+    (``seen``: an ``observe`` reading already in hand; default: read the sources once)."""
+    now = now or utcnow()
+    seen = seen if seen is not None else observe(service, read_gpus=False)
+    market = _market(service, now)
+    market.notices, market.providers = seen.notices, seen.providers
+    market.errors = list(seen.errors)
+    return market
+
+
 def cluster_health(
-    service: Service, *, nvml: Any | None = None, gpu_report: NvmlReport | None = None
+    service: Service,
+    *,
+    nvml: Any | None = None,
+    gpu_report: NvmlReport | None = None,
+    seen: Observations | None = None,
 ) -> ClusterHealth:
-    """Node health of every backend, plus this host's GPUs when NVML is enabled."""
+    """Node health of every backend, this host's GPUs (NVML, when enabled) and the
+    interruption and maintenance notices the clouds announce now."""
     now = utcnow()
     signals: list[NodeHealthSignal] = []
     unavailable: dict[str, str] = {}
@@ -146,11 +259,12 @@ def cluster_health(
             signals.extend(node_health(n, observed_at=now) for n in backend.nodes())
         except errors.BackendUnavailable as exc:
             unavailable[name] = str(exc)
-    cfg = service.settings.signals
-    report = gpu_report
-    if report is None and cfg.nvml.enabled:
-        report = probe(nvml, node=cfg.node, event_wait_ms=cfg.nvml.event_wait_ms)
-    return ClusterHealth(observed_at=now, nodes=signals, gpus=report, unavailable=unavailable)
+    if seen is None:
+        seen = observe(service, nvml=gpu_report if gpu_report is not None else nvml)
+    return ClusterHealth(
+        observed_at=now, nodes=signals, gpus=seen.gpu_report, unavailable=unavailable,
+        notices=seen.notices, providers=seen.providers, errors=seen.errors,
+    )  # fmt: skip
 
 
 def _checkpoint_facts(service: Service) -> tuple[dict[str, float], dict[str, datetime]]:
@@ -204,7 +318,7 @@ def planner_input(
         if risk is not None:
             sla.append(risk)
     pause, last = _checkpoint_facts(service)
-    market = spot_market(service, now=now)
+    market = _market(service, now)
     data = PlannerInput(
         nodes=nodes,
         workloads=workloads,
@@ -226,13 +340,22 @@ def propose(
     service: Service,
     *,
     now: datetime | None = None,
-    notices: Sequence[InterruptionNotice] = (),
-    gpus: Sequence[GpuHealth] = (),
+    notices: Sequence[InterruptionNotice] | None = None,
+    gpus: Sequence[GpuHealth] | None = None,
     history: Mapping[str, Sequence[Observation]] | None = None,
     config: PlannerConfig | None = None,
 ) -> PlanReport:
-    """Collect signals, plan, and return ranked proposals (nothing is executed)."""
+    """Collect signals, plan, and return ranked proposals (nothing is executed).
+
+    ``notices`` / ``gpus``: what the caller already observed (the watch loop); when either
+    is None, the sources are read once with ``observe``."""
     now = now or utcnow()
+    errors_seen: list[str] = []
+    if notices is None or gpus is None:
+        seen = observe(service, notices=notices, read_gpus=gpus is None)
+        notices = seen.notices if notices is None else notices
+        gpus = seen.gpus if gpus is None else gpus
+        errors_seen = seen.errors
     data, sla = planner_input(service, now=now, notices=notices, gpus=gpus, history=history)
     return PlanReport(
         observed_at=now,
@@ -241,4 +364,5 @@ def propose(
         notices=list(notices),
         gpus=list(gpus),
         queues=data.queues,
+        errors=errors_seen,
     )

@@ -60,12 +60,13 @@ from core.model import (
     utcnow,
 )
 from core.planner.planner import PlannerConfig, Proposal
+from core.service import insights
 from core.service.facade import Service
 from core.service.insights import PlanReport, propose
 from core.signals.cloud import NoticePoller
 from core.signals.model import GpuHealth, GpuVerdict, InterruptionAction, InterruptionNotice
 from core.signals.nodes import node_health
-from core.signals.nvml import NvmlMonitor, NvmlReport, NvmlStatus
+from core.signals.nvml import NvmlMonitor
 from core.signals.sla import read_progress
 from core.watch.state import Request, WatchState
 
@@ -179,41 +180,10 @@ class RunbookAdvancer(Protocol):
     def advance_due(self, now: datetime | None = None) -> Sequence[Any]: ...
 
 
-NoticeSource = NoticePoller | Sequence[InterruptionNotice] | None
-GpuSource = NvmlMonitor | NvmlReport | Any
-
-
-def _notices(
-    service: Service, source: NoticeSource, report: WatchReport
-) -> list[InterruptionNotice]:
-    cfg = service.settings.signals
-    if source is None:
-        if not (cfg.aws.enabled or cfg.gcp.enabled or cfg.azure.enabled):
-            return []
-        with NoticePoller(cfg) as poller:
-            return _notices(service, poller, report)
-    if isinstance(source, NoticePoller):
-        result = source.poll()
-        return result.notices
-    return list(source)
-
-
-def _gpus(service: Service, source: GpuSource, report: WatchReport) -> list[GpuHealth]:
-    cfg = service.settings.signals
-    if source is None and not cfg.nvml.enabled:
-        return []
-    if isinstance(source, NvmlReport):
-        nv = source
-    elif isinstance(source, NvmlMonitor):
-        nv = source.report()
-    else:  # None (the real pynvml) or an injected nvml module
-        with NvmlMonitor(source, node=cfg.node, event_wait_ms=cfg.nvml.event_wait_ms) as mon:
-            nv = mon.report()
-    report.gpu_status = nv.status.value
-    if nv.status is NvmlStatus.ERROR:
-        report.errors.append(f"NVML: {nv.message}")
-    node = nv.node or cfg.node
-    return [g if g.node else g.model_copy(update={"node": node}) for g in nv.gpus]
+# The signal sources are read by ``insights.observe``, the same function the read tools
+# (spot_market, cluster_health, plan_actions) use, so agents see what watch acts on.
+NoticeSource = insights.NoticeSource
+GpuSource = insights.GpuSource
 
 
 def _record_progress(service: Service, state: WatchState, now: datetime) -> None:
@@ -490,15 +460,9 @@ def watch_once(
         report.recovered = service.recover()
     except errors.ClawpointError as exc:
         report.errors.append(f"recovery: {exc}")
-    try:
-        report.notices = _notices(service, notices, report)
-    except errors.ClawpointError as exc:
-        report.errors.append(f"notices: {exc}")
-    try:
-        gpus = _gpus(service, nvml, report)
-    except errors.ClawpointError as exc:
-        gpus = []
-        report.errors.append(f"gpus: {exc}")
+    seen = insights.observe(service, notices=notices, nvml=nvml)
+    report.notices, report.gpu_status, gpus = seen.notices, seen.gpu_status, seen.gpus
+    report.errors.extend(seen.errors)
     try:
         plans, nodes = _plan_and_act(service, state, evidence, report, gpus, now, config)
     except errors.ClawpointError as exc:  # e.g. a backend that does not answer: next pass

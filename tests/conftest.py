@@ -1,0 +1,65 @@
+"""Suite-wide: which tests must share one pytest-xdist worker when the suite runs in parallel.
+
+``scripts/run-tests.sh`` runs the suite with ``-n N --dist loadgroup``; tests without a group
+go to any idle worker, and all tests of one group run on the same worker, one after another.
+Groups are given here, by what the tests share, so that test files need no marks:
+
+- ``slurm``: every test that uses the one loopback Slurm cluster (its ``slurm`` mark, the
+  fixtures of tests/slurm, or the Slurm subject of the backend contract suite). Some of them
+  drain nodes or kill a node's slurmd, which no other Slurm test may see half done.
+- ``module:PATH``: the tests of a module that share a module-scoped fixture of their own (a
+  running OpenClaw gateway, the backend contract suite's workloads): one worker builds it
+  once instead of every worker building its own.
+
+A test that marks itself ``xdist_group`` keeps its own group. With ``-n 0`` (serial) the
+marks change nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+SLURM_FIXTURES = frozenset({"slurm_cluster", "slurm_env", "slurm_subject"})
+SHARED_SCOPES = frozenset({"module", "package", "class"})
+
+
+def _uses_slurm(item: pytest.Item) -> bool:
+    if item.get_closest_marker("slurm") is not None:
+        return True
+    if SLURM_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    # The contract suite picks its subject fixture by parameter (request.getfixturevalue).
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and callspec.params.get("subject") == "slurm"
+
+
+def _shares_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    if "subject" in info.name2fixturedefs:  # its module-scoped subjects, fetched by name
+        return True
+    for name in item.fixturenames:  # type: ignore[attr-defined]
+        defs = info.name2fixturedefs.get(name)
+        if defs and defs[-1].scope in SHARED_SCOPES and "tests" in str(defs[-1].baseid):
+            return True
+    return False
+
+
+def group_of(item: pytest.Item) -> str | None:
+    """The xdist group this test joins (None: it may run on any worker)."""
+    if _uses_slurm(item):
+        return "slurm"
+    if _shares_module_fixture(item):
+        return f"module:{item.nodeid.split('::', 1)[0]}"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        group = group_of(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
