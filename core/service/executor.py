@@ -12,6 +12,8 @@ the execution is marked failed or rolled back.
 
 from __future__ import annotations
 
+import os
+import signal
 from datetime import datetime
 from typing import Any
 
@@ -69,6 +71,16 @@ def _reconcile(
         return None
     log.warning("step reported an error but took effect", step=step.name, error=str(error))
     return {**found, "reconciled": True, "reported_error": error.message}
+
+
+def _test_kill_at(plan: Plan, step: PlanStep, when: str) -> None:
+    """Fault injection for tests only (never set in production; inert when unset):
+    ``CLAWPOINT_TEST_KILL_AT=ACTION:STEP:before|after`` SIGKILLs this process just before
+    the named step of a plan of that action runs (journaled as started) or just after its
+    output is journaled, so the fault-matrix tests can interrupt every step for real."""
+    wanted = os.environ.get("CLAWPOINT_TEST_KILL_AT")
+    if wanted and wanted == f"{plan.action.value}:{step.name}:{when}":
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Executor:
@@ -133,6 +145,7 @@ class Executor:
                 args = resolve_args(step.args, outputs)
             except errors.ClawpointError as exc:
                 return self._fail(plan, backend, execution, idx, exc, outputs)
+            _test_kill_at(plan, step, "before")
             try:
                 output = backend.run_step(step.op, args, step_progress)
             except Exception as exc:  # a bug must not leave the journal "running" forever
@@ -143,6 +156,7 @@ class Executor:
                 output = found
             outputs[step.name] = output
             self.journal.step_finished(execution.id, idx, status="done", output=output)
+            _test_kill_at(plan, step, "after")
         progress(float(total), float(total), "done")
         result = {name: out for name, out in outputs.items()}
         self.journal.finish(execution.id, status=ExecutionStatus.SUCCEEDED, result=result)
