@@ -75,3 +75,140 @@ def conn(kubeconfig: Any) -> Iterator[Any]:
     )
     yield connection
     connection.close()
+
+
+# ----- a cluster whose pods run: nodes, a checkpoint volume and the fake kubelet ----------
+WRAPPER_CONFIG = "clawpoint-wrapper"
+CHECKPOINT_CLAIM = "clawpoint-checkpoints"
+
+
+def node(
+    name: str, *, labels: dict[str, str] | None = None, gpus: int = 0, ready: bool = True
+) -> dict[str, Any]:
+    """A Node manifest with a status (Ready or not), for ``Emulator.seed``."""
+    alloc = {"cpu": "8", "memory": "32Gi", "pods": "110"}
+    if gpus:
+        alloc["nvidia.com/gpu"] = str(gpus)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+        },
+        "spec": {},
+        "status": {
+            "capacity": dict(alloc),
+            "allocatable": dict(alloc),
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def wrapped_spec(lineage: str, *, mb: int = 8, grace_s: int = 30) -> dict[str, Any]:
+    """A pod spec running the self-checking counter under the clawpoint wrapper, with the
+    checkpoint volume (a PVC) mounted at /checkpoints and the wrapper's config from a
+    ConfigMap; the securityContext CRIU needs in a container."""
+    return {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": grace_s,
+        "containers": [
+            {
+                "name": "main",
+                "image": "ghcr.io/example/clawpoint-job:latest",
+                "command": ["clawpoint", "run", "--name", lineage, "--"],
+                "args": [
+                    "python",
+                    "-m",
+                    "core.workloads.counter",
+                    "--state-mb",
+                    str(mb),
+                    "--step-seconds",
+                    "0.02",
+                ],
+                "env": [
+                    {"name": "CLAWPOINT_HOME", "value": "/var/lib/clawpoint"},
+                    {"name": "CLAWPOINT_CONFIG", "value": "/etc/clawpoint/config.toml"},
+                ],
+                "securityContext": {"capabilities": {"add": ["CHECKPOINT_RESTORE", "SYS_PTRACE"]}},
+                "volumeMounts": [
+                    {"name": "checkpoints", "mountPath": "/checkpoints"},
+                    {"name": "config", "mountPath": "/etc/clawpoint"},
+                    {"name": "home", "mountPath": "/var/lib/clawpoint"},
+                ],
+            }
+        ],
+        "volumes": [
+            {"name": "checkpoints", "persistentVolumeClaim": {"claimName": CHECKPOINT_CLAIM}},
+            {"name": "config", "configMap": {"name": WRAPPER_CONFIG}},
+            {"name": "home", "emptyDir": {}},
+        ],
+    }
+
+
+def wrapped_meta(
+    name: str, lineage: str, namespace: str = "default", **labels: str
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": {"app": lineage, **labels},
+        "annotations": {"clawpoint.io/lineage": lineage, "clawpoint.io/engine": "criu"},
+    }
+
+
+def wrapped_pod(name: str, lineage: str, namespace: str = "default", **kw: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": wrapped_meta(name, lineage, namespace),
+        "spec": wrapped_spec(lineage, **kw),
+    }
+
+
+def wrapped_job(name: str, lineage: str, namespace: str = "default", **kw: Any) -> dict[str, Any]:
+    meta = wrapped_meta(name, lineage, namespace)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": meta["labels"], "annotations": meta["annotations"]},
+                "spec": wrapped_spec(lineage, **kw),
+            },
+        },
+    }
+
+
+@pytest.fixture
+def store_dir(tmp_path: Any) -> Any:
+    """The host directory standing in for the checkpoint PVC (ReadWriteMany)."""
+    path = tmp_path / "pvc"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def kubelet(emu: Emulator, tmp_path: Any, store_dir: Any) -> Iterator[Any]:
+    """Nodes n1, n2, n3 (n2 a GPU spot node), the wrapper's ConfigMap, and the fake kubelet."""
+    from tests.k8s.kubelet import FakeKubelet
+
+    emu.seed(
+        node("n1", labels={"karpenter.sh/capacity-type": "on-demand"}),
+        node("n2", labels={"karpenter.sh/capacity-type": "spot"}, gpus=1),
+        node("n3", labels={"karpenter.sh/capacity-type": "on-demand"}),
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": WRAPPER_CONFIG, "namespace": "default"},
+            "data": {"config.toml": '[store]\npath = "/checkpoints"\n'},
+        },
+    )
+    fake = FakeKubelet(
+        emu, tmp_path / "pods", nodes=["n1", "n2", "n3"], volumes={CHECKPOINT_CLAIM: store_dir}
+    )
+    with fake:
+        yield fake
+    assert not fake.errors, f"the fake kubelet failed: {fake.errors}"

@@ -8,7 +8,9 @@ every known kind, cluster-wide lists of namespaced kinds (``/api/v1/pods``), the
 (only the kubelet's ``checkpoint`` endpoint behind it). Query parameters honoured:
 ``labelSelector``, ``fieldSelector``, ``limit`` / ``continue``, ``watch``,
 ``resourceVersion`` (watch start), ``timeoutSeconds``, ``dryRun=All``,
-``gracePeriodSeconds``. Every request passes the recorder, then injected faults, then
+``gracePeriodSeconds``. ``pods/exec`` over WebSocket (``v4.channel.k8s.io``: stdout,
+stderr, then the exit Status on channel 3), run by the fake kubelet (``Emulator.exec_handler``);
+RBAC verb ``create`` on ``pods/exec``, as servers since 1.31 check it. Every request passes the recorder, then injected faults, then
 authentication (bearer token, when one is set), then RBAC, in that order.
 
 Differs from a real server (kept out on purpose): no protobuf/CBOR or YAML bodies, no
@@ -29,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
 
 from tests.k8s.emulator import kinds as kinds_mod
 from tests.k8s.emulator import patching, rbac, status, workloads
@@ -98,9 +101,10 @@ class App:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.starlette = Starlette(
             routes=[
+                WebSocketRoute("/api/v1/namespaces/{namespace}/pods/{name}/exec", self.exec_ws),
                 Route(
                     "/{path:path}", self.handle, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]
-                )
+                ),
             ]
         )
 
@@ -448,6 +452,62 @@ class App:
             return
         for q in list(self.streams):
             self.loop.call_soon_threadsafe(q.put_nowait, None)
+
+    # ----- pods/exec over WebSocket -> the kubelet ---------------------------------------
+    async def exec_ws(self, ws: WebSocket) -> None:
+        ns, name = ws.path_params["namespace"], ws.path_params["name"]
+        query = dict(ws.query_params.multi_items())
+        argv = ws.query_params.getlist("command")
+        container = ws.query_params.get("container", "")
+        self.emu.record("GET", ws.url.path, query, None, None)
+        offered = [
+            p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",") if p.strip()
+        ]
+        err: status.ApiError | None = None
+        if self.emu.refusing:
+            err = status.internal(f"no request was expected here: exec in {ns}/{name}")
+        elif self.emu.token is not None and (
+            ws.headers.get("authorization") != f"Bearer {self.emu.token}"
+        ):
+            err = status.unauthorized()
+        elif not rbac.allowed(
+            self.emu.rules, rbac.Attributes("create", "", "pods", "exec", ns, name)
+        ):
+            err = status.forbidden(
+                user=self.emu.user,
+                verb="create",
+                resource="pods",
+                group="",
+                namespace=ns,
+                name=name,
+                subresource="exec",
+            )
+        elif "v4.channel.k8s.io" not in offered:
+            err = status.bad_request("only the v4.channel.k8s.io exec protocol is served")
+        if err is not None:
+            await ws.close(code=1008, reason=json.dumps(err.body)[:120])
+            return
+        await ws.accept(subprotocol="v4.channel.k8s.io")
+        handler = self.emu.exec_handler
+        if handler is None:
+            code, out, errb = 1, b"", b"no kubelet runs this pod\n"
+        else:
+            code, out, errb = await asyncio.to_thread(handler, ns, name, container, argv)
+        if out:
+            await ws.send_bytes(b"\x01" + out)
+        if errb:
+            await ws.send_bytes(b"\x02" + errb)
+        result: Obj = {"metadata": {}, "status": "Success"}
+        if code != 0:
+            result = {
+                "metadata": {},
+                "status": "Failure",
+                "message": f"command terminated with non-zero exit code: {code}",
+                "reason": "NonZeroExitCode",
+                "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
+            }
+        await ws.send_bytes(b"\x03" + json.dumps(result).encode())
+        await ws.close()
 
     # ----- nodes/NODE/proxy -> the kubelet -----------------------------------------------
     def proxy(self, method: str, t: _Target) -> Response:

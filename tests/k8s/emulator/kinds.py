@@ -123,6 +123,16 @@ BUILTIN: tuple[Kind, ...] = (
         fields=COMMON_FIELDS | {"status.successful"},
         categories=("all",),
     ),
+    _k("", "v1", "configmaps", "ConfigMap", True, short_names=("cm",)),
+    _k(
+        "",
+        "v1",
+        "persistentvolumeclaims",
+        "PersistentVolumeClaim",
+        True,
+        short_names=("pvc",),
+        subresources=frozenset({"status"}),
+    ),
     _k(
         "policy",
         "v1",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +78,11 @@ class Emulator:
         self.checkpoint_default = 404
         self.checkpoint_by_node: dict[str, int] = {}
         self.checkpoint_calls: list[tuple[str, str]] = []
+        # pods/exec: (namespace, pod, container, argv) -> (exit code, stdout, stderr); the
+        # fake kubelet sets it (tests/k8s/kubelet.py). None: every exec fails.
+        self.exec_handler: Callable[[str, str, str, list[str]], tuple[int, bytes, bytes]] | None = (
+            None
+        )
         self.crashes: list[str] = []  # unexpected exceptions inside the emulator (its bugs)
         self._lock = threading.Lock()
         self._app = App(self)

@@ -1,0 +1,549 @@
+"""A fake kubelet (plus the two controllers pods need) that makes emulated pods real.
+
+``FakeKubelet(emu, root, nodes=[...])`` runs one background thread that, every ``poll_s``:
+
+- **Job controller**: a Job not suspended and not finished gets one pod from its template
+  (labels ``job-name`` / ``batch.kubernetes.io/job-name``, an ownerReference) when it has no
+  live pod; a suspended Job's pods are deleted (gracefully, so the container gets SIGTERM)
+  and its ``startTime`` cleared, as the real controller does; a pod that Succeeded completes
+  the Job (condition ``Complete``); ``status.active`` counts its live pods.
+- **Scheduler**: binds a pod without ``nodeName`` to a managed node that is Ready, not
+  cordoned, without NoSchedule/NoExecute taints, and matching the pod's ``nodeSelector`` and
+  required node affinity (``In`` / ``NotIn`` / ``Exists``), fewest pods first.
+- **Kubelet**: a pod bound to a managed node runs its first container's ``command + args`` as
+  a real local process (its own session), with the container's ``env``, and reports
+  ``phase``, ``conditions`` (Ready, ContainersReady, PodScheduled) and ``containerStatuses``
+  (running, then terminated with the exit code). A pod being deleted gets SIGTERM, then
+  SIGKILL after ``deletionGracePeriodSeconds`` (the wrapper checkpoints inside that budget),
+  and is removed once its process is gone. ``pods/exec`` runs in the container's
+  environment (``Emulator.exec_handler``).
+
+There is no mount namespace: each volume is a host directory (``persistentVolumeClaim``
+claims map to ``volumes[claimName]``, shared by every pod like a ReadWriteMany volume;
+``emptyDir`` is per pod; ``configMap`` files are written per pod), and every path under a
+volume's ``mountPath`` in the command, args, env values and configMap files is rewritten to
+that directory. ``PATH`` puts this checkout's ``.venv/bin`` first, so a container command
+``clawpoint run ...`` runs the installed wrapper and ``python`` the project's interpreter.
+
+State is read and written through the emulator's store directly (as its seeding does for
+controllers and kubelets), so the request recorder and RBAC rules see only the code under
+test. ``crash_node(name)`` simulates a node dying: its processes are SIGKILLed, its Ready
+condition becomes Unknown and nothing on it is managed any more.
+
+Limits: one container per pod (init containers and sidecars are ignored); no restarts
+(``restartPolicy`` is treated as Never); no image pulls, probes, resource limits or cgroups.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import string
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tests.k8s.emulator import Emulator, status
+from tests.k8s.emulator.store import Obj
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class _Proc:
+    popen: subprocess.Popen[bytes]
+    node: str
+    env: dict[str, str]
+    cwd: str
+    mounts: list[tuple[str, str]]
+    term_at: float | None = None
+    kill_at: float | None = None
+    reported_exit: bool = False
+    log: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class FakeKubelet:
+    def __init__(
+        self,
+        emu: Emulator,
+        root: Path,
+        *,
+        nodes: list[str],
+        volumes: dict[str, Path] | None = None,
+        poll_s: float = 0.05,
+    ) -> None:
+        self.emu, self.store = emu, emu.store
+        self.root = root
+        self.nodes = set(nodes)
+        self.volumes = dict(volumes or {})
+        self.poll_s = poll_s
+        self.procs: dict[tuple[str, str, str], _Proc] = {}  # (ns, name, uid)
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.RLock()
+        self.pods_kind = self.store.kinds[("", "pods")]
+        self.nodes_kind = self.store.kinds[("", "nodes")]
+        self.jobs_kind = self.store.kinds[("batch", "jobs")]
+
+    # ----- lifecycle --------------------------------------------------------------------
+    def start(self) -> FakeKubelet:
+        self.store.graceful_pod_deletion = True
+        self.emu.exec_handler = self.exec
+        self._thread = threading.Thread(target=self._run, daemon=True, name="fake-kubelet")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.emu.exec_handler = None
+        with self._lock:
+            for proc in self.procs.values():
+                self._kill(proc, signal.SIGKILL)
+            for proc in self.procs.values():
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.popen.wait(timeout=10)
+
+    def __enter__(self) -> FakeKubelet:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with self._lock:
+                    self._jobs()
+                    self._schedule()
+                    self._pods()
+            except Exception as exc:  # keep running; the test reads .errors
+                self.errors.append(repr(exc))
+            self._stop.wait(self.poll_s)
+
+    # ----- nodes ------------------------------------------------------------------------
+    def crash_node(self, name: str) -> None:
+        """The node dies: processes killed, Ready Unknown, nothing on it managed any more."""
+        with self._lock:
+            self.nodes.discard(name)
+            for key, proc in list(self.procs.items()):
+                if proc.node == name:
+                    self._kill(proc, signal.SIGKILL)
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.popen.wait(timeout=10)
+                    del self.procs[key]
+            node = self.store.get(self.nodes_kind, "", name)
+            conds = [
+                c
+                for c in (node.get("status") or {}).get("conditions") or []
+                if c["type"] != "Ready"
+            ]
+            conds.append(
+                {
+                    "type": "Ready",
+                    "status": "Unknown",
+                    "reason": "NodeStatusUnknown",
+                    "message": "Kubelet stopped posting node status.",
+                    "lastTransitionTime": _now(),
+                }
+            )
+            self.store.set_status(
+                self.nodes_kind, "", name, {**(node.get("status") or {}), "conditions": conds}
+            )
+
+    def _node_ok(self, node: Obj, pod: Obj) -> bool:
+        meta, spec = node["metadata"], node.get("spec") or {}
+        if meta["name"] not in self.nodes or spec.get("unschedulable"):
+            return False
+        ready = next(
+            (c for c in (node.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"),
+            None,
+        )
+        if ready is None or ready.get("status") != "True":
+            return False
+        if any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or []):
+            return False
+        labels = {**(meta.get("labels") or {}), "kubernetes.io/hostname": meta["name"]}
+        pspec = pod.get("spec") or {}
+        for k, v in (pspec.get("nodeSelector") or {}).items():
+            if labels.get(k) != v:
+                return False
+        required = (
+            ((pspec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            )
+            or {}
+        ).get("nodeSelectorTerms") or []
+        if required and not any(_term_matches(t, labels) for t in required):
+            return False
+        return True
+
+    # ----- scheduler --------------------------------------------------------------------
+    def _schedule(self) -> None:
+        pods, _ = self.store.list(self.pods_kind, None, lambda o: True)
+        nodes, _ = self.store.list(self.nodes_kind, None, lambda o: True)
+        load: dict[str, int] = {}
+        for p in pods:
+            n = (p.get("spec") or {}).get("nodeName")
+            if n:
+                load[n] = load.get(n, 0) + 1
+        for pod in pods:
+            spec, meta = pod.get("spec") or {}, pod["metadata"]
+            if spec.get("nodeName") or meta.get("deletionTimestamp"):
+                continue
+            fits = [n["metadata"]["name"] for n in nodes if self._node_ok(n, pod)]
+            if not fits:
+                continue
+            target = min(fits, key=lambda n: (load.get(n, 0), n))
+            load[target] = load.get(target, 0) + 1
+            current = self.store.get(self.pods_kind, meta["namespace"], meta["name"])
+            current["spec"]["nodeName"] = target
+            self.store.update(self.pods_kind, meta["namespace"], meta["name"], current, api=False)
+
+    # ----- Job controller ---------------------------------------------------------------
+    def _jobs(self) -> None:
+        jobs, _ = self.store.list(self.jobs_kind, None, lambda o: True)
+        for job in jobs:
+            meta, spec = job["metadata"], job.get("spec") or {}
+            st = dict(job.get("status") or {})
+            conds = [c for c in st.get("conditions") or []]
+            if any(c["type"] in ("Complete", "Failed") and c["status"] == "True" for c in conds):
+                continue
+            ns, name = meta["namespace"], meta["name"]
+            pods, _ = self.store.list(
+                self.pods_kind,
+                ns,
+                lambda p, uid=meta["uid"]: any(
+                    o.get("uid") == uid for o in p["metadata"].get("ownerReferences") or []
+                ),
+            )
+            live = [
+                p
+                for p in pods
+                if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            ]
+            new_st = dict(st)
+            if spec.get("suspend"):
+                for p in live:
+                    if not p["metadata"].get("deletionTimestamp"):
+                        with contextlib.suppress(status.ApiError):
+                            self.store.delete(self.pods_kind, ns, p["metadata"]["name"])
+                new_st.pop("startTime", None)
+                new_st["active"] = len([p for p in live])
+                conds = [c for c in conds if c["type"] != "Suspended"]
+                conds.append({"type": "Suspended", "status": "True", "reason": "JobSuspended"})
+            else:
+                conds = [c for c in conds if c["type"] != "Suspended"]
+                if any((p.get("status") or {}).get("phase") == "Succeeded" for p in pods):
+                    conds.append({"type": "Complete", "status": "True", "reason": "Completed"})
+                    new_st["succeeded"] = 1
+                    new_st["completionTime"] = _now()
+                elif not [p for p in live if not p["metadata"].get("deletionTimestamp")]:
+                    self._job_pod(job)
+                    live = [*live, {}]
+                new_st.setdefault("startTime", _now())
+                new_st["active"] = len(live)
+                new_st["failed"] = len(
+                    [p for p in pods if (p.get("status") or {}).get("phase") == "Failed"]
+                )
+            new_st["conditions"] = conds
+            if new_st != st:
+                self.store.set_status(self.jobs_kind, ns, name, new_st)
+
+    def _job_pod(self, job: Obj) -> None:
+        meta = job["metadata"]
+        template = (job.get("spec") or {}).get("template") or {}
+        tmeta = dict(template.get("metadata") or {})
+        suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
+        labels = {
+            **(tmeta.get("labels") or {}),
+            "job-name": meta["name"],
+            "batch.kubernetes.io/job-name": meta["name"],
+        }
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{meta['name']}-{suffix}",
+                "namespace": meta["namespace"],
+                "labels": labels,
+                "annotations": dict(tmeta.get("annotations") or {}),
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": dict(template.get("spec") or {}),
+        }
+        self.store.create(self.pods_kind, meta["namespace"], pod, api=True)
+
+    # ----- kubelet ----------------------------------------------------------------------
+    def _pods(self) -> None:
+        pods, _ = self.store.list(
+            self.pods_kind, None, lambda p: (p.get("spec") or {}).get("nodeName") in self.nodes
+        )
+        seen = set()
+        for pod in pods:
+            meta = pod["metadata"]
+            key = (meta["namespace"], meta["name"], meta["uid"])
+            seen.add(key)
+            proc = self.procs.get(key)
+            phase = (pod.get("status") or {}).get("phase")
+            if meta.get("deletionTimestamp"):
+                self._terminate(pod, key, proc)
+                continue
+            if proc is None:
+                if phase in ("Succeeded", "Failed"):
+                    continue
+                self._start(pod, key)
+                continue
+            code = proc.popen.poll()
+            if code is not None and not proc.reported_exit:
+                proc.reported_exit = True
+                self._report_exit(pod, code)
+        for key in [k for k in self.procs if k not in seen]:
+            proc = self.procs.pop(key)
+            self._kill(proc, signal.SIGKILL)
+
+    def _terminate(self, pod: Obj, key: tuple[str, str, str], proc: _Proc | None) -> None:
+        meta = pod["metadata"]
+        now = time.monotonic()
+        if proc is not None and proc.popen.poll() is None:
+            if proc.term_at is None:
+                proc.term_at = now
+                proc.kill_at = now + float(meta.get("deletionGracePeriodSeconds") or 0)
+                self._signal(proc, signal.SIGTERM)
+            elif proc.kill_at is not None and now >= proc.kill_at:
+                self._kill(proc, signal.SIGKILL)
+            return
+        self.procs.pop(key, None)
+        with contextlib.suppress(status.ApiError):
+            self.store.delete(self.pods_kind, meta["namespace"], meta["name"], grace_seconds=0)
+
+    def _mounts(self, pod: Obj, home: Path) -> list[tuple[str, str]]:
+        spec = pod.get("spec") or {}
+        container = (spec.get("containers") or [{}])[0]
+        volumes = {v.get("name"): v for v in spec.get("volumes") or []}
+        mounts: list[tuple[str, str]] = []
+        for m in container.get("volumeMounts") or []:
+            vol = volumes.get(m.get("name")) or {}
+            if "persistentVolumeClaim" in vol:
+                claim = vol["persistentVolumeClaim"].get("claimName", "")
+                if claim not in self.volumes:
+                    raise RuntimeError(f"no host directory for the claim {claim!r}")
+                host = self.volumes[claim]
+            else:
+                host = home / "volumes" / str(m.get("name"))
+            host.mkdir(parents=True, exist_ok=True)
+            mounts.append((str(m["mountPath"]).rstrip("/"), str(host)))
+        # longest mount path first, so /a/b wins over /a
+        mounts.sort(key=lambda pair: len(pair[0]), reverse=True)
+        for mpath, host in mounts:
+            m = next(
+                x
+                for x in container.get("volumeMounts") or []
+                if x["mountPath"].rstrip("/") == mpath
+            )
+            vol = volumes.get(m.get("name")) or {}
+            if "configMap" in vol:
+                cm = self.store.get(
+                    self.store.kinds[("", "configmaps")],
+                    pod["metadata"]["namespace"],
+                    vol["configMap"]["name"],
+                )
+                for fname, text in (cm.get("data") or {}).items():
+                    (Path(host) / fname).write_text(_rewrite(str(text), mounts))
+        return mounts
+
+    def _container_env(self, pod: Obj, mounts: list[tuple[str, str]]) -> dict[str, str]:
+        container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
+        env = {
+            "PATH": f"{VENV_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOSTNAME": pod["metadata"]["name"],
+            "LANG": "C.UTF-8",
+        }
+        if os.environ.get("PYTHONPATH"):  # a test run against another checkout
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        for e in container.get("env") or []:
+            if "value" in e:
+                env[str(e["name"])] = _rewrite(str(e["value"]), mounts)
+        return env
+
+    def _argv(
+        self, argv: list[str], env: dict[str, str], mounts: list[tuple[str, str]]
+    ) -> list[str]:
+        out = [_rewrite(a, mounts) for a in argv]
+        if out and "/" not in out[0]:
+            for d in env["PATH"].split(":"):
+                cand = Path(d) / out[0]
+                if cand.is_file() and os.access(cand, os.X_OK):
+                    out[0] = str(cand)
+                    break
+        return out
+
+    def _start(self, pod: Obj, key: tuple[str, str, str]) -> None:
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        container = (spec.get("containers") or [{}])[0]
+        home = self.root / f"{meta['namespace']}_{meta['name']}_{meta['uid'][:8]}"
+        home.mkdir(parents=True, exist_ok=True)
+        mounts = self._mounts(pod, home)
+        env = self._container_env(pod, mounts)
+        argv = self._argv(
+            [*(container.get("command") or []), *(container.get("args") or [])], env, mounts
+        )
+        cwd = _rewrite(str(container.get("workingDir") or ROOT), mounts)
+        log = home / "container.log"
+        with log.open("ab") as out:
+            popen = subprocess.Popen(
+                argv,
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.procs[key] = _Proc(popen, spec["nodeName"], env, cwd, mounts, log=log)
+        started = _now()
+        cname = container.get("name", "main")
+        self.store.set_status(
+            self.pods_kind,
+            meta["namespace"],
+            meta["name"],
+            {
+                "phase": "Running",
+                "hostIP": "127.0.0.1",
+                "podIP": "127.0.0.1",
+                "startTime": started,
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "Initialized", "status": "True"},
+                    {"type": "ContainersReady", "status": "True"},
+                    {"type": "Ready", "status": "True"},
+                ],
+                "containerStatuses": [
+                    {
+                        "name": cname,
+                        "ready": True,
+                        "started": True,
+                        "restartCount": 0,
+                        "image": container.get("image", ""),
+                        "imageID": "",
+                        "containerID": f"fake://{popen.pid}",
+                        "state": {"running": {"startedAt": started}},
+                    }
+                ],
+            },
+        )
+
+    def _report_exit(self, pod: Obj, code: int) -> None:
+        meta = pod["metadata"]
+        st = dict(pod.get("status") or {})
+        exit_code = code if code >= 0 else 128 - code
+        st["phase"] = "Succeeded" if code == 0 else "Failed"
+        st["conditions"] = [
+            {"type": "PodScheduled", "status": "True"},
+            {"type": "Initialized", "status": "True"},
+            {"type": "ContainersReady", "status": "False", "reason": "PodCompleted"},
+            {"type": "Ready", "status": "False", "reason": "PodCompleted"},
+        ]
+        cs = [dict(c) for c in st.get("containerStatuses") or []]
+        for c in cs:
+            c["ready"] = False
+            c["started"] = False
+            c["state"] = {
+                "terminated": {
+                    "exitCode": exit_code,
+                    "reason": "Completed" if code == 0 else "Error",
+                    "finishedAt": _now(),
+                }
+            }
+        st["containerStatuses"] = cs
+        with contextlib.suppress(status.ApiError):
+            self.store.set_status(self.pods_kind, meta["namespace"], meta["name"], st)
+
+    # ----- signals and exec -------------------------------------------------------------
+    @staticmethod
+    def _signal(proc: _Proc, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.popen.send_signal(sig)
+
+    @staticmethod
+    def _kill(proc: _Proc, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.popen.pid, sig)
+        with contextlib.suppress(ProcessLookupError):
+            proc.popen.send_signal(sig)
+
+    def exec(
+        self, namespace: str, name: str, container: str, argv: list[str]
+    ) -> tuple[int, bytes, bytes]:
+        """``pods/exec``: run ``argv`` in the container's environment; (code, stdout, stderr)."""
+        with self._lock:
+            proc = next(
+                (p for (ns, n, _u), p in self.procs.items() if (ns, n) == (namespace, name)),
+                None,
+            )
+        if proc is None or proc.popen.poll() is not None:
+            return 1, b"", f"container not running in pod {namespace}/{name}\n".encode()
+        if not argv:
+            return 1, b"", b"no command given\n"
+        full = self._argv(argv, proc.env, proc.mounts)
+        try:
+            done = subprocess.run(  # noqa: S603 - argv list from the test's own exec call
+                full,
+                env=proc.env,
+                cwd=proc.cwd,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=300,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return 126, b"", f"exec failed: {exc}\n".encode()
+        return done.returncode, done.stdout, done.stderr
+
+
+def _rewrite(text: str, mounts: list[tuple[str, str]]) -> str:
+    """Paths under a mountPath -> the host directory standing in for the volume."""
+    for mpath, host in mounts:
+        if text == mpath or text.startswith(mpath + "/"):
+            return host + text[len(mpath) :]
+        text = text.replace(f'"{mpath}/', f'"{host}/').replace(f'"{mpath}"', f'"{host}"')
+        text = text.replace(f"={mpath}/", f"={host}/").replace(f"={mpath}\n", f"={host}\n")
+    return text
+
+
+def _term_matches(term: Obj, labels: dict[str, str]) -> bool:
+    for expr in term.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and labels.get(key) in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return bool(term.get("matchExpressions")) or not term.get("matchFields")
