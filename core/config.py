@@ -8,7 +8,10 @@ Where things live:
   defaults, which run the local backend with two virtual nodes out of the box.
 
 Every section is a pydantic model with ``extra="forbid"``, so ``clawpoint config check``
-names an unknown or misspelled key instead of silently ignoring it.
+names an unknown or misspelled key instead of silently ignoring it. Backend sections
+(``[local]``, ``[slurm]``, ...) are kept here as raw tables (``Settings.backend_section``)
+and validated by the backend registry (``core.backends.registry``), which owns their
+models: this module knows no backend.
 """
 
 from __future__ import annotations
@@ -20,10 +23,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from core import errors
-from core.backends.slurm.config import SlurmConfig
 from core.guardrails.approvals import ApprovalsConfig
 from core.guardrails.notify import NotifyConfig
 from core.guardrails.policy import PolicyConfig
@@ -32,28 +41,6 @@ from core.signals.config import SignalsConfig
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class LocalNodeConfig(_Section):
-    name: str
-    price_per_hour: float = 0.0
-    spot: bool = False
-    labels: dict[str, str] = Field(default_factory=dict)
-    gpus: int = 0
-
-
-def _default_local_nodes() -> list[LocalNodeConfig]:
-    return [
-        LocalNodeConfig(
-            name="node-a", price_per_hour=3.06, spot=False, labels={"pool": "on-demand"}
-        ),
-        LocalNodeConfig(name="node-b", price_per_hour=0.92, spot=True, labels={"pool": "spot"}),
-    ]
-
-
-class LocalBackendConfig(_Section):
-    enabled: bool = True
-    nodes: list[LocalNodeConfig] = Field(default_factory=_default_local_nodes)
 
 
 class StoreConfig(_Section):
@@ -170,8 +157,11 @@ class WrapperConfig(_Section):
 
 
 class Settings(_Section):
+    # Top-level tables this model does not name are backend sections, checked by the
+    # backend registry (core.backends.registry.sections); anything else is refused below.
+    model_config = ConfigDict(extra="allow")
+
     home: Path
-    local: LocalBackendConfig = Field(default_factory=LocalBackendConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     mcp: McpConfig = Field(default_factory=McpConfig)
@@ -179,10 +169,21 @@ class Settings(_Section):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
-    slurm: SlurmConfig = Field(default_factory=SlurmConfig)
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
     wrapper: WrapperConfig = Field(default_factory=WrapperConfig)
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
+
+    @model_validator(mode="after")
+    def _extra_keys_are_tables(self) -> Settings:
+        for key, value in (self.model_extra or {}).items():
+            if not isinstance(value, dict):
+                raise ValueError(f"unknown setting {key!r} (a backend section is a [table])")
+        return self
+
+    def backend_section(self, name: str) -> dict[str, Any]:
+        """The raw ``[name]`` table of a backend section ({} when the file has none)."""
+        value = (self.model_extra or {}).get(name)
+        return dict(value) if isinstance(value, dict) else {}
 
     @property
     def state_db(self) -> Path:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -24,6 +25,14 @@ BACKEND_RE = re.compile(r"^[a-z][a-z0-9]{0,15}$")
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+ProgressFn = Callable[[float, float | None, str], None]
+"""progress(done, total, message): called during long steps; must be cheap and never raise."""
+
+
+def no_progress(done: float, total: float | None, message: str) -> None:
+    return None
 
 
 def validate_name(value: str, *, what: str = "name") -> str:

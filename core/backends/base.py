@@ -9,25 +9,33 @@ compensation, so a lost answer never turns a done step into a failure.
 
 An action a backend cannot do raises ``errors.NotSupported`` from ``plan``; capabilities are
 reported (``capabilities``), never faked.
+Optional capabilities are small runtime-checkable protocols below; callers test them with
+``isinstance`` and never branch on a backend's name: ``NodeLookup`` (one node by name),
+``QueueDepthSource`` (a scheduler queue), ``ProgressSource`` (workloads' own progress),
+``Launcher`` (``clawpoint run`` on one of its nodes) and ``BatchSubmitter`` (a checkpointable
+batch job). A new backend is one package plus one entry in ``core.backends.registry``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
 from core import errors
 from core.model import Action, CheckpointInfo, NodeInfo, PlanStep, WorkloadInfo
 
-ProgressFn = Callable[[float, float | None, str], None]
-"""progress(done, total, message): called during long steps; must be cheap and never raise."""
+# Defined in core.model (below every layer, so engines and the wrapper use them without
+# importing a backend); re-exported here for backends.
+from core.model import ProgressFn as ProgressFn
+from core.model import no_progress as no_progress
 
+if TYPE_CHECKING:
+    from core.signals.sla import Progress
+    from core.wrapper.spec import RunSpec
 
-def no_progress(done: float, total: float | None, message: str) -> None:
-    return None
 
 
 class PlanDraft(BaseModel):
@@ -71,6 +79,80 @@ class Backend(Protocol):
         """After ``run_step`` raised: the step's output if it took effect anyway (an answer
         lost on the way back, a timeout that fired just before it finished), read from the
         world itself; None when it really did not happen."""
+        ...
+
+
+# ----------------------------------------------------------------- optional capabilities
+@runtime_checkable
+class NodeLookup(Protocol):
+    """One node by name (NotFound naming it when there is none)."""
+
+    def get_node(self, name: str) -> NodeInfo: ...
+
+
+@runtime_checkable
+class QueueDepthSource(Protocol):
+    """A scheduler queue: records with ``core.signals.queue.QueueDepth``'s field names (any
+    subset; pydantic models, mappings or objects). Backends without one get a queue
+    synthesised from their workloads' states."""
+
+    def queue_depth(self) -> Sequence[Any]: ...
+
+
+@runtime_checkable
+class ProgressSource(Protocol):
+    """The progress a workload reports itself (its step and total), None when unknown."""
+
+    def progress(self, name: str) -> Progress | None: ...
+
+
+@runtime_checkable
+class Launcher(Protocol):
+    """Starts a command under the wrapper on one of this backend's nodes (``clawpoint run``)."""
+
+    def place(self, spec: RunSpec) -> RunSpec:
+        """The spec with its node checked (NotFound) or, when it names none, chosen."""
+        ...
+
+    def launch(self, spec: RunSpec, *, detach: bool) -> int | WorkloadInfo:
+        """Detached: the running workload. Foreground: run to the end, the exit code."""
+        ...
+
+
+_SAFE_OPT = r"^[A-Za-z0-9_.,:=@/+\-\[\]]*$"
+
+
+class BatchSpec(BaseModel):
+    """A checkpointable batch job: the payload runs under the wrapper and restores the newest
+    good checkpoint of ``lineage`` on every start. Every field is validated before anything
+    is written or run; fields a scheduler has no use for are refused by its backend."""
+
+    lineage: str
+    command: list[str] = Field(min_length=1)
+    partition: str | None = Field(default=None, pattern=_SAFE_OPT)
+    nodelist: str | None = Field(default=None, pattern=_SAFE_OPT)
+    exclude: str | None = Field(default=None, pattern=_SAFE_OPT)
+    cpus: int = Field(default=1, ge=1)
+    mem_mb: int | None = Field(default=None, ge=1)
+    gpus: int = Field(default=0, ge=0)
+    time_limit: str | None = Field(default=None, pattern=r"^[0-9:-]+$")
+    signal_before_end_s: int | None = Field(default=None, ge=1, le=65535)
+    checkpoint_every_s: float | None = Field(default=None, gt=0)
+    output: str | None = None
+    workdir: str | None = None
+    extra_env: dict[str, str] = Field(default_factory=dict)
+
+
+@runtime_checkable
+class BatchSubmitter(Protocol):
+    """Submits checkpointable batch jobs to a scheduler queue."""
+
+    def render_batch(self, spec: BatchSpec) -> str:
+        """What would be submitted (the batch script), submitting nothing."""
+        ...
+
+    def submit_batch(self, spec: BatchSpec) -> str:
+        """Submit; the new workload's id (``BACKEND:NAME``)."""
         ...
 
 

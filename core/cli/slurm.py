@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from core.backends.slurm.sbatch import SbatchSpec
+from core.backends.base import BatchSpec
 from core.cli import output
 from core.config import load_settings
 from core.model import Principal, PrincipalKind
@@ -23,12 +23,12 @@ Name = Annotated[str, typer.Option("--name", help="Checkpoint lineage of the job
 
 def _spec(name: str, command: list[str], partition: str | None, nodelist: str | None, exclude: str | None,
           cpus: int, mem_mb: int | None, gpus: int, time: str | None, signal_before_end: int | None,
-          checkpoint_every: float | None, output_path: str | None, chdir: str | None) -> SbatchSpec:  # fmt: skip
+          checkpoint_every: float | None, output_path: str | None, chdir: str | None) -> BatchSpec:  # fmt: skip
     from core.model import validate_interval_s, validate_name
 
     if checkpoint_every is not None:
         validate_interval_s(checkpoint_every, what="--checkpoint-every")
-    return SbatchSpec(
+    return BatchSpec(
         lineage=validate_name(name, what="job name"), command=command, partition=partition, nodelist=nodelist,
         exclude=exclude, cpus=cpus, mem_mb=mem_mb, gpus=gpus, time_limit=time,
         signal_before_end_s=signal_before_end, checkpoint_every_s=checkpoint_every, output=output_path,
@@ -61,16 +61,15 @@ def submit(
     json_: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Submit CMD as a requeueable job running under `clawpoint run` (restores on restart)."""
-    from core.backends.slurm.sbatch import render_sbatch
-
     settings = load_settings()
     spec = _spec(name, command, partition, nodelist, exclude, cpus, mem_mb, gpus, time, signal_before_end,
                  checkpoint_every, output_path, chdir)  # fmt: skip
+    service = bootstrap(settings)
     if print_only:
-        sys.stdout.write(render_sbatch(spec, settings.slurm))
+        sys.stdout.write(service.render_batch(spec, backend="slurm"))
         return
-    workload = bootstrap(settings).submit_batch(
-        spec, principal=Principal(id=getpass.getuser(), kind=PrincipalKind.PERSON)
+    workload = service.submit_batch(
+        spec, principal=Principal(id=getpass.getuser(), kind=PrincipalKind.PERSON), backend="slurm"
     )
     if json_:
         return output.emit_json({"workload": workload})

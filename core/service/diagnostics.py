@@ -66,6 +66,20 @@ def _elicitation(settings: Settings) -> CheckItem:
     )
 
 
+def _backends(settings: Settings) -> list[CheckItem]:
+    """Every backend section validated through the registry; which backends are enabled."""
+    from core.backends import registry
+
+    try:
+        sections = registry.sections(settings)
+    except errors.ClawpointError as exc:
+        return [CheckItem(name="backends", level="error", message=str(exc))]
+    enabled = [name for name, cfg in sections.items() if getattr(cfg, "enabled", False)]
+    return [CheckItem(name="backends", level="ok" if enabled else "warn",
+                      message=f"enabled: {', '.join(enabled)}" if enabled
+                      else "no backend is enabled: set [local] enabled = true")]  # fmt: skip
+
+
 def check_configuration() -> CheckReport:
     from core.checkpoint.criu import criu_status
 
@@ -120,15 +134,7 @@ def check_configuration() -> CheckReport:
             ),
         )
     )
-    names = [n.name for n in settings.local.nodes]
-    if len(set(names)) != len(names):
-        items.append(
-            CheckItem(name="local", level="error", message=f"duplicate local node names: {names}")
-        )
-    elif settings.local.enabled:
-        items.append(
-            CheckItem(name="local", level="ok", message=f"local nodes: {', '.join(names)}")
-        )
+    items.extend(_backends(settings))
     token = settings.mcp_token
     weak = _weak_tokens(settings)
     if weak:

@@ -14,13 +14,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, cast
 
 import structlog
 from pydantic import BaseModel, Field
 
 from core import errors
-from core.backends.base import Backend, ProgressFn, no_progress
+from core.backends.base import (
+    Backend,
+    BatchSpec,
+    BatchSubmitter,
+    Launcher,
+    ProgressFn,
+    ProgressSource,
+    QueueDepthSource,
+    no_progress,
+)
 from core.config import Settings, ensure_dirs
 from core.guardrails import schema as guard_schema
 from core.guardrails.approvals import ApprovalStatus, ApprovalView
@@ -49,11 +58,10 @@ from core.service.executor import Executor
 from core.service.journal import Journal
 from core.service.journal import release as release_execution
 from core.service.people import PeopleDesk
+from core.signals.queue import QueueDepth, coerce, from_workloads
+from core.signals.sla import Progress
 from core.state.db import Database
 from core.wrapper.spec import RunSpec
-
-if TYPE_CHECKING:
-    from core.backends.slurm.sbatch import SbatchSpec
 
 log = structlog.get_logger("clawpoint.service")
 
@@ -181,6 +189,23 @@ class Service(PeopleDesk, WorldContext):
         backend, name = self._split(workload, what="workload")
         backend.get_workload(name)  # unknown workload -> NotFound, not an empty list
         return backend.checkpoints(name)
+
+    def queue_depth(self, backend: str | None = None) -> list[QueueDepth]:
+        """Each backend's queue: its own (``QueueDepthSource``), else synthesised from its
+        workloads' states."""
+        out: list[QueueDepth] = []
+        for b in self._each(backend):
+            if isinstance(b, QueueDepthSource):
+                out.extend(coerce(item, backend=b.name) for item in b.queue_depth())
+            else:
+                out.extend(from_workloads(b.name, b.workloads()))
+        return out
+
+    def progress(self, backend: str, name: str) -> Progress | None:
+        """The progress workload ``name`` of ``backend`` reports itself, where the backend
+        can tell (``ProgressSource``); None otherwise."""
+        found = self.backends.get(backend)
+        return found.progress(name) if isinstance(found, ProgressSource) else None
 
     def cluster_status(self) -> ClusterStatus:
         from core.checkpoint.criu import criu_status  # local import: probing criu runs a binary
@@ -573,36 +598,47 @@ class Service(PeopleDesk, WorldContext):
         )
 
     # ------------------------------------------------------------------ workloads
-    def default_node(self) -> str:
-        nodes = [n for n in self.nodes("local") if n.schedulable and n.health.value != "down"]
-        if not nodes:
-            raise errors.Conflict(
-                "no schedulable local node", hint="undrain a node or add one to the [local] config"
+    def _offering(self, what: str, backend: str | None, has: Callable[[Backend], bool]) -> str:
+        """The named backend (or the first configured one) for which ``has`` holds."""
+        if backend is not None and backend not in self.backends:
+            raise errors.NotSupported(
+                f"the {backend} backend is not enabled",
+                hint=f"set [{backend}] enabled = true in the config (docs/{backend}.md)",
+                details={"backend": backend},
             )
-        nodes.sort(key=lambda n: (len(n.workloads), n.price_per_hour))
-        return nodes[0].name
+        for name in [backend] if backend else list(self.backends):
+            if has(self.backends[name]):
+                return name
+        who = f"the {backend} backend cannot" if backend else "no configured backend can"
+        raise errors.NotSupported(
+            f"{who} {what}",
+            hint="enable a backend that can (docs/configuration.md lists each backend's section)",
+            details={"backend": backend, "capability": what},
+        )
+
+    def _launcher(self, backend: str | None) -> tuple[str, Launcher]:
+        name = self._offering("start workloads", backend, lambda b: isinstance(b, Launcher))
+        return name, cast(Launcher, self.backends[name])
+
+    def _submitter(self, backend: str | None) -> BatchSubmitter:
+        name = self._offering("submit batch jobs", backend, lambda b: isinstance(b, BatchSubmitter))
+        return cast(BatchSubmitter, self.backends[name])
 
     def run_workload(
-        self, spec: RunSpec, *, detach: bool, principal: Principal
+        self, spec: RunSpec, *, detach: bool, principal: Principal, backend: str | None = None
     ) -> int | WorkloadInfo:
-        """Start (or restore) a workload under the wrapper on a local node.
+        """Start (or restore) a workload under the wrapper on a node of a ``Launcher`` backend
+        (the first configured one when ``backend`` is None).
 
         Detached: returns the running workload. Foreground: runs it to completion in this
         process and returns the wrapper's exit code.
         """
-        from core.wrapper import launch, supervisor
-
-        local = self.backend("local")
-        if spec.node is None:
-            spec = spec.model_copy(update={"node": self.default_node()})
-        elif spec.node not in {n.name for n in local.nodes()}:
-            raise errors.NotFound(
-                f"no node local:{spec.node}", hint="run 'clawpoint nodes' to list local nodes"
-            )
+        name, launcher = self._launcher(backend)
+        spec = launcher.place(spec)
         self.audit.append(
             "run",
             principal=str(principal),
-            subject=f"local:{spec.name}",
+            subject=f"{name}:{spec.name}",
             data={
                 "node": spec.node,
                 "engine": spec.engine,
@@ -611,25 +647,21 @@ class Service(PeopleDesk, WorldContext):
                 "start_mode": spec.start_mode,
             },
         )
-        if detach:
-            record = launch.launch_detached(self.settings, spec)
-            return record.to_info()
-        return supervisor.run(self.settings, spec)
+        return launcher.launch(spec, detach=detach)
 
-    def submit_batch(self, spec: SbatchSpec, *, principal: Principal) -> str:
+    def render_batch(self, spec: BatchSpec, *, backend: str | None = None) -> str:
+        """What ``submit_batch`` would submit (the batch script); submits nothing."""
+        return self._submitter(backend).render_batch(spec)
+
+    def submit_batch(
+        self, spec: BatchSpec, *, principal: Principal, backend: str | None = None
+    ) -> str:
         """Submit a checkpointable batch job (the payload runs under the wrapper); its id."""
-        from core.backends.slurm import sbatch
-
-        if "slurm" not in self.backends:
-            raise errors.NotSupported(
-                "the Slurm backend is not enabled",
-                hint="set [slurm] enabled = true (docs/slurm.md)",
-            )
-        submitted = sbatch.submit(spec, self.settings.slurm)
-        self.audit.append("submit", principal=str(principal), subject=submitted.workload,
+        workload = self._submitter(backend).submit_batch(spec)
+        self.audit.append("submit", principal=str(principal), subject=workload,
                           data={"lineage": spec.lineage, "command": spec.command,
                                 "partition": spec.partition})  # fmt: skip
-        return submitted.workload
+        return workload
 
     # ------------------------------------------------------------------ recovery
     def recover(self) -> list[Execution]:
@@ -668,20 +700,15 @@ class Service(PeopleDesk, WorldContext):
 
 
 def bootstrap(settings: Settings) -> Service:
-    """Wire the configured backends over one state database."""
-    from core.backends.local import LocalBackend
+    """Wire every enabled backend of the registry over one state database."""
+    from core.backends import registry
 
+    registry.sections(settings)  # a bad backend section: InvalidInput before anything is made
     ensure_dirs(settings)
     guard_schema.install()
     db = Database(settings.state_db)
     db.migrate()
-    backends: dict[str, Backend] = {}
-    if settings.local.enabled:
-        backends["local"] = LocalBackend(settings, db)
-    if settings.slurm.enabled:
-        from core.backends.slurm import SlurmBackend
-
-        backends["slurm"] = SlurmBackend(settings.slurm)
+    backends = registry.build(settings, db)
     guard = Guard.open(
         db,
         home=settings.home,

@@ -10,8 +10,9 @@ GPUs (NVML, when ``signals.nvml.enabled``). The watch loop passes its long-lived
 monitor; the MCP tools call it with none, which polls once. Either way the same clients,
 the same node attribution and the same error reporting apply.
 
-Limits: progress files are read for local workloads only (other backends report progress
-through labels such as ``clawpoint.io/expected-duration``). On a host without NVIDIA's
+Limits: a workload's own progress is read only where its backend offers it
+(``core.backends.base.ProgressSource``: local progress files); others report progress
+through labels such as ``clawpoint.io/expected-duration``. On a host without NVIDIA's
 library the GPU report says so. A one-shot poll sees a GCP preemption from the moment of
 the poll (its 30 s grace is counted from then), where the watch loop's poller remembers
 the first sighting.
@@ -34,8 +35,8 @@ from core.signals.model import GpuHealth, InterruptionNotice, NodeHealthSignal, 
 from core.signals.nodes import node_health
 from core.signals.nvml import NvmlMonitor, NvmlReport, NvmlStatus
 from core.signals.prices import build_price_sources, price_at
-from core.signals.queue import QueueDepth, from_backend
-from core.signals.sla import Observation, SlaRisk, assess, estimate, node_speed, read_progress
+from core.signals.queue import QueueDepth
+from core.signals.sla import Observation, SlaRisk, assess, estimate, node_speed
 
 _LIVE = (WorkloadState.RUNNING, WorkloadState.CHECKPOINTING)
 
@@ -162,12 +163,11 @@ class PlanReport(BaseModel):
 
 
 def queue_depth(service: Service, backend: str | None = None) -> list[QueueDepth]:
-    names = [backend] if backend else sorted(service.backends)
-    return [q for name in names for q in from_backend(service.backend(name))]
+    return service.queue_depth(backend)
 
 
 def _progress(service: Service, backend: str, name: str) -> Any:
-    return read_progress(service.settings.run_dir, name) if backend == "local" else None
+    return service.progress(backend, name)
 
 
 def sla_risk(

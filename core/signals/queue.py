@@ -1,11 +1,11 @@
 """Queue depth: how much work waits for capacity, per backend and partition.
 
-``QueueDepth`` is the planner's view of a scheduler queue. A backend that has a queue may
-offer ``queue_depth()`` (an optional capability, checked with ``hasattr``; it is not part
-of the ``Backend`` protocol) returning a list of objects with these field names, or of
-mappings / pydantic models holding a subset of them; ``from_backend`` maps them in.
-Backends without a queue (local) get a synthesized entry: pending work counted from
-PENDING workloads (zero on local), running work counted from RUNNING ones.
+``QueueDepth`` is the planner's view of a scheduler queue. A backend that has a queue
+offers ``queue_depth()`` (the optional capability ``core.backends.base.QueueDepthSource``)
+returning a list of objects with these field names, or of mappings / pydantic models
+holding a subset of them; ``coerce`` maps each in. Backends without a queue (local) get a
+synthesized entry (``from_workloads``): pending work counted from PENDING workloads (zero
+on local), running work counted from RUNNING ones. The service picks which.
 
 Field names (the contract for backend authors; every field but ``backend`` is optional):
 
@@ -21,8 +21,7 @@ Field names (the contract for backend authors; every field but ``backend`` is op
 ``running_gpus``            GPUs held by running jobs
 ==========================  ==================================================================
 
-Limits: a snapshot; the numbers are the backend's, not recomputed here. No I/O except the
-backend call in ``from_backend``.
+Limits: a snapshot; the numbers are the backend's, not recomputed here. No I/O.
 """
 
 from __future__ import annotations
@@ -121,14 +120,3 @@ def from_workloads(backend: str, workloads: Iterable[WorkloadInfo]) -> list[Queu
         )
         for part, c in sorted(by_part.items(), key=lambda kv: kv[0] or "")
     ]
-
-
-def from_backend(backend: Any, workloads: Iterable[WorkloadInfo] | None = None) -> list[QueueDepth]:
-    """The backend's queue depth: its own ``queue_depth()`` if it has one, else synthesized."""
-    name = str(getattr(backend, "name", "unknown"))
-    offer = getattr(backend, "queue_depth", None)
-    if callable(offer):
-        raw = offer()
-        items = raw if isinstance(raw, list | tuple) else [raw]
-        return [coerce(item, backend=name) for item in items]
-    return from_workloads(name, backend.workloads() if workloads is None else workloads)

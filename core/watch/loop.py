@@ -48,6 +48,7 @@ import structlog
 from pydantic import BaseModel, Field
 
 from core import errors
+from core.backends.base import ProgressSource
 from core.guardrails.approvals import ApprovalStatus
 from core.guardrails.evidence import NOTICE_GRACE_S, EvidenceStore, plan_subjects
 from core.model import (
@@ -67,7 +68,6 @@ from core.signals.cloud import NoticePoller
 from core.signals.model import GpuHealth, GpuVerdict, InterruptionAction, InterruptionNotice
 from core.signals.nodes import node_health
 from core.signals.nvml import NvmlMonitor
-from core.signals.sla import read_progress
 from core.watch.state import Request, WatchState
 
 log = structlog.get_logger("clawpoint.watch")
@@ -188,11 +188,14 @@ GpuSource = insights.GpuSource
 
 def _record_progress(service: Service, state: WatchState, now: datetime) -> None:
     live: set[str] = set()
-    for w in service.workloads("local") if "local" in service.backends else []:
-        live.add(w.id)
-        progress = read_progress(service.settings.run_dir, w.name)
-        if progress is not None:
-            state.observe(w.id, progress.step, now)
+    for backend in service.backends.values():
+        if not isinstance(backend, ProgressSource):
+            continue  # its workloads report no progress of their own
+        for w in backend.workloads():
+            live.add(w.id)
+            progress = backend.progress(w.name)
+            if progress is not None:
+                state.observe(w.id, progress.step, now)
     state.prune(live, now)
 
 

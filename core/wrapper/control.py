@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from core import errors
-from core.backends.base import ProgressFn
-from core.model import CheckpointInfo
+from core.model import CheckpointInfo, ProgressFn
 
 _MAX_SUN_PATH = 107
 _ERROR_CLASSES: dict[str, type[errors.ClawpointError]] = {

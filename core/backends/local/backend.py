@@ -32,8 +32,9 @@ from core.backends.local.common import (
     _pid_alive,
     _wrapper_alive,
 )
+from core.backends.local.config import LocalBackendConfig, LocalNodeConfig
 from core.backends.local.planning import LocalPlanning
-from core.config import LocalNodeConfig, Settings
+from core.config import Settings
 from core.model import (
     Action,
     CheckpointInfo,
@@ -44,6 +45,7 @@ from core.model import (
     utcnow,
     validate_name,
 )
+from core.signals.sla import Progress, read_progress
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store.store import CheckpointStore
@@ -58,12 +60,15 @@ log = structlog.get_logger("clawpoint.local")
 class LocalBackend(LocalPlanning):
     name = NAME
 
-    def __init__(self, settings: Settings, db: Database) -> None:
+    def __init__(
+        self, settings: Settings, db: Database, config: LocalBackendConfig | None = None
+    ) -> None:
         self.settings = settings
+        self.config = config or LocalBackendConfig.model_validate(settings.backend_section(NAME))
         self.db = db
         self.registry = WorkloadRegistry(db, backend=NAME)
         self.store = CheckpointStore(settings.checkpoint_dir, keep=settings.store.keep_per_workload)
-        self._node_config = {n.name: n for n in settings.local.nodes}
+        self._node_config = {n.name: n for n in self.config.nodes}
 
     # ---------------------------------------------------------------- inventory
     def capabilities(self) -> frozenset[Action]:
@@ -106,7 +111,7 @@ class LocalBackend(LocalPlanning):
                 overrides,
                 [w.id for w in workloads if w.node == cfg.name and w.state in _LIVE],
             )
-            for cfg in self.settings.local.nodes
+            for cfg in self.config.nodes
         ]
 
     def get_node(self, name: str) -> NodeInfo:
@@ -118,6 +123,37 @@ class LocalBackend(LocalPlanning):
             f"no node {NAME}:{name}",
             hint="run 'clawpoint nodes' to list nodes; local nodes come from the [local] config section",
         )
+
+    # ---------------------------------------------------------------- optional capabilities
+    def progress(self, name: str) -> Progress | None:
+        """``ProgressSource``: the step the workload last wrote to its progress file."""
+        return read_progress(self.settings.run_dir, name)
+
+    def place(self, spec: RunSpec) -> RunSpec:
+        """``Launcher``: the named node checked, or the least busy, cheapest healthy one."""
+        if spec.node is not None:
+            if spec.node not in {n.name for n in self.nodes()}:
+                raise errors.NotFound(
+                    f"no node {NAME}:{spec.node}",
+                    hint="run 'clawpoint nodes' to list local nodes",
+                )
+            return spec
+        nodes = [n for n in self.nodes() if n.schedulable and n.health is not NodeHealth.DOWN]
+        if not nodes:
+            raise errors.Conflict(
+                "no schedulable local node", hint="undrain a node or add one to the [local] config"
+            )
+        nodes.sort(key=lambda n: (len(n.workloads), n.price_per_hour))
+        return spec.model_copy(update={"node": nodes[0].name})
+
+    def launch(self, spec: RunSpec, *, detach: bool) -> int | WorkloadInfo:
+        """``Launcher``: start (or restore) under the wrapper; detached returns the workload,
+        foreground runs it to the end in this process and returns the wrapper's exit code."""
+        from core.wrapper import supervisor
+
+        if detach:
+            return launch_detached(self.settings, spec).to_info()
+        return supervisor.run(self.settings, spec)
 
     def _refresh(self, record: WorkloadRecord) -> WorkloadRecord:
         """A RUNNING row whose wrapper is gone is a workload that died with it."""

@@ -11,8 +11,8 @@ from typing import Any
 from core import errors
 from core.backends.base import PlanDraft, not_supported
 from core.backends.local.common import _CAPABILITIES, _LIVE, NAME, _resident_bytes
+from core.backends.local.config import LocalNodeConfig
 from core.checkpoint import criu, probe
-from core.config import LocalNodeConfig
 from core.model import (
     Action,
     CheckpointInfo,

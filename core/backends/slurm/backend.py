@@ -32,10 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from pydantic import ValidationError
 
 from core import errors
-from core.backends.base import PlanDraft, ProgressFn, not_supported
-from core.backends.slurm import actions
+from core.backends.base import BatchSpec, PlanDraft, ProgressFn, not_supported
+from core.backends.slurm import actions, sbatch
 from core.backends.slurm.config import SlurmConfig
 from core.backends.slurm.inventory import (
     Partition,
@@ -74,6 +75,17 @@ def job_id(value: str) -> str:
 
 def node_name(value: str) -> str:
     return validate_name(value.removeprefix("slurm:"), what="Slurm node name")
+
+
+def _sbatch_spec(spec: BatchSpec) -> sbatch.SbatchSpec:
+    try:
+        return sbatch.SbatchSpec.model_validate(spec.model_dump(exclude_none=True))
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise errors.InvalidInput(
+            f"the batch job cannot go to Slurm: {problems}",
+            hint="fix these fields (see 'clawpoint slurm submit --help')",
+        ) from exc
 
 
 class SlurmBackend:
@@ -205,6 +217,13 @@ class SlurmBackend:
 
     def run_step(self, op: str, args: dict[str, Any], progress: ProgressFn) -> dict[str, Any]:
         return actions.run_step(self, op, args, progress)
+
+    # ``BatchSubmitter``: the sbatch pattern (``core.backends.slurm.sbatch``).
+    def render_batch(self, spec: BatchSpec) -> str:
+        return sbatch.render_sbatch(_sbatch_spec(spec), self.cfg)
+
+    def submit_batch(self, spec: BatchSpec) -> str:
+        return sbatch.submit(_sbatch_spec(spec), self.cfg, self.transport).workload
 
     def recover_step(
         self, op: str, args: dict[str, Any], started_at: datetime
