@@ -31,12 +31,18 @@ from core.model import NodeInfo, WorkloadState, utcnow
 from core.planner.planner import PlannerConfig, PlannerInput, Proposal, plan_actions
 from core.service.facade import Service
 from core.signals.cloud import NoticePoller, ProviderStatus
-from core.signals.model import GpuHealth, InterruptionNotice, NodeHealthSignal, SpotPrice
+from core.signals.model import (
+    GpuHealth,
+    InterruptionAction,
+    InterruptionNotice,
+    NodeHealthSignal,
+    SpotPrice,
+)
 from core.signals.nodes import node_health
 from core.signals.nvml import NvmlMonitor, NvmlReport, NvmlStatus
 from core.signals.prices import build_price_sources, price_at
-from core.signals.queue import QueueDepth
-from core.signals.sla import Observation, SlaRisk, assess, estimate, node_speed
+from core.signals.queue import QueueDepth, from_backend
+from core.signals.sla import Observation, SlaRisk, assess, estimate, node_speed, read_progress
 
 _LIVE = (WorkloadState.RUNNING, WorkloadState.CHECKPOINTING)
 
@@ -163,11 +169,12 @@ class PlanReport(BaseModel):
 
 
 def queue_depth(service: Service, backend: str | None = None) -> list[QueueDepth]:
-    return service.queue_depth(backend)
+    names = [backend] if backend else sorted(service.backends)
+    return [q for name in names for q in from_backend(service.backend(name))]
 
 
 def _progress(service: Service, backend: str, name: str) -> Any:
-    return service.progress(backend, name)
+    return read_progress(service.settings.run_dir, name) if backend == "local" else None
 
 
 def sla_risk(
@@ -366,3 +373,84 @@ def propose(
         queues=data.queues,
         errors=errors_seen,
     )
+
+
+# --- concise views ------------------------------------------------------------------------
+# What an agent reads by default: one small record per notice, node, GPU, risk and proposal,
+# every key always present (null when unknown) so a skill can rely on it. The full models
+# above are what ``detail`` returns.
+
+_MAINTENANCE = frozenset(
+    {InterruptionAction.REBOOT, InterruptionAction.REDEPLOY, InterruptionAction.FREEZE,
+     InterruptionAction.DRAIN}
+)  # fmt: skip
+
+
+def notice_kind(notice: InterruptionNotice) -> str:
+    """``spot`` (the instance is reclaimed), ``rebalance`` (elevated risk, no deadline) or
+    ``maintenance`` (planned reboot, redeploy, freeze or drain)."""
+    if notice.action is InterruptionAction.REBALANCE:
+        return "rebalance"
+    return "maintenance" if notice.action in _MAINTENANCE else "spot"
+
+
+class Briefer:
+    """Turns signals into concise records with full ids, from one inventory read."""
+
+    def __init__(self, service: Service, now: datetime) -> None:
+        self.now = now
+        nodes = service.nodes()
+        self._ids: dict[str, str] = {}
+        for n in nodes:
+            self._ids.setdefault(n.name, n.id)
+            self._ids[n.id] = n.id
+        self._on: dict[str, list[str]] = {}
+        for w in service.workloads():
+            if w.node and w.state in _LIVE:
+                self._on.setdefault(f"{w.backend}:{w.node}", []).append(w.id)
+
+    def node_id(self, raw: str | None) -> str | None:
+        return self._ids.get(raw, raw) if raw else None
+
+    def notice(self, n: InterruptionNotice) -> dict[str, Any]:
+        node = self.node_id(n.node or n.subject)
+        left = n.seconds_left(self.now)
+        return {
+            "node": node, "provider": n.provider.value, "action": n.action.value,
+            "kind": notice_kind(n), "deadline": n.deadline.isoformat() if n.deadline else None,
+            "seconds_left": round(left, 1) if left is not None else None,
+            "workloads": sorted(self._on.get(node or "", [])),
+        }  # fmt: skip
+
+    @staticmethod
+    def gpu(g: GpuHealth) -> dict[str, Any]:
+        return {"node": g.node, "index": g.index, "verdict": g.verdict.value,
+                "reasons": g.reasons}  # fmt: skip
+
+    @staticmethod
+    def node(h: NodeHealthSignal) -> dict[str, Any]:
+        return {"node": h.node, "health": h.health.value, "schedulable": h.schedulable,
+                "reasons": h.reasons}  # fmt: skip
+
+    @staticmethod
+    def risk(r: SlaRisk) -> dict[str, Any]:
+        return {
+            "workload": r.workload, "level": r.level.value, "deadline": r.deadline.isoformat(),
+            "eta": r.eta.isoformat() if r.eta else None,
+            "slack_s": round(r.slack_s) if r.slack_s is not None else None,
+            "needed_speed": r.needed_speed,
+        }  # fmt: skip
+
+    @staticmethod
+    def proposal(p: Proposal) -> dict[str, Any]:
+        deadline = p.effect.notice_deadline
+        return {
+            "action": p.action.value, "target": p.target, "params": p.params,
+            "trigger": p.trigger, "reason": p.reason, "risk": p.risk.value,
+            "score": round(p.score, 2), "to_node": p.to_node,
+            "notice_deadline": deadline.isoformat() if deadline else None,
+        }  # fmt: skip
+
+    @staticmethod
+    def provider(s: ProviderStatus) -> dict[str, Any]:
+        return {"provider": s.provider.value, "available": s.available, "reason": s.reason}
