@@ -26,9 +26,8 @@ from typing import Any
 import structlog
 
 from core import errors
-from core.backends.base import ProgressFn, no_progress
 from core.checkpoint import criu, engine, files
-from core.model import CheckpointInfo
+from core.model import CheckpointInfo, ProgressFn, no_progress
 from core.store.store import CheckpointStore
 
 log = structlog.get_logger(__name__)
