@@ -152,6 +152,8 @@ class RiskClass(StrEnum):
 
 
 class Action(StrEnum):
+    """Every action; what each takes, risks and is called lives in ``core.actions``."""
+
     CHECKPOINT = "checkpoint"
     RESTORE = "restore"
     MIGRATE = "migrate"
@@ -161,57 +163,10 @@ class Action(StrEnum):
     REQUEUE = "requeue"
     DRAIN_NODE = "drain_node"
     UNDRAIN_NODE = "undrain_node"
+    CORDON_NODE = "cordon_node"
     SCALE = "scale"
     KILL = "kill"
     DELETE_CHECKPOINT = "delete_checkpoint"
-
-
-def risk_of(action: Action, params: dict[str, Any]) -> RiskClass:
-    """The risk class of an action with its parameters (see DESIGN: risk classes)."""
-    if action is Action.CHECKPOINT:
-        return RiskClass.DISRUPTIVE if params.get("stop") else RiskClass.SAFE
-    if action is Action.UNDRAIN_NODE:
-        return RiskClass.SAFE  # returns capacity; moves nothing
-    if action in (Action.KILL, Action.DELETE_CHECKPOINT):
-        return RiskClass.DESTRUCTIVE
-    if action in (Action.RESUME, Action.FAILOVER) and params.get("fresh"):
-        return RiskClass.DESTRUCTIVE  # starts from scratch: every bit of progress is dropped
-    if action is Action.DRAIN_NODE and not params.get("save", True):
-        return RiskClass.DESTRUCTIVE
-    if action is Action.SCALE and params.get("down_without_save"):
-        return RiskClass.DESTRUCTIVE
-    return RiskClass.DISRUPTIVE
-
-
-# The parameters each action takes. A backend rejects any other (``check_params``): a
-# misspelt parameter must fail loudly, never be ignored while the plan does something else.
-ACTION_PARAMS: dict[Action, frozenset[str]] = {
-    Action.CHECKPOINT: frozenset({"stop"}),
-    Action.RESTORE: frozenset({"to"}),
-    Action.MIGRATE: frozenset({"to"}),
-    Action.PREEMPT: frozenset(),
-    Action.RESUME: frozenset({"to", "fresh"}),
-    Action.FAILOVER: frozenset({"to", "fresh"}),
-    Action.REQUEUE: frozenset({"to"}),
-    Action.DRAIN_NODE: frozenset({"to", "save", "reason"}),
-    Action.UNDRAIN_NODE: frozenset(),
-    Action.SCALE: frozenset({"replicas", "down_without_save"}),
-    Action.KILL: frozenset(),
-    Action.DELETE_CHECKPOINT: frozenset(),
-}
-
-
-def check_params(action: Action, params: dict[str, Any]) -> None:
-    """Raise InvalidInput naming every parameter ``action`` does not take."""
-    allowed = ACTION_PARAMS[action]
-    unknown = sorted(set(params) - allowed)
-    if unknown:
-        takes = ", ".join(sorted(allowed)) or "no parameters"
-        raise errors.InvalidInput(
-            f"{action.value} does not take {', '.join(map(repr, unknown))} (it takes: {takes})",
-            hint="drop the unknown parameter or fix its spelling",
-            details={"action": action.value, "unknown": unknown},
-        )
 
 
 class NodeHealth(StrEnum):

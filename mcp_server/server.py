@@ -25,7 +25,6 @@ import anyio.from_thread
 import anyio.to_thread
 import structlog
 from mcp.server import MCPServer
-from mcp.server.mcpserver import Context
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
@@ -35,17 +34,14 @@ from core.model import (
 )
 from core.runbooks.calls import projection
 from core.runbooks.engine import Engine
-from core.service.facade import ActionResult, Service, bootstrap
+from core.service.facade import Service, bootstrap
 from mcp_server import tools_actions, tools_insights, tools_runbooks
 from mcp_server.common import (
-    ActionOut,
     PlanOut,
     Reason,
     StatusOut,
     WorkloadId,
     WorkloadOut,
-    action_out,
-    agent,
     call,
     open_record,
     records,
@@ -187,27 +183,6 @@ def build_server(
         return CheckpointList(
             checkpoints=records(await call(lambda: service.checkpoints(workload)))
         )
-
-    @mcp.tool(title="Checkpoint a workload", annotations=SAFE_WRITE)
-    async def checkpoint_workload(
-        workload: WorkloadId, ctx: Context, reason: Reason = ""
-    ) -> ActionOut:
-        """Save a workload's full state and leave it running (safe: loses nothing)."""
-        principal = agent()
-
-        def progress(done: float, total: float | None, message: str) -> None:
-            try:
-                anyio.from_thread.run(
-                    lambda: ctx.report_progress(done, total=total, message=message)
-                )
-            except Exception:  # progress is best effort; never fail the checkpoint for it
-                pass
-
-        def run() -> ActionResult:
-            plan = service.plan(Action.CHECKPOINT, workload, {"stop": False}, reason=reason)
-            return service.perform(plan, principal=principal, progress=progress)
-
-        return action_out(await call(run))
 
     @mcp.tool(title="Plan a migration", annotations=READ)
     async def plan_migration(

@@ -14,8 +14,10 @@ runs a plan approved for this session (or whose one-time code a person typed int
 
 # No "from __future__ import annotations": the SDK evaluates tool annotations at
 # registration, and the resolvers below are local to register().
-from typing import Annotated, Any
+import inspect
+from typing import Annotated, Any, cast
 
+import anyio.from_thread
 from mcp.server import MCPServer
 from mcp.server.elicitation import (
     AcceptedElicitation,
@@ -25,15 +27,16 @@ from mcp.server.elicitation import (
 from mcp.server.mcpserver import Context, Elicit, Resolve
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
+from pydantic.fields import FieldInfo
 
+from core import actions
 from core.guardrails.approvals import ApprovalView
-from core.model import Action, Plan
+from core.model import Action, Plan, RiskClass
 from core.service.facade import ClientAnswer, ClientAsker, Service
 from mcp_server.common import (
     ActionOut,
     ApprovalOut,
     Reason,
-    WorkloadId,
     action_out,
     agent,
     call,
@@ -121,6 +124,77 @@ def _asker(outcome: Any, ctx: Context, asked_hash: str | None) -> ClientAsker | 
     return ClientAsker(client=_client_name(ctx), transport=transport(), ask=ask)
 
 
+def _progress(ctx: Context) -> Any:
+    """A progress callback that reports to the client (best effort, from a worker thread)."""
+
+    def progress(done: float, total: float | None, message: str) -> None:
+        try:
+            anyio.from_thread.run(lambda: ctx.report_progress(done, total=total, message=message))
+        except Exception:  # progress is best effort; never fail the action for it
+            pass
+
+    return progress
+
+
+def _annotations(spec: actions.ActionSpec) -> ToolAnnotations:
+    # Risk at the defaults: a safe action (a leave-running checkpoint, an undrain) is not
+    # destructive; a parameter that raises the risk (fresh, save=false) is the guard's call.
+    safe = spec.risk({}) is RiskClass.SAFE
+    return ToolAnnotations(read_only_hint=False, destructive_hint=not safe,
+                           idempotent_hint=False, open_world_hint=False)  # fmt: skip
+
+
+def _register_action(
+    mcp: MCPServer[Any], spec: actions.ActionSpec, act: Any, resolver: Any, asked_type: Any
+) -> None:
+    """Register ``spec``'s MCP tool: target, the model's fields, ``dry_run``, ``reason``.
+
+    The function's signature is built from the catalogue (the SDK reads ``__signature__``
+    and ``__annotations__``). Redirected arguments (``checkpoint_workload``'s ``stop``) are
+    accepted but left out of the advertised schema, so a call that uses one gets the
+    service's error naming the right tool instead of a bare "unexpected argument"."""
+    target = spec.target.value
+    kw = inspect.Parameter.KEYWORD_ONLY
+    params = [
+        inspect.Parameter(target, kw, annotation=Annotated[str, Field(
+            description=actions.TARGET_HELP[spec.target], max_length=140)]),
+        inspect.Parameter("ctx", kw, annotation=Context),
+    ]  # fmt: skip
+    for name in spec.fields():
+        info = spec.params.model_fields[name]
+        default = inspect.Parameter.empty if info.is_required() else info.default
+        copy = FieldInfo.merge_field_infos(info)
+        params.append(inspect.Parameter(name, kw, default=default,
+                                        annotation=Annotated[info.annotation, copy]))  # fmt: skip
+    for name, other in spec.redirects.items():
+        hidden = Annotated[bool | None, Field(description=f"use {actions.spec(other).mcp_tool}")]
+        params.append(inspect.Parameter(name, kw, default=None, annotation=hidden))
+    params += [
+        inspect.Parameter("dry_run", kw, default=False, annotation=DryRun),
+        inspect.Parameter("reason", kw, default="", annotation=Reason),
+        inspect.Parameter("asked", kw, default=None, annotation=Annotated[
+            asked_type, Resolve(resolver(spec.action, target, tuple(spec.fields())))]),
+    ]  # fmt: skip
+
+    async def tool(**kwargs: Any) -> ActionOut:
+        ctx = kwargs.pop("ctx")
+        ref = kwargs.pop(target)
+        dry_run, reason, asked = kwargs.pop("dry_run"), kwargs.pop("reason"), kwargs.pop("asked")
+        return cast(ActionOut, await act(spec.action, ref, kwargs, dry_run=dry_run,
+                                         reason=reason, asked=asked, ctx=ctx))  # fmt: skip
+
+    tool.__name__ = spec.mcp_tool
+    tool.__doc__ = spec.description
+    tool.__signature__ = inspect.Signature(params, return_annotation=ActionOut)  # type: ignore[attr-defined]
+    tool.__annotations__ = {p.name: p.annotation for p in params} | {"return": ActionOut}
+    mcp.tool(name=spec.mcp_tool, title=spec.title, annotations=_annotations(spec))(tool)
+    if spec.redirects:
+        registered = mcp._tool_manager.get_tool(spec.mcp_tool)  # no public hook for this
+        if registered is not None:
+            for name in spec.redirects:
+                registered.parameters.get("properties", {}).pop(name, None)
+
+
 def register(mcp: MCPServer[Any], service: Service) -> None:
     asked_plans: dict[str, str] = {}  # request id -> hash of the plan its person was asked about
 
@@ -160,8 +234,9 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
                   asked: Any, ctx: Context) -> ActionOut:  # fmt: skip
         principal = agent()
         ask = _asker(asked, ctx, asked_plans.pop(ctx.request_id, None))
+        progress = _progress(ctx)
         return action_out(await call(lambda: service.act(action, target, params, principal=principal, reason=reason,
-                                        dry_run=dry_run, ask_client=ask)))  # fmt: skip
+                                        dry_run=dry_run, ask_client=ask, progress=progress)))  # fmt: skip
 
     # Spelled as an explicit union: the SDK passes the whole outcome (accepted, declined or
     # cancelled) only when every arm is an elicitation result class; with the aliased
@@ -169,124 +244,11 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
     # and handing the tool a bare model on accept.
     Asked = AcceptedElicitation[PersonDecision] | DeclinedElicitation | CancelledElicitation | None
 
-    @mcp.tool(title="Migrate a workload", annotations=ACT)
-    async def migrate_workload(
-        workload: WorkloadId, ctx: Context, to: To = None, dry_run: DryRun = False, reason: Reason = "",
-        asked: Annotated[Asked, Resolve(resolver(Action.MIGRATE, "workload", ("to",)))] = None,
-    ) -> ActionOut:  # fmt: skip
-        """Checkpoint a running workload, stop it, restore it on another node (disruptive)."""
-        return await act(
-            Action.MIGRATE,
-            workload,
-            {"to": to},
-            dry_run=dry_run,
-            reason=reason,
-            asked=asked,
-            ctx=ctx,
-        )
-
-    @mcp.tool(title="Preempt a workload", annotations=ACT)
-    async def preempt_workload(
-        workload: WorkloadId, ctx: Context, dry_run: DryRun = False, reason: Reason = "",
-        asked: Annotated[Asked, Resolve(resolver(Action.PREEMPT, "workload"))] = None,
-    ) -> ActionOut:  # fmt: skip
-        """Checkpoint and stop a workload, freeing its node; resume it later (disruptive)."""
-        return await act(
-            Action.PREEMPT, workload, {}, dry_run=dry_run, reason=reason, asked=asked, ctx=ctx
-        )
-
-    @mcp.tool(title="Resume a workload", annotations=ACT)
-    async def resume_workload(
-        workload: WorkloadId, ctx: Context, to: To = None, dry_run: DryRun = False, reason: Reason = "",
-        asked: Annotated[Asked, Resolve(resolver(Action.RESUME, "workload", ("to",)))] = None,
-    ) -> ActionOut:  # fmt: skip
-        """Resume a preempted workload from its newest good checkpoint (disruptive)."""
-        return await act(
-            Action.RESUME,
-            workload,
-            {"to": to},
-            dry_run=dry_run,
-            reason=reason,
-            asked=asked,
-            ctx=ctx,
-        )
-
-    @mcp.tool(title="Restore a checkpoint", annotations=ACT)
-    async def restore_checkpoint(
-        checkpoint: CheckpointId, ctx: Context, to: To = None, dry_run: DryRun = False, reason: Reason = "",
-        asked: Annotated[Asked, Resolve(resolver(Action.RESTORE, "checkpoint", ("to",)))] = None,
-    ) -> ActionOut:  # fmt: skip
-        """Restore a stopped or failed workload from a given checkpoint (disruptive)."""
-        return await act(
-            Action.RESTORE,
-            checkpoint,
-            {"to": to},
-            dry_run=dry_run,
-            reason=reason,
-            asked=asked,
-            ctx=ctx,
-        )
-
-    @mcp.tool(title="Fail over a workload", annotations=ACT)
-    async def failover_workload(
-        workload: WorkloadId, ctx: Context, to: To = None, dry_run: DryRun = False, reason: Reason = "",
-        asked: Annotated[Asked, Resolve(resolver(Action.FAILOVER, "workload", ("to",)))] = None,
-    ) -> ActionOut:  # fmt: skip
-        """A workload died: restore its newest good checkpoint on another node (disruptive)."""
-        return await act(
-            Action.FAILOVER,
-            workload,
-            {"to": to},
-            dry_run=dry_run,
-            reason=reason,
-            asked=asked,
-            ctx=ctx,
-        )
-
-    @mcp.tool(title="Drain a node", annotations=ACT)
-    async def drain_node(
-        node: NodeId, ctx: Context, to: To = None, dry_run: DryRun = False, reason: Reason = "",
-        asked: Annotated[Asked, Resolve(resolver(Action.DRAIN_NODE, "node", ("to",)))] = None,
-    ) -> ActionOut:  # fmt: skip
-        """Save and move every workload off a node, then mark it unschedulable (disruptive)."""
-        return await act(Action.DRAIN_NODE, node, {"to": to, "reason": reason or None}, dry_run=dry_run,
-                         reason=reason, asked=asked, ctx=ctx)  # fmt: skip
-
-    @mcp.tool(title="Undrain a node", annotations=RETURN)
-    async def undrain_node(
-        node: NodeId, ctx: Context, dry_run: DryRun = False, reason: Reason = "",
-        asked: Annotated[Asked, Resolve(resolver(Action.UNDRAIN_NODE, "node"))] = None,
-    ) -> ActionOut:  # fmt: skip
-        """Return a drained or down node to service so work may land there again (safe)."""
-        return await act(Action.UNDRAIN_NODE, node, {}, dry_run=dry_run, reason=reason, asked=asked,
-                         ctx=ctx)  # fmt: skip
-
-    @mcp.tool(title="Scale a workload", annotations=ACT)
-    async def scale_workload(
-        workload: WorkloadId, ctx: Context,
-        replicas: Annotated[int, Field(ge=0, le=10000, description="Desired replicas")],
-        dry_run: DryRun = False, reason: Reason = "",
-        asked: Annotated[Asked, Resolve(resolver(Action.SCALE, "workload", ("replicas",)))] = None,
-    ) -> ActionOut:  # fmt: skip
-        """Change a workload's replica count (backends that support it; others: denied)."""
-        return await act(Action.SCALE, workload, {"replicas": replicas}, dry_run=dry_run, reason=reason,
-                         asked=asked, ctx=ctx)  # fmt: skip
-
-    @mcp.tool(title="Delete a checkpoint", annotations=ACT)
-    async def delete_checkpoint(
-        checkpoint: CheckpointId, ctx: Context, dry_run: DryRun = False, reason: Reason = "",
-        asked: Annotated[Asked, Resolve(resolver(Action.DELETE_CHECKPOINT, "checkpoint"))] = None,
-    ) -> ActionOut:  # fmt: skip
-        """Delete a checkpoint image for good (destructive; the newest good one of a live workload is protected)."""
-        return await act(
-            Action.DELETE_CHECKPOINT,
-            checkpoint,
-            {},
-            dry_run=dry_run,
-            reason=reason,
-            asked=asked,
-            ctx=ctx,
-        )
+    # Every action tool comes from the catalogue (core.actions): its name, title,
+    # description, target argument and parameters (with their descriptions), so the tools
+    # cannot drift from what the service validates.
+    for spec in actions.CATALOGUE.values():
+        _register_action(mcp, spec, act, resolver, Asked)
 
     @mcp.tool(title="Execute an approved plan", annotations=ACT)
     async def execute_approved(

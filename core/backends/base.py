@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from pydantic import BaseModel, Field
 
 from core import errors
+from core.actions import ActionParams
 from core.model import Action, CheckpointInfo, NodeInfo, PlanStep, WorkloadInfo
 
 # Defined in core.model (below every layer, so engines and the wrapper use them without
@@ -65,7 +66,10 @@ class Backend(Protocol):
 
     def checkpoints(self, workload: str | None = None) -> list[CheckpointInfo]: ...
 
-    def plan(self, action: Action, target: str, params: dict[str, Any]) -> PlanDraft: ...
+    def plan(self, action: Action, target: str, params: ActionParams) -> PlanDraft:
+        """A draft for ``action`` on ``target`` (a name local to this backend) with
+        parameters already validated against the catalogue (``core.actions``)."""
+        ...
 
     def run_step(self, op: str, args: dict[str, Any], progress: ProgressFn) -> dict[str, Any]: ...
 

@@ -32,7 +32,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from core import errors
-from core.model import Action, Plan, PrincipalKind, RiskClass, risk_of, utcnow
+from core.actions import risk_of
+from core.model import Action, Plan, PrincipalKind, RiskClass, utcnow
 
 Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 WEEKDAYS: tuple[Weekday, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")

@@ -36,7 +36,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from core.model import Action, NodeHealth, NodeInfo, RiskClass, WorkloadInfo, WorkloadState, risk_of
+from core.actions import risk_of
+from core.model import Action, NodeHealth, NodeInfo, RiskClass, WorkloadInfo, WorkloadState
 from core.planner.placement import NodeSlot, Placement
 from core.signals.model import (
     GpuHealth,

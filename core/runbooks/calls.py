@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from core import errors
-from core.model import Action, Plan, Principal, parse_ref, utcnow
+from core import actions, errors
+from core.model import Action, Plan, Principal, utcnow
 from core.service import insights
 from core.service.facade import Service
 from core.signals.sla import node_speed
 
-__all__ = ["ACTION_MAP", "CALLS", "CallContext", "ToolCall", "check_params", "projection"]
+__all__ = ["CALLS", "CallContext", "ToolCall", "check_params", "projection"]
 
 
 @dataclass(frozen=True)
@@ -58,21 +58,17 @@ def _json(value: Any) -> Any:
     return dump(mode="json") if callable(dump) else value
 
 
-def _node_name(node: str) -> tuple[str, str]:
-    ref = parse_ref(node, what="node")
-    return ref.backend, ref.name
-
-
 def require_node(svc: Service, node: str) -> tuple[str, str]:
-    """(backend, name) of a node that exists; ``NotFound`` naming the known nodes otherwise."""
-    backend, name = _node_name(node)
-    known = svc.nodes(backend)  # an unknown backend is NotFound here already
+    """(backend, name) of a node that exists, given as ``NAME`` or ``BACKEND:NAME``;
+    ``NotFound`` naming the known nodes otherwise (``InvalidInput`` for an ambiguous name)."""
+    backend, name = svc.resolve_node(node)
+    known = backend.nodes()
     if not any(n.name == name for n in known):
         raise errors.NotFound(
-            f"no node {node}",
-            hint=f"nodes of {backend}: {', '.join(n.name for n in known) or '(none)'}",
+            f"no node {backend.name}:{name}",
+            hint=f"nodes of {backend.name}: {', '.join(n.name for n in known) or '(none)'}",
         )
-    return backend, name
+    return backend.name, name
 
 
 def check_params(svc: Service, types: Mapping[str, str], params: Mapping[str, Any]) -> None:
@@ -83,15 +79,6 @@ def check_params(svc: Service, types: Mapping[str, str], params: Mapping[str, An
             require_node(svc, str(params[name]))
 
 
-def _to(a: Mapping[str, Any]) -> str | None:
-    """``to`` as the backend names it: runbook parameters are ``BACKEND:NAME`` node ids, the
-    backends' plans take the bare name."""
-    to = a.get("to")
-    if to in (None, ""):
-        return None
-    return _node_name(str(to))[1] if ":" in str(to) else str(to)
-
-
 # --------------------------------------------------------------------------- read tools
 
 
@@ -99,7 +86,7 @@ def _cluster_status(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
     _args("cluster_status", a, {"node"}, set())
     out = _json(svc.cluster_status())
     if a.get("node"):
-        backend, name = _node_name(a["node"])
+        backend, name = require_node(svc, a["node"])
         match = [n for n in svc.nodes(backend) if n.name == name]
         if not match:
             raise errors.NotFound(f"no node {a['node']}", hint="list nodes with list_nodes")
@@ -117,9 +104,7 @@ def _list_workloads(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
     _args("list_workloads", a, {"backend", "node", "state"}, set())
     backend, node = (None, None)
     if a.get("node"):
-        backend, node = _node_name(a["node"])
-    if a.get("node"):
-        require_node(svc, a["node"])
+        backend, node = require_node(svc, a["node"])
     items = svc.workloads(a.get("backend") or backend)
     if node:
         items = [w for w in items if w.node == node]
@@ -184,7 +169,7 @@ def _cluster_health(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
     report = insights.cluster_health(svc)
     if not a.get("node"):
         return _json(report)
-    backend, name = _node_name(a["node"])
+    backend, name = require_node(svc, a["node"])
     for sig in report.nodes:
         if sig.backend == backend and sig.node in (name, a["node"]):
             return {**_json(sig), "reason": "; ".join(sig.reasons) or "no reason reported"}
@@ -212,8 +197,9 @@ def _plan_actions(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
 def _plan(action: Action) -> ToolCall:
     def call(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
         _args(f"plan_{action.value}", a, {"workload", "to", "reason"}, {"workload"})
-        params = {"to": _to(a)}
-        plan = svc.plan(action, a["workload"], params, reason=a.get("reason") or "")
+        params = {"to": a.get("to") or None}
+        plan = svc.plan(action, a["workload"], params, reason=a.get("reason") or "",
+                        interface=actions.Interface.RUNBOOK)  # fmt: skip
         out = _json(plan)
         out["projection"] = projection(svc, plan)
         return out
@@ -297,41 +283,26 @@ def _get_approval(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
 
 # --------------------------------------------------------------------------- action tools
 
-# tool -> (action, the argument naming the target, extra parameters passed to the plan)
-ACTION_MAP: dict[str, tuple[Action, str, tuple[str, ...]]] = {
-    "checkpoint_workload": (Action.CHECKPOINT, "workload", ("stop",)),
-    "migrate_workload": (Action.MIGRATE, "workload", ("to",)),
-    "preempt_workload": (Action.PREEMPT, "workload", ()),
-    "resume_workload": (Action.RESUME, "workload", ("to",)),
-    "restore_checkpoint": (Action.RESTORE, "checkpoint", ("to",)),
-    "failover_workload": (Action.FAILOVER, "workload", ("to",)),
-    "drain_node": (Action.DRAIN_NODE, "node", ("save",)),
-    "undrain_node": (Action.UNDRAIN_NODE, "node", ()),
-    "scale_workload": (Action.SCALE, "workload", ("replicas",)),
-    "delete_checkpoint": (Action.DELETE_CHECKPOINT, "checkpoint", ()),
-}
 
-
-def _action(tool: str) -> ToolCall:
-    action, target_arg, extra = ACTION_MAP[tool]
+def _action(spec: actions.ActionSpec) -> ToolCall:
+    """The runbook call of a catalogue action: its target, its parameters (checked by the
+    service against the catalogue, so an unknown or redirected one is refused with the
+    valid arguments), ``reason`` (required: runbook steps always say why) and ``dry_run``."""
+    target_arg = spec.target.value
+    allowed = {target_arg, "reason", "dry_run", *spec.fields(), *spec.redirects}
 
     def call(svc: Service, a: dict[str, Any], ctx: CallContext) -> Any:
-        _args(tool, a, {target_arg, "reason", "dry_run", *extra}, {target_arg, "reason"})
-        params = {k: a[k] for k in extra if a.get(k) is not None}
-        if "to" in params:
-            params["to"] = _to(a)
-        if action is Action.CHECKPOINT:
-            params.setdefault("stop", False)
-        if action is Action.DRAIN_NODE:
-            params.setdefault("save", True)
+        _args(spec.runbook_call, a, allowed, {target_arg, "reason"})
+        params = {k: v for k, v in a.items() if k not in (target_arg, "reason", "dry_run")}
         result = svc.act(
-            action,
+            spec.action,
             a[target_arg],
             params,
             principal=ctx.principal,
             reason=a["reason"],
             dry_run=ctx.dry_run or a.get("dry_run") is True,
             trigger=ctx.trigger,
+            interface=actions.Interface.RUNBOOK,
         )
         return _json(result)
 
@@ -353,5 +324,5 @@ CALLS: dict[str, ToolCall] = {
     "plan_failover": _plan(Action.FAILOVER),
     "list_approvals": _list_approvals,
     "get_approval": _get_approval,
-    **{tool: _action(tool) for tool in ACTION_MAP},
+    **{spec.runbook_call: _action(spec) for spec in actions.CATALOGUE.values()},
 }

@@ -2,14 +2,16 @@
 
 One place for the list, grouped by what a call can do: ``READ_TOOLS`` and ``PLAN_TOOLS``
 never change anything; ``ACTION_TOOLS`` take ``dry_run`` and ``reason`` and answer with a
-``status`` from ``ACTION_STATUSES``. Limits: this is a static mirror of the MCP server's
-tools; when the server can report its own list, replace these constants with that list
-(the tests and the runbook validator read only the names exported here).
+``status`` from ``ACTION_STATUSES``. The action tools come from the catalogue
+(``core.actions``). Limits: the read and plan tools are a static mirror of the MCP
+server's tools; the tests and the runbook validator read only the names exported here.
 """
 
 from __future__ import annotations
 
 from typing import Final
+
+from core.actions import CATALOGUE
 
 __all__ = [
     "ACTION_STATUSES",
@@ -24,6 +26,7 @@ __all__ = [
 READ_TOOLS: Final[frozenset[str]] = frozenset(
     {
         "cluster_status",
+        "list_nodes",
         "list_workloads",
         "get_workload",
         "list_checkpoints",
@@ -41,22 +44,10 @@ READ_TOOLS: Final[frozenset[str]] = frozenset(
 
 PLAN_TOOLS: Final[frozenset[str]] = frozenset({"plan_migration", "plan_failover"})
 
+# Every catalogue action (core.actions) is an action tool, plus the approval and runbook ones.
 ACTION_TOOLS: Final[frozenset[str]] = frozenset(
-    {
-        "checkpoint_workload",
-        "migrate_workload",
-        "preempt_workload",
-        "resume_workload",
-        "restore_checkpoint",
-        "failover_workload",
-        "drain_node",
-        "undrain_node",
-        "scale_workload",
-        "delete_checkpoint",
-        "execute_approved",
-        "start_runbook",
-        "continue_runbook",
-    }
+    {spec.mcp_tool for spec in CATALOGUE.values()}
+    | {"execute_approved", "start_runbook", "continue_runbook"}
 )
 
 ALL_TOOLS: Final[frozenset[str]] = READ_TOOLS | PLAN_TOOLS | ACTION_TOOLS

@@ -12,14 +12,15 @@ Inventory calls fan out to the configured backends. Nothing here knows about MCP
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 import structlog
 from pydantic import BaseModel, Field
 
-from core import errors
+from core import actions, errors
+from core.actions import ActionParams, Interface, Target
 from core.backends.base import (
     Backend,
     BatchSpec,
@@ -51,7 +52,7 @@ from core.model import (
     WorkloadInfo,
     WorkloadState,
     parse_ref,
-    risk_of,
+    validate_name,
 )
 from core.service.context import WorldContext
 from core.service.executor import Executor
@@ -65,9 +66,7 @@ from core.wrapper.spec import RunSpec
 
 log = structlog.get_logger("clawpoint.service")
 
-# Actions whose target is a checkpoint or a node rather than a workload.
-_CHECKPOINT_TARGETS = {Action.RESTORE, Action.DELETE_CHECKPOINT}
-_NODE_TARGETS = {Action.DRAIN_NODE, Action.UNDRAIN_NODE}
+RawParams = Mapping[str, Any] | ActionParams | None
 
 
 def _comparable(state: WorkloadState) -> WorkloadState:
@@ -157,6 +156,52 @@ class Service(PeopleDesk, WorldContext):
         parsed = parse_ref(ref, what=what)
         return self.backend(parsed.backend), parsed.name
 
+    def resolve_node(self, ref: str) -> tuple[Backend, str]:
+        """A node id as people and agents write it: ``BACKEND:NAME`` or a bare ``NAME``.
+
+        A bare name is looked up on every backend: one match is that node; none is
+        ``NotFound`` listing the nodes there are; several is ``InvalidInput`` listing the
+        candidates (the caller must say which)."""
+        if not isinstance(ref, str) or ":" in ref:
+            return self._split(ref, what="node")
+        validate_name(ref, what="node name")
+        found: list[str] = []
+        known: list[str] = []
+        for backend in self.backends.values():
+            try:
+                nodes = backend.nodes()
+            except errors.BackendUnavailable:
+                continue  # a backend that does not answer cannot hold the match we report
+            known.extend(n.id for n in nodes)
+            found.extend(n.id for n in nodes if n.name == ref)
+        if len(found) == 1:
+            return self._split(found[0], what="node")
+        if found:
+            raise errors.InvalidInput(
+                f"node name {ref!r} is ambiguous: {', '.join(found)} all have it",
+                hint=f"pass the full id, one of: {', '.join(found)}",
+                details={"candidates": found},
+            )
+        raise errors.NotFound(
+            f"no node named {ref!r}",
+            hint=f"known nodes: {', '.join(known) or '(none)'}",
+            details={"known": known},
+        )
+
+    def _node_on(self, backend: Backend, ref: str) -> str:
+        """``to`` as the target's backend names it: ``NAME`` or ``BACKEND:NAME`` of that
+        backend (a node of another backend cannot take the workload)."""
+        if ":" not in ref:
+            return validate_name(ref, what="node name")
+        parsed = parse_ref(ref, what="node")
+        if parsed.backend != backend.name:
+            raise errors.InvalidInput(
+                f"node {ref} is on the {parsed.backend} backend, but the target is on "
+                f"{backend.name}",
+                hint=f"pass a node of {backend.name} (e.g. {backend.name}:NAME) or omit it",
+            )
+        return parsed.name
+
     def _split_checkpoint(self, ref: str) -> tuple[Backend, str]:
         backend_name, sep, rest = ref.partition(":")
         lineage, at, seq = rest.partition("@")
@@ -233,29 +278,48 @@ class Service(PeopleDesk, WorldContext):
 
     # ------------------------------------------------------------------ planning
     def plan(
-        self, action: Action, target: str, params: dict[str, Any] | None = None, *, reason: str = ""
+        self,
+        action: Action,
+        target: str,
+        params: RawParams = None,
+        *,
+        reason: str = "",
+        interface: Interface = Interface.MCP,
     ) -> Plan:
-        """A sealed, persisted plan. Read-only: never changes a workload."""
-        params = {k: v for k, v in (params or {}).items() if v is not None}
-        if action in _CHECKPOINT_TARGETS:
+        """A sealed, persisted plan. Read-only: never changes a workload.
+
+        ``params`` are checked against the action's model in the catalogue
+        (``core.actions``); errors name the next step in the words of ``interface``."""
+        spec = actions.spec(action)
+        typed = actions.parse(action, params, interface=interface)
+        if spec.target is Target.CHECKPOINT:
             backend, local_target = self._split_checkpoint(target)
-        elif action in _NODE_TARGETS:
-            backend, local_target = self._split(target, what="node")
+        elif spec.target is Target.NODE:
+            backend, local_target = self.resolve_node(target)
         else:
             backend, local_target = self._split(target, what="workload")
         if action not in backend.capabilities():
             from core.backends.base import not_supported
 
             raise not_supported(backend.name, action)
-        draft = backend.plan(action, local_target, params)
+        updates: dict[str, Any] = {}
+        to = getattr(typed, "to", None)
+        if isinstance(to, str):
+            updates["to"] = self._node_on(backend, to)
+        if reason and "reason" in type(typed).model_fields and not getattr(typed, "reason", ""):
+            updates["reason"] = reason
+        if updates:
+            typed = typed.model_copy(update=updates)
+        draft = backend.plan(action, local_target, typed)
+        recorded = typed.model_dump(mode="json", exclude_defaults=True)
         plan = Plan(
             action=action,
             target=f"{backend.name}:{local_target}",
             backend=backend.name,
-            params=params,
+            params=recorded,
             steps=draft.steps,
             on_failure=draft.on_failure,
-            risk=risk_of(action, params),
+            risk=actions.risk_of(action, typed),
             summary=draft.summary,
             expected_pause_s=draft.expected_pause_s,
             saves=draft.saves,
@@ -273,7 +337,7 @@ class Service(PeopleDesk, WorldContext):
 
         Every backend reports a workload's state and node the same way, so this is drafted
         here once rather than in each backend's planner."""
-        if action in _NODE_TARGETS:
+        if actions.spec(action).target is Target.NODE:
             return Preconditions()
         if action is Action.DELETE_CHECKPOINT:
             return Preconditions(checkpoint=f"{backend.name}:{local_target}")
@@ -352,7 +416,7 @@ class Service(PeopleDesk, WorldContext):
         self,
         action: Action,
         target: str,
-        params: dict[str, Any],
+        params: RawParams,
         *,
         principal: Principal,
         client: str,
@@ -564,10 +628,11 @@ class Service(PeopleDesk, WorldContext):
         self,
         action: Action,
         target: str,
-        params: dict[str, Any] | None = None,
+        params: RawParams = None,
         *,
         principal: Principal,
         reason: str = "",
+        interface: Interface = Interface.MCP,
         confirmed: bool = False,
         dry_run: bool = False,
         progress: ProgressFn = no_progress,
@@ -578,7 +643,7 @@ class Service(PeopleDesk, WorldContext):
 
         A backend that cannot do the action answers ``denied`` with the reason."""
         try:
-            plan = self.plan(action, target, params, reason=reason)
+            plan = self.plan(action, target, params, reason=reason, interface=interface)
         except errors.NotSupported as exc:
             self.audit.append(
                 "decision",

@@ -56,7 +56,7 @@ class Subject:
 
     def target_of(self, action: Action) -> str | None:
         """The id ``action`` is planned on here; None: this backend has none of that kind."""
-        if action in (Action.DRAIN_NODE, Action.UNDRAIN_NODE):
+        if action in (Action.DRAIN_NODE, Action.UNDRAIN_NODE, Action.CORDON_NODE):
             return self.source
         if action is Action.RESUME:
             return self.stopped

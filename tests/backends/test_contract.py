@@ -3,10 +3,13 @@
 - ``to`` (migrate, requeue, resume, failover, restore, drain) places the workload on that
   node, and says so in the summary; a node that does not exist, or the node the workload is
   already on, is refused before anything runs.
-- ``stop`` (checkpoint), ``save`` and ``reason`` (drain) change the plan as they promise.
-- A parameter the action does not take (``to_node``, a typo) is refused with a clear error,
-  never ignored.
-- undrain returns a drained node to service, and refuses a node that is not drained.
+- ``save`` and ``reason`` (drain) change the plan as they promise; a checkpoint leaves the
+  workload running (checkpoint-and-stop is preempt, and ``stop`` is refused naming it).
+- Backends take the catalogue's typed parameters (``core.actions``): a parameter the action
+  does not take (``to_node``, a typo) is refused with a clear error, never ignored, and a
+  backend refuses parameters of another action's model.
+- cordon marks a node unschedulable and moves nothing; undrain returns a drained or
+  cordoned node to service, and refuses a node that is not drained.
 - Every rollback and hint a plan carries names only commands of the installed CLI and tools
   of the live MCP server.
 """
@@ -19,7 +22,8 @@ from datetime import UTC, datetime
 import pytest
 
 from core import errors
-from core.model import ACTION_PARAMS, Action, NodeInfo, RiskClass, risk_of
+from core.actions import CATALOGUE, NoParams, params_for, parse, risk_of
+from core.model import Action, NodeInfo, RiskClass
 from tests.backends.conftest import Subject, execute
 from tests.backends.named import NOT_TOOLS, InstalledCli, command_refs, config_keys, tool_like
 
@@ -39,14 +43,14 @@ def _capable(subject: Subject, action: Action) -> None:
 
 
 def test_every_action_taking_to_is_covered() -> None:
-    assert {a for a, params in ACTION_PARAMS.items() if "to" in params} == set(MOVES)
+    assert {a for a, spec in CATALOGUE.items() if "to" in spec.fields()} == set(MOVES)
 
 
 @pytest.mark.parametrize("action", MOVES, ids=lambda a: a.value)
 def test_to_places_the_workload_on_that_node(subject: Subject, action: Action) -> None:
     _capable(subject, action)
     target = subject.target(action)
-    draft = subject.backend.plan(action, target, {"to": subject.other})
+    draft = subject.backend.plan(action, target, params_for(action, to=subject.other))
     assert subject.placement(draft) == {subject.other}, [s.model_dump() for s in draft.steps]
     assert subject.other in draft.summary
 
@@ -56,44 +60,54 @@ def test_to_places_the_workload_on_that_node(subject: Subject, action: Action) -
 def test_to_a_node_that_does_not_exist_is_refused(subject: Subject, action: Action) -> None:
     _capable(subject, action)
     with pytest.raises(errors.NotFound) as info:
-        subject.backend.plan(action, subject.target(action), {"to": "nowhere-9"})
+        subject.backend.plan(action, subject.target(action), params_for(action, to="nowhere-9"))
     assert "nowhere-9" in info.value.message and info.value.hint
 
 
 def test_migrate_to_the_node_it_is_on_is_refused(subject: Subject) -> None:
     with pytest.raises(errors.InvalidInput) as info:
-        subject.backend.plan(Action.MIGRATE, subject.running, {"to": subject.source})
+        subject.backend.plan(
+            Action.MIGRATE, subject.running, params_for(Action.MIGRATE, to=subject.source)
+        )
     assert subject.source in info.value.message and info.value.hint
 
 
 @pytest.mark.parametrize("action", list(Action), ids=lambda a: a.value)
 def test_a_parameter_the_action_does_not_take_is_refused(subject: Subject, action: Action) -> None:
     _capable(subject, action)
-    target = subject.target(action)
-    for params in ({"to_node": subject.other}, {"bogus": 1}, {"stop": True, "dry": 1}):
-        if set(params) <= ACTION_PARAMS[action]:
+    takes = set(CATALOGUE[action].fields())
+    for params in ({"to_node": subject.other}, {"bogus": 1}, {"replicas": 2, "dry": 1}):
+        unknown = sorted(set(params) - takes)
+        if not unknown:
             continue
         with pytest.raises(errors.InvalidInput) as info:
-            subject.backend.plan(action, target, params)
-        unknown = sorted(set(params) - ACTION_PARAMS[action])
-        assert all(repr(k) in info.value.message for k in unknown), info.value.message
-        assert info.value.hint
+            parse(action, params)
+        assert all(k in info.value.message for k in unknown), info.value.message
+        assert all(f in info.value.hint for f in takes), info.value.hint
+    # Another action's model is refused by the backend itself, never half-read.
+    wrong = NoParams() if takes else params_for(Action.MIGRATE, to=subject.other)
+    with pytest.raises(errors.InvalidInput):
+        subject.backend.plan(action, subject.target(action), wrong)
 
 
-def test_checkpoint_stop_reaches_the_plan(subject: Subject) -> None:
-    stop = subject.backend.plan(Action.CHECKPOINT, subject.running, {"stop": True})
-    keep = subject.backend.plan(Action.CHECKPOINT, subject.running, {"stop": False})
-    assert "stop it" in stop.summary and "stop it" not in keep.summary
-    assert stop.steps != keep.steps
+def test_checkpoint_leaves_running_and_stop_names_preempt(subject: Subject) -> None:
+    keep = subject.backend.plan(Action.CHECKPOINT, subject.running, NoParams())
+    stop = subject.backend.plan(Action.PREEMPT, subject.running, NoParams())
+    assert "stop it" not in keep.summary and keep.steps != stop.steps
+    with pytest.raises(errors.InvalidInput) as info:
+        parse(Action.CHECKPOINT, {"stop": True})
+    assert "preempt_workload" in info.value.message + info.value.hint
+    assert parse(Action.CHECKPOINT, {"stop": False}) == NoParams()  # asks for nothing else
 
 
 def test_drain_save_and_reason_reach_the_plan(subject: Subject) -> None:
     reason = "kernel upgrade 6.18"
     params = {"reason": reason, "to": subject.other}
-    saved = subject.backend.plan(Action.DRAIN_NODE, subject.source, {**params, "save": True})
+    drain = Action.DRAIN_NODE
+    saved = subject.backend.plan(drain, subject.source, params_for(drain, **params, save=True))
     assert subject.placement(saved) == {subject.other}, "a drain that saves moves the workload"
     assert any(s.args.get("reason") == reason for s in saved.steps)
-    unsaved = subject.backend.plan(Action.DRAIN_NODE, subject.source, {**params, "save": False})
+    unsaved = subject.backend.plan(drain, subject.source, params_for(drain, **params, save=False))
     assert not subject.placement(unsaved)
     assert any(s.args.get("reason") == reason for s in unsaved.steps)
 
@@ -102,20 +116,45 @@ def test_undrain_returns_a_drained_node_to_service(subject: Subject) -> None:
     backend, node = subject.backend, subject.other
     assert risk_of(Action.UNDRAIN_NODE, {}) is RiskClass.SAFE
     with pytest.raises(errors.Conflict) as info:
-        backend.plan(Action.UNDRAIN_NODE, node, {})  # in service: nothing to undo
+        backend.plan(Action.UNDRAIN_NODE, node, NoParams())  # in service: nothing to undo
     assert info.value.hint
     try:
         # Without save: on a shared cluster, other tests' jobs there are left alone.
-        drain = backend.plan(Action.DRAIN_NODE, node, {"reason": "contract", "save": False})
+        drain = backend.plan(
+            Action.DRAIN_NODE, node, params_for(Action.DRAIN_NODE, reason="contract", save=False)
+        )
         assert not subject.placement(drain)
         execute(backend, drain)
         assert not _node(subject, node).schedulable
-        draft = backend.plan(Action.UNDRAIN_NODE, node, {})
+        draft = backend.plan(Action.UNDRAIN_NODE, node, NoParams())
         out = execute(backend, draft)
         assert _node(subject, node).schedulable, out
         # Had clawpoint died after the step, recovery would see that it took effect.
         step = draft.steps[-1]
         assert backend.recover_step(step.op, step.args, datetime.now(UTC)) is not None
+    finally:
+        if subject.name == "slurm":
+            subprocess.run(["scontrol", "update", f"nodename={node}", "state=RESUME"],
+                           capture_output=True, check=False)  # fmt: skip
+
+
+def test_cordon_marks_a_node_unschedulable_and_moves_nothing(subject: Subject) -> None:
+    backend, node = subject.backend, subject.source
+    cordon = Action.CORDON_NODE
+    assert risk_of(cordon, {}) is RiskClass.DISRUPTIVE
+    before = {w.id: w.node for w in backend.workloads() if w.node == node}
+    try:
+        draft = backend.plan(cordon, node, params_for(cordon, reason="contract cordon"))
+        assert not subject.placement(draft), "a cordon moves no workload"
+        assert all(s.op not in ("checkpoint", "signal", "terminate") for s in draft.steps)
+        execute(backend, draft)
+        assert not _node(subject, node).schedulable
+        after = {w.id: w.node for w in backend.workloads() if w.id in before}
+        assert after == before, "its workloads stay where they are"
+        with pytest.raises(errors.Conflict):
+            backend.plan(cordon, node, params_for(cordon))  # already cordoned
+        execute(backend, backend.plan(Action.UNDRAIN_NODE, node, NoParams()))
+        assert _node(subject, node).schedulable
     finally:
         if subject.name == "slurm":
             subprocess.run(["scontrol", "update", f"nodename={node}", "state=RESUME"],
@@ -134,14 +173,16 @@ def test_rollbacks_and_hints_name_real_commands_and_tools(
     texts: list[tuple[str, str]] = []
     for action in Action:
         for params in ({}, {"to": subject.other}):
-            if set(params) - ACTION_PARAMS[action]:
+            if set(params) - set(CATALOGUE[action].fields()):
                 continue
+            if action is Action.SCALE:
+                params = {**params, "replicas": 2}
             target = subject.target_of(action)
             if target is None or action not in subject.backend.capabilities():
                 continue  # the service refuses it with the backend's not_supported hint
             what = f"{subject.name} {action.value} {params}"
             try:
-                draft = subject.backend.plan(action, target, params)
+                draft = subject.backend.plan(action, target, params_for(action, **params))
                 texts.append((f"{what} rollback", draft.rollback))
             except errors.ClawpointError as exc:
                 texts.append((f"{what} hint", exc.hint))

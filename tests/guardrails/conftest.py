@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
+from core.actions import risk_of
 from core.guardrails.approvals import ApprovalsConfig, ApprovalStore
 from core.guardrails.audit import AuditLog
 from core.guardrails.grants import GrantStore
 from core.guardrails.schema import install
-from core.model import Action, Plan, PlanStep, Principal, PrincipalKind, risk_of
+from core.model import Action, Plan, PlanStep, Principal, PrincipalKind
 from core.state.db import Database
 
 AGENT = Principal(id="agent-1", kind=PrincipalKind.AGENT)

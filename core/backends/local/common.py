@@ -29,6 +29,7 @@ _CAPABILITIES = frozenset(
         Action.FAILOVER,
         Action.DRAIN_NODE,
         Action.UNDRAIN_NODE,
+        Action.CORDON_NODE,
         Action.KILL,
         Action.DELETE_CHECKPOINT,
     }

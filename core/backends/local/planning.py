@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from core import errors
+from core import actions, errors
+from core.actions import ActionParams, CordonParams, DrainParams, MoveParams, StartParams
 from core.backends.base import PlanDraft, not_supported
 from core.backends.local.common import _CAPABILITIES, _LIVE, NAME, _resident_bytes
 from core.backends.local.config import LocalNodeConfig
@@ -21,7 +22,6 @@ from core.model import (
     PlanStep,
     WorkloadInfo,
     WorkloadState,
-    check_params,
     utcnow,
     validate_name,
 )
@@ -156,16 +156,18 @@ class LocalPlanning:
             "gpus": node.gpus if node else 0,
         }
 
-    def plan(self, action: Action, target: str, params: dict[str, Any]) -> PlanDraft:
+    def plan(self, action: Action, target: str, params: ActionParams) -> PlanDraft:
         if action not in _CAPABILITIES:
             raise not_supported(NAME, action, "local workloads are single processes; use migrate")
-        check_params(action, params)
+        params = actions.parse(action, params)  # the right model for this action, or refused
         if action is Action.RESTORE:
-            return self._plan_restore(target, params)
+            return self._plan_restore(target, actions.expect(params, MoveParams))
         if action is Action.DELETE_CHECKPOINT:
             return self._plan_delete(target)
         if action is Action.DRAIN_NODE:
-            return self._plan_drain(target, params)
+            return self._plan_drain(target, actions.expect(params, DrainParams))
+        if action is Action.CORDON_NODE:
+            return self._plan_cordon(target, actions.expect(params, CordonParams))
         if action is Action.UNDRAIN_NODE:
             return self._plan_undrain(target)
         validate_name(target, what="workload name")
@@ -173,7 +175,6 @@ class LocalPlanning:
         ref = f"{NAME}:{target}"
         size = self._size_hint(target)
         if action is Action.CHECKPOINT:
-            stop = bool(params.get("stop", False))
             self._require_state(rec, {WorkloadState.RUNNING}, action)
             _refuse_unsupported(rec, action)
             return PlanDraft(
@@ -181,24 +182,21 @@ class LocalPlanning:
                     PlanStep(
                         name="checkpoint",
                         op="checkpoint",
-                        args={"workload": target, "stop": stop},
-                        description=f"checkpoint {ref}"
-                        + (" and stop it" if stop else ", leave it running"),
+                        args={"workload": target, "stop": False},
+                        description=f"checkpoint {ref}, leave it running",
                     )
                 ],
-                summary=f"Checkpoint {ref} on {rec.node}"
-                + (" and stop it" if stop else " (it keeps running)"),
+                summary=f"Checkpoint {ref} on {rec.node} (it keeps running)",
                 expected_pause_s=self._estimate_pause(target),
                 saves=f"the full process state of {ref}{size}",
-                rollback="nothing to undo: a checkpoint only adds an image"
-                if not stop
-                else f"resume it: clawpoint resume {ref}",
+                rollback="nothing to undo: a checkpoint only adds an image",
                 scope=self._scope(rec),
             )
         if action is Action.MIGRATE:
             self._require_state(rec, {WorkloadState.RUNNING}, action)
             _refuse_unsupported(rec, action)
-            dest = self._pick_target(exclude={rec.node or ""}, requested=params.get("to"))
+            to = actions.expect(params, MoveParams).to
+            dest = self._pick_target(exclude={rec.node or ""}, requested=to)
             return PlanDraft(
                 steps=[
                     PlanStep(
@@ -254,9 +252,10 @@ class LocalPlanning:
             )
         if action is Action.RESUME:
             self._require_state(rec, {WorkloadState.STOPPED}, action)
-            wanted: str | None = params.get("to") or rec.node
+            start = actions.expect(params, StartParams)
+            wanted: str | None = start.to or rec.node
             dest = self._pick_target(exclude=set(), requested=wanted)
-            if params.get("fresh"):
+            if start.fresh:
                 return self._plan_fresh(rec, dest, fence=False)
             self._require_restorable(target)
             return PlanDraft(
@@ -281,8 +280,9 @@ class LocalPlanning:
                 )
             self._require_state(rec, {WorkloadState.FAILED}, action)
             exclude = {rec.node} if rec.node else set()
-            if params.get("fresh"):
-                dest = self._pick_target(exclude=exclude, requested=params.get("to"))
+            start = actions.expect(params, StartParams)
+            if start.fresh:
+                dest = self._pick_target(exclude=exclude, requested=start.to)
                 return self._plan_fresh(rec, dest, fence=True)
             good = self.store.newest_good(target)
             if good is None:
@@ -291,7 +291,7 @@ class LocalPlanning:
                     f"no checkpoint of {ref} verifies: nothing to fail over from",
                     hint=f"a person can start it from scratch: clawpoint failover {ref} --fresh",
                 )
-            dest = self._pick_target(exclude=exclude, requested=params.get("to"))
+            dest = self._pick_target(exclude=exclude, requested=start.to)
             lost = self._work_lost_note(good)
             return PlanDraft(
                 steps=[
@@ -385,7 +385,7 @@ class LocalPlanning:
             scope=self._move_scope(rec, dest),
         )
 
-    def _plan_restore(self, checkpoint_id: str, params: dict[str, Any]) -> PlanDraft:
+    def _plan_restore(self, checkpoint_id: str, params: MoveParams) -> PlanDraft:
         ckpt = self.store.get(checkpoint_id)
         self.store.verify(checkpoint_id, digests=False)  # known corrupt or truncated: refuse now
         rec = self.registry.get(ckpt.lineage)
@@ -401,7 +401,7 @@ class LocalPlanning:
                 f"checkpoint {checkpoint_id} belongs to no known workload",
                 hint="start it with 'clawpoint run --name NAME -- CMD' to restore it",
             )
-        dest = self._pick_target(exclude=set(), requested=params.get("to") or rec.node)
+        dest = self._pick_target(exclude=set(), requested=params.to or rec.node)
         return PlanDraft(
             steps=[
                 PlanStep(
@@ -454,15 +454,15 @@ class LocalPlanning:
             },
         )
 
-    def _plan_drain(self, node: str, params: dict[str, Any]) -> PlanDraft:
+    def _plan_drain(self, node: str, params: DrainParams) -> PlanDraft:
         info = self.get_node(node)
-        save = bool(params.get("save", True))
+        save = params.save
         steps: list[PlanStep] = []
         running = [w for w in self.workloads() if w.node == node and w.state in _LIVE]
         targets: list[str] = []
         for w in running:
             if save:
-                dest = self._pick_target(exclude={node}, requested=params.get("to"))
+                dest = self._pick_target(exclude={node}, requested=params.to)
                 targets.append(dest)
                 steps.append(
                     PlanStep(
@@ -500,12 +500,12 @@ class LocalPlanning:
                 args={
                     "node": node,
                     "schedulable": False,
-                    "reason": str(params.get("reason") or "drained by clawpoint"),
+                    "reason": params.reason or "drained by clawpoint",
                 },
                 description=f"mark {info.id} unschedulable",
             )
         )
-        onto = f" onto {params['to']}" if targets and params.get("to") else ""
+        onto = f" onto {params.to}" if targets and params.to else ""
         return PlanDraft(
             steps=steps,
             summary=f"Drain {info.id}: "
@@ -526,6 +526,33 @@ class LocalPlanning:
                 "workloads": [w.id for w in running],
                 "targets": targets,
             },
+        )
+
+    def _plan_cordon(self, node: str, params: CordonParams) -> PlanDraft:
+        info = self.get_node(node)
+        if not info.schedulable:
+            raise errors.Conflict(
+                f"{info.id} is already {info.state}: it takes no new workloads",
+                hint="nothing to do; 'clawpoint nodes' shows each node's state",
+            )
+        return PlanDraft(
+            steps=[
+                PlanStep(
+                    name="cordon",
+                    op="set_node",
+                    args={
+                        "node": node,
+                        "schedulable": False,
+                        "reason": params.reason or "cordoned by clawpoint",
+                    },
+                    description=f"mark {info.id} unschedulable; its workloads keep running",
+                )
+            ],
+            summary=f"Cordon {info.id}: nothing new lands there; "
+            f"{len(info.workloads)} workload(s) keep running",
+            saves="nothing to save: no workload moves",
+            rollback=f"return it to service: clawpoint nodes undrain {info.id}",
+            scope={"backend": NAME, "node": node, "node_labels": info.labels},
         )
 
     def _plan_undrain(self, node: str) -> PlanDraft:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from core import errors
+from core.actions import CordonParams, DrainParams, MoveParams, NoParams, StartParams
 from core.backends.base import PlanDraft, ProgressFn
 from core.model import NodeHealth, NodeInfo, PlanStep, WorkloadInfo, WorkloadState, validate_name
 
@@ -100,9 +101,9 @@ def _scope(w: WorkloadInfo) -> dict[str, Any]:
     return {"partition": w.partition, "node": w.node, "gpus": w.gpus, "labels": w.labels}
 
 
-def _target(b: SlurmBackend, params: dict[str, Any], *, away_from: str | None) -> str | None:
+def _target(b: SlurmBackend, params: MoveParams, *, away_from: str | None) -> str | None:
     """The node named by ``to`` (``n2`` or ``slurm:n2``), checked to exist and take jobs."""
-    wanted = params.get("to")
+    wanted = params.to
     if wanted is None:
         return None
     node = b.get_node(str(wanted))
@@ -131,10 +132,11 @@ def _place(target: str | None, avoid: str | None) -> dict[str, str]:
     return {}
 
 
-def plan_checkpoint(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> PlanDraft:
+def plan_checkpoint(b: SlurmBackend, w: WorkloadInfo, params: NoParams) -> PlanDraft:
+    """A leave-running checkpoint (SIGUSR1); checkpoint-and-stop is ``plan_preempt``."""
     _require_running(w)
     lineage = b._lineage(w)
-    stop = bool(params.get("stop"))
+    stop = False
     sig = "USR2" if stop else "USR1"
     steps = [
         _step(
@@ -165,7 +167,7 @@ def plan_checkpoint(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) ->
     )
 
 
-def plan_preempt(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> PlanDraft:
+def plan_preempt(b: SlurmBackend, w: WorkloadInfo, params: NoParams) -> PlanDraft:
     _require_running(w)
     return PlanDraft(
         steps=_save_and_stop(b, w),
@@ -176,7 +178,7 @@ def plan_preempt(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> Pl
     )
 
 
-def plan_resume(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> PlanDraft:
+def plan_resume(b: SlurmBackend, w: WorkloadInfo, params: StartParams) -> PlanDraft:
     if w.state is not WorkloadState.STOPPED and w.state is not WorkloadState.PENDING:
         raise errors.Conflict(
             f"Slurm job {w.name} is {w.state.value}, not held or pending",
@@ -194,7 +196,7 @@ def plan_resume(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> Pla
     )
 
 
-def plan_migrate(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> PlanDraft:
+def plan_migrate(b: SlurmBackend, w: WorkloadInfo, params: MoveParams) -> PlanDraft:
     _require_running(w)
     source = w.node or ""
     target = _target(b, params, away_from=source)
@@ -211,9 +213,9 @@ def plan_migrate(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> Pl
     )
 
 
-def plan_drain(b: SlurmBackend, node: NodeInfo, params: dict[str, Any]) -> PlanDraft:
-    reason = _reason(str(params.get("reason") or "clawpoint drain"))
-    save = params.get("save", True)
+def plan_drain(b: SlurmBackend, node: NodeInfo, params: DrainParams) -> PlanDraft:
+    reason = _reason(params.reason or "clawpoint drain")
+    save = params.save
     target = _target(b, params, away_from=node.name)
     jobs = [b.get_workload(wid) for wid in node.workloads]
     wrapped = [w for w in jobs if w.labels.get("lineage") and w.state is WorkloadState.RUNNING]
@@ -243,7 +245,33 @@ def plan_drain(b: SlurmBackend, node: NodeInfo, params: dict[str, Any]) -> PlanD
     )
 
 
-def plan_undrain(b: SlurmBackend, node: NodeInfo, params: dict[str, Any]) -> PlanDraft:
+def plan_cordon(b: SlurmBackend, node: NodeInfo, params: CordonParams) -> PlanDraft:
+    """Slurm's own drain: no new job starts there; running jobs go on until they end."""
+    if not node.schedulable:
+        raise errors.Conflict(
+            f"Slurm node {node.name} is {node.state}: it already takes no new jobs",
+            hint="nothing to do; 'clawpoint nodes --backend slurm' shows each node's state",
+        )
+    steps = [
+        _step(
+            "drain",
+            "drain",
+            f"drain {node.name}: nothing new starts there; running jobs go on",
+            node=node.name,
+            reason=_reason(params.reason or "clawpoint cordon"),
+        )
+    ]
+    return PlanDraft(
+        steps=steps,
+        summary=f"cordon Slurm node {node.name}: no new job starts there; "
+        f"{len(node.workloads)} job(s) keep running",
+        saves="nothing to save: no job moves",
+        rollback=f"return it to service: clawpoint nodes undrain slurm:{node.name}",
+        scope={"node": node.name, "partitions": node.partitions},
+    )
+
+
+def plan_undrain(b: SlurmBackend, node: NodeInfo, params: NoParams) -> PlanDraft:
     if node.schedulable and node.health is NodeHealth.HEALTHY:
         raise errors.Conflict(
             f"Slurm node {node.name} is {node.state}: not drained or down",
@@ -267,7 +295,7 @@ def plan_undrain(b: SlurmBackend, node: NodeInfo, params: dict[str, Any]) -> Pla
     )
 
 
-def plan_failover(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> PlanDraft:
+def plan_failover(b: SlurmBackend, w: WorkloadInfo, params: StartParams) -> PlanDraft:
     b._lineage(w)
     _require_restorable(b, w, params)
     node = w.node or ""
@@ -284,7 +312,7 @@ def plan_failover(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> P
     )
 
 
-def plan_failover_node(b: SlurmBackend, node: NodeInfo, params: dict[str, Any]) -> PlanDraft:
+def plan_failover_node(b: SlurmBackend, node: NodeInfo, params: StartParams) -> PlanDraft:
     target = _target(b, params, away_from=node.name)
     steps: list[PlanStep] = []
     for wid in node.workloads:
@@ -323,12 +351,12 @@ def _failover_steps(
     return steps + _restart(b, job, _place(target, node or None), prefix)
 
 
-def _require_restorable(b: SlurmBackend, w: WorkloadInfo, params: dict[str, Any]) -> None:
+def _require_restorable(b: SlurmBackend, w: WorkloadInfo, params: StartParams) -> None:
     """A restarted job's wrapper restores the newest good checkpoint of its lineage, and
     refuses to start at all when the lineage has checkpoints but none verifies (it never
     silently starts over). Refuse such a plan up front (sizes only: cheap), and refuse
     ``fresh``: starting a Slurm job over is a new submission, not a restart."""
-    if params.get("fresh"):
+    if params.fresh:
         raise errors.NotSupported(
             f"the slurm backend cannot start job {w.name} from scratch",
             hint="cancel it and submit the command again (clawpoint slurm submit) under a new "

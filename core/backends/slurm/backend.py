@@ -34,7 +34,9 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
+from core import actions as catalogue
 from core import errors
+from core.actions import ActionParams, CordonParams, DrainParams, MoveParams, NoParams, StartParams
 from core.backends.base import BatchSpec, PlanDraft, ProgressFn, not_supported
 from core.backends.slurm import actions, sbatch
 from core.backends.slurm.config import SlurmConfig
@@ -52,7 +54,6 @@ from core.model import (
     CheckpointInfo,
     NodeInfo,
     WorkloadInfo,
-    check_params,
     validate_name,
 )
 from core.store.store import CheckpointStore
@@ -107,6 +108,7 @@ class SlurmBackend:
                 Action.MIGRATE,
                 Action.DRAIN_NODE,
                 Action.UNDRAIN_NODE,
+                Action.CORDON_NODE,
                 Action.FAILOVER,
                 Action.REQUEUE,
             }
@@ -186,7 +188,7 @@ class SlurmBackend:
         return validate_name(lineage, what="lineage")
 
     # ----- plans ----------------------------------------------------------------------
-    def plan(self, action: Action, target: str, params: dict[str, Any]) -> PlanDraft:
+    def plan(self, action: Action, target: str, params: ActionParams) -> PlanDraft:
         if action is Action.SCALE:
             raise not_supported(
                 self.name,
@@ -195,24 +197,30 @@ class SlurmBackend:
             )
         if action not in self.capabilities():
             raise not_supported(self.name, action)
-        check_params(action, params)
+        params = catalogue.parse(action, params)  # the right model for this action, or refused
         if action is Action.DRAIN_NODE:
-            return actions.plan_drain(self, self.get_node(target), params)
+            drain = catalogue.expect(params, DrainParams)
+            return actions.plan_drain(self, self.get_node(target), drain)
+        if action is Action.CORDON_NODE:
+            cordon = catalogue.expect(params, CordonParams)
+            return actions.plan_cordon(self, self.get_node(target), cordon)
         if action is Action.UNDRAIN_NODE:
-            return actions.plan_undrain(self, self.get_node(target), params)
+            none = catalogue.expect(params, NoParams)
+            return actions.plan_undrain(self, self.get_node(target), none)
         if action is Action.FAILOVER and not JOB_ID_RE.fullmatch(target.removeprefix("slurm:")):
-            return actions.plan_failover_node(self, self.get_node(target), params)
+            start = catalogue.expect(params, StartParams)
+            return actions.plan_failover_node(self, self.get_node(target), start)
         w = self.get_workload(target)
         if action is Action.CHECKPOINT:
-            return actions.plan_checkpoint(self, w, params)
+            return actions.plan_checkpoint(self, w, catalogue.expect(params, NoParams))
         if action is Action.PREEMPT:
-            return actions.plan_preempt(self, w, params)
+            return actions.plan_preempt(self, w, catalogue.expect(params, NoParams))
         if action is Action.RESUME:
-            return actions.plan_resume(self, w, params)
+            return actions.plan_resume(self, w, catalogue.expect(params, StartParams))
         if action in (Action.MIGRATE, Action.REQUEUE):
-            return actions.plan_migrate(self, w, params)
+            return actions.plan_migrate(self, w, catalogue.expect(params, MoveParams))
         if action is Action.FAILOVER:
-            return actions.plan_failover(self, w, params)
+            return actions.plan_failover(self, w, catalogue.expect(params, StartParams))
         raise not_supported(self.name, action)
 
     def run_step(self, op: str, args: dict[str, Any], progress: ProgressFn) -> dict[str, Any]:
