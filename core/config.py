@@ -20,23 +20,33 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import platformdirs
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     ValidationError,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
 
 from core import errors
+from core.checkpoint.engine import DEFAULT_ENGINE, ENGINES, validate_name
 from core.guardrails.approvals import ApprovalsConfig
 from core.guardrails.notify import NotifyConfig
 from core.guardrails.policy import PolicyConfig
 from core.signals.config import SignalsConfig
+
+# An engine's name, checked against the registry (``core.checkpoint.engine.ENGINES``).
+EngineName = Annotated[
+    str,
+    AfterValidator(validate_name),
+    WithJsonSchema({"type": "string", "enum": list(ENGINES)}),
+]
 
 
 class _Section(BaseModel):
@@ -51,7 +61,7 @@ class StoreConfig(_Section):
 
 
 class CheckpointConfig(_Section):
-    default_engine: Literal["criu", "cooperative"] = "criu"
+    default_engine: EngineName = DEFAULT_ENGINE
     criu_path: str = "criu"
     # Deleted-but-open files up to this size are copied into each checkpoint (CRIU's
     # --ghost-limit; CRIU's own default of 1 MiB blocks common programs); larger ones refuse.

@@ -25,8 +25,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from core import errors
-from core.checkpoint.criu import criu_status
-from core.config import load_settings
+from core.checkpoint import engine as engines
+from core.config import CheckpointConfig, load_settings
 from core.model import Action, Principal, PrincipalKind, WorkloadState
 from core.service.facade import Service, bootstrap
 from core.wrapper.spec import RunSpec, output_files
@@ -237,12 +237,14 @@ class _Demo:
 def run_demo(
     *, state_mb: int = 200, keep_home: bool = False, say: Callable[[str], None] = print
 ) -> DemoReport:
-    status = criu_status()
-    engine = "criu" if status.available else "cooperative"
-    if not status.available:
-        say(
-            f"CRIU is not usable here ({status.reason}); running the demo with the cooperative engine"
-        )
+    # The counter runs under these (transparent first); the first that works here is used.
+    cfg = CheckpointConfig()  # the demo's home has no config file: the defaults
+    found = {name: engines.get(name).status(cfg) for name in ("criu", "cooperative")}
+    engine = next((name for name, st in found.items() if st.available), "cooperative")
+    for name, st in found.items():
+        if name == engine:
+            break
+        say(f"{name} is not usable here ({st.reason}); running the demo with {engine}")
     with _temporary_home(keep_home) as home:
         service = bootstrap(load_settings(home))
         report = DemoReport(ok=False, engine=engine, home=str(home), state_mb=state_mb)

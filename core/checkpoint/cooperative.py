@@ -19,15 +19,20 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
 from core import errors
 from core.checkpoint import engine
 from core.store.store import PendingCheckpoint
+
+if TYPE_CHECKING:
+    from core.config import CheckpointConfig
 
 log = structlog.get_logger(__name__)
 
@@ -128,3 +133,51 @@ def checkpoint(
     wall = time.perf_counter() - t0
     log.info("cooperative.saved", pid=pid, wall_s=round(wall, 3))
     return {"cooperative_save_s": wall}
+
+
+class CooperativeEngine:
+    """``cooperative``: the application saves and reloads its own state (module doc)."""
+
+    name = "cooperative"
+    needs_pid_namespace = False
+
+    def status(self, cfg: CheckpointConfig) -> engine.EngineStatus:
+        return status()
+
+    def require(self, cfg: CheckpointConfig) -> None:
+        parse_signal(cfg.cooperative_signal)
+
+    def payload_env(self, link: Path) -> dict[str, str]:
+        return {ENV_CHECKPOINT_DIR: str(link)}
+
+    def dump(self, req: engine.DumpRequest) -> engine.Dumped:
+        if req.link is None:
+            raise errors.CheckpointError(
+                "the cooperative engine needs the workload's checkpoint directory link",
+                hint="run the workload under the wrapper ('clawpoint run --engine cooperative')",
+            )
+        timings = checkpoint(
+            req.pid,
+            req.pending,
+            link=req.link,
+            sig=parse_signal(req.cfg.cooperative_signal),
+            timeout_s=req.cfg.cooperative_timeout_s,
+            alive=req.alive,
+        )
+        return engine.Dumped(timings=timings)
+
+    def resume(self, pid: int) -> None:
+        return None  # never frozen: the application saved while running
+
+    def end(self, pid: int, exited: threading.Event) -> None:
+        engine.terminate_tree(pid, grace_s=10, exited=exited)
+
+    def prepare_restore(self, req: engine.RestoreRequest) -> None:
+        return None
+
+    def restore(self, req: engine.RestoreRequest) -> engine.Restored:
+        # The command starts afresh and reloads the directory; ops verified it first.
+        return engine.Restored(pid=None, env={ENV_RESTORE_DIR: str(req.images)})
+
+
+ENGINE = CooperativeEngine()

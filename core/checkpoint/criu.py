@@ -40,16 +40,19 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import structlog
 
 from core import config, errors
-from core.checkpoint import engine, stats
+from core.checkpoint import engine, files, stats
 from core.store import digest
 from core.store.store import PendingCheckpoint
+
+if TYPE_CHECKING:
+    from core.config import CheckpointConfig
 
 log = structlog.get_logger(__name__)
 
@@ -259,6 +262,7 @@ def dump(
     criu_path: str = "criu",
     timeout_s: float = 3600,
     options: CriuOptions | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> dict[str, float]:
     """Dump the tree rooted at ``pid`` into ``pending.images_dir``; returns timings (seconds).
 
@@ -266,7 +270,8 @@ def dump(
     ``leave_running``: the tree goes on. ``leave_stopped``: the tree stays frozen (the caller
     kills it once the checkpoint is published, or resumes it if publishing failed: never
     lose the workload). Neither: CRIU kills the tree once the dump succeeded.
-    ``options``: None = ``current_options()`` (the configuration's).
+    ``options``: None = ``current_options()`` (the configuration's). ``env``: CRIU's
+    environment (None = ours), e.g. the GPU engine's helper on ``PATH`` for CRIU's plugin.
     """
     exe = require(criu_path)
     options = options or current_options()
@@ -284,7 +289,13 @@ def dump(
     follower.start()
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)  # noqa: S603 (argv list)
+        proc = subprocess.run(  # noqa: S603 (argv list)
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=None if env is None else dict(env),
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         follower.cancel()
         raise errors.CheckpointError(
@@ -320,12 +331,6 @@ def dump(
     return timings
 
 
-@dataclass
-class Restored:
-    pid: int
-    timings: dict[str, float] = field(default_factory=dict)
-
-
 def restore(
     images_dir: Path,
     *,
@@ -335,7 +340,8 @@ def restore(
     criu_path: str = "criu",
     timeout_s: float = 900,
     abort: threading.Event | None = None,
-) -> Restored:
+    env: Mapping[str, str] | None = None,
+) -> engine.Restored:
     """Restore a dumped tree as a child of the calling process; returns its root's host pid.
 
     ``inherit_pipes`` maps a pipe inode recorded at dump to the write end (an fd of ours)
@@ -363,7 +369,12 @@ def restore(
     before = _children()
     try:
         proc = subprocess.Popen(  # noqa: S603 (argv list)
-            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=fds
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            pass_fds=fds,
+            env=None if env is None else dict(env),
         )
         while True:
             try:
@@ -413,7 +424,7 @@ def restore(
     )
     timings.update({f"restore_{k}": v for k, v in restore_stats.items()})
     log.info("criu.restored", pid=pid, wall_s=round(wall, 3))
-    return Restored(pid=pid, timings=timings)
+    return engine.Restored(pid=pid, timings=timings)
 
 
 def _children() -> set[int]:
@@ -445,3 +456,88 @@ def _kill_new_children(before: set[int]) -> None:
 def resume(pid: int) -> None:
     """Let a tree restored with ``leave_stopped`` run (SIGCONT to every task of the tree)."""
     engine.signal_tree(pid, signal.SIGCONT)
+
+
+class CriuEngine:
+    """``criu``: transparent dump/restore of the payload's PID namespace (see module doc).
+
+    The workload's files are copied while the tree is frozen (``core.checkpoint.files``): a
+    leave-running checkpoint of a tree that has any is dumped ``--leave-stopped`` and resumed
+    right after the copy. Options are read afresh at every dump (``current_options``).
+    Subclassed by the GPU engine (``core.checkpoint.cuda``), which only adds the environment
+    CRIU's plugin needs and its own checks: ``criu_env`` and ``extra_checks``.
+    """
+
+    name = "criu"
+    needs_pid_namespace = True
+
+    def status(self, cfg: CheckpointConfig) -> engine.EngineStatus:
+        return criu_status(cfg.criu_path)
+
+    def require(self, cfg: CheckpointConfig) -> None:
+        require(cfg.criu_path)
+
+    def payload_env(self, link: Path) -> dict[str, str]:
+        return {}
+
+    def criu_env(self) -> dict[str, str] | None:
+        return None
+
+    def dump(self, req: engine.DumpRequest) -> engine.Dumped:
+        options = current_options()
+        # Cheap look before the freeze: only a tree with files to copy pays for a stopped dump.
+        frozen = req.stop or bool(files.writable_files(req.pid, exclude=req.exclude))
+        timings = dump(
+            req.pid,
+            req.pending,
+            leave_running=not frozen,
+            leave_stopped=frozen,
+            external_pipes=req.pipes,
+            criu_path=req.cfg.criu_path,
+            options=options,
+            env=self.criu_env(),
+        )
+        file_state: dict[str, object] = {"budget_bytes": options.file_budget_mib * 2**20}
+        if frozen:
+            t1 = time.perf_counter()
+            try:
+                file_state = files.save(
+                    req.pid,
+                    req.pending.images_dir,
+                    budget_bytes=options.file_budget_mib * 2**20,
+                    exclude=req.exclude,
+                )
+            except BaseException:
+                resume(req.pid)  # the dump froze it: let it go on rather than lose it
+                raise
+            timings["files_s"] = time.perf_counter() - t1
+            if not req.stop:
+                resume(req.pid)
+                frozen = False
+        extra = {"pipes": list(req.pipes), files.FILES_KEY: file_state}
+        return engine.Dumped(timings=timings, extra=extra, frozen=frozen)
+
+    def resume(self, pid: int) -> None:
+        resume(pid)
+
+    def end(self, pid: int, exited: threading.Event) -> None:
+        engine.kill_tree(pid)
+
+    def prepare_restore(self, req: engine.RestoreRequest) -> None:
+        # The files the workload wrote, back as they were at the checkpoint (digests checked
+        # first): CRIU refuses files whose size changed, and memory must match their contents.
+        files.put_back(req.info, req.images)
+
+    def restore(self, req: engine.RestoreRequest) -> engine.Restored:
+        return restore(
+            req.images,
+            work_dir=req.work_dir,
+            inherit_pipes=req.inherit_pipes,
+            leave_stopped=True,
+            criu_path=req.cfg.criu_path,
+            abort=req.abort,
+            env=self.criu_env(),
+        )
+
+
+ENGINE = CriuEngine()

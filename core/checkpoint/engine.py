@@ -1,4 +1,14 @@
-"""What every checkpoint engine reports about itself, and helpers on process trees.
+"""The checkpoint engine protocol, the registry of engines, and helpers on process trees.
+
+An engine is one module of ``core.checkpoint`` that defines ``ENGINE``, an object following
+``Engine``; ``ENGINES`` names each engine's module. Everything else (the wrapper, the
+configuration, the command line, cluster status, diagnostics, the demo) reads these two, so
+adding an engine is one module plus one ``ENGINES`` entry. ``core.checkpoint.ops`` drives an
+engine through the one checkpoint sequence (begin -> dump -> publish, or abort and resume)
+and the one verified restore.
+
+Modules are imported on first use (``get``): probing CRIU runs a binary and the GPU engine
+loads the driver library, which a process that only lists engines must not pay for.
 
 Limits: the tree helpers read ``/proc`` (Linux only) and act on the tree as it is at the
 moment they walk it; a process forked during the walk may be missed, which is why callers
@@ -7,13 +17,38 @@ only use them on frozen (stopped) trees or as a best effort before a kill.
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
+import structlog
 from pydantic import BaseModel
 
-ENGINES = ("criu", "cooperative")
+if TYPE_CHECKING:
+    from core.config import CheckpointConfig
+    from core.model import CheckpointInfo
+    from core.store.store import PendingCheckpoint
+
+# name -> module defining ENGINE. The first is the default engine.
+ENGINES: dict[str, str] = {
+    "criu": "core.checkpoint.criu",
+    "cooperative": "core.checkpoint.cooperative",
+    "cuda": "core.checkpoint.cuda",
+}
+DEFAULT_ENGINE = "criu"
+
+log = structlog.get_logger(__name__)
+
+Progress = Callable[[float, float | None, str], None]
+
+
+def _no_progress(done: float, total: float | None, message: str) -> None:
+    return None
 
 
 class EngineStatus(BaseModel):
@@ -21,6 +56,129 @@ class EngineStatus(BaseModel):
     available: bool
     version: str | None = None
     reason: str = ""
+
+
+@dataclass
+class DumpRequest:
+    """What one checkpoint asks of an engine (``ops.checkpoint`` fills it)."""
+
+    pid: int  # root of the payload's tree
+    pending: PendingCheckpoint
+    stop: bool  # the tree ends once the checkpoint is published
+    cfg: CheckpointConfig
+    pipes: Sequence[int] = ()  # inodes of the payload's stdout/stderr pipes
+    link: Path | None = None  # the cooperative engine's stable directory link
+    exclude: tuple[str, ...] = ()  # paths never copied as the workload's files (the store)
+    alive: Callable[[], bool] = lambda: True
+    progress: Progress = _no_progress
+
+
+@dataclass
+class Dumped:
+    """An engine's dump: timings, manifest extras, and whether the tree is still frozen.
+
+    ``frozen``: the tree is stopped; ``ops`` kills it once the checkpoint is published (a
+    stop) or resumes it (``Engine.resume``) if publishing fails: never lose the workload."""
+
+    timings: dict[str, float]
+    extra: dict[str, Any] = field(default_factory=dict)
+    frozen: bool = False
+
+
+@dataclass
+class RestoreRequest:
+    images: Path
+    info: CheckpointInfo
+    work_dir: Path
+    cfg: CheckpointConfig
+    inherit_pipes: Mapping[int, int] = field(default_factory=dict)
+    abort: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class Restored:
+    """A restored tree (``pid``, still stopped), or ``pid`` None: start the command afresh
+    with ``env`` added (an engine whose application reloads its own state)."""
+
+    pid: int | None
+    timings: dict[str, float] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+class Engine(Protocol):
+    """One way of checkpointing a payload. Every method raises ``ClawpointError`` only."""
+
+    name: str
+    needs_pid_namespace: bool  # the payload starts as init of its own PID namespace
+
+    def status(self, cfg: CheckpointConfig) -> EngineStatus:
+        """Can it work here, and if not, why (cheap enough for ``config check``)."""
+        ...
+
+    def require(self, cfg: CheckpointConfig) -> None:
+        """EngineUnavailable (with the reason and what to do) unless it can work here."""
+        ...
+
+    def payload_env(self, link: Path) -> dict[str, str]:
+        """Environment the payload starts with (``link``: a stable path the engine owns)."""
+        ...
+
+    def dump(self, req: DumpRequest) -> Dumped:
+        """Save the tree into ``req.pending``; with ``stop``, leave it frozen or ended."""
+        ...
+
+    def resume(self, pid: int) -> None:
+        """Let a tree a dump left frozen run on (a failed publish: keep the workload)."""
+        ...
+
+    def end(self, pid: int, exited: threading.Event) -> None:
+        """End the tree after a stop checkpoint was published."""
+        ...
+
+    def prepare_restore(self, req: RestoreRequest) -> None:
+        """Checks and put-backs before the restore (may raise CorruptCheckpoint)."""
+        ...
+
+    def restore(self, req: RestoreRequest) -> Restored:
+        """Recreate the tree stopped (``ops`` resumes it once verified), or say how to start."""
+        ...
+
+
+def names() -> list[str]:
+    return list(ENGINES)
+
+
+def get(name: str) -> Engine:
+    """The engine called ``name``; InvalidInput naming the known ones otherwise."""
+    from core import errors
+
+    module = ENGINES.get(name)
+    if module is None:
+        raise errors.InvalidInput(
+            f"unknown engine {name!r}",
+            hint=f"use one of: {', '.join(ENGINES)}",
+            details={"engines": list(ENGINES)},
+        )
+    found: Engine = importlib.import_module(module).ENGINE
+    return found
+
+
+def validate_name(value: str) -> str:
+    """For pydantic fields holding an engine name (config, run specs)."""
+    if value not in ENGINES:
+        raise ValueError(f"unknown engine {value!r}: use one of {', '.join(ENGINES)}")
+    return value
+
+
+def statuses(cfg: CheckpointConfig) -> dict[str, EngineStatus]:
+    """Every engine's availability here, with the reason when not (never raises)."""
+    out: dict[str, EngineStatus] = {}
+    for name in ENGINES:
+        try:
+            out[name] = get(name).status(cfg)
+        except Exception as exc:  # noqa: BLE001 (a broken probe is a reason, not a crash)
+            out[name] = EngineStatus(name=name, available=False, reason=f"probe failed: {exc}")
+    return out
 
 
 def children(pid: int) -> list[int]:
@@ -69,3 +227,17 @@ def start_time(pid: int) -> int | None:
 
 def kill_tree(pid: int) -> None:
     signal_tree(pid, signal.SIGKILL)
+
+
+def terminate_tree(pid: int, *, grace_s: float, exited: threading.Event) -> None:
+    """SIGTERM the root, then SIGKILL the tree if it has not exited within ``grace_s``.
+
+    A PID-namespace init ignores SIGTERM unless it installed a handler, hence the escalation.
+    """
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    if not exited.wait(grace_s):
+        log.warning("payload.sigkill_after_grace", pid=pid, grace_s=grace_s)
+        kill_tree(pid)

@@ -19,6 +19,8 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from core import errors
+from core.checkpoint.engine import ENGINES
+from core.checkpoint.engine import get as get_engine
 from core.cli import output
 from core.cli.approvals import approvals_app, audit_app
 from core.cli.runbook import runbook_app
@@ -431,7 +433,11 @@ def run(
     ] = None,
     node: Annotated[str | None, typer.Option(help="Local node to place it on.")] = None,
     engine: Annotated[
-        str | None, typer.Option(help="criu | cooperative (default: [checkpoint] default_engine)")
+        str | None,
+        typer.Option(
+            help=f"{' | '.join(ENGINES)} (default: [checkpoint] default_engine; "
+            "'clawpoint status' says which work here)"
+        ),
     ] = None,
     checkpoint_every: Annotated[
         float | None, typer.Option(help="Periodic checkpoint interval, seconds.")
@@ -455,10 +461,7 @@ def run(
     labels = parse_labels(label or [], what="--label")
     settings = _settings()
     engine = engine or settings.checkpoint.default_engine
-    if engine not in ("criu", "cooperative"):
-        raise errors.InvalidInput(
-            f"unknown engine {engine!r}", hint="use --engine criu or --engine cooperative"
-        )
+    get_engine(engine)  # an unknown name is refused here, naming the known ones
     workload_name = validate_name(name, what="workload name") if name else _default_name(command[0])
     if _stdin_has_input():
         output.plain(

@@ -81,7 +81,7 @@ def _backends(settings: Settings) -> list[CheckItem]:
 
 
 def check_configuration() -> CheckReport:
-    from core.checkpoint.criu import criu_status
+    from core.checkpoint.engine import statuses
 
     items: list[CheckItem] = []
     home = default_home()
@@ -122,18 +122,23 @@ def check_configuration() -> CheckReport:
                 message=f"{settings.checkpoint_dir} is not writable: {exc}",
             )
         )
-    status = criu_status(settings.checkpoint.criu_path)
-    items.append(
-        CheckItem(
-            name="criu",
-            level="ok" if status.available else "warn",
-            message=(
-                f"criu {status.version} works"
-                if status.available
-                else f"{status.reason}; the cooperative engine still works (--engine cooperative)"
-            ),
+    # Every engine of the registry: whether it works here, and if not, why.
+    engines = statuses(settings.checkpoint)
+    working = [n for n, st in engines.items() if st.available]
+    for name, status in engines.items():
+        fallback = [n for n in working if n != name]
+        items.append(
+            CheckItem(
+                name=name,
+                level="ok" if status.available else "warn",
+                message=(
+                    f"{name} engine {status.version or ''} works".replace("  ", " ")
+                    if status.available
+                    else f"{name} engine unavailable: {status.reason}"
+                    + (f"; these engines work: {', '.join(fallback)}" if fallback else "")
+                ),
+            )
         )
-    )
     items.extend(_backends(settings))
     token = settings.mcp_token
     weak = _weak_tokens(settings)

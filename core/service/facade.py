@@ -253,7 +253,8 @@ class Service(PeopleDesk, WorldContext):
         return found.progress(name) if isinstance(found, ProgressSource) else None
 
     def cluster_status(self) -> ClusterStatus:
-        from core.checkpoint.criu import criu_status  # local import: probing criu runs a binary
+        # Local import: engines load lazily (probing criu runs a binary, cuda loads libcuda).
+        from core.checkpoint.engine import statuses
 
         nodes: list[NodeInfo] = []
         counts: dict[str, int] = {}
@@ -272,7 +273,10 @@ class Service(PeopleDesk, WorldContext):
             nodes=nodes,
             workloads_by_state=counts,
             checkpoints=ckpts,
-            engine={"criu": criu_status().model_dump()},
+            engine={
+                name: status.model_dump()
+                for name, status in statuses(self.settings.checkpoint).items()
+            },
             unavailable=unavailable,
         )
 

@@ -11,7 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from core.config import Settings
+from core.checkpoint.engine import DEFAULT_ENGINE
+from core.config import EngineName, Settings
 from core.model import validate_name
 from core.store.store import parse_checkpoint_id
 
@@ -21,7 +22,7 @@ class RunSpec(BaseModel):
 
     name: str
     node: str | None = None
-    engine: Literal["criu", "cooperative"] = "criu"
+    engine: EngineName = DEFAULT_ENGINE
     checkpoint_every: float | None = Field(default=None, gt=0)
     command: list[str] = Field(min_length=1)
     cwd: str | None = None

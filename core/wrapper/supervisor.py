@@ -42,13 +42,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import structlog
 
 from core import errors
-from core.checkpoint import cooperative, criu, engine, ops
+from core.checkpoint import cooperative, engine, ops
 from core.config import Settings, ensure_dirs
 from core.guardrails.audit import AuditLog
 from core.model import CheckpointInfo, WorkloadState, utcnow
@@ -98,6 +97,8 @@ class Supervisor:
         self.jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self.sock_path = settings.run_dir / f"{self.name}.sock"
         self.progress_path = settings.run_dir / f"{self.name}.progress.json"
+        self.engine = engine.get(spec.engine)
+        # A stable path the engine may own (the cooperative engine's checkpoint directory).
         self.coop_link = settings.run_dir / f"{self.name}.checkpoint-dir"
         self.payload: payload.Payload | None = None
         self.pipes: payload.Pipes | None = None
@@ -105,7 +106,6 @@ class Supervisor:
         self.terminating = False
         self.last_checkpoint: str | None = None
         self.restore_info: dict[str, Any] = {}
-        self.criu_path = settings.checkpoint.criu_path
         self._lock_fd = -1
         self._server: socket.socket | None = None
         self._answers = threading.Condition()
@@ -140,22 +140,19 @@ class Supervisor:
                 hint="kill it (see its pid in the workload list), then retry",
             )
 
-    def _env(self, restore_dir: Path | None) -> dict[str, str]:
+    def _env(self, restored: dict[str, str] | None = None) -> dict[str, str]:
         env = dict(os.environ)
         env["CLAWPOINT_WORKLOAD"] = self.name
         env["CLAWPOINT_PROGRESS_FILE"] = str(self.progress_path)
-        env.pop(cooperative.ENV_RESTORE_DIR, None)
-        if self.spec.engine == "cooperative":
-            env[cooperative.ENV_CHECKPOINT_DIR] = str(self.coop_link)
-            if restore_dir is not None:
-                env[cooperative.ENV_RESTORE_DIR] = str(restore_dir)
+        env.pop(cooperative.ENV_RESTORE_DIR, None)  # never inherited from our own caller
+        env.update(self.engine.payload_env(self.coop_link))
+        env.update(restored or {})
         return env
 
     def start(self) -> None:
         payload.become_subreaper()
         self.store.cleanup_partial()
-        if self.spec.engine == "criu":
-            criu.require(self.criu_path)
+        self.engine.require(self.settings.checkpoint)
         if self.spec.start_mode == "fresh":
             self._start_fresh()
             message = "started fresh on request: no checkpoint was restored"
@@ -236,41 +233,36 @@ class Supervisor:
         self._start_fresh()
         return "started fresh (no checkpoint yet)"
 
-    def _start_fresh(self) -> None:
-        self.pipes = payload.Pipes(self._output())
+    def _start_fresh(self, restored: dict[str, str] | None = None) -> None:
+        if self.pipes is None:  # a restore that restarts the command made them already
+            self.pipes = payload.Pipes(self._output())
         self.payload = payload.start_fresh(
             self.spec.command,
             pipes=self.pipes,
-            env=self._env(None),
+            env=self._env(restored),
             cwd=self.spec.cwd,
-            pid_namespace=self.spec.engine == "criu",
+            pid_namespace=self.engine.needs_pid_namespace,
         )
         self.pipes.start()
 
     def _start_from(self, cid: str) -> None:
+        info = self.store.get(cid)
         self.pipes = payload.Pipes(self._output())
-        if self.spec.engine == "cooperative":
-            info = self.store.verify(cid)
-            self.payload = payload.start_fresh(
-                self.spec.command,
-                pipes=self.pipes,
-                env=self._env(self.store.images_dir(info.id)),
-                cwd=self.spec.cwd,
-                pid_namespace=False,
-            )
-        else:
-            info = self.store.get(cid)
-            old = info.extra.get("pipes") or []
-            new = [self.pipes.out_w, self.pipes.err_w]
-            restored = ops.criu_restore_verified(
-                self.store,
-                cid,
-                work_dir=self.settings.run_dir / f"{self.name}.restore",
-                inherit_pipes={int(ino): fd for ino, fd in zip(old, new, strict=False)},
-                criu_path=self.criu_path,
-            )
-            self.restore_info = {"from": cid, "timings": restored.timings}
-            self.payload = payload.restored(restored.pid)
+        old = info.extra.get("pipes") or []
+        new = [self.pipes.out_w, self.pipes.err_w]
+        restored = ops.restore_verified(
+            self.store,
+            self.engine,
+            cid,
+            work_dir=self.settings.run_dir / f"{self.name}.restore",
+            cfg=self.settings.checkpoint,
+            inherit_pipes={int(ino): fd for ino, fd in zip(old, new, strict=False)},
+        )
+        if restored.pid is None:  # the engine restarts the command, which reloads its state
+            self._start_fresh(restored.env)
+            return
+        self.restore_info = {"from": cid, "timings": restored.timings}
+        self.payload = payload.restored(restored.pid)
         self.pipes.start()
 
     def _output(self) -> payload.RotatingOutput | None:
@@ -475,38 +467,20 @@ class Supervisor:
         }
         if on_request:
             extra[ON_REQUEST] = True
-        if self.spec.engine == "criu":
-            assert self.pipes is not None
-            return ops.criu_checkpoint(
-                self.store,
-                lineage=self.name,
-                pid=p.pid,
-                node=self.spec.node,
-                stop=stop,
-                pipes=self.pipes.inodes,
-                extra=extra,
-                criu_path=self.criu_path,
-                progress=progress,
-            )
-        pending = self.store.begin(self.name, engine="cooperative", node=self.spec.node)
-        try:
-            progress(0, 2, f"asking pid {p.pid} to save into {pending.id}")
-            timings = cooperative.checkpoint(
-                p.pid,
-                pending,
-                link=self.coop_link,
-                sig=cooperative.parse_signal(self.settings.checkpoint.cooperative_signal),
-                timeout_s=self.settings.checkpoint.cooperative_timeout_s,
-                alive=lambda: not p.exited.is_set(),
-            )
-            info = self.store.publish(pending, timings=timings, leave_running=not stop, extra=extra)
-        except BaseException:
-            self.store.abort(pending)
-            raise
-        if stop:
-            ops.terminate_tree(p.pid, grace_s=10, exited=p.exited)
-        progress(1, 2, f"published {info.id}")
-        return info
+        return ops.checkpoint(
+            self.store,
+            self.engine,
+            lineage=self.name,
+            pid=p.pid,
+            node=self.spec.node,
+            stop=stop,
+            cfg=self.settings.checkpoint,
+            pipes=self.pipes.inodes if self.pipes is not None else (),
+            link=self.coop_link,
+            extra=extra,
+            exited=p.exited,
+            progress=progress,
+        )
 
     # -- main loop ----------------------------------------------------------------------------
 

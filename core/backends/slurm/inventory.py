@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from core.checkpoint.engine import DEFAULT_ENGINE, ENGINES
 from core.model import NodeHealth, NodeInfo, WorkloadInfo, WorkloadState
 
 BACKEND = "slurm"
@@ -123,12 +124,22 @@ def to_node(raw: dict[str, Any], jobs: list[WorkloadInfo]) -> NodeInfo:
 
 
 def job_lineage(raw: dict[str, Any], marker: str) -> str | None:
-    """The lineage the sbatch helper wrote into the comment (``MARKER:LINEAGE``), if any."""
+    """The lineage the sbatch helper wrote into the comment (``MARKER:LINEAGE[,engine=E]``)."""
     comment = text(raw.get("comment"))
     prefix = f"{marker}:"
     if comment.startswith(prefix):
-        return comment[len(prefix) :].split()[0] if comment[len(prefix) :].strip() else None
+        rest = comment[len(prefix) :].split(",")[0]
+        return rest.split()[0] if rest.strip() else None
     return None
+
+
+def job_engine(raw: dict[str, Any]) -> str:
+    """The engine the sbatch helper recorded in the comment (``engine=NAME``), else the
+    default engine (jobs submitted before it was recorded, or left to the node's default)."""
+    for word in text(raw.get("comment")).replace(",", " ").split()[1:]:
+        if word.startswith("engine=") and word[len("engine=") :] in ENGINES:
+            return word[len("engine=") :]
+    return DEFAULT_ENGINE
 
 
 def to_workload(raw: dict[str, Any], marker: str) -> WorkloadInfo:
@@ -161,7 +172,7 @@ def to_workload(raw: dict[str, Any], marker: str) -> WorkloadInfo:
         name=job_id,
         state=state,
         node=node,
-        engine="criu" if lineage else "none",
+        engine=job_engine(raw) if lineage else "none",
         partition=text(raw.get("partition")) or None,
         namespace=text(raw.get("partition")) or None,
         gpus=gpus_in(

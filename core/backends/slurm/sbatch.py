@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from core import errors
 from core.backends.slurm.config import SlurmConfig
 from core.backends.slurm.transport import SlurmTransport
+from core.config import EngineName
 from core.model import validate_name
 
 _SAFE_OPT = r"^[A-Za-z0-9_.,:=@/+\-\[\]]*$"
@@ -43,6 +44,9 @@ class SbatchSpec(BaseModel):
     output: str | None = None
     workdir: str | None = None
     extra_env: dict[str, str] = Field(default_factory=dict)
+    # The checkpoint engine (None: the node's [checkpoint] default_engine); recorded in the
+    # job's comment so inventory reports it.
+    engine: EngineName | None = None
 
 
 def _q(value: str) -> str:
@@ -58,7 +62,8 @@ def render_sbatch(spec: SbatchSpec, config: SlurmConfig) -> str:
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={cfg.marker}-{lineage}",
-        f"#SBATCH --comment={cfg.marker}:{lineage}",
+        f"#SBATCH --comment={cfg.marker}:{lineage}"
+        + (f",engine={spec.engine}" if spec.engine else ""),
         "#SBATCH --requeue",
         "#SBATCH --nodes=1",
         "#SBATCH --ntasks=1",
@@ -106,6 +111,8 @@ def render_sbatch(spec: SbatchSpec, config: SlurmConfig) -> str:
     else:
         lines.append(': >"$CLAWPOINT_CONFIG"')
     run = [*cfg.wrapper_argv(), "run", "--name", lineage]
+    if spec.engine:
+        run += ["--engine", spec.engine]
     if spec.checkpoint_every_s:
         run += ["--checkpoint-every", f"{spec.checkpoint_every_s:g}"]
     run += ["--", *spec.command]
