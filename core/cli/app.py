@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import getpass
 import importlib
+import inspect
 import os
 import secrets
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic.fields import FieldInfo
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from core import errors
+from core import actions, errors
+from core.actions import Interface
 from core.checkpoint.engine import ENGINES
 from core.checkpoint.engine import get as get_engine
 from core.cli import output
@@ -202,7 +206,7 @@ def _act(
     dry_run: bool,
 ) -> None:
     service = _service()
-    plan = service.plan(action, target, params, reason=reason)
+    plan = service.plan(action, target, params, reason=reason, interface=Interface.CLI)
     confirmed = yes
     if not json_:
         _show_plan(plan)
@@ -266,150 +270,56 @@ def _failed_exit_code(result: ActionResult) -> int:
     return code if type(code) is int and code > 0 else errors.OperationFailed.exit_code
 
 
-@app.command()
-def checkpoint(
-    workload: Annotated[str, typer.Argument(help="Workload id, e.g. local:train-1")],
-    stop: Annotated[
-        bool, typer.Option("--stop", help="Stop the workload after the checkpoint.")
-    ] = False,
-    json_: JsonOpt = False,
-    yes: YesOpt = False,
-    reason: ReasonOpt = "",
-    dry_run: DryRunOpt = False,
-) -> None:
-    """Checkpoint a workload (leave-running unless --stop)."""
-    _act(
-        Action.CHECKPOINT,
-        workload,
-        {"stop": stop},
-        yes=yes,
-        json_=json_,
-        reason=reason,
-        dry_run=dry_run,
-    )
+# Every action command comes from the catalogue (core.actions): its words, help, target
+# argument and options, so the CLI cannot drift from what the service validates.
+def _option(name: str, info: FieldInfo) -> Any:
+    flag = "--" + name.replace("_", "-")
+    if info.annotation is bool and info.default is True:
+        flag = f"{flag}/--no-{name.replace('_', '-')}"
+    return typer.Option(flag, help=info.description)
 
 
-@app.command()
-def restore(
-    checkpoint_id: Annotated[
-        str, typer.Argument(metavar="CHECKPOINT", help="e.g. local:train-1@3")
-    ],
-    to: ToOpt = None,
-    json_: JsonOpt = False,
-    yes: YesOpt = False,
-    reason: ReasonOpt = "",
-    dry_run: DryRunOpt = False,
-) -> None:
-    """Restore a stopped or failed workload from a specific checkpoint."""
-    _act(
-        Action.RESTORE,
-        checkpoint_id,
-        {"to": to},
-        yes=yes,
-        json_=json_,
-        reason=reason,
-        dry_run=dry_run,
-    )
+def _action_command(spec: actions.ActionSpec) -> Callable[..., None]:
+    kw = inspect.Parameter.KEYWORD_ONLY
+    target = spec.target.value
+    params = [
+        inspect.Parameter(target, kw, annotation=Annotated[str, typer.Argument(
+            metavar=target.upper(), help=actions.TARGET_HELP[spec.target])]),
+    ]  # fmt: skip
+    for name in spec.fields():
+        info = spec.params.model_fields[name]
+        default = ... if info.is_required() else info.default
+        params.append(inspect.Parameter(name, kw, default=default,
+                                        annotation=Annotated[info.annotation, _option(name, info)]))  # fmt: skip
+    for name, other in spec.redirects.items():
+        hidden = typer.Option(
+            "--" + name, hidden=True, help=f"see {actions.spec(other).cli_command}"
+        )
+        params.append(
+            inspect.Parameter(name, kw, default=False, annotation=Annotated[bool, hidden])
+        )
+    params += [
+        inspect.Parameter("json_", kw, default=False, annotation=JsonOpt),
+        inspect.Parameter("yes", kw, default=False, annotation=YesOpt),
+        inspect.Parameter("reason", kw, default="", annotation=ReasonOpt),
+        inspect.Parameter("dry_run", kw, default=False, annotation=DryRunOpt),
+    ]
+
+    def command(**kwargs: Any) -> None:
+        ref = kwargs.pop(target)
+        flags = {k: kwargs.pop(k) for k in ("json_", "yes", "reason", "dry_run")}
+        _act(spec.action, ref, kwargs, **flags)
+
+    command.__name__ = spec.cli[-1].replace("-", "_")
+    command.__doc__ = spec.description
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    return command
 
 
-@app.command()
-def migrate(
-    workload: Annotated[str, typer.Argument()],
-    to: ToOpt = None,
-    json_: JsonOpt = False,
-    yes: YesOpt = False,
-    reason: ReasonOpt = "",
-    dry_run: DryRunOpt = False,
-) -> None:
-    """Move a running workload to another node without losing progress."""
-    _act(Action.MIGRATE, workload, {"to": to}, yes=yes, json_=json_, reason=reason, dry_run=dry_run)
-
-
-@app.command()
-def preempt(
-    workload: Annotated[str, typer.Argument()],
-    json_: JsonOpt = False,
-    yes: YesOpt = False,
-    reason: ReasonOpt = "",
-    dry_run: DryRunOpt = False,
-) -> None:
-    """Checkpoint and stop a workload, freeing its node; resume it later."""
-    _act(Action.PREEMPT, workload, {}, yes=yes, json_=json_, reason=reason, dry_run=dry_run)
-
-
-FreshOpt = Annotated[
-    bool,
-    typer.Option(
-        "--fresh",
-        help="Start it from scratch instead, restoring no checkpoint (destructive: all its "
-        "progress is lost; asks for confirmation and is audited).",
-    ),
-]
-
-
-@app.command()
-def resume(
-    workload: Annotated[str, typer.Argument()],
-    to: ToOpt = None,
-    fresh: FreshOpt = False,
-    json_: JsonOpt = False,
-    yes: YesOpt = False,
-    reason: ReasonOpt = "",
-    dry_run: DryRunOpt = False,
-) -> None:
-    """Resume a preempted workload from its newest good checkpoint (fails, exit 8, when none
-    verifies; --fresh starts it over instead)."""
-    params = {"to": to, "fresh": True if fresh else None}
-    _act(Action.RESUME, workload, params, yes=yes, json_=json_, reason=reason, dry_run=dry_run)
-
-
-@app.command()
-def failover(
-    workload: Annotated[str, typer.Argument()],
-    to: ToOpt = None,
-    fresh: FreshOpt = False,
-    json_: JsonOpt = False,
-    yes: YesOpt = False,
-    reason: ReasonOpt = "",
-    dry_run: DryRunOpt = False,
-) -> None:
-    """Recover a workload that died: restore its newest good checkpoint on another node
-    (fails, exit 8, when none verifies; --fresh starts it over instead)."""
-    params = {"to": to, "fresh": True if fresh else None}
-    _act(Action.FAILOVER, workload, params, yes=yes, json_=json_, reason=reason, dry_run=dry_run)
-
-
-@app.command()
-def drain(
-    node: Annotated[str, typer.Argument(help="Node id, e.g. local:node-a")],
-    to: ToOpt = None,
-    json_: JsonOpt = False,
-    yes: YesOpt = False,
-    reason: ReasonOpt = "",
-    dry_run: DryRunOpt = False,
-) -> None:
-    """Save and move every workload off a node, then mark it unschedulable."""
-    _act(
-        Action.DRAIN_NODE,
-        node,
-        {"to": to, "reason": reason or None},
-        yes=yes,
-        json_=json_,
-        reason=reason,
-        dry_run=dry_run,
-    )
-
-
-@nodes_app.command("undrain")
-def nodes_undrain(
-    node: Annotated[str, typer.Argument(help="Node id, e.g. local:node-a or slurm:n1")],
-    json_: JsonOpt = False,
-    yes: YesOpt = False,
-    reason: ReasonOpt = "",
-    dry_run: DryRunOpt = False,
-) -> None:
-    """Return a drained (or down) node to service: new workloads may land there again."""
-    _act(Action.UNDRAIN_NODE, node, {}, yes=yes, json_=json_, reason=reason, dry_run=dry_run)
+for _spec in actions.CATALOGUE.values():
+    _group = {("nodes",): nodes_app}.get(_spec.cli[:-1], app)
+    _group.command(_spec.cli[-1])(_action_command(_spec))
 
 
 def _stdin_has_input() -> bool:
@@ -436,7 +346,7 @@ def run(
         str | None,
         typer.Option(
             help=f"{' | '.join(ENGINES)} (default: [checkpoint] default_engine; "
-            "'clawpoint status' says which work here)"
+            "'clawpoint config check' says which work here)"
         ),
     ] = None,
     checkpoint_every: Annotated[
