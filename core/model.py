@@ -140,7 +140,13 @@ def parse_ref(
             f"malformed {what} id {value!r}: backend {backend!r} is not a backend name",
             hint="backends are lowercase names such as local, slurm, kubernetes",
         )
-    validate_name(name, what=f"{what} name")
+    # A name may be a path of up to three plain names (Kubernetes: KIND/NAMESPACE/NAME);
+    # each part is a plain name, so no empty part, "..", or other character gets through.
+    parts = name.split("/") if isinstance(name, str) else [name]
+    if len(parts) > 3:
+        validate_name(name, what=f"{what} name")
+    for part in parts:
+        validate_name(part, what=f"{what} name")
     return ObjectRef(backend=backend, name=name)
 
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import structlog
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay
 from tenacity.wait import wait_base
 
@@ -57,7 +57,11 @@ PAGE_SIZE = 500
 
 
 class KubernetesConfig(BaseModel):
-    """The ``[kubernetes]`` section (not yet part of ``Settings``; see the package docstring)."""
+    """The ``[k8s]`` section: how to reach the cluster and how actions behave."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(default=False, description="serve k8s: ids")
 
     kubeconfig: str | None = Field(
         default=None, description="kubeconfig path; default $KUBECONFIG, ~/.kube/config"
@@ -71,6 +75,25 @@ class KubernetesConfig(BaseModel):
     )
     request_timeout_s: float = Field(default=15.0, gt=0)
     retry_total_s: float = Field(default=20.0, ge=0)
+    checkpoint_dir: str | None = Field(
+        default=None,
+        description="the checkpoint volume (PVC) as mounted where clawpoint runs; lists and "
+        "checks checkpoints (wrapped pods mount the same volume)",
+    )
+    exec_python: list[str] = Field(
+        default_factory=lambda: ["python"],
+        min_length=1,
+        description="the interpreter with clawpoint inside wrapped containers (pods/exec argv)",
+    )
+    checkpoint_timeout_s: float = Field(default=600.0, gt=0)
+    start_timeout_s: float = Field(default=600.0, gt=0)
+    eviction_wait_s: float = Field(
+        default=300.0, ge=0, description="how long a drain waits on a PodDisruptionBudget"
+    )
+    poll_interval_s: float = Field(default=1.0, gt=0)
+    min_replicas: int = Field(
+        default=1, ge=0, description="scale floor; a workload's clawpoint.io/min-replicas raises it"
+    )
 
     @field_validator("namespaces")
     @classmethod

@@ -1,0 +1,936 @@
+"""Plans and steps of the Kubernetes backend's actions (see ``backend`` for what each does).
+
+Every step is one API request or one wait, named, with JSON-able args. The mutating ones
+(``patch``, ``create_pod``, ``delete_pod``, ``evict``) are sent once with ``dryRun=All``
+while planning (``preview``): the server validates and authorizes them and answers the
+objects as they would be, which the plan carries in ``scope["dry_run"]``; so a preview shows
+exactly what would change, and a missing RBAC permission is reported before anything runs.
+``run_step`` re-validates every name it is given (a journal could be edited) before it
+reaches a URL. Values of the form ``$STEP.FIELD`` are filled in by the service.
+
+Checkpoints go through ``pods/exec`` into the wrapped container
+(``python -m core.backends.kubernetes.incontainer checkpoint LINEAGE``), which asks the
+wrapper (the container's entrypoint) over its control socket and prints the manifest of the
+checkpoint it published on the checkpoint volume.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from core import errors
+from core.backends.base import PlanDraft, ProgressFn
+from core.backends.kubernetes import ids
+from core.backends.kubernetes.connection import Op
+from core.model import PlanStep
+
+if TYPE_CHECKING:
+    from core.backends.kubernetes.backend import KubernetesBackend
+
+log = structlog.get_logger("clawpoint.kubernetes")
+Obj = dict[str, Any]
+
+LINEAGE_ANNOTATION = "clawpoint.io/lineage"
+CONTAINER_ANNOTATION = "clawpoint.io/container"
+REPLICAS_ANNOTATION = "clawpoint.io/preempted-replicas"
+FLOOR_ANNOTATION = "clawpoint.io/min-replicas"
+MUTATING = frozenset({"patch", "create_pod", "delete_pod", "evict"})
+_TERMINAL = ("Succeeded", "Failed")
+
+# How each kind is suspended and resumed (a merge patch of the object itself).
+SUSPEND: dict[str, tuple[Obj, Obj]] = {
+    "Job": ({"spec": {"suspend": True}}, {"spec": {"suspend": False}}),
+    "Workload": ({"spec": {"active": False}}, {"spec": {"active": True}}),
+    "PyTorchJob": ({"spec": {"runPolicy": {"suspend": True}}}, {"spec": {"runPolicy": {"suspend": False}}}),
+    "TFJob": ({"spec": {"runPolicy": {"suspend": True}}}, {"spec": {"runPolicy": {"suspend": False}}}),
+    "MPIJob": ({"spec": {"runPolicy": {"suspend": True}}}, {"spec": {"runPolicy": {"suspend": False}}}),
+    "TrainJob": ({"spec": {"suspend": True}}, {"spec": {"suspend": False}}),
+    "RayJob": ({"spec": {"suspend": True}}, {"spec": {"suspend": False}}),
+    "RayCluster": ({"spec": {"suspend": True}}, {"spec": {"suspend": False}}),
+    "InferenceService": (
+        {"metadata": {"annotations": {"serving.kserve.io/stop": "true"}}},
+        {"metadata": {"annotations": {"serving.kserve.io/stop": None}}},
+    ),
+}  # fmt: skip
+SCALED = ("Deployment", "StatefulSet")
+
+
+def step(step_name: str, op: str, description: str, /, **args: Any) -> PlanStep:
+    return PlanStep(name=step_name, op=op, args=args, description=description)
+
+
+# ----- reading pods -------------------------------------------------------------------------
+def meta(obj: Obj) -> Obj:
+    return obj.get("metadata") or {}
+
+
+def lineage_of(pod: Obj) -> str | None:
+    value = (meta(pod).get("annotations") or {}).get(LINEAGE_ANNOTATION)
+    return ids.check_name(str(value), what="lineage") if value else None
+
+
+def container_of(pod: Obj) -> str:
+    wanted = (meta(pod).get("annotations") or {}).get(CONTAINER_ANNOTATION)
+    names = [str(c.get("name")) for c in (pod.get("spec") or {}).get("containers") or []]
+    if wanted and wanted in names:
+        return str(wanted)
+    if not names:
+        raise errors.InvalidInput(f"pod {meta(pod).get('name')} has no containers")
+    return names[0]
+
+
+def live(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") not in _TERMINAL and not meta(pod).get(
+        "deletionTimestamp"
+    )
+
+
+def owner_kind(pod: Obj) -> str | None:
+    for o in meta(pod).get("ownerReferences") or []:
+        if o.get("controller"):
+            return str(o.get("kind"))
+    return None
+
+
+def _selector(labels: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def pods_of(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj) -> list[Obj]:
+    """The live pods of a workload (itself for a Pod)."""
+    kind = ref.kind.kind
+    if kind == "Pod":
+        return [raw] if live(raw) else []
+    if kind == "Job":
+        sel = f"batch.kubernetes.io/job-name={ref.name}"
+    elif kind in SCALED:
+        labels = ((raw.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        if not labels:
+            return []
+        sel = _selector({str(k): str(v) for k, v in labels.items()})
+    else:
+        return []
+    return [p for p in b.list_pods(ref.namespace, label_selector=sel) if live(p)]
+
+
+def _require_wrapped(pod: Obj) -> str:
+    lineage = lineage_of(pod)
+    if not lineage:
+        raise errors.NotSupported(
+            f"pod {meta(pod).get('namespace')}/{meta(pod).get('name')} does not run under the "
+            "clawpoint wrapper (no clawpoint.io/lineage annotation)",
+            hint="run its container with the wrapper as entrypoint and a checkpoint volume "
+            "(deploy/kubernetes/example-job.yaml), or make it a cooperative app",
+        )
+    return lineage
+
+
+# ----- affinity -----------------------------------------------------------------------------
+def with_placement(spec: Obj, *, to: str | None, away_from: list[str]) -> Obj:
+    """A pod spec pinned to ``to`` or kept off ``away_from`` (required node affinity on
+    ``kubernetes.io/hostname``); ``nodeName`` and a hostname ``nodeSelector`` cleared so the
+    scheduler places it."""
+    out = copy.deepcopy(spec)
+    out.pop("nodeName", None)
+    # A pin to the old node by hostname would contradict the new placement.
+    selector = dict(out.get("nodeSelector") or {})
+    if (to or away_from) and selector.pop("kubernetes.io/hostname", None) is not None:
+        if selector:
+            out["nodeSelector"] = selector
+        else:
+            out.pop("nodeSelector", None)
+    if to:
+        expr = {"key": "kubernetes.io/hostname", "operator": "In", "values": [to]}
+    elif away_from:
+        expr = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": sorted(away_from)}
+    else:
+        return out
+    affinity = out.setdefault("affinity", {})
+    node_aff = affinity.setdefault("nodeAffinity", {})
+    node_aff["requiredDuringSchedulingIgnoredDuringExecution"] = {
+        "nodeSelectorTerms": [{"matchExpressions": [expr]}]
+    }
+    return out
+
+
+def _job_placement_patch(raw: Obj, *, to: str | None, away_from: list[str]) -> Obj:
+    template = ((raw.get("spec") or {}).get("template") or {}).get("spec") or {}
+    placed = with_placement(template, to=to, away_from=away_from)
+    return {"spec": {"template": {"spec": {"affinity": placed.get("affinity")}}}}
+
+
+# ----- step builders ------------------------------------------------------------------------
+def checkpoint_step(b: KubernetesBackend, pod: Obj, *, stop: bool, prefix: str = "") -> PlanStep:
+    lineage = _require_wrapped(pod)
+    m = meta(pod)
+    return step(
+        f"{prefix}checkpoint",
+        "exec_checkpoint",
+        f"exec into pod {m['namespace']}/{m['name']}: the wrapper checkpoints {lineage} to the "
+        "checkpoint volume" + (", then stops its payload" if stop else ", leaving it running"),
+        namespace=m["namespace"],
+        pod=m["name"],
+        container=container_of(pod),
+        lineage=lineage,
+        stop=stop,
+        timeout_s=b.cfg.checkpoint_timeout_s,
+    )
+
+
+def patch_step(
+    name: str, ref_kind: str, namespace: str, obj_name: str, patch: Obj, description: str, *,
+    subresource: str = "",
+) -> PlanStep:  # fmt: skip
+    return step(
+        name,
+        "patch",
+        description,
+        kind=ref_kind,
+        namespace=namespace,
+        name=obj_name,
+        patch=patch,
+        subresource=subresource,
+    )
+
+
+def wait_pods_gone_step(
+    b: KubernetesBackend, name: str, namespace: str, selector: str, what: str
+) -> PlanStep:
+    return step(
+        name,
+        "wait_pods_gone",
+        f"wait until {what} has no pod left",
+        namespace=namespace,
+        selector=selector,
+        timeout_s=b.cfg.checkpoint_timeout_s,
+    )
+
+
+def wait_restored_step(
+    b: KubernetesBackend, name: str, namespace: str, selector: str, lineage: str, after: str | int
+) -> PlanStep:
+    return step(
+        name,
+        "wait_restored",
+        f"wait until a pod ({selector}) runs and its wrapper restored {lineage} from a "
+        "checkpoint at least as new as the one just taken",
+        namespace=namespace,
+        selector=selector,
+        lineage=lineage,
+        min_seq=after,
+        timeout_s=b.cfg.start_timeout_s,
+    )
+
+
+def _scope(b: KubernetesBackend, ref: ids.WorkloadRef, node: str | None = None) -> Obj:
+    return {"namespace": ref.namespace, "kind": ref.kind.kind, "node": node}
+
+
+# ----- plans --------------------------------------------------------------------------------
+def plan_checkpoint(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Obj) -> PlanDraft:
+    pods = [p for p in pods_of(b, ref, raw) if lineage_of(p)]
+    if not pods:
+        raise errors.Conflict(
+            f"{ref} has no running pod under the clawpoint wrapper to checkpoint",
+            hint="start it (resume) or check that its pods carry the clawpoint.io/lineage annotation",
+        )
+    stop = bool(params.get("stop"))
+    steps = [
+        checkpoint_step(b, p, stop=stop, prefix=f"{meta(p)['name']}-" if len(pods) > 1 else "")
+        for p in pods
+    ]
+    return PlanDraft(
+        steps=steps,
+        summary=f"checkpoint {ref} ({len(pods)} pod(s))"
+        + (" and stop it" if stop else ", leaving it running"),
+        expected_pause_s=None if stop else 1.0,
+        saves="the full process state of each wrapped pod, on the checkpoint volume",
+        rollback="nothing to roll back: a checkpoint only adds an image",
+        scope=_scope(b, ref, (raw.get("spec") or {}).get("nodeName")),
+    )
+
+
+def plan_preempt(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Obj) -> PlanDraft:
+    kind = ref.kind.kind
+    steps: list[PlanStep] = []
+    pods = pods_of(b, ref, raw)
+    wrapped = [p for p in pods if lineage_of(p)]
+    for p in wrapped:
+        steps.append(checkpoint_step(b, p, stop=False, prefix=f"{meta(p)['name']}-"))
+    if kind in SUSPEND:
+        patch = SUSPEND[kind][0]
+        what = "suspend it"
+    elif kind in SCALED:
+        replicas = int((raw.get("spec") or {}).get("replicas", 1) or 0)
+        if replicas == 0:
+            raise errors.Conflict(f"{ref} is already scaled to zero", hint="resume it instead")
+        patch = {
+            "metadata": {"annotations": {REPLICAS_ANNOTATION: str(replicas)}},
+            "spec": {"replicas": 0},
+        }
+        what = f"scale it from {replicas} to 0 (the count is kept in {REPLICAS_ANNOTATION})"
+    else:
+        raise errors.NotSupported(
+            f"a bare Pod cannot be suspended ({ref})",
+            hint="migrate it, checkpoint it with stop, or run it as a Job",
+        )
+    steps.append(patch_step("suspend", kind, ref.namespace, ref.name, patch, what))
+    if pods and kind == "Job":
+        steps.append(
+            wait_pods_gone_step(
+                b,
+                "wait_stopped",
+                ref.namespace,
+                f"batch.kubernetes.io/job-name={ref.name}",
+                str(ref),
+            )
+        )
+    elif pods and kind in SCALED:
+        labels = ((raw.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        steps.append(
+            wait_pods_gone_step(b, "wait_stopped", ref.namespace, _selector(labels), str(ref))
+        )
+    return PlanDraft(
+        steps=steps,
+        summary=f"preempt {ref}: checkpoint its wrapped pods, then {what}",
+        saves="each wrapped pod's state on the checkpoint volume; the wrapper restores it on resume",
+        rollback=f"resume it: clawpoint resume {ref}",
+        scope=_scope(b, ref),
+    )
+
+
+def plan_resume(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Obj) -> PlanDraft:
+    kind = ref.kind.kind
+    to = b.target_node(params.get("to"))
+    steps: list[PlanStep] = []
+    if kind in SUSPEND:
+        patch = copy.deepcopy(SUSPEND[kind][1])
+        if kind == "Job" and to:
+            patch["spec"].update(_job_placement_patch(raw, to=to, away_from=[])["spec"])
+        what = "unsuspend it" + (f" on {to}" if to else "")
+    elif kind in SCALED:
+        replicas = int(
+            ((raw.get("metadata") or {}).get("annotations") or {}).get(REPLICAS_ANNOTATION, "1")
+        )
+        patch = {
+            "metadata": {"annotations": {REPLICAS_ANNOTATION: None}},
+            "spec": {"replicas": replicas},
+        }
+        what = f"scale it back to {replicas}"
+    else:
+        raise errors.NotSupported(f"{ref} cannot be resumed", hint="migrate a bare Pod instead")
+    steps.append(patch_step("resume", kind, ref.namespace, ref.name, patch, what))
+    lineage = lineage_of(raw) or lineage_of((raw.get("spec") or {}).get("template") or {})
+    if kind == "Job" and lineage:
+        steps.append(
+            wait_restored_step(
+                b, "wait_restored", ref.namespace, f"batch.kubernetes.io/job-name={ref.name}",
+                lineage, b.newest_seq(lineage),
+            )
+        )  # fmt: skip
+    return PlanDraft(
+        steps=steps,
+        summary=f"resume {ref}: {what}",
+        saves="nothing new: the wrapper restores the newest good checkpoint",
+        rollback=f"preempt it again: clawpoint preempt {ref}",
+        scope=_scope(b, ref, to),
+    )
+
+
+def _move_pod_steps(
+    b: KubernetesBackend,
+    pod: Obj,
+    *,
+    to: str | None,
+    away: list[str],
+    prefix: str,
+    take_checkpoint: bool = True,
+) -> list[PlanStep]:
+    """Checkpoint-and-stop a wrapped bare pod, recreate it elsewhere so its wrapper restores
+    that checkpoint, then delete the old pod (only once the new one runs from it)."""
+    m = meta(pod)
+    lineage = _require_wrapped(pod)
+    ns, old = m["namespace"], m["name"]
+    new_name = b.next_pod_name(old)
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": new_name,
+            "namespace": ns,
+            "labels": dict(m.get("labels") or {}),
+            "annotations": dict(m.get("annotations") or {}),
+        },
+        "spec": with_placement(pod.get("spec") or {}, to=to, away_from=away),
+    }
+    steps: list[PlanStep] = []
+    after: str | int = b.newest_seq(lineage)
+    if take_checkpoint:
+        steps.append(checkpoint_step(b, pod, stop=True, prefix=prefix))
+        steps.append(
+            step(f"{prefix}wait_ended", "wait_pod_ended", f"wait until pod {ns}/{old} has stopped",
+                 namespace=ns, name=old, timeout_s=b.cfg.checkpoint_timeout_s)
+        )  # fmt: skip
+        after = f"${prefix}checkpoint.seq"
+    where = f"on {to}" if to else f"off {', '.join(away)}"
+    steps += [
+        step(f"{prefix}create", "create_pod", f"create pod {ns}/{new_name} {where} (same spec; its wrapper restores {lineage})", namespace=ns, body=body),
+        wait_restored_step(b, f"{prefix}wait_restored", ns, f"metadata.name={new_name}", lineage, after),
+        step(f"{prefix}delete_old", "delete_pod", f"delete the old pod {ns}/{old}", namespace=ns, name=old, grace_s=None if take_checkpoint else 0),
+    ]  # fmt: skip
+    return steps
+
+
+def _move_job_steps(
+    b: KubernetesBackend, job: Obj, pod: Obj, *, to: str | None, away: list[str], prefix: str
+) -> list[PlanStep]:
+    m = meta(job)
+    ns, name = m["namespace"], m["name"]
+    lineage = _require_wrapped(pod)
+    sel = f"batch.kubernetes.io/job-name={name}"
+    resume = {
+        "spec": {"suspend": False, **_job_placement_patch(job, to=to, away_from=away)["spec"]}
+    }
+    where = f"on {to}" if to else f"off {', '.join(away)}"
+    return [
+        checkpoint_step(b, pod, stop=False, prefix=prefix),
+        patch_step(f"{prefix}suspend", "Job", ns, name, {"spec": {"suspend": True}}, f"suspend Job {ns}/{name} (its pod checkpoints again on SIGTERM)"),
+        wait_pods_gone_step(b, f"{prefix}wait_stopped", ns, sel, f"Job {ns}/{name}"),
+        patch_step(f"{prefix}place", "Job", ns, name, resume, f"set the Job's node affinity ({where}) and unsuspend it"),
+        wait_restored_step(b, f"{prefix}wait_restored", ns, sel, lineage, f"${prefix}checkpoint.seq"),
+    ]  # fmt: skip
+
+
+def plan_migrate(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Obj) -> PlanDraft:
+    pods = [p for p in pods_of(b, ref, raw) if (p.get("status") or {}).get("phase") == "Running"]
+    if not pods:
+        raise errors.Conflict(
+            f"{ref} has no running pod to migrate", hint="list its pods; resume it first"
+        )
+    pod = pods[0]
+    source = str((pod.get("spec") or {}).get("nodeName") or "")
+    to = b.target_node(params.get("to"), away_from=source)
+    if ref.kind.kind == "Pod":
+        steps = _move_pod_steps(b, pod, to=to, away=[source], prefix="")
+    elif ref.kind.kind == "Job":
+        steps = _move_job_steps(b, raw, pod, to=to, away=[source], prefix="")
+    else:
+        raise errors.NotSupported(
+            f"migrate moves wrapped Pods and Jobs, not {ref.kind.kind}",
+            hint="preempt and resume it, or drain its node",
+        )
+    return PlanDraft(
+        steps=steps,
+        summary=f"migrate {ref} from {source} to {to or 'another node'} through a checkpoint",
+        expected_pause_s=None,
+        saves="the pod's full state: the new pod's wrapper restores the checkpoint just taken",
+        rollback=f"migrate it back: clawpoint migrate {ref} --to {ids.PREFIX}{source}",
+        scope=_scope(b, ref, source),
+    )
+
+
+def floor_of(b: KubernetesBackend, raw: Obj) -> int:
+    own = (meta(raw).get("annotations") or {}).get(FLOOR_ANNOTATION)
+    try:
+        return max(b.cfg.min_replicas, int(own)) if own is not None else b.cfg.min_replicas
+    except ValueError:
+        return b.cfg.min_replicas
+
+
+def plan_scale(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Obj) -> PlanDraft:
+    kind = ref.kind.kind
+    replicas = params.get("replicas")
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+        raise errors.InvalidInput(
+            f"scale needs replicas, a whole number >= 0 (got {replicas!r})",
+            hint="pass --replicas N",
+        )
+    floor = floor_of(b, raw)
+    if replicas < floor:
+        raise errors.PolicyDenied(
+            f"scaling {ref} to {replicas} would go below its floor of {floor} replicas",
+            hint=f"scale to {floor} or more; the floor is kubernetes.min_replicas or the "
+            f"workload's {FLOOR_ANNOTATION} annotation",
+            details={"floor": floor, "replicas": replicas},
+        )
+    if kind in SCALED:
+        current = int((raw.get("spec") or {}).get("replicas", 1) or 0)
+        s = patch_step(
+            "scale",
+            kind,
+            ref.namespace,
+            ref.name,
+            {"spec": {"replicas": replicas}},
+            f"set replicas {current} -> {replicas}",
+            subresource="scale",
+        )
+    elif kind == "Job":
+        current = int((raw.get("spec") or {}).get("parallelism", 1) or 0)
+        s = patch_step(
+            "scale",
+            kind,
+            ref.namespace,
+            ref.name,
+            {"spec": {"parallelism": replicas}},
+            f"set parallelism {current} -> {replicas}",
+        )
+    else:
+        raise errors.NotSupported(f"scale changes Deployments, StatefulSets and Jobs, not {kind}", hint="scale its owner")  # fmt: skip
+    return PlanDraft(
+        steps=[s],
+        summary=f"scale {ref} from {current} to {replicas} (floor {floor})",
+        saves="nothing: scaling down removes pods the controller picks",
+        rollback=f"scale it back: clawpoint scale {ref} --replicas {current}",
+        scope=_scope(b, ref),
+    )
+
+
+def plan_drain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
+    to = b.target_node(params.get("to"), away_from=node)
+    steps: list[PlanStep] = [
+        patch_step("cordon", "Node", "", node, {"spec": {"unschedulable": True}}, f"cordon {node}: nothing new lands there"),
+    ]  # fmt: skip
+    moved, evicted = 0, 0
+    evictions: list[PlanStep] = []  # after the moves: a budget that blocks one moves nothing
+    for pod in b.list_pods(None, field_selector=f"spec.nodeName={node}"):
+        if not live(pod) or owner_kind(pod) == "DaemonSet":
+            continue
+        m = meta(pod)
+        prefix = f"{m['namespace']}-{m['name']}-"
+        if lineage_of(pod) and owner_kind(pod) is None:
+            steps += _move_pod_steps(b, pod, to=to, away=[node], prefix=prefix)
+            moved += 1
+        elif lineage_of(pod) and owner_kind(pod) == "Job":
+            job_name = next(
+                str(o["name"]) for o in m.get("ownerReferences") or [] if o.get("controller")
+            )
+            job = b.read_raw(ids.WorkloadRef(ids.kind_named("Job"), m["namespace"], job_name))
+            steps += _move_job_steps(b, job, pod, to=to, away=[node], prefix=prefix)
+            moved += 1
+        else:
+            evictions.append(
+                step(f"{prefix}evict", "evict", f"evict pod {m['namespace']}/{m['name']} (honouring its PodDisruptionBudget)",
+                     namespace=m["namespace"], name=m["name"], wait_s=b.cfg.eviction_wait_s)
+            )  # fmt: skip
+            evicted += 1
+    steps += evictions
+    return PlanDraft(
+        steps=steps,
+        summary=f"drain {node}: cordon it, move {moved} wrapped workload(s) through checkpoints, "
+        f"evict {evicted} other pod(s) through the Eviction API",
+        saves="every wrapped workload's state (restored elsewhere); evicted pods restart per their controllers",
+        rollback=f"undrain it: clawpoint undrain-node {ids.PREFIX}{node}",
+        scope={"node": node},
+    )
+
+
+def plan_undrain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
+    return PlanDraft(
+        steps=[patch_step("uncordon", "Node", "", node, {"spec": {"unschedulable": None}}, f"uncordon {node}")],
+        summary=f"undrain {node}: it takes pods again",
+        rollback=f"drain it again: clawpoint drain-node {ids.PREFIX}{node}",
+        scope={"node": node},
+    )  # fmt: skip
+
+
+def plan_failover(b: KubernetesBackend, node: str, only: set[str] | None, params: Obj) -> PlanDraft:
+    """Restore the wrapped workloads of a node that is down or tainted for interruption
+    from their newest good checkpoints, elsewhere (``only``: pod names to limit it to)."""
+    detail = b.node_detail(node)
+    if detail.ready and detail.disruption != "interruption":
+        raise errors.Conflict(
+            f"node {node} is Ready and has no interruption taint: nothing to fail over",
+            hint="migrate or drain it instead (those take a fresh checkpoint first)",
+        )
+    if b.store() is None:
+        raise errors.InvalidInput(
+            "failover needs kubernetes.checkpoint_dir: the checkpoint volume as mounted here, "
+            "to find each workload's newest good checkpoint",
+            hint="mount the checkpoint PVC into clawpoint and set [kubernetes] checkpoint_dir",
+        )
+    to = b.target_node(params.get("to"), away_from=node)
+    steps: list[PlanStep] = []
+    for pod in b.list_pods(None, field_selector=f"spec.nodeName={node}"):
+        m = meta(pod)
+        if (pod.get("status") or {}).get("phase") in _TERMINAL or not lineage_of(pod):
+            continue
+        if only is not None and m["name"] not in only:
+            continue
+        lineage = _require_wrapped(pod)
+        if b.newest_good(lineage) is None:
+            raise errors.Conflict(
+                f"{lineage} (pod {m['namespace']}/{m['name']}) has no good checkpoint to restore",
+                hint="it can only be restarted from scratch (resume with fresh)",
+            )
+        prefix = f"{m['namespace']}-{m['name']}-"
+        if owner_kind(pod) == "Job":
+            job_name = next(
+                str(o["name"]) for o in m.get("ownerReferences") or [] if o.get("controller")
+            )
+            steps += [
+                step(f"{prefix}delete_old", "delete_pod", f"delete pod {m['namespace']}/{m['name']} on the lost node (grace 0: its node is gone)",
+                     namespace=m["namespace"], name=m["name"], grace_s=0),
+                wait_restored_step(b, f"{prefix}wait_restored", m["namespace"], f"batch.kubernetes.io/job-name={job_name}", lineage, b.newest_seq(lineage)),
+            ]  # fmt: skip
+        elif owner_kind(pod) is None:
+            steps += _move_pod_steps(
+                b, pod, to=to, away=[node], prefix=prefix, take_checkpoint=False
+            )
+    if not steps:
+        raise errors.Conflict(
+            f"no wrapped workload to fail over on {node}", hint="list the workloads on it"
+        )
+    return PlanDraft(
+        steps=steps,
+        summary=f"fail over the wrapped workloads of {node} ({'not Ready' if not detail.ready else 'interruption notice'}) "
+        "from their newest good checkpoints",
+        saves="the newest good checkpoint of each; work since it is lost",
+        rollback="nothing to undo: the old pods were on a lost node",
+        scope={"node": node},
+    )
+
+
+# ----- requests -----------------------------------------------------------------------------
+def _kind_api(b: KubernetesBackend, kind: str) -> ids.WorkloadKind | None:
+    return None if kind == "Node" else ids.kind_named(kind)
+
+
+def mutate(b: KubernetesBackend, op: str, args: Obj, *, dry_run: bool) -> Obj:
+    """One mutating request (``dryRun=All`` when asked); the server's answer as JSON."""
+    extra: Obj = {"dry_run": "All"} if dry_run else {}
+    conn = b.conn
+    ns = str(args.get("namespace") or "")
+    if ns:
+        ids.check_namespace(ns)
+    if op == "patch":
+        kind, name, patch, sub = (
+            str(args["kind"]),
+            ids.check_name(str(args["name"])),
+            args["patch"],
+            str(args.get("subresource") or ""),
+        )
+        if not isinstance(patch, dict):
+            raise errors.InvalidInput("a patch must be a JSON object")
+        if kind == "Node":
+            core = conn.api("CoreV1Api")
+            return conn.call_json(
+                Op("patch", "nodes", "", None, name), core.patch_node, name, patch, **extra
+            )
+        wk = ids.kind_named(kind)
+        res = f"{wk.plural}/{sub}" if sub else wk.plural
+        opn = Op("patch", res, wk.group, ns, name)
+        if wk.builtin:
+            api_name, method = {
+                "Job": ("BatchV1Api", "patch_namespaced_job"),
+                "Deployment": ("AppsV1Api", "patch_namespaced_deployment"),
+                "StatefulSet": ("AppsV1Api", "patch_namespaced_stateful_set"),
+                "Pod": ("CoreV1Api", "patch_namespaced_pod"),
+            }[wk.kind]
+            if sub == "scale":
+                method += "_scale"
+            return conn.call_json(
+                opn, getattr(conn.api(api_name), method), name, ns, patch, **extra
+            )
+        version = b.inventory.served_versions().get(wk.kind)
+        if version is None:
+            raise errors.NotFound(
+                f"this cluster does not serve {wk.kind}", hint="install its operator"
+            )
+        custom = conn.api("CustomObjectsApi")
+        return conn.call_json(
+            opn,
+            custom.patch_namespaced_custom_object,
+            wk.group,
+            version,
+            ns,
+            wk.plural,
+            name,
+            patch,
+            **extra,
+        )
+    core = conn.api("CoreV1Api")
+    if op == "create_pod":
+        body = args["body"]
+        ids.check_name(str(meta(body).get("name", "")))
+        return conn.call_json(
+            Op("create", "pods", "", ns), core.create_namespaced_pod, ns, body, **extra
+        )
+    if op == "delete_pod":
+        name = ids.check_name(str(args["name"]))
+        grace = args.get("grace_s")
+        kw = dict(extra)
+        if grace is not None:
+            kw["grace_period_seconds"] = int(grace)
+        return conn.call_json(
+            Op("delete", "pods", "", ns, name), core.delete_namespaced_pod, name, ns, **kw
+        )
+    if op == "evict":
+        name = ids.check_name(str(args["name"]))
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": ns},
+        }
+        return conn.call_json(
+            Op("create", "pods/eviction", "", ns, name),
+            core.create_namespaced_pod_eviction,
+            name,
+            ns,
+            body,
+            **extra,
+        )
+    raise errors.InvalidInput(f"unknown Kubernetes step {op!r}")
+
+
+def _trim(obj: Obj) -> Obj:
+    out = copy.deepcopy(obj)
+    (out.get("metadata") or {}).pop("managedFields", None)
+    return out
+
+
+def preview(b: KubernetesBackend, steps: list[PlanStep]) -> list[Obj]:
+    """Each mutating step sent with ``dryRun=All``: what the server says would change.
+
+    A 403 raises (the plan cannot run; the error names the permission). A refusal the step
+    would wait on (a PodDisruptionBudget) is shown as ``refused`` instead of failing the plan."""
+    out: list[Obj] = []
+    for s in steps:
+        if s.op not in MUTATING:
+            continue
+        entry: Obj = {"step": s.name, "op": s.op, "request": describe(s)}
+        try:
+            entry["object"] = _trim(mutate(b, s.op, s.args, dry_run=True))
+        except errors.Conflict as exc:
+            if exc.code != "kubernetes-disruption-budget":
+                raise
+            entry["refused"] = exc.message
+        out.append(entry)
+    return out
+
+
+def describe(s: PlanStep) -> str:
+    a = s.args
+    if s.op == "patch":
+        where = f"{a['namespace']}/" if a.get("namespace") else ""
+        sub = f"/{a['subresource']}" if a.get("subresource") else ""
+        return f"PATCH {a['kind']} {where}{a['name']}{sub} {json.dumps(a['patch'], sort_keys=True)}"
+    if s.op == "create_pod":
+        return f"CREATE Pod {a['namespace']}/{meta(a['body']).get('name')}"
+    if s.op == "delete_pod":
+        return f"DELETE Pod {a['namespace']}/{a['name']}"
+    return f"EVICT Pod {a['namespace']}/{a['name']}"
+
+
+# ----- running steps ------------------------------------------------------------------------
+def run_step(b: KubernetesBackend, op: str, args: Obj, progress: ProgressFn) -> Obj:
+    if op in MUTATING:
+        if op == "evict":
+            return _evict(b, args, progress)
+        try:
+            result = mutate(b, op, args, dry_run=False)
+        except errors.NotFound:
+            if op == "delete_pod":
+                return {"deleted": args["name"], "already_gone": True}
+            raise
+        except errors.Conflict as exc:
+            if op == "create_pod" and exc.code == "kubernetes-alreadyexists":
+                return {"pod": meta(args["body"]).get("name"), "already_created": True}
+            raise
+        return {
+            "name": meta(result).get("name"),
+            "resourceVersion": meta(result).get("resourceVersion"),
+        }
+    if op == "exec_checkpoint":
+        return _exec_checkpoint(b, args)
+    if op == "wait_pods_gone":
+        ns, sel = ids.check_namespace(str(args["namespace"])), str(args["selector"])
+        b.wait_until(
+            f"the pods {sel} to stop",
+            float(args["timeout_s"]),
+            lambda: not b.list_pods(ns, label_selector=sel),
+        )
+        return {"stopped": True}
+    if op == "wait_pod_ended":
+        ns, name = ids.check_namespace(str(args["namespace"])), ids.check_name(str(args["name"]))
+
+        def ended() -> bool:
+            pods = b.list_pods(ns, field_selector=f"metadata.name={name}")
+            return not pods or (pods[0].get("status") or {}).get("phase") in _TERMINAL
+
+        b.wait_until(f"pod {ns}/{name} to stop", float(args["timeout_s"]), ended)
+        return {"ended": True}
+    if op == "wait_restored":
+        return _wait_restored(b, args, progress)
+    raise errors.InvalidInput(f"unknown Kubernetes step {op!r}", hint="re-plan the action")
+
+
+def exec_in(
+    b: KubernetesBackend, ns: str, pod: str, container: str, argv: list[str], timeout_s: float
+) -> tuple[int, str, str]:
+    """Run ``argv`` in a container through ``pods/exec``; (exit code, stdout, stderr)."""
+    from kubernetes.stream import stream
+
+    core = b.conn.api("CoreV1Api")
+    op = Op("create", "pods/exec", "", ns, pod)
+
+    def run() -> tuple[int, str, str]:
+        resp = stream(
+            core.connect_get_namespaced_pod_exec, pod, ns, command=argv, container=container,
+            stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False,
+        )  # fmt: skip
+        try:
+            resp.run_forever(timeout=timeout_s)
+            out, err = resp.read_stdout() or "", resp.read_stderr() or ""
+            code = resp.returncode
+        finally:
+            resp.close()
+        return (1 if code is None else int(code)), out, err
+
+    return _call_exec(b, op, run)
+
+
+def _call_exec(b: KubernetesBackend, op: Op, fn: Any) -> tuple[int, str, str]:
+    from core.backends.kubernetes.connection import translate
+
+    try:
+        result: tuple[int, str, str] = fn()
+        return result
+    except Exception as exc:
+        mapped = translate(exc, op, where=b.conn.host)
+        if isinstance(mapped, errors.ClawpointError):
+            raise mapped from exc
+        raise errors.BackendUnavailable(
+            f"exec into the pod failed ({op.describe()}): {mapped}",
+            hint="check that the API server is reachable, then retry",
+        ) from exc
+
+
+def _wrapper_error(out: str, err: str, code: int, what: str) -> errors.ClawpointError:
+    try:
+        data = json.loads(err.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        data = {}
+    if isinstance(data, dict) and data.get("error"):
+        from core.wrapper.control import error_from
+
+        return error_from(data)
+    return errors.OperationFailed(
+        f"{what} failed (exit {code}): {(err or out).strip()[-500:]}",
+        hint="check that the container runs clawpoint's wrapper as its entrypoint and that "
+        "kubernetes.exec_python names its interpreter",
+    )
+
+
+def _exec_checkpoint(b: KubernetesBackend, args: Obj) -> Obj:
+    ns, pod = ids.check_namespace(str(args["namespace"])), ids.check_name(str(args["pod"]))
+    container = ids.check_name(str(args["container"]), what="container name")
+    lineage = ids.check_name(str(args["lineage"]), what="lineage")
+    argv = [*b.cfg.exec_python, "-m", "core.backends.kubernetes.incontainer", "checkpoint", lineage]
+    if args.get("stop"):
+        argv.append("--stop")
+    code, out, err = exec_in(b, ns, pod, container, argv, float(args.get("timeout_s", 600)))
+    if code != 0:
+        raise _wrapper_error(out, err, code, f"the checkpoint of {lineage} in pod {ns}/{pod}")
+    info = json.loads(out.strip().splitlines()[-1])
+    return {
+        "checkpoint": f"{ids.BACKEND}:{lineage}@{info['seq']}",
+        "seq": int(info["seq"]),
+        "lineage": lineage,
+    }
+
+
+def _seq_of(checkpoint_id: str) -> int:
+    """``LINEAGE@SEQ`` (or ``LINEAGE/SEQ``) -> SEQ; -1 when there is none."""
+    for sep in ("@", "/"):
+        head, found, tail = checkpoint_id.rpartition(sep)
+        if found and head and tail.isdigit():
+            return int(tail)
+    return -1
+
+
+def _wait_restored(b: KubernetesBackend, args: Obj, progress: ProgressFn) -> Obj:
+    ns, sel, lineage = (
+        ids.check_namespace(str(args["namespace"])),
+        str(args["selector"]),
+        ids.check_name(str(args["lineage"])),
+    )
+    min_seq = int(args.get("min_seq") or 0)
+    found: Obj = {}
+
+    def restored() -> bool:
+        field = sel if sel.startswith("metadata.name=") else None
+        pods = (
+            b.list_pods(ns, field_selector=field) if field else b.list_pods(ns, label_selector=sel)
+        )
+        for pod in pods:
+            if (pod.get("status") or {}).get("phase") != "Running" or not live(pod):
+                continue
+            code, out, _err = exec_in(
+                b, ns, meta(pod)["name"], container_of(pod),
+                [*b.cfg.exec_python, "-m", "core.backends.kubernetes.incontainer", "status", lineage], 120,
+            )  # fmt: skip
+            if code != 0:
+                continue
+            status = json.loads(out.strip().splitlines()[-1])
+            if not status.get("running") or not status.get("pid"):
+                continue  # the wrapper serves its socket before it has restored: not yet
+            seq = _seq_of(str((status.get("restore") or {}).get("from") or ""))
+            source = str((status.get("restore") or {}).get("from") or "")
+            if seq < 0 and min_seq > 0:
+                raise errors.OperationFailed(
+                    f"pod {ns}/{meta(pod)['name']} started without restoring {lineage}",
+                    hint="check that it mounts the checkpoint volume and its wrapper's log",
+                )
+            if seq >= min_seq:
+                found.update(
+                    pod=meta(pod)["name"],
+                    node=(pod.get("spec") or {}).get("nodeName"),
+                    restored_from=source,
+                )
+                return True
+        return False
+
+    b.wait_until(
+        f"a pod of {lineage} to run restored from its checkpoint",
+        float(args["timeout_s"]),
+        restored,
+    )
+    progress(1, 1, f"{lineage} runs on {found.get('node')} from {found.get('restored_from')}")
+    return found
+
+
+def _evict(b: KubernetesBackend, args: Obj, progress: ProgressFn) -> Obj:
+    """Evict through the API; a PodDisruptionBudget refusal is waited on for ``wait_s``, then
+    reported (Conflict naming the budget). Never a plain delete instead."""
+    deadline = time.monotonic() + float(args.get("wait_s") or 0)
+    while True:
+        try:
+            mutate(b, "evict", args, dry_run=False)
+            return {"evicted": args["name"]}
+        except errors.NotFound:
+            return {"evicted": args["name"], "already_gone": True}
+        except errors.Conflict as exc:
+            if exc.code != "kubernetes-disruption-budget" or time.monotonic() >= deadline:
+                raise
+            progress(0, None, f"waiting on a PodDisruptionBudget: {exc.details.get('budget', '')}")
+            time.sleep(b.cfg.poll_interval_s)
+
+
+def recover_step(b: KubernetesBackend, op: str, args: Obj) -> Obj | None:
+    """After a crash: the output of a step that took effect, read from the cluster, else None."""
+    if op == "create_pod":
+        name = str(meta(args.get("body") or {}).get("name", ""))
+        ns = ids.check_namespace(str(args["namespace"]))
+        if b.list_pods(ns, field_selector=f"metadata.name={ids.check_name(name)}"):
+            return {"pod": name, "already_created": True}
+    if op == "delete_pod":
+        ns = ids.check_namespace(str(args["namespace"]))
+        name = ids.check_name(str(args["name"]))
+        if not b.list_pods(ns, field_selector=f"metadata.name={name}"):
+            return {"deleted": name, "already_gone": True}
+    return None

@@ -1,0 +1,335 @@
+"""``KubernetesBackend``: the Backend protocol on a Kubernetes cluster (ids ``k8s:...``).
+
+Inventory and queue depth come from ``inventory`` / ``queue``. Actions are plans of small
+named steps (``actions``), each one API request or one wait; every mutating request is
+previewed with ``dryRun=All`` when the plan is made (``scope["dry_run"]``):
+
+- checkpoint: ``pods/exec`` into each wrapped pod of the workload; the wrapper (container
+  entrypoint) writes the checkpoint to the checkpoint volume (a PVC).
+- preempt: checkpoint, then suspend (Job ``spec.suspend``; Kueue Workload ``spec.active``;
+  Kubeflow ``runPolicy.suspend``; TrainJob / RayJob / RayCluster ``spec.suspend``; KServe's
+  stop annotation) or scale a Deployment/StatefulSet to 0 (the count kept in an annotation).
+  The pods' SIGTERM (grace period) makes the wrapper checkpoint once more.
+- resume: the inverse patch; a resumed Job's new pod restores its newest good checkpoint.
+- migrate: a bare wrapped Pod is checkpointed and stopped, recreated (new name) with required
+  node affinity to ``to`` (or away from its node), and the old pod is deleted only after the
+  new one runs restored from that checkpoint. A Job: checkpoint, suspend, set its template's
+  node affinity (allowed while suspended), unsuspend; its next pod restores.
+- scale: replicas (``scale`` subresource) or Job parallelism; never below the floor
+  (``kubernetes.min_replicas`` or the workload's ``clawpoint.io/min-replicas``).
+- drain_node: cordon; move every wrapped pod as migrate does; evict the rest through the
+  Eviction API, waiting up to ``eviction_wait_s`` on a PodDisruptionBudget, then reporting
+  it (never a delete instead). undrain_node: uncordon.
+- failover (a node, or a workload on it): the node must be NotReady or tainted for
+  interruption; each wrapped pod is restored from its newest good checkpoint elsewhere.
+
+Ids are validated before any request (``ids``). Limits: one wrapped container per pod;
+Deployment/StatefulSet pods are not moved one by one (preempt/resume or drain them);
+Kubeflow/Ray/KServe pods are suspended through their operator, not checkpointed here.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from core import errors
+from core.backends.base import PlanDraft, ProgressFn, not_supported
+from core.backends.kubernetes import actions, ids
+from core.backends.kubernetes.connection import Connection, KubernetesConfig, Op
+from core.backends.kubernetes.inventory import Inventory, NodeDetail
+from core.backends.kubernetes.kubelet_api import CheckpointProbe, probe_checkpoint_api
+from core.backends.kubernetes.queue import QueueEntry, QueueReader
+from core.model import Action, CheckpointInfo, NodeInfo, WorkloadInfo
+from core.store.store import CheckpointStore
+
+log = structlog.get_logger(__name__)
+Obj = dict[str, Any]
+
+_NODE_ACTIONS = (Action.DRAIN_NODE, Action.UNDRAIN_NODE)
+# What each action reads from its parameters (the service validated them already).
+_TAKES: dict[Action, frozenset[str]] = {
+    Action.CHECKPOINT: frozenset({"stop", "reason"}),
+    Action.PREEMPT: frozenset({"reason"}),
+    Action.RESUME: frozenset({"to", "fresh", "reason"}),
+    Action.MIGRATE: frozenset({"to", "reason"}),
+    Action.SCALE: frozenset({"replicas", "down_without_save", "reason"}),
+    Action.DRAIN_NODE: frozenset({"to", "save", "reason"}),
+    Action.UNDRAIN_NODE: frozenset({"reason"}),
+    Action.FAILOVER: frozenset({"to", "fresh", "reason"}),
+}
+
+
+def _params(action: Action, params: Any) -> dict[str, Any]:
+    """Parameters as a dict (a typed parameter model or a plain dict); unknown ones refused."""
+    data = params.model_dump() if hasattr(params, "model_dump") else dict(params or {})
+    data = {k: v for k, v in data.items() if v is not None}
+    unknown = sorted(set(data) - _TAKES[action])
+    if unknown:
+        raise errors.InvalidInput(
+            f"{action.value} on Kubernetes does not take {', '.join(unknown)}",
+            hint=f"it takes: {', '.join(sorted(_TAKES[action]))}",
+        )
+    if data.get("fresh"):
+        raise errors.NotSupported(
+            "the Kubernetes backend does not start workloads from scratch (fresh)",
+            hint="delete the checkpoints of the lineage, or recreate the workload yourself",
+        )
+    if action is Action.DRAIN_NODE and data.get("save") is False:
+        raise errors.NotSupported(
+            "a Kubernetes drain always checkpoints wrapped workloads (save=false is refused)",
+            hint="use kubectl drain to evict without saving",
+        )
+    if data.get("down_without_save"):
+        raise errors.NotSupported(
+            "scaling down without saving is the controller's ordinary scale-down here",
+            hint="omit down_without_save",
+        )
+    return data
+
+
+class KubernetesBackend:
+    """The Backend protocol for Kubernetes (name ``k8s``, the id prefix)."""
+
+    name = ids.BACKEND
+
+    def __init__(self, config: KubernetesConfig | None = None, *, api_client: Any = None) -> None:
+        self.cfg = config or KubernetesConfig()
+        self.conn = Connection(self.cfg, api_client=api_client)
+        self.inventory = Inventory(self.conn)
+        self._names = 0
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # ----- inventory ------------------------------------------------------------------
+    def capabilities(self) -> frozenset[Action]:
+        return frozenset(
+            {
+                Action.CHECKPOINT,
+                Action.PREEMPT,
+                Action.RESUME,
+                Action.MIGRATE,
+                Action.SCALE,
+                Action.DRAIN_NODE,
+                Action.UNDRAIN_NODE,
+                Action.FAILOVER,
+            }
+        )
+
+    def nodes(self) -> list[NodeInfo]:
+        return self.inventory.nodes()
+
+    def workloads(self) -> list[WorkloadInfo]:
+        return self.inventory.workloads()
+
+    def get_workload(self, name: str) -> WorkloadInfo:
+        return self.inventory.get_workload(name)
+
+    def queue_depth(self) -> list[QueueEntry]:
+        return QueueReader(self.inventory).queue_depth()
+
+    def node_detail(self, node: str) -> NodeDetail:
+        name = ids.parse_node_id(node)
+        for d in self.inventory.node_details():
+            if d.name == name:
+                return d
+        raise errors.NotFound(
+            f"no Kubernetes node {name}", hint="list the nodes (kubectl get nodes)"
+        )
+
+    def get_node(self, node: str) -> NodeInfo:
+        name = ids.parse_node_id(node)
+        for n in self.nodes():
+            if n.name == name:
+                return n
+        raise errors.NotFound(
+            f"no Kubernetes node {name}", hint="list the nodes (kubectl get nodes)"
+        )
+
+    def probe_checkpoint_api(
+        self, node: str, pod: str, namespace: str, container: str
+    ) -> CheckpointProbe:
+        """Whether the kubelet checkpoint API answers on ``node`` (forensic exports only)."""
+        return probe_checkpoint_api(self.conn, node, namespace, pod, container)
+
+    # ----- checkpoints ------------------------------------------------------------------
+    def store(self) -> CheckpointStore | None:
+        return CheckpointStore(Path(self.cfg.checkpoint_dir)) if self.cfg.checkpoint_dir else None
+
+    def _lineage(self, name: str) -> str | None:
+        raw = self.read_raw(ids.parse_workload_id(name))
+        pods = actions.pods_of(self, ids.parse_workload_id(name), raw)
+        template = ((raw.get("spec") or {}).get("template")) or {}
+        for obj in (raw, template, *pods):
+            lineage = actions.lineage_of(obj)
+            if lineage:
+                return lineage
+        return None
+
+    def checkpoints(self, workload: str | None = None) -> list[CheckpointInfo]:
+        store = self.store()
+        if store is None:
+            return []
+        if workload is None:
+            return store.list(None)
+        lineage = self._lineage(workload)
+        return store.list(lineage) if lineage else []
+
+    def newest_seq(self, lineage: str) -> int:
+        store = self.store()
+        if store is None:
+            return 0
+        return max((c.seq for c in store.list(lineage)), default=0)
+
+    def newest_good(self, lineage: str) -> CheckpointInfo | None:
+        store = self.store()
+        return store.newest_good(lineage) if store is not None else None
+
+    # ----- raw reads used by plans --------------------------------------------------------
+    def read_raw(self, ref: ids.WorkloadRef) -> Obj:
+        scope = self.conn.scoped_namespaces
+        if scope is not None and ref.namespace not in scope:
+            raise errors.InvalidInput(
+                f"namespace {ref.namespace!r} is outside the namespaces in scope ({', '.join(scope)})",
+                hint="add it to kubernetes.namespaces or pass a workload from a namespace in scope",
+            )
+        version = self.inventory.served_versions().get(ref.kind.kind)
+        if version is None:
+            raise errors.NotFound(
+                f"this cluster does not serve {ref.kind.kind} ({ref.kind.crd} is not installed)",
+                hint="install its operator, or list the workloads this cluster has",
+            )
+        op = Op("get", ref.kind.plural, ref.kind.group, ref.namespace, ref.name)
+        if ref.kind.builtin:
+            api_name, method = {
+                "Pod": ("CoreV1Api", "read_namespaced_pod"),
+                "Job": ("BatchV1Api", "read_namespaced_job"),
+                "Deployment": ("AppsV1Api", "read_namespaced_deployment"),
+                "StatefulSet": ("AppsV1Api", "read_namespaced_stateful_set"),
+            }[ref.kind.kind]
+            return self.conn.call_json(
+                op, getattr(self.conn.api(api_name), method), ref.name, ref.namespace
+            )
+        custom = self.conn.api("CustomObjectsApi")
+        return self.conn.call_json(
+            op,
+            custom.get_namespaced_custom_object,
+            ref.kind.group,
+            version,
+            ref.namespace,
+            ref.kind.plural,
+            ref.name,
+        )
+
+    def list_pods(self, namespace: str | None, **selectors: str | None) -> list[Obj]:
+        core = self.conn.api("CoreV1Api")
+        sel = {k: v for k, v in selectors.items() if v}
+        if namespace is not None:
+            return list(
+                self.conn.list_all(
+                    Op("list", "pods", "", namespace), core.list_namespaced_pod, namespace, **sel
+                )
+            )
+        scope = self.conn.scoped_namespaces
+        if scope is None:
+            return list(
+                self.conn.list_all(Op("list", "pods"), core.list_pod_for_all_namespaces, **sel)
+            )
+        return [p for ns in scope for p in self.list_pods(ns, **selectors)]
+
+    def target_node(self, wanted: Any, *, away_from: str | None = None) -> str | None:
+        """The node named by ``to`` (``n2`` or ``k8s:n2``), checked to exist and take pods."""
+        if wanted is None:
+            return None
+        name = ids.parse_node_id(str(wanted))
+        if away_from and name == away_from:
+            raise errors.InvalidInput(
+                f"the workload is already on {ids.PREFIX}{name}",
+                hint="pass another node with --to, or omit it to let the scheduler pick one",
+            )
+        node = self.get_node(name)
+        if not node.schedulable or node.health.value == "down":
+            raise errors.Conflict(
+                f"node {node.id} is {node.state} and takes no pods",
+                hint="pick a node that is Ready and not cordoned (clawpoint nodes --backend k8s)",
+            )
+        return name
+
+    def next_pod_name(self, old: str) -> str:
+        """A new name for a recreated pod: ``NAME-cpN`` (a previous ``-cpN`` replaced)."""
+        base, sep, tail = old.rpartition("-cp")
+        stem = base if sep and tail.isdigit() else old
+        self._names += 1
+        stamp = int(time.time()) % 100000
+        return ids.check_name(f"{stem[:230]}-cp{stamp}{self._names}")
+
+    def wait_until(self, what: str, timeout_s: float, check: Any) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            result = check()
+            if result:
+                return result
+            if time.monotonic() >= deadline:
+                raise errors.OperationFailed(
+                    f"timed out after {timeout_s:g}s waiting for {what}",
+                    hint="look at the pods' events and the wrapper's log, then retry the plan",
+                )
+            time.sleep(self.cfg.poll_interval_s)
+
+    # ----- plans ----------------------------------------------------------------------
+    def plan(self, action: Action, target: str, params: Any) -> PlanDraft:
+        if action not in self.capabilities():
+            raise not_supported(self.name, action)
+        draft = self._draft(action, target, _params(action, params))
+        draft.scope["dry_run"] = actions.preview(self, draft.steps)
+        return draft
+
+    def _draft(self, action: Action, target: str, params: dict[str, Any]) -> PlanDraft:
+        if action in _NODE_ACTIONS or (action is Action.FAILOVER and "/" not in target):
+            node = ids.parse_node_id(target)
+            self.node_detail(node)  # NotFound before anything else
+            if action is Action.DRAIN_NODE:
+                return actions.plan_drain(self, node, params)
+            if action is Action.UNDRAIN_NODE:
+                return actions.plan_undrain(self, node, params)
+            return actions.plan_failover(self, node, None, params)
+        ref = ids.parse_workload_id(target)
+        raw = self.read_raw(ref)
+        if action is Action.CHECKPOINT:
+            return actions.plan_checkpoint(self, ref, raw, params)
+        if action is Action.PREEMPT:
+            return actions.plan_preempt(self, ref, raw, params)
+        if action is Action.RESUME:
+            return actions.plan_resume(self, ref, raw, params)
+        if action is Action.MIGRATE:
+            return actions.plan_migrate(self, ref, raw, params)
+        if action is Action.SCALE:
+            return actions.plan_scale(self, ref, raw, params)
+        if action is Action.FAILOVER:
+            pods = actions.pods_of(self, ref, raw) or ([raw] if ref.kind.kind == "Pod" else [])
+            nodes = {str((p.get("spec") or {}).get("nodeName") or "") for p in pods} - {""}
+            if len(nodes) != 1:
+                raise errors.Conflict(
+                    f"{ref} is not on one node to fail over from", hint="fail over its node instead"
+                )
+            names = {str(actions.meta(p)["name"]) for p in pods}
+            return actions.plan_failover(self, nodes.pop(), names, params)
+        raise not_supported(self.name, action)
+
+    def run_step(self, op: str, args: dict[str, Any], progress: ProgressFn) -> dict[str, Any]:
+        return actions.run_step(self, op, args, progress)
+
+    def recover_step(
+        self, op: str, args: dict[str, Any], started_at: datetime
+    ) -> dict[str, Any] | None:
+        return actions.recover_step(self, op, args)
+
+    def reconcile_step(
+        self, op: str, args: dict[str, Any], started_at: datetime
+    ) -> dict[str, Any] | None:
+        return actions.recover_step(self, op, args)
