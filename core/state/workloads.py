@@ -47,7 +47,11 @@ class WorkloadRecord(BaseModel):
             pid=self.pid,
             labels=self.labels,
             started_at=self.started_at,
-            last_checkpoint=self.last_checkpoint,
+            # Full id (BACKEND:NAME@SEQ), as every output gives ids; the row keeps the
+            # store's own id, which the wrapper and the store read.
+            last_checkpoint=f"{self.backend}:{self.last_checkpoint}"
+            if self.last_checkpoint
+            else None,
             checkpoint_every=self.checkpoint_every,
             exit_status=self.exit_status,
             message=self.message,

@@ -38,6 +38,8 @@ from core.config import Settings
 from core.model import (
     Action,
     CheckpointInfo,
+    NodeCondition,
+    NodeConditionType,
     NodeHealth,
     NodeInfo,
     WorkloadInfo,
@@ -86,7 +88,19 @@ class LocalBackend(LocalPlanning):
         health = NodeHealth(o.get("health", "healthy"))
         schedulable = bool(o.get("schedulable", 1))
         state = "down" if health is NodeHealth.DOWN else ("drained" if not schedulable else "up")
+        reason = str(o.get("reason") or "")
+        conditions = []
+        if health is not NodeHealth.HEALTHY:  # set by a person or a test (set_node_state)
+            kind = NodeConditionType.READY if health is NodeHealth.DOWN else NodeConditionType.OTHER
+            conditions.append(
+                NodeCondition(type=kind, ok=False, reason=reason, source=health.value)
+            )
+        if not schedulable:
+            conditions.append(
+                NodeCondition(type=NodeConditionType.SCHEDULABLE, ok=False, reason="drained")
+            )
         return NodeInfo(
+            conditions=conditions,
             id=f"{NAME}:{cfg.name}",
             backend=NAME,
             name=cfg.name,
@@ -186,7 +200,8 @@ class LocalBackend(LocalPlanning):
         return [self._qualify(c) for c in self.store.list(workload)]
 
     def _qualify(self, ckpt: CheckpointInfo) -> CheckpointInfo:
-        return ckpt.model_copy(update={"id": f"{NAME}:{ckpt.id}"})
+        parent = f"{NAME}:{ckpt.parent}" if ckpt.parent else None
+        return ckpt.model_copy(update={"id": f"{NAME}:{ckpt.id}", "parent": parent})
 
     # ---------------------------------------------------------------- planning
     def run_step(self, op: str, args: dict[str, Any], progress: ProgressFn) -> dict[str, Any]:
@@ -241,7 +256,33 @@ class LocalBackend(LocalPlanning):
         if op == "delete_checkpoint":
             self.store.delete(args["checkpoint_id"])
             return {"deleted": args["checkpoint_id"]}
+        if op in ("suspend_gpu", "resume_gpu"):
+            return self._gpu_step(op, self.registry.require(args["workload"]))
         raise errors.OperationFailed(f"unknown local step {op!r}", hint="this is a bug; report it")
+
+    def _gpu_step(self, op: str, rec: WorkloadRecord) -> dict[str, Any]:
+        """GPU suspend/resume in place of the workload's processes (core.checkpoint.gpu)."""
+        from core.checkpoint import gpu  # local import: loads the driver library on use
+
+        if rec.pid is None or not _pid_alive(rec.pid):
+            raise errors.Conflict(
+                f"{NAME}:{rec.name} has no running process", hint="check 'clawpoint workloads'"
+            )
+        reports = gpu.suspend_tree(rec.pid) if op == "suspend_gpu" else gpu.resume_tree(rec.pid)
+        freed = [r.freed_bytes for r in reports if r.freed_bytes is not None]
+        total = sum(freed) if freed else None
+        if total is None:
+            said = f"unmeasured (NVML: {reports[0].nvml})"
+        else:
+            said = f"{abs(total) / 2**30:.2f} GiB {'freed' if total >= 0 else 'taken back'}"
+        self.registry.update(
+            rec.name, message=f"GPU {'suspended' if op == 'suspend_gpu' else 'resumed'}: {said}"
+        )
+        return {
+            "pids": [r.pid for r in reports],
+            "freed_bytes": total,
+            "reports": [r.model_dump() for r in reports],
+        }
 
     def reconcile_step(
         self, op: str, args: dict[str, Any], started_at: datetime
