@@ -363,6 +363,28 @@ CATALOGUE: dict[Action, ActionSpec] = {
             "undrain_node",
             ("nodes", "undrain"),
         ),
+        _spec(
+            Action.SUSPEND_GPU,
+            Target.WORKLOAD,
+            NoParams,
+            _fixed(RiskClass.DISRUPTIVE),
+            "Suspend a workload's GPU",
+            "Move a workload's GPU memory to host memory and free its GPU; it stays alive, "
+            "its GPU calls wait until resume_gpu (disruptive).",
+            "suspend_gpu",
+            ("suspend-gpu",),
+        ),
+        _spec(
+            Action.RESUME_GPU,
+            Target.WORKLOAD,
+            NoParams,
+            _fixed(RiskClass.DISRUPTIVE),
+            "Resume a workload's GPU",
+            "Put a GPU-suspended workload's memory back on its GPU and let it go on "
+            "(disruptive: takes the GPU back).",
+            "resume_gpu",
+            ("resume-gpu",),
+        ),
     )
 }
 

@@ -173,12 +173,42 @@ class Action(StrEnum):
     SCALE = "scale"
     KILL = "kill"
     DELETE_CHECKPOINT = "delete_checkpoint"
+    SUSPEND_GPU = "suspend_gpu"
+    RESUME_GPU = "resume_gpu"
 
 
 class NodeHealth(StrEnum):
     HEALTHY = "healthy"
     DEGRADED = "degraded"
     DOWN = "down"
+
+
+class NodeConditionType(StrEnum):
+    """What a condition is about. A condition that is not ``ok`` makes the node degraded,
+    or down for ``ready`` and ``network``; ``ready``, ``network``, ``schedulable``,
+    ``draining`` and ``maintenance`` also keep new work off it (``core.signals.nodes``)."""
+
+    READY = "ready"  # the node answers and runs work
+    NETWORK = "network"  # its network is up
+    SCHEDULABLE = "schedulable"  # new work may be placed on it (not cordoned or drained)
+    DRAINING = "draining"  # not being emptied
+    MAINTENANCE = "maintenance"  # no maintenance or reboot pending
+    GPU = "gpu"  # its GPUs are healthy
+    MEMORY = "memory"  # no memory pressure
+    DISK = "disk"  # no disk pressure
+    PROCESSES = "processes"  # no process-id pressure
+    OTHER = "other"  # anything else the backend reports as wrong
+
+
+class NodeCondition(BaseModel):
+    """One fact about a node's health, as its backend observed it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: NodeConditionType
+    ok: bool
+    reason: str = ""  # why, in words
+    source: str = ""  # the backend's own term: a Slurm state flag, a Kubernetes condition
 
 
 class NodeInfo(BaseModel):
@@ -197,6 +227,8 @@ class NodeInfo(BaseModel):
     gpus: int = 0
     partitions: list[str] = Field(default_factory=list)
     workloads: list[str] = Field(default_factory=list)
+    # Structured health (``NodeCondition``); ``state`` is the backend's text for people only.
+    conditions: list[NodeCondition] = Field(default_factory=list)
 
 
 class WorkloadState(StrEnum):

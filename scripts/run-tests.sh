@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Run the test suite with the services it needs: the local Slurm cluster is brought up
-# first (when this machine can run it) and taken down afterwards, whatever the outcome.
+# first (when this machine can run it) and taken down afterwards, whatever the outcome, unless
+# it was already up (`make slurm-up`): then it is left running.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 started_slurm=0
 if [[ -x scripts/slurm-cluster.sh && $(id -u) -eq 0 ]]; then
-  if scripts/slurm-cluster.sh up; then started_slurm=1; else echo "slurm cluster could not start: its tests will skip" >&2; fi
+  scripts/slurm-cluster.sh status >/dev/null 2>&1; was_up=$(( $? == 0 ))
+  if scripts/slurm-cluster.sh up; then (( was_up )) || started_slurm=1
+  else echo "slurm cluster could not start: its tests will skip" >&2; fi
 fi
 # Node >= 24 tools (OpenClaw, mcporter) for the agent-layer checks; their tests skip with the
 # reason when the npm registry cannot be reached.
@@ -14,4 +17,11 @@ if command -v npm >/dev/null 2>&1; then
 fi
 cleanup() { (( started_slurm )) && scripts/slurm-cluster.sh down >/dev/null 2>&1; }
 trap cleanup EXIT
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# Most tests wait (on CRIU, the wrappers, the Slurm daemons, the OpenClaw gateway) rather than
+# compute, so they run in parallel on more workers than there are CPUs: two per CPU, between 2
+# and 8. Tests that share something (the Slurm cluster, a module-scoped fixture) stay on one
+# worker: see tests/conftest.py. PYTEST_WORKERS sets the count; arguments come last, so
+# `scripts/run-tests.sh -n 0` runs serially and `scripts/run-tests.sh tests/cli -k name` one test.
+cpus=$(nproc 2>/dev/null || echo 2)
+workers=${PYTEST_WORKERS:-$(( cpus * 2 < 2 ? 2 : (cpus * 2 > 8 ? 8 : cpus * 2) ))}
+.venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadgroup --durations=20 "$@"

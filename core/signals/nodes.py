@@ -2,8 +2,10 @@
 
 - ``notices_from_taints``: Kubernetes taints set by interruption handlers (Karpenter, AWS
   Node Termination Handler, GKE, cluster-autoscaler, a cordon) become ``InterruptionNotice``s.
-- ``node_health``: a backend's ``NodeInfo`` (Slurm state flags such as ``IDLE+DRAIN`` or
-  ``down*``; Kubernetes conditions such as ``Ready=False``) becomes a ``NodeHealthSignal``.
+- ``node_health``: a backend's ``NodeInfo`` becomes a ``NodeHealthSignal``, judged from its
+  structured conditions (``NodeCondition``: ready, schedulable, draining, gpu, ...), which
+  each backend builds from its own terms (Slurm state flags, Kubernetes conditions through
+  ``kubernetes_conditions``); the free-text ``state`` is never parsed.
 
 Known interruption taints (key, what sets it, what it means):
 
@@ -23,14 +25,13 @@ Taints carry no deadline, so notices from them have ``deadline=None``. No I/O he
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
-from core.model import NodeHealth, NodeInfo
+from core.model import NodeCondition, NodeConditionType, NodeHealth, NodeInfo
 from core.signals.model import (
     InterruptionAction,
     InterruptionNotice,
@@ -173,70 +174,55 @@ def notices_from_taints(
 
 # --- node health ------------------------------------------------------------------------
 
-# Slurm appends one of these to a state name (sinfo/scontrol); see sinfo(1) "NODE STATE CODES".
-_SLURM_SUFFIX = {
-    "*": "NOT_RESPONDING",
-    "~": "POWERED_DOWN",
-    "#": "POWERING_UP",
-    "%": "POWERING_DOWN",
-    "!": "POWER_DOWN",
-    "$": "MAINT",
-    "@": "REBOOT_REQUESTED",
-    "^": "REBOOT_ISSUED",
-    "-": "PLANNED",
+# What a condition that is not ok means: the node's health, and whether new work stays off.
+_EFFECT: dict[NodeConditionType, tuple[NodeHealth, bool]] = {
+    NodeConditionType.READY: (NodeHealth.DOWN, False),
+    NodeConditionType.NETWORK: (NodeHealth.DOWN, False),
+    NodeConditionType.SCHEDULABLE: (NodeHealth.HEALTHY, False),
+    NodeConditionType.DRAINING: (NodeHealth.DEGRADED, False),
+    NodeConditionType.MAINTENANCE: (NodeHealth.DEGRADED, False),
+    NodeConditionType.GPU: (NodeHealth.DEGRADED, True),
+    NodeConditionType.MEMORY: (NodeHealth.DEGRADED, True),
+    NodeConditionType.DISK: (NodeHealth.DEGRADED, True),
+    NodeConditionType.PROCESSES: (NodeHealth.DEGRADED, True),
+    NodeConditionType.OTHER: (NodeHealth.DEGRADED, True),
 }
-# sinfo's short state names.
-_SLURM_SHORT = {
-    "ALLOC": "ALLOCATED",
-    "MIX": "MIXED",
-    "DRNG": "DRAINING",
-    "COMP": "COMPLETING",
-    "RESV": "RESERVED",
-    "UNK": "UNKNOWN",
-    "NO_RESPOND": "NOT_RESPONDING",
-    "NPC": "PERFCTRS",
-}
-_DOWN_FLAGS = {"DOWN", "FAIL", "NOT_RESPONDING", "INVAL"}
-_DEGRADED_FLAGS = {
-    "DRAIN",
-    "DRAINED",
-    "DRAINING",
-    "FAILING",
-    "MAINT",
-    "REBOOT_REQUESTED",
-    "REBOOT_ISSUED",
-    "UNKNOWN",
-}
-_UNSCHEDULABLE_FLAGS = _DOWN_FLAGS | _DEGRADED_FLAGS - {"UNKNOWN"}
 
-# Kubernetes node conditions: (condition, bad status) -> health it implies.
-_CONDITIONS = {
-    ("Ready", "False"): NodeHealth.DOWN,
-    ("Ready", "Unknown"): NodeHealth.DOWN,
-    ("NetworkUnavailable", "True"): NodeHealth.DOWN,
-    ("MemoryPressure", "True"): NodeHealth.DEGRADED,
-    ("DiskPressure", "True"): NodeHealth.DEGRADED,
-    ("PIDPressure", "True"): NodeHealth.DEGRADED,
+# Kubernetes node conditions: type -> (what it is about, the status that is fine).
+_KUBERNETES = {
+    "Ready": (NodeConditionType.READY, "True"),
+    "NetworkUnavailable": (NodeConditionType.NETWORK, "False"),
+    "MemoryPressure": (NodeConditionType.MEMORY, "False"),
+    "DiskPressure": (NodeConditionType.DISK, "False"),
+    "PIDPressure": (NodeConditionType.PROCESSES, "False"),
 }
 _RANK = {NodeHealth.HEALTHY: 0, NodeHealth.DEGRADED: 1, NodeHealth.DOWN: 2}
-_TOKEN = re.compile(r"[+,|\s]+")
 
 
-def _flags(state: str) -> tuple[list[str], dict[str, str]]:
-    flags: list[str] = []
-    conditions: dict[str, str] = {}
-    for token in filter(None, _TOKEN.split(state)):
-        if "=" in token:  # a Kubernetes condition written as Type=Status
-            key, _, value = token.partition("=")
-            conditions[key] = value
+def kubernetes_conditions(conditions: Mapping[str, str]) -> list[NodeCondition]:
+    """Kubernetes ``status.conditions`` (type -> ``True``/``False``/``Unknown``) as
+    ``NodeCondition``s; types clawpoint does not know are left out."""
+    out: list[NodeCondition] = []
+    for name, status in conditions.items():
+        known = _KUBERNETES.get(name)
+        if known is not None:
+            kind, fine = known
+            out.append(NodeCondition(type=kind, ok=status == fine, source=f"{name}={status}"))
+    return out
+
+
+def judge(conditions: Iterable[NodeCondition]) -> tuple[NodeHealth, bool, list[str]]:
+    """The health, whether new work may go there, and the reasons, from conditions alone."""
+    health, schedulable, reasons = NodeHealth.HEALTHY, True, []
+    for cond in conditions:
+        if cond.ok:
             continue
-        name = token.upper()
-        while name and name[-1] in _SLURM_SUFFIX:
-            flags.append(_SLURM_SUFFIX[name[-1]])
-            name = name[:-1]
-        if name:
-            flags.append(_SLURM_SHORT.get(name, name))
-    return list(dict.fromkeys(flags)), conditions
+        implied, takes_work = _EFFECT[cond.type]
+        health = max(health, implied, key=_RANK.__getitem__)
+        schedulable = schedulable and takes_work
+        what = cond.source or f"{cond.type.value} not ok"
+        reasons.append(f"condition {what}" + (f" ({cond.reason})" if cond.reason else ""))
+    return health, schedulable, reasons
 
 
 def node_health(
@@ -245,38 +231,18 @@ def node_health(
     conditions: Mapping[str, str] | None = None,
     observed_at: datetime | None = None,
 ) -> NodeHealthSignal:
-    """Judge a node from its state flags, its Kubernetes conditions and the backend's verdict.
-
-    The result is the worst of all three; ``reasons`` says which flag or condition decided.
-    """
-    flags, from_state = _flags(node.state)
-    conds = {**from_state, **(conditions or {})}
-    health = node.health
+    """Judge a node from its conditions (``NodeInfo.conditions``, plus Kubernetes
+    ``conditions`` given here) and the backend's own verdict: the worst of them, with
+    ``reasons`` saying which condition decided. ``NodeInfo.state`` is never parsed."""
+    conds = [*node.conditions, *kubernetes_conditions(conditions or {})]
+    health, schedulable, from_conditions = judge(conds)
     reasons: list[str] = []
     if node.health is not NodeHealth.HEALTHY:
         reasons.append(f"backend reports {node.health.value}")
-    schedulable = node.schedulable
-    for flag in flags:
-        implied = (
-            NodeHealth.DOWN
-            if flag in _DOWN_FLAGS
-            else NodeHealth.DEGRADED
-            if flag in _DEGRADED_FLAGS
-            else None
-        )
-        if implied is not None:
-            reasons.append(f"state flag {flag}")
-            health = max(health, implied, key=_RANK.__getitem__)
-        if flag in _UNSCHEDULABLE_FLAGS:
-            schedulable = False
-    for cond, status in conds.items():
-        implied = _CONDITIONS.get((cond, status))
-        if implied is not None:
-            reasons.append(f"condition {cond}={status}")
-            health = max(health, implied, key=_RANK.__getitem__)
-            if implied is NodeHealth.DOWN:
-                schedulable = False
+        health = max(health, node.health, key=_RANK.__getitem__)
+    reasons += from_conditions
     if not node.schedulable:
+        schedulable = False
         reasons.append("not schedulable (cordoned or drained)")
     if node.reason and reasons:
         reasons.append(f"reason: {node.reason}")
@@ -297,6 +263,6 @@ def node_health(
         backend=node.backend,
         health=health,
         schedulable=schedulable,
-        flags=flags + [f"{k}={v}" for k, v in conds.items()],
+        flags=[c.source or c.type.value for c in conds if not c.ok],
         reasons=reasons,
     )

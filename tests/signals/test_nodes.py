@@ -6,9 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from core.model import NodeHealth, NodeInfo
+from core.backends.slurm.inventory import to_node
+from core.model import NodeCondition, NodeConditionType, NodeHealth, NodeInfo
 from core.signals.model import InterruptionAction, Provider, Severity
-from core.signals.nodes import Taint, node_health, notices_from_taints
+from core.signals.nodes import Taint, kubernetes_conditions, node_health, notices_from_taints
 
 
 def test_karpenter_disruption_taint() -> None:
@@ -57,24 +58,42 @@ def _node(**kw: object) -> NodeInfo:
 
 
 @pytest.mark.parametrize(
-    ("state", "health", "schedulable", "flag"),
+    ("state", "health", "schedulable", "flags"),
     [
-        ("idle", NodeHealth.HEALTHY, True, "IDLE"),
-        ("IDLE+DRAIN", NodeHealth.DEGRADED, False, "DRAIN"),
-        ("drng", NodeHealth.DEGRADED, False, "DRAINING"),
-        ("down*", NodeHealth.DOWN, False, "NOT_RESPONDING"),
-        ("MIXED+NOT_RESPONDING", NodeHealth.DOWN, False, "NOT_RESPONDING"),
-        ("idle~", NodeHealth.HEALTHY, True, "POWERED_DOWN"),
-        ("alloc", NodeHealth.HEALTHY, True, "ALLOCATED"),
-        ("fail", NodeHealth.DOWN, False, "FAIL"),
+        ("idle", NodeHealth.HEALTHY, True, []),
+        ("IDLE+DRAIN", NodeHealth.DEGRADED, False, ["DRAIN"]),
+        ("drng", NodeHealth.DEGRADED, False, ["DRAINING"]),
+        ("down*", NodeHealth.DOWN, False, ["NOT_RESPONDING", "DOWN"]),
+        ("MIXED+NOT_RESPONDING", NodeHealth.DOWN, False, ["NOT_RESPONDING"]),
+        ("idle~", NodeHealth.DOWN, False, ["POWERED_DOWN"]),
+        ("alloc", NodeHealth.HEALTHY, True, []),
+        ("fail", NodeHealth.DOWN, False, ["FAIL"]),
+        ("mix$", NodeHealth.DEGRADED, False, ["MAINTENANCE"]),
+        ("unk", NodeHealth.DEGRADED, True, ["UNKNOWN"]),
     ],
 )
-def test_slurm_states(state: str, health: NodeHealth, schedulable: bool, flag: str) -> None:
-    sig = node_health(_node(state=state, reason="Kill task failed"))
+def test_slurm_states_become_conditions(
+    state: str, health: NodeHealth, schedulable: bool, flags: list[str]
+) -> None:
+    # The Slurm backend turns its state flags into conditions; the judge reads only those.
+    node = to_node({"name": "gpu-1", "state": state.split("+"), "reason": "Kill task failed"}, [])
+    assert [c.source for c in node.conditions] == flags
+    assert (node.health, node.schedulable) == (health, schedulable)
+    sig = node_health(node)
     assert (sig.health, sig.schedulable) == (health, schedulable)
-    assert flag in sig.flags
+    assert sig.flags == flags
     if health is not NodeHealth.HEALTHY:
         assert "reason: Kill task failed" in sig.reasons
+
+
+def test_the_state_text_is_never_parsed() -> None:
+    # Only conditions count: a state string that reads like trouble changes nothing.
+    sig = node_health(_node(state="DOWN+DRAIN,Ready=False"))
+    assert (sig.health, sig.schedulable, sig.flags) == (NodeHealth.HEALTHY, True, [])
+    gpu = NodeCondition(type=NodeConditionType.GPU, ok=False, reason="xid 79", source="xid")
+    bad = node_health(_node(state="up", conditions=[gpu]))
+    assert (bad.health, bad.schedulable) == (NodeHealth.DEGRADED, True)
+    assert bad.reasons == ["condition xid (xid 79)"]
 
 
 def test_kubernetes_conditions() -> None:
@@ -85,9 +104,12 @@ def test_kubernetes_conditions() -> None:
     assert sig.severity is Severity.WARNING
     down = node_health(node, conditions={"Ready": "Unknown"})
     assert down.health is NodeHealth.DOWN and down.severity is Severity.CRITICAL
-    # conditions written into the state string by a backend work too
-    inline = node_health(node.model_copy(update={"state": "Ready=False,DiskPressure=True"}))
-    assert inline.health is NodeHealth.DOWN
+    assert not down.schedulable
+    # The same conditions carried on the node itself, as a backend reports them.
+    carried = node.model_copy(
+        update={"conditions": kubernetes_conditions({"Ready": "False", "DiskPressure": "True"})}
+    )
+    assert node_health(carried).health is NodeHealth.DOWN
 
 
 def test_backend_verdict_and_cordon_are_kept() -> None:

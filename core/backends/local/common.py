@@ -32,6 +32,8 @@ _CAPABILITIES = frozenset(
         Action.CORDON_NODE,
         Action.KILL,
         Action.DELETE_CHECKPOINT,
+        Action.SUSPEND_GPU,
+        Action.RESUME_GPU,
     }
 )
 

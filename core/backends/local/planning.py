@@ -327,6 +327,33 @@ class LocalPlanning:
                 rollback=f"resume from its newest checkpoint: clawpoint failover {ref}",
                 scope=self._scope(rec),
             )
+        if action in (Action.SUSPEND_GPU, Action.RESUME_GPU):
+            self._require_state(rec, {WorkloadState.RUNNING}, action)
+            suspend = action is Action.SUSPEND_GPU
+            return PlanDraft(
+                steps=[
+                    PlanStep(
+                        name=action.value,
+                        op=action.value,
+                        args={"workload": target},
+                        description=(
+                            f"move {ref}'s GPU memory to host memory and free its GPU"
+                            if suspend
+                            else f"put {ref}'s GPU memory back and let its GPU calls go on"
+                        ),
+                    )
+                ],
+                summary=(
+                    f"Suspend the GPU state of {ref} in place: it stays alive, its GPU is freed"
+                    if suspend
+                    else f"Resume the GPU state of {ref} on its GPU"
+                ),
+                saves="the workload's GPU state is kept in its host memory; nothing is lost",
+                rollback=(
+                    f"clawpoint resume-gpu {ref}" if suspend else f"clawpoint suspend-gpu {ref}"
+                ),
+                scope=self._scope(rec),
+            )
         raise not_supported(NAME, action)
 
     def _require_restorable(self, name: str) -> None:

@@ -17,7 +17,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from core.checkpoint.engine import DEFAULT_ENGINE, ENGINES
-from core.model import NodeHealth, NodeInfo, WorkloadInfo, WorkloadState
+from core.model import NodeCondition, NodeConditionType, NodeInfo, WorkloadInfo, WorkloadState
+from core.signals.nodes import judge
 
 BACKEND = "slurm"
 _GPU_RE = re.compile(r"gpu(?::[A-Za-z0-9_.-]+)?[:=](\d+)")
@@ -46,7 +47,6 @@ _JOB_STATES: dict[str, WorkloadState] = {
 }
 _HELD_REASONS = {"JobHeldUser", "JobHeldAdmin"}
 _DOWN_FLAGS = {"DOWN", "NOT_RESPONDING", "FAIL", "POWERED_DOWN", "POWER_DOWN", "INVALID"}
-_UNSCHEDULABLE = _DOWN_FLAGS | {"DRAIN", "DRAINING", "DRAINED", "MAINTENANCE", "RESERVED"}
 
 
 def num(value: Any) -> int | None:
@@ -99,19 +99,65 @@ def node_states(raw: dict[str, Any]) -> list[str]:
     return words(raw.get("state")) + words(raw.get("state_flags"))
 
 
+# sinfo appends one of these to a state name; see sinfo(1) "NODE STATE CODES".
+_SUFFIX = {"*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP", "%": "POWERING_DOWN",
+           "!": "POWER_DOWN", "$": "MAINTENANCE", "@": "REBOOT_REQUESTED", "^": "REBOOT_ISSUED",
+           "-": "PLANNED"}  # fmt: skip
+# sinfo's short state names.
+_SHORT = {"ALLOC": "ALLOCATED", "MIX": "MIXED", "DRNG": "DRAINING", "COMP": "COMPLETING",
+          "RESV": "RESERVED", "UNK": "UNKNOWN", "NO_RESPOND": "NOT_RESPONDING", "MAINT": "MAINTENANCE",
+          "INVAL": "INVALID", "NPC": "PERFCTRS"}  # fmt: skip
+# Each flag that says something is wrong, as a condition: (about what, why).
+_CONDITION = {
+    **dict.fromkeys(_DOWN_FLAGS, (NodeConditionType.READY, "down, failed or powered off")),
+    "DRAIN": (NodeConditionType.DRAINING, "drained"),
+    "DRAINED": (NodeConditionType.DRAINING, "drained"),
+    "RESERVED": (NodeConditionType.SCHEDULABLE, "reserved"),
+    "DRAINING": (NodeConditionType.DRAINING, "draining"),
+    "FAILING": (NodeConditionType.DRAINING, "failing: being drained"),
+    "MAINTENANCE": (NodeConditionType.MAINTENANCE, "in a maintenance reservation"),
+    "REBOOT_REQUESTED": (NodeConditionType.MAINTENANCE, "reboot requested"),
+    "REBOOT_ISSUED": (NodeConditionType.MAINTENANCE, "rebooting"),
+    "UNKNOWN": (NodeConditionType.OTHER, "state unknown to slurmctld"),
+}
+
+
+def flags_of(states: list[str]) -> list[str]:
+    """Slurm's state words and sinfo's short forms and suffixes (``down*``, ``drng``) as
+    full flag names (``DOWN``, ``NOT_RESPONDING``, ``DRAINING``), in order, once each."""
+    flags: list[str] = []
+    for word in states:
+        name = word.upper()
+        while name and name[-1] in _SUFFIX:
+            flags.append(_SUFFIX[name[-1]])
+            name = name[:-1]
+        if name:
+            flags.append(_SHORT.get(name, name))
+    return list(dict.fromkeys(flags))
+
+
+def node_conditions(states: list[str]) -> list[NodeCondition]:
+    """The conditions a node's state flags report; flags that mean nothing wrong give none."""
+    return [
+        NodeCondition(type=_CONDITION[f][0], ok=False, reason=_CONDITION[f][1], source=f)
+        for f in flags_of(states)
+        if f in _CONDITION
+    ]
+
+
 def to_node(raw: dict[str, Any], jobs: list[WorkloadInfo]) -> NodeInfo:
     name = str(raw.get("name", ""))
     states = node_states(raw)
-    down = bool(_DOWN_FLAGS & set(states))
-    drained = bool({"DRAIN", "DRAINING", "DRAINED"} & set(states))
-    health = NodeHealth.DOWN if down else NodeHealth.DEGRADED if drained else NodeHealth.HEALTHY
+    conditions = node_conditions(states)
+    health, schedulable, _ = judge(conditions)
     features = words(raw.get("active_features") or raw.get("features"))
     return NodeInfo(
         id=f"{BACKEND}:{name}",
         backend=BACKEND,
         name=name,
         health=health,
-        schedulable=not (_UNSCHEDULABLE & set(states)),
+        schedulable=schedulable,
+        conditions=conditions,
         state="+".join(states).lower() or "unknown",
         reason=text(raw.get("reason")),
         cpus=num(raw.get("cpus")),
