@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from core import errors
 from core.backends.base import Backend
+from core.backends.kubernetes.connection import KubernetesConfig
 from core.backends.local import LocalBackend
 from core.backends.local.config import LocalBackendConfig
 from core.backends.slurm.config import SlurmConfig
@@ -54,9 +55,16 @@ def _slurm(settings: Settings, db: Database, config: SlurmConfig) -> Backend:
     return SlurmBackend(config)
 
 
+def _k8s(settings: Settings, db: Database, config: KubernetesConfig) -> Backend:
+    from core.backends.kubernetes.backend import KubernetesBackend
+
+    return KubernetesBackend(config)
+
+
 REGISTRY: dict[str, BackendEntry[Any]] = {
     "local": BackendEntry(LocalBackendConfig, _local, "workloads on this machine's virtual nodes"),
     "slurm": BackendEntry(SlurmConfig, _slurm, "a Slurm cluster (commands and slurmrestd)"),
+    "k8s": BackendEntry(KubernetesConfig, _k8s, "a Kubernetes cluster (the official client)"),
 }
 
 

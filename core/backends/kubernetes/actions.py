@@ -529,6 +529,15 @@ def plan_drain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
     )
 
 
+def plan_cordon(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
+    return PlanDraft(
+        steps=[patch_step("cordon", "Node", "", node, {"spec": {"unschedulable": True}}, f"cordon {node}: nothing new lands there; what runs stays")],
+        summary=f"cordon {node}",
+        rollback=f"undrain it: clawpoint undrain-node {ids.PREFIX}{node}",
+        scope={"node": node},
+    )  # fmt: skip
+
+
 def plan_undrain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
     return PlanDraft(
         steps=[patch_step("uncordon", "Node", "", node, {"spec": {"unschedulable": None}}, f"uncordon {node}")],

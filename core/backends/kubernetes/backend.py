@@ -50,7 +50,7 @@ from core.store.store import CheckpointStore
 log = structlog.get_logger(__name__)
 Obj = dict[str, Any]
 
-_NODE_ACTIONS = (Action.DRAIN_NODE, Action.UNDRAIN_NODE)
+_NODE_ACTIONS = (Action.DRAIN_NODE, Action.UNDRAIN_NODE, Action.CORDON_NODE)
 # What each action reads from its parameters (the service validated them already).
 _TAKES: dict[Action, frozenset[str]] = {
     Action.CHECKPOINT: frozenset({"stop", "reason"}),
@@ -60,6 +60,7 @@ _TAKES: dict[Action, frozenset[str]] = {
     Action.SCALE: frozenset({"replicas", "down_without_save", "reason"}),
     Action.DRAIN_NODE: frozenset({"to", "save", "reason"}),
     Action.UNDRAIN_NODE: frozenset({"reason"}),
+    Action.CORDON_NODE: frozenset({"reason"}),
     Action.FAILOVER: frozenset({"to", "fresh", "reason"}),
 }
 
@@ -117,6 +118,7 @@ class KubernetesBackend:
                 Action.SCALE,
                 Action.DRAIN_NODE,
                 Action.UNDRAIN_NODE,
+                Action.CORDON_NODE,
                 Action.FAILOVER,
             }
         )
@@ -297,6 +299,8 @@ class KubernetesBackend:
                 return actions.plan_drain(self, node, params)
             if action is Action.UNDRAIN_NODE:
                 return actions.plan_undrain(self, node, params)
+            if action is Action.CORDON_NODE:
+                return actions.plan_cordon(self, node, params)
             return actions.plan_failover(self, node, None, params)
         ref = ids.parse_workload_id(target)
         raw = self.read_raw(ref)
