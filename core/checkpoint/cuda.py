@@ -56,15 +56,6 @@ def helper_dir() -> Path:
     return d
 
 
-def gpu_processes(root: int) -> list[int]:
-    """The processes of the tree that have an NVIDIA device open (hold GPU state)."""
-    out = []
-    for pid in files.tree_pids(root):
-        if any(t.startswith("/dev/nvidia") for _fd, _src, t in files.open_fds(pid)):
-            out.append(pid)
-    return out
-
-
 class CudaEngine(criu.CriuEngine):
     name = "cuda"
     needs_pid_namespace = True
@@ -120,7 +111,7 @@ class CudaEngine(criu.CriuEngine):
 
     def dump(self, req: engine.DumpRequest) -> engine.Dumped:
         devices, why = gpu.gpus()
-        for pid in gpu_processes(req.pid):
+        for pid in gpu.gpu_processes(req.pid):
             gpu.refuse(pid, gpu.refusals(pid, devices), action="checkpoint")
         dumped = super().dump(req)
         used = [g for g in devices if any(p in g.pids for p in files.tree_pids(req.pid))]

@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from core import errors
-from core.checkpoint import cuda_driver
+from core.checkpoint import cuda_driver, files
 from core.checkpoint.cuda_driver import CudaError, Driver, ProcessState
 
 DEFAULT_LOCK_TIMEOUT_MS = 10_000
@@ -228,6 +228,51 @@ def _driver_error(pid: int, exc: CudaError, what: str) -> errors.CheckpointError
 
 
 # -- suspend / resume -----------------------------------------------------------------------
+
+
+def gpu_processes(root: int) -> list[int]:
+    """The processes of the tree rooted at ``root`` with an NVIDIA device open."""
+    out = []
+    for pid in files.tree_pids(root):
+        if any(t.startswith("/dev/nvidia") for _fd, _src, t in files.open_fds(pid)):
+            out.append(pid)
+    return out
+
+
+def suspend_tree(root: int, **kw: Any) -> list[GpuSuspendReport]:
+    """Suspend the GPU state of every process of the tree that holds some (else ``root``).
+
+    All or nothing: if one is refused, those already suspended are resumed before the
+    error is raised."""
+    done: list[GpuSuspendReport] = []
+    for pid in gpu_processes(root) or [root]:
+        try:
+            done.append(suspend(pid, **kw))
+        except errors.ClawpointError:
+            for report in reversed(done):
+                resume(report.pid, driver=kw.get("driver"), nvml=kw.get("nvml"))
+            raise
+    return done
+
+
+def resume_tree(root: int, **kw: Any) -> list[GpuSuspendReport]:
+    """Resume every suspended process of the tree (a suspended one has no device open, so
+    the candidates are all its processes the driver knows as not running)."""
+    drv = kw.pop("driver", None) or _load()
+    out: list[GpuSuspendReport] = []
+    for pid in files.tree_pids(root):
+        try:
+            state = drv.state(pid)
+        except CudaError:
+            continue  # not a CUDA process
+        if state is not ProcessState.RUNNING:
+            out.append(resume(pid, driver=drv, **kw))
+    if not out:
+        raise errors.Conflict(
+            f"no process of the tree of pid {root} has suspended GPU state",
+            hint="nothing to resume; nothing was changed",
+        )
+    return out
 
 
 def _load() -> Driver:
