@@ -41,8 +41,8 @@ from core.signals.model import (
 from core.signals.nodes import node_health
 from core.signals.nvml import NvmlMonitor, NvmlReport, NvmlStatus
 from core.signals.prices import build_price_sources, price_at
-from core.signals.queue import QueueDepth, from_backend
-from core.signals.sla import Observation, SlaRisk, assess, estimate, node_speed, read_progress
+from core.signals.queue import QueueDepth
+from core.signals.sla import Observation, SlaRisk, assess, estimate, node_speed
 
 _LIVE = (WorkloadState.RUNNING, WorkloadState.CHECKPOINTING)
 
@@ -169,12 +169,11 @@ class PlanReport(BaseModel):
 
 
 def queue_depth(service: Service, backend: str | None = None) -> list[QueueDepth]:
-    names = [backend] if backend else sorted(service.backends)
-    return [q for name in names for q in from_backend(service.backend(name))]
+    return service.queue_depth(backend)
 
 
 def _progress(service: Service, backend: str, name: str) -> Any:
-    return read_progress(service.settings.run_dir, name) if backend == "local" else None
+    return service.progress(backend, name)
 
 
 def sla_risk(
