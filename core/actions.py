@@ -88,7 +88,7 @@ class Interface(StrEnum):
 
 # How each kind of target is written (every interface's help for the target argument).
 TARGET_HELP: dict[Target, str] = {
-    Target.WORKLOAD: "Workload id BACKEND:NAME, e.g. local:train-1",
+    Target.WORKLOAD: "Workload id, e.g. local:train-1",
     Target.NODE: "Node NAME or BACKEND:NAME, e.g. node-a or slurm:n1",
     Target.CHECKPOINT: "Checkpoint id BACKEND:WORKLOAD@SEQ, e.g. local:train-1@3",
 }
@@ -106,7 +106,7 @@ NodeArg = Annotated[
     str | None,
     Field(
         max_length=128,
-        description="Target node, NAME or BACKEND:NAME; omit to let clawpoint choose",
+        description="Node NAME or BACKEND:NAME; omit to let clawpoint choose",
     ),
 ]
 

@@ -1,9 +1,16 @@
-"""Shared pieces of the MCP tools: argument types, the principal, and error translation."""
+"""Shared pieces of the MCP tools: argument types, the principal, error translation, concise
+action results and list pages.
+
+Every list tool pages the same way (``page``): ``limit`` records from ``cursor`` on, and a
+``next_cursor`` while more are left. The cursor is the id of the last record returned, so a
+record added or removed meanwhile neither repeats nor skips the others; a cursor whose
+record went away is refused with a hint to list again.
+"""
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal, TypeVar
 
 import anyio.to_thread
@@ -14,17 +21,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from core import errors
 from core.guardrails.approvals import SESSION_SEP
 from core.model import MAX_REASON_CHARS, Principal, PrincipalKind
-from core.service.facade import ActionResult
+from core.runbooks.calls import projection
+from core.service import views
+from core.service.facade import ActionResult, Service
 
 T = TypeVar("T")
 R = TypeVar("R", bound=BaseModel)
 
-WorkloadId = Annotated[
-    str, Field(description="Workload id BACKEND:NAME, e.g. local:train-1", max_length=128)
-]
-Reason = Annotated[
-    str, Field(description="Why (shown to people and audited)", max_length=MAX_REASON_CHARS)
-]
+WorkloadId = Annotated[str, Field(description="Workload id, e.g. local:train-1", max_length=128)]
+Reason = Annotated[str, Field(description="Why (audited)", max_length=MAX_REASON_CHARS)]
+Detail = Annotated[bool, Field(description="Full records")]
+Limit = Annotated[int, Field(ge=1, le=200)]
+Cursor = Annotated[str | None, Field(description="From next_cursor", max_length=200)]
 
 
 def tool_error(exc: errors.ClawpointError) -> ToolError:
@@ -94,6 +102,7 @@ class StatusOut(OpenRecord):
 class ActionOut(BaseModel):
     status: Literal["executed", "approval_required", "denied", "failed", "planned"]
     message: str
+    next: str | None = None
     plan: dict[str, Any] | None = None
     approval: dict[str, Any] | None = None
     execution: dict[str, Any] | None = None
@@ -107,23 +116,66 @@ def records(models: list[Any]) -> list[dict[str, Any]]:
     return [m.model_dump(mode="json") if isinstance(m, BaseModel) else m for m in models]
 
 
-def action_out(result: ActionResult) -> ActionOut:
-    """The action result for an agent: the plan without its step arguments' noise."""
-    plan = None
-    if result.plan is not None:
-        p = result.plan
-        plan = {
-            "action": p.action.value, "target": p.target, "hash": p.hash, "risk": p.risk.value,
-            "summary": p.summary, "steps": [s.description for s in p.steps],
-            "expected_pause_s": p.expected_pause_s, "saves": p.saves, "rollback": p.rollback,
-            "cost_effect": p.cost_effect,
-        }  # fmt: skip
+def action_out(result: ActionResult, *, detail: bool = False) -> ActionOut:
+    """The action result for an agent: the compact plan (one line per step), the approval's
+    id, expiry and ways to approve, one line per executed step, and what to do next; with
+    ``detail``, the full plan and execution records."""
+    plan = views.plan(result.plan, detail=detail) if result.plan is not None else None
     execution = None
     if result.execution is not None:
-        e = result.execution
-        execution = {
-            "id": e.id, "status": e.status.value, "error": e.error,
-            "steps": [{"name": s.name, "status": s.status, "output": s.output} for s in e.steps],
-        }  # fmt: skip
-    return ActionOut(status=result.status, message=result.message, plan=plan,
-                     approval=result.approval, execution=execution)  # fmt: skip
+        execution = views.execution(result.execution, detail=detail)
+    approval = None
+    if result.approval is not None:
+        a = result.approval
+        approval = views.compact({
+            "id": a.get("id"), "status": a.get("status"), "expires_at": a.get("expires_at"),
+            "how_to_approve": [{"kind": p.get("kind"), "how": p.get("how")}
+                               for p in a.get("how_to_approve") or [] if p.get("available", True)],
+        })  # fmt: skip
+    return ActionOut(status=result.status, message=result.message, next=_next(result),
+                     plan=plan, approval=approval, execution=execution)  # fmt: skip
+
+
+async def dry_run_out(service: Service, result: ActionResult) -> ActionOut:
+    """``action_out``; for a dry run (``planned``) the plan also carries its ``projection``:
+    the workload's projected finish and slack against its deadline after the move, and
+    what would help when it still misses (absent without a deadline)."""
+    out = action_out(result)
+    plan = result.plan
+    if result.status == "planned" and plan is not None and out.plan is not None:
+        out.plan["projection"] = await call(lambda: projection(service, plan))
+    return out
+
+
+def _next(result: ActionResult) -> str | None:
+    if result.status == "approval_required" and result.approval is not None:
+        aid = result.approval.get("id")
+        return (
+            f"Tell the person what the plan does and wait for them to decide {aid}; do not "
+            f"request it again. Once they approved it, call execute_approved(approval_id={aid})."
+        )
+    if result.status == "planned":
+        return "Nothing was changed; call the same tool without dry_run to act."
+    return None
+
+
+def page(
+    items: Sequence[T], *, limit: int, cursor: str | None, key: Any = None
+) -> tuple[list[T], str | None]:
+    """``limit`` items after the one whose id (``key(item)``, default ``item.id``) is
+    ``cursor``, and the cursor of the next page (None: this page is the last)."""
+    ident = key or (lambda item: str(item.id))
+    start = 0
+    if cursor:
+        ids = [ident(i) for i in items]
+        if cursor not in ids:
+            raise tool_error(
+                errors.InvalidInput(
+                    f"cursor {cursor[:80]!r} names no record of this list any more",
+                    hint="list again without a cursor (the record it named went away)",
+                )
+            )
+        start = ids.index(cursor) + 1
+    chunk = list(items[start : start + limit])
+    more = start + limit < len(items)
+    return chunk, (ident(chunk[-1]) if more and chunk else None)

@@ -10,7 +10,7 @@ configured otherwise.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from mcp.server.auth.settings import AuthSettings
 from starlette.applications import Starlette
@@ -49,7 +49,10 @@ class ServiceDesk:
         return self.service.guard.approvals.reveal_code(approval_id, principal=page)
 
 
-def build_http_app(settings: Settings, service: Service, *, host: str, port: int) -> Starlette:
+def build_http_app(
+    settings: Settings, service: Service, *, host: str, port: int,
+    toolsets: Collection[str] | None = None, read_only: bool = False,
+) -> Starlette:  # fmt: skip
     agent_tokens = settings.agent_tokens
     if not agent_tokens:
         raise errors.InvalidInput(
@@ -76,6 +79,8 @@ def build_http_app(settings: Settings, service: Service, *, host: str, port: int
     base = f"http://{host}:{port}"
     mcp = build_server(
         service,
+        toolsets=toolsets,
+        read_only=read_only,
         token_verifier=StaticTokenVerifier(agent_tokens=agent_tokens),
         auth=AuthSettings(
             issuer_url=base, resource_server_url=f"{base}/mcp", required_scopes=["agent"]
@@ -126,14 +131,18 @@ def _refuse_weak_tokens(tokens: dict[str, str]) -> None:
             )
 
 
-def serve_http(settings: Settings, *, host: str, port: int) -> None:
+def serve_http(
+    settings: Settings, *, host: str, port: int, toolsets: Collection[str] | None = None,
+    read_only: bool = False,
+) -> None:  # fmt: skip
     import uvicorn
 
     from core import logs
 
     logs.configure()
     service_ = _service(settings)
-    app = build_http_app(settings, service_, host=host, port=port)
+    app = build_http_app(settings, service_, host=host, port=port, toolsets=toolsets,
+                         read_only=read_only)  # fmt: skip
     if settings.approvals.page_url is None and settings.approver_token:
         # Tell agents and notifications where people approve.
         service_.guard.approvals.config.page_url = f"http://{host}:{port}/approvals"

@@ -32,16 +32,19 @@ from pydantic.fields import FieldInfo
 from core import actions
 from core.guardrails.approvals import ApprovalView
 from core.model import Action, Plan, RiskClass
+from core.service import views
 from core.service.facade import ClientAnswer, ClientAsker, Service
 from mcp_server.common import (
     ActionOut,
-    ApprovalOut,
+    Cursor,
+    Detail,
+    Limit,
     Reason,
     action_out,
     agent,
     call,
-    open_record,
-    records,
+    dry_run_out,
+    page,
     transport,
 )
 
@@ -58,7 +61,7 @@ RETURN = ToolAnnotations(  # gives capacity back; moves and loses nothing
 To = Annotated[
     str | None, Field(description="Target node name; omit to let clawpoint choose", max_length=64)
 ]
-DryRun = Annotated[bool, Field(description="Only return the plan; change nothing")]
+DryRun = Annotated[bool, Field(description="Plan only; change nothing")]
 CheckpointId = Annotated[
     str, Field(description="Checkpoint id BACKEND:WORKLOAD@SEQ", max_length=140)
 ]
@@ -73,9 +76,10 @@ class PersonDecision(BaseModel):
 
 
 class ApprovalList(BaseModel):
-    """Approvals: id, status, summary, risk, requester, expires_at, decided_by (never codes)."""
+    """Approvals: id, status, requester, expires_at, decided_by, plan (never codes)."""
 
     approvals: list[dict[str, Any]]
+    next_cursor: str | None = None
 
 
 def _question(plan: Plan) -> str:
@@ -235,8 +239,8 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
         principal = agent()
         ask = _asker(asked, ctx, asked_plans.pop(ctx.request_id, None))
         progress = _progress(ctx)
-        return action_out(await call(lambda: service.act(action, target, params, principal=principal, reason=reason,
-                                        dry_run=dry_run, ask_client=ask, progress=progress)))  # fmt: skip
+        return await dry_run_out(service, await call(lambda: service.act(action, target, params, principal=principal,
+                                 reason=reason, dry_run=dry_run, ask_client=ask, progress=progress)))  # fmt: skip
 
     # Spelled as an explicit union: the SDK passes the whole outcome (accepted, declined or
     # cancelled) only when every arm is an elicitation result class; with the aliased
@@ -266,15 +270,18 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
     @mcp.tool(title="List approvals", annotations=READ)
     async def list_approvals(
         status: Annotated[str | None, Field(description="pending|approved|denied|expired|used|locked; omit for all")] = "pending",
+        limit: Limit = 20, cursor: Cursor = None, detail: Detail = False,
     ) -> ApprovalList:  # fmt: skip
-        """Approval requests and their status (never their codes)."""
-        return ApprovalList(
-            approvals=records(await call(lambda: service.list_approvals(status=status)))
-        )
+        """Approval requests, newest first, each with its compact plan (never their codes)."""
+        items = await call(lambda: service.list_approvals(status=status))
+        chunk, more = page(items, limit=limit, cursor=cursor)
+        return ApprovalList(approvals=[views.approval(v, detail=detail) for v in chunk],
+                            next_cursor=more)  # fmt: skip
 
     @mcp.tool(title="Get an approval", annotations=READ)
     async def get_approval(
         approval_id: Annotated[str, Field(description="Approval id", max_length=64)],
-    ) -> ApprovalOut:
-        """One approval request: plan, status, who decided, expiry (never its code)."""
-        return open_record(ApprovalOut, await call(lambda: service.get_approval(approval_id)))
+        detail: Detail = False,
+    ) -> dict[str, Any]:
+        """One approval request: status, who decided, expiry, compact plan (never its code)."""
+        return views.approval(await call(lambda: service.get_approval(approval_id)), detail=detail)

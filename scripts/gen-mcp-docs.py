@@ -18,17 +18,29 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-async def _tools() -> list[Any]:
+async def _tools() -> tuple[list[Any], dict[str, Any], dict[str, str]]:
+    """The tools as clients list them, the output schema of each (lean, as the server's own
+    models declare it; not published on the wire), and each tool's toolset."""
     from mcp import Client
 
     from core.config import load_settings
     from core.service.facade import bootstrap
-    from mcp_server.server import build_server
+    from mcp_server.lean import lean_output_schema
+    from mcp_server.server import TOOLSETS, build_server
 
     with tempfile.TemporaryDirectory() as home:
-        server = build_server(bootstrap(load_settings(Path(home))))
+        service = bootstrap(load_settings(Path(home)))
+        server = build_server(service)
+        internal = {t.name: t for t in server._tool_manager.list_tools()}
         async with Client(server) as client:
-            return list((await client.list_tools()).tools)
+            tools = list((await client.list_tools()).tools)
+        sets: dict[str, str] = {}
+        for toolset in TOOLSETS:
+            only = build_server(service, toolsets=[toolset])
+            for t in only._tool_manager.list_tools():
+                sets[t.name] = toolset
+    outputs = {name: lean_output_schema(t.output_schema) for name, t in internal.items()}
+    return tools, outputs, sets
 
 
 def _hints(tool: Any) -> str:
@@ -47,20 +59,25 @@ def _hints(tool: Any) -> str:
     return ", ".join(flags) or "writes"
 
 
-def render(tools: list[Any]) -> str:
+def render(tools: list[Any], outputs: dict[str, Any], sets: dict[str, str]) -> str:
     lines = [
         "# MCP tools",
         "",
         "Generated from the server's own schemas by `make docs` (scripts/gen-mcp-docs.py); a",
-        "test fails when this file is stale. Records inside outputs are open objects: their",
-        "fields are the pydantic models in `core/model.py` and `core/guardrails/approvals.py`.",
+        "test fails when this file is stale. Input schemas are as `tools/list` publishes them",
+        "(lean: see `mcp_server/lean.py`). Output schemas are not published on the wire (they",
+        "would cost an agent about as much again on every turn); they are shown here as the",
+        "server's models declare them. Results leave out null fields; list records are",
+        "concise (`core/service/views.py`) and full with `detail: true`; lists page with",
+        "`limit` and `cursor` (pass the previous page's `next_cursor`). Toolsets: see",
+        "docs/agents.md.",
         "",
-        "| tool | hints | what |",
-        "|---|---|---|",
+        "| tool | toolset | hints | what |",
+        "|---|---|---|---|",
     ]
     for t in sorted(tools, key=lambda t: t.name):
-        first = (t.description or "").strip().splitlines()[0] if t.description else ""
-        lines.append(f"| `{t.name}` | {_hints(t)} | {first} |")
+        what = (t.description or "").replace("|", "\\|")
+        lines.append(f"| `{t.name}` | {sets.get(t.name, '')} | {_hints(t)} | {what} |")
     lines.append("")
     for t in sorted(tools, key=lambda t: t.name):
         lines += [
@@ -75,12 +92,12 @@ def render(tools: list[Any]) -> str:
             "```",
             "",
         ]
-        if t.output_schema:
+        if outputs.get(t.name):
             lines += [
                 "Output schema:",
                 "",
                 "```json",
-                json.dumps(t.output_schema, indent=2, sort_keys=True),
+                json.dumps(outputs[t.name], indent=2, sort_keys=True),
                 "```",
                 "",
             ]
@@ -88,7 +105,7 @@ def render(tools: list[Any]) -> str:
 
 
 def main() -> None:
-    sys.stdout.write(render(anyio.run(_tools)))
+    sys.stdout.write(render(*anyio.run(_tools)))
 
 
 if __name__ == "__main__":

@@ -317,9 +317,20 @@ def _action_command(spec: actions.ActionSpec) -> Callable[..., None]:
     return command
 
 
+_GROUPS: dict[tuple[str, ...], typer.Typer] = {(): app, ("nodes",): nodes_app}
+
+
+def _group(words: tuple[str, ...]) -> typer.Typer:
+    """The command group ``words`` names, made on first use (a new action's own group)."""
+    if words not in _GROUPS:
+        sub = typer.Typer(no_args_is_help=True)
+        _group(words[:-1]).add_typer(sub, name=words[-1])
+        _GROUPS[words] = sub
+    return _GROUPS[words]
+
+
 for _spec in actions.CATALOGUE.values():
-    _group = {("nodes",): nodes_app}.get(_spec.cli[:-1], app)
-    _group.command(_spec.cli[-1])(_action_command(_spec))
+    _group(_spec.cli[:-1]).command(_spec.cli[-1])(_action_command(_spec))
 
 
 def _stdin_has_input() -> bool:
@@ -434,17 +445,34 @@ def serve(
     ] = False,
     host: Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default from config, 8765).")] = None,
+    toolsets: Annotated[
+        str | None,
+        typer.Option(
+            help="Serve only these toolsets, comma-separated: inventory, signals, "
+            "actions, approvals, runbooks (default: all)."
+        ),
+    ] = None,
+    read_only: Annotated[
+        bool, typer.Option("--read-only", help="Serve only tools that change nothing.")
+    ] = False,
     json_: JsonOpt = False,
 ) -> None:
     """Run the MCP server (stdio by default)."""
     from mcp_server.http_app import serve_http
-    from mcp_server.server import serve_stdio
+    from mcp_server.server import check_toolsets, serve_stdio
 
     settings = _settings()
+    chosen = check_toolsets(toolsets.split(",")) if toolsets is not None else None
     if http:
-        serve_http(settings, host=host or settings.mcp.host, port=port or settings.mcp.port)
+        serve_http(
+            settings,
+            host=host or settings.mcp.host,
+            port=port or settings.mcp.port,
+            toolsets=chosen,
+            read_only=read_only,
+        )
     else:
-        serve_stdio(settings)
+        serve_stdio(settings, toolsets=chosen, read_only=read_only)
 
 
 @app.command()

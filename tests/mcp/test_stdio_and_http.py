@@ -23,7 +23,6 @@ from tests.service.conftest import PERSON, counter, wait_step
 ROOT = Path(__file__).resolve().parents[2]
 READ_TOOLS = {
     "cluster_status", "list_nodes", "list_workloads", "get_workload", "list_checkpoints",
-    "plan_migration", "plan_failover",
 }  # fmt: skip
 
 
@@ -58,13 +57,13 @@ async def test_stdio_lists_tools_with_annotations_and_calls_each(
             assert (
                 ann is not None and ann.read_only_hint is True and ann.destructive_hint is False
             ), name
-            assert tools[name].output_schema, f"{name} has no output schema"
+            assert tools[name].output_schema is None, f"{name} publishes an output schema"
         ann = tools["checkpoint_workload"].annotations
-        assert ann is not None and ann.read_only_hint is False and ann.destructive_hint is False
+        assert ann is not None and not ann.read_only_hint and ann.destructive_hint is False
 
         status = await client.call_tool("cluster_status", {})
         assert not status.is_error and status.structured_content
-        assert {n["name"] for n in status.structured_content["nodes"]} == {"node-a", "node-b"}
+        assert status.structured_content["nodes_by_health"] == {"healthy": 2}
         listed = await client.call_tool("list_workloads", {})
         assert [w["id"] for w in listed.structured_content["workloads"]] == ["local:mcp-w"]  # type: ignore[index]
         nodes = await client.call_tool("list_nodes", {"backend": "local"})
@@ -88,14 +87,18 @@ async def test_stdio_lists_tools_with_annotations_and_calls_each(
         cks = await client.call_tool("list_checkpoints", {"workload": "local:mcp-w"})
         assert len(cks.structured_content["checkpoints"]) == 1  # type: ignore[index]
 
-        plan = await client.call_tool("plan_migration", {"workload": "local:mcp-w"})
+        plan = await client.call_tool(
+            "migrate_workload", {"workload": "local:mcp-w", "dry_run": True}
+        )
         assert not plan.is_error, _text(plan)
-        assert plan.structured_content["risk"] == "disruptive"  # type: ignore[index]
-        assert plan.structured_content["scope"]["target_node"] == "node-b"  # type: ignore[index]
-        fo = await client.call_tool("plan_failover", {"workload": "local:mcp-w"})
-        assert fo.is_error and "migrate" in _text(
-            fo
-        )  # it is alive: failover is refused with the next step
+        assert plan.structured_content["status"] == "planned"  # type: ignore[index]
+        assert plan.structured_content["plan"]["risk"] == "disruptive"  # type: ignore[index]
+        assert plan.structured_content["plan"]["to"] == "node-b"  # type: ignore[index]
+        fo = await client.call_tool(
+            "failover_workload", {"workload": "local:mcp-w", "dry_run": True}
+        )
+        assert fo.is_error or fo.structured_content["status"] == "denied"  # type: ignore[index]
+        assert "migrate" in _text(fo)  # it is alive: failover is refused with the next step
 
     # Planning changed nothing: still running on node-a, one checkpoint.
     w = service.get_workload("local:mcp-w")
@@ -111,7 +114,7 @@ async def test_stdio_lists_tools_with_annotations_and_calls_each(
         ("get_workload", {"workload": "local:../x"}, "invalid workload name"),
         ("list_checkpoints", {"workload": "../../etc"}, "malformed"),
         ("checkpoint_workload", {"workload": "local:a;rm -rf /"}, "invalid workload name"),
-        ("plan_migration", {"workload": "nope:w1"}, "no backend"),
+        ("migrate_workload", {"workload": "nope:w1", "dry_run": True}, "no backend"),
         ("get_workload", {}, "workload"),
     ],
 )

@@ -137,7 +137,7 @@ async def test_mcp_server_advances_timed_out_runs_by_itself(
         status = run
         for _ in range(200):  # nobody calls continue: the server's own task must move it
             await anyio.sleep(0.1)
-            status = await _call(client, "runbook_status", {"run_id": run["id"]})
+            status = await _call(client, "runbook_status", {"run_id": run["id"], "detail": True})
             if status["status"] != "waiting_approval":
                 break
     assert status["status"] == "failed", status
@@ -165,7 +165,8 @@ async def test_spot_run_with_chat_codes_moves_off_the_reclaimed_node(
     before = wait_step(settings, "spot-w", 3)
     async with Client(_params(settings)) as client:
         run = await _call(client, "start_runbook",
-                          {"name": "spot-interruption", "params": {"workload": "local:spot-w"}})  # fmt: skip
+                          {"name": "spot-interruption", "params": {"workload": "local:spot-w"},
+                           "detail": True})  # fmt: skip
         assert (run["status"], run["current"]) == ("waiting_approval", "save-gate"), run
         assert _steps(run)["dest"]["output"]["scope"]["target_node"] == "node-b"
         # The person's code for the save, relayed by the agent straight to execute_approved
@@ -174,7 +175,7 @@ async def test_spot_run_with_chat_codes_moves_off_the_reclaimed_node(
         done = await _call(client, "execute_approved",
                            {"approval_id": save_id, "code": _code(settings, save_id)})  # fmt: skip
         assert done["status"] == "executed", done
-        run = await _call(client, "continue_runbook", {"run_id": run["id"]})
+        run = await _call(client, "continue_runbook", {"run_id": run["id"], "detail": True})
         assert (run["status"], run["current"]) == ("waiting_approval", "resume-gate"), run
         assert _steps(run)["save-gate"]["output"]["status"] == "approved"
         # The code for the resume, given to continue_runbook itself.
@@ -182,8 +183,9 @@ async def test_spot_run_with_chat_codes_moves_off_the_reclaimed_node(
         bad = await client.call_tool("continue_runbook", {"run_id": run["id"], "code": "WRONG-00"})
         assert bad.is_error
         run = await _call(client, "continue_runbook",
-                          {"run_id": run["id"], "code": _code(settings, resume_id)})  # fmt: skip
-    assert run["status"] == "succeeded", (run["error"], run["steps"][-1])
+                          {"run_id": run["id"], "code": _code(settings, resume_id),
+                           "detail": True})  # fmt: skip
+    assert run["status"] == "succeeded", (run.get("error"), run["steps"][-1])
     steps = _steps(run)
     assert steps["resume-gate"]["output"]["result"]["status"] == "executed"
     assert steps["where"]["output"]["node"] == "node-b"
@@ -274,10 +276,11 @@ async def test_sla_rescue_projects_a_finish_inside_the_deadline(
     assert proj["target_node"] == "node-b" and proj["target_speed"] == 20.0
     assert proj["meets_deadline"] is True and proj["slack_s"] > 0
     assert "projected finish there" in run["waiting"]["question"]
-    async with Client(_params(settings)) as client:  # an agent's plan carries it too
-        plan = await _call(client, "plan_migration", {"workload": "local:fast-w"})
-    assert plan["projection"]["meets_deadline"] is True
-    assert plan["projection"]["target_node"] == "node-b"
+    async with Client(_params(settings)) as client:  # an agent's dry run carries it too
+        out = await _call(client, "migrate_workload", {"workload": "local:fast-w", "dry_run": True})
+    assert out["status"] == "planned"
+    assert out["plan"]["projection"]["meets_deadline"] is True
+    assert out["plan"]["projection"]["target_node"] == "node-b"
 
 
 # ---------------------------------------------------------------------------- gpu-node-failure
@@ -348,9 +351,9 @@ async def test_list_runs_finds_the_run_to_continue(settings: Settings, service: 
                         {"name": "gpu-node-failure", "params": {"node": "local:node-a"}})  # fmt: skip
     async with Client(_params(settings)) as fresh:  # a new session knows no run id
         page = await _call(fresh, "list_runs", {"limit": 2})
-        assert len(page["runs"]) == 2 and page["next_offset"] == 2
-        rest = await _call(fresh, "list_runs", {"limit": 2, "offset": 2})
-        assert [r["id"] for r in rest["runs"]] == [first["id"]] and rest["next_offset"] is None
+        assert len(page["runs"]) == 2 and page["next_cursor"]
+        rest = await _call(fresh, "list_runs", {"limit": 2, "cursor": page["next_cursor"]})
+        assert [r["id"] for r in rest["runs"]] == [first["id"]] and "next_cursor" not in rest
         waiting = await _call(fresh, "list_runs", {"status": "waiting"})
         (rec,) = waiting["runs"]
         assert rec["id"] == first["id"] and rec["status"] == "waiting_approval"
