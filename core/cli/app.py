@@ -96,7 +96,7 @@ def _person() -> Principal:
 
 
 # --------------------------------------------------------------------------- inventory
-nodes_app = typer.Typer(help="List nodes; return a drained node to service.")
+nodes_app = typer.Typer(help="List nodes; cordon a node, or return one to service.")
 app.add_typer(nodes_app, name="nodes")
 
 

@@ -89,6 +89,12 @@ def _sbatch_spec(spec: BatchSpec) -> sbatch.SbatchSpec:
         ) from exc
 
 
+def _qualified(ckpt: CheckpointInfo) -> CheckpointInfo:
+    """A store checkpoint with full ids (``slurm:LINEAGE@SEQ``), as every output gives them."""
+    parent = f"slurm:{ckpt.parent}" if ckpt.parent else None
+    return ckpt.model_copy(update={"id": f"slurm:{ckpt.id}", "parent": parent})
+
+
 class SlurmBackend:
     """The Backend protocol for Slurm (name ``slurm``)."""
 
@@ -175,7 +181,7 @@ class SlurmBackend:
         lineage = None
         if workload is not None:
             lineage = self._lineage(self.get_workload(workload))
-        return self.store().list(lineage)
+        return [_qualified(c) for c in self.store().list(lineage)]
 
     def _lineage(self, w: WorkloadInfo) -> str:
         lineage = w.labels.get("lineage")
