@@ -9,9 +9,10 @@ killing a long job (``core.checkpoint.cuda`` builds checkpoint/restore on the sa
 
 ``refusals(pid)`` lists, read-only and cheapest first, what cannot work, so nothing is
 locked when it would fail anyway: MIG mode on a GPU (the API does not support it), MPS (the
-process is a client of the MPS server), a process on more than one GPU, NCCL loaded (its
-communicators' peers would hang; an application can suspend them itself with NCCL's
-``ncclCommSuspend``). Managed (UVM) memory shows only as a failing lock: the lock is
+process is a client of the MPS server), a process on more than one GPU, a live NCCL
+communicator (NCCL threads or ``nccl-*`` shared memory) or a rank of a distributed job
+(``WORLD_SIZE`` > 1): their peers would hang (an application can suspend its communicators
+itself with NCCL's ``ncclCommSuspend``). Managed (UVM) memory shows only as a failing lock: the lock is
 bounded by ``lock_timeout_ms`` and its failure becomes the refusal "managed memory or a
 kernel that does not end". Any failure after the lock unlocks again: the process is never
 left frozen.
@@ -137,12 +138,28 @@ def _environ(pid: int) -> dict[str, str]:
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
 
 
-def _mapped_libraries(pid: int) -> set[str]:
+def _nccl_communicator(pid: int) -> str | None:
+    """Evidence of a live NCCL communicator (not just the library, which PyTorch always
+    loads): its threads ("NCCL ..." names) or its shared-memory segments (``nccl-*``)."""
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                name = Path(f"/proc/{pid}/task/{task}/comm").read_text().strip()
+            except OSError:
+                continue
+            if name.upper().startswith("NCCL"):
+                return f"thread {name!r}"
+    except OSError:
+        return None
     try:
         lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
     except OSError:
-        return set()
-    return {os.path.basename(line.split()[-1]) for line in lines if len(line.split()) >= 6}
+        return None
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 6 and os.path.basename(parts[-1]).startswith("nccl-"):
+            return f"shared memory {parts[-1]}"
+    return None
 
 
 def refusals(pid: int, devices: list[GpuMemory]) -> list[GpuRefusal]:
@@ -177,13 +194,18 @@ def refusals(pid: int, devices: list[GpuMemory]) -> list[GpuRefusal]:
                 hint="run one process per GPU (CUDA_VISIBLE_DEVICES) for a workload to suspend",
             )
         )
-    libs = _mapped_libraries(pid)
-    if any(lib.startswith("libnccl") for lib in libs):
+    nccl = _nccl_communicator(pid)
+    world = env.get("WORLD_SIZE", "1")
+    if nccl or (world.isdigit() and int(world) > 1):
         out.append(
             GpuRefusal(
                 resource="NCCL",
-                reason="the process has NCCL loaded: its communicators' peers would hang or "
-                "fail while its GPU state is away",
+                reason=(
+                    f"the process has a live NCCL communicator ({nccl})"
+                    if nccl
+                    else f"the process is one of {world} ranks of a distributed job (WORLD_SIZE)"
+                )
+                + ": its peers would hang or fail while its GPU state is away",
                 hint="have the application suspend its communicators (ncclCommSuspend, NCCL "
                 ">= 2.29.7) and checkpoint it itself, or use the cooperative engine",
             )

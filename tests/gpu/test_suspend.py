@@ -113,18 +113,38 @@ def test_process_on_two_gpus_is_refused(fake_cuda: FakeCuda, proc: subprocess.Po
     _refused(proc.pid, two, "more than one GPU")
 
 
-def test_nccl_loaded_is_refused(fake_cuda: FakeCuda, nvml: GpuNvml, tmp_path: Path) -> None:
+def test_nccl_library_alone_is_not_refused_but_a_communicator_or_a_rank_is(
+    fake_cuda: FakeCuda, nvml: GpuNvml, tmp_path: Path
+) -> None:
+    # PyTorch always loads libnccl: the library alone must not block a suspend.
     lib = tmp_path / "libnccl.so.2"
-    lib.write_bytes(b"\0" * 4096)
-    code = f"import mmap, time; f = open({str(lib)!r}, 'rb'); m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ); print('ready', flush=True); time.sleep(60)"
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    seg = tmp_path / "nccl-shm-7f3a"  # the shared memory a live communicator maps
+    for f in (lib, seg):
+        f.write_bytes(b"\0" * 4096)
+    code = (
+        "import mmap, os, sys, time\n"
+        "maps = [mmap.mmap(os.open(p, os.O_RDONLY), 0, prot=mmap.PROT_READ) for p in sys.argv[1:]]\n"
+        "print('ready', flush=True); time.sleep(60)"
+    )
+    for files, refused in (([lib], False), ([lib, seg], True)):
+        p = subprocess.Popen([sys.executable, "-c", code, *map(str, files)], stdout=subprocess.PIPE)
+        try:
+            assert p.stdout is not None and p.stdout.readline() == b"ready\n"
+            _on_gpu(nvml, fake_cuda, p.pid)
+            if refused:
+                _refused(p.pid, nvml, "live NCCL communicator")
+            else:
+                assert gpu.suspend(p.pid, nvml=nvml).state_after == "checkpointed"
+        finally:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+    rank = _spawn(WORLD_SIZE="8")
     try:
-        assert p.stdout is not None and p.stdout.readline() == b"ready\n"
-        _on_gpu(nvml, fake_cuda, p.pid)
-        _refused(p.pid, nvml, "NCCL loaded")
+        _on_gpu(nvml, fake_cuda, rank.pid)
+        _refused(rank.pid, nvml, "one of 8 ranks")
     finally:
-        p.send_signal(signal.SIGKILL)
-        p.wait()
+        rank.kill()
+        rank.wait()
 
 
 def test_not_a_cuda_process_and_no_driver(
