@@ -199,3 +199,23 @@ def test_rollbacks_and_hints_name_real_commands_and_tools(
         for name in tool_like(text, not_tools=keys) - live_tools:
             problems.append(f"{where}: {text!r}: no MCP tool {name}")
     assert not problems, "\n".join(problems)
+
+
+def test_outputs_give_full_ids(subject: Subject) -> None:
+    """Every id a backend reports is ``BACKEND:...``: workloads, their last checkpoint, nodes
+    and the workloads on them, checkpoints and their parents."""
+    prefix = f"{subject.name}:"
+    workloads = subject.backend.workloads()
+    checkpoints = subject.backend.checkpoints(None)
+    if subject.name in ("local", "slurm"):  # their preempted workload was checkpointed
+        assert checkpoints, "the subject has checkpoints"
+    if subject.name == "local":  # the wrapper records it; Slurm reports no last checkpoint
+        assert any(w.last_checkpoint for w in workloads), "some workload was checkpointed"
+    ids: list[str] = []
+    for w in workloads:
+        ids += [w.id, *([w.last_checkpoint] if w.last_checkpoint else [])]
+    for n in subject.backend.nodes():
+        ids += [n.id, *n.workloads]
+    for c in checkpoints:
+        ids += [c.id, *([c.parent] if c.parent else [])]
+    assert [i for i in ids if not i.startswith(prefix)] == [], ids
