@@ -200,7 +200,8 @@ class LocalBackend(LocalPlanning):
         return [self._qualify(c) for c in self.store.list(workload)]
 
     def _qualify(self, ckpt: CheckpointInfo) -> CheckpointInfo:
-        return ckpt.model_copy(update={"id": f"{NAME}:{ckpt.id}"})
+        parent = f"{NAME}:{ckpt.parent}" if ckpt.parent else None
+        return ckpt.model_copy(update={"id": f"{NAME}:{ckpt.id}", "parent": parent})
 
     # ---------------------------------------------------------------- planning
     def run_step(self, op: str, args: dict[str, Any], progress: ProgressFn) -> dict[str, Any]:
