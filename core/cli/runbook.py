@@ -194,7 +194,14 @@ def check(
 ) -> None:
     """Validate a runbook file; every problem with its key and a hint."""
     path = Path(file)
-    if not path.exists() and "/" not in file and not file.endswith((".yaml", ".yml")):
+    try:
+        exists = path.exists()
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte
+        raise errors.InvalidInput(
+            f"cannot read runbook file {file[:80]!r}: {getattr(exc, 'strerror', None) or exc}",
+            hint="give the path of a runbook YAML file, or a runbook name ('clawpoint runbook list')",
+        ) from None
+    if not exists and "/" not in file and not file.endswith((".yaml", ".yml")):
         path = _engine().dir / f"{file}.yaml"
     problems = schema.check_file(path)
     if json_:

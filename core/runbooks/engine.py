@@ -24,6 +24,7 @@ prefer an ask/approval).
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -164,9 +165,12 @@ class Engine:
 
     def runbook(self, name: str) -> schema.Runbook:
         path = self.dir / f"{name}.yaml"
-        if not path.is_file():
+        # A name outside the runbook pattern never reaches the file system: no path outside
+        # the folder, no OSError for a name too long or holding NUL.
+        if not re.fullmatch(schema._ID, name) or not path.is_file():
             raise errors.NotFound(
-                f"no runbook {name!r}", hint=f"runbooks are: {', '.join(sorted(self.runbooks()))}"
+                f"no runbook {name[:80]!r}",
+                hint=f"runbooks are: {', '.join(sorted(self.runbooks()))}",
             )
         return schema.load_runbook(path)
 
