@@ -1,0 +1,257 @@
+"""The fault matrix on the local backend: the installed ``clawpoint`` is SIGKILLed before and
+after every journal step of every operation, and a restarted clawpoint reconciles.
+
+The kill is the test-only hook ``CLAWPOINT_TEST_KILL_AT=ACTION:STEP:before|after`` (see
+``core.service.executor``); the steps are those of the live plan, so a step added to a plan
+is interrupted too. For every (operation, step, before/after) the test checks, after the
+next clawpoint command (which reconciles at start):
+
+- the journal no longer says "running", and the audit log has exactly one recovery entry for
+  the execution with the same status (and no other outcome for it); the audit chain verifies;
+- the workload exists exactly once: one record, and one live payload process when it runs,
+  none otherwise;
+- if it does not run, it is restorable: ``resume`` (stopped) or ``failover`` (failed)
+  brings it back from a verified checkpoint;
+- it then makes progress, and its own state check (the self-verifying counter) never failed.
+
+CI runs one representative kill per operation (``CLAWPOINT_FAULT_MATRIX=full`` runs every
+pair; ``make bench`` does, and rewrites the table in docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core import errors
+from core.config import Settings
+from core.model import Action, ExecutionStatus, Principal, PrincipalKind, WorkloadState
+from core.service.facade import Service
+from tests.reliability.conftest import Record
+from tests.service.conftest import counter, log_text, step, wait_step
+
+pytestmark = [pytest.mark.criu]
+
+ROOT = Path(__file__).resolve().parents[2]
+INSTALLED = ROOT / ".venv" / "bin" / "clawpoint"
+PERSON = Principal(id="tester", kind=PrincipalKind.PERSON)
+FULL = os.environ.get("CLAWPOINT_FAULT_MATRIX") == "full"
+LIVE = (WorkloadState.RUNNING, WorkloadState.CHECKPOINTING)
+
+
+def clawpoint() -> list[str]:
+    return [str(INSTALLED)] if INSTALLED.exists() else [sys.executable, "-m", "core.cli"]
+
+
+@dataclass(frozen=True)
+class Operation:
+    action: Action
+    argv: Callable[[str], list[str]]  # the CLI command, given the workload id
+    params: dict[str, Any]
+    before: str = "running"  # running | stopped | dead: the workload's state first
+    on_node: bool = False  # the target is the workload's node, not the workload
+
+
+OPERATIONS: dict[str, Operation] = {
+    "checkpoint": Operation(Action.CHECKPOINT, lambda w: ["checkpoint", w], {"stop": False}),
+    "migrate": Operation(Action.MIGRATE, lambda w: ["migrate", w, "--yes"], {}),
+    "preempt": Operation(Action.PREEMPT, lambda w: ["preempt", w, "--yes"], {}),
+    "resume": Operation(Action.RESUME, lambda w: ["resume", w, "--yes"], {}, before="stopped"),
+    "failover": Operation(Action.FAILOVER, lambda w: ["failover", w, "--yes"], {}, before="dead"),
+    "drain": Operation(
+        Action.DRAIN_NODE, lambda _: ["drain", "local:node-a", "--yes"], {}, on_node=True
+    ),
+}
+
+
+def payload_pids(settings: Settings, name: str) -> list[int]:
+    """Live counter processes of workload ``name`` (found by the progress file in their
+    environment, which a CRIU restore keeps), wherever they run."""
+    marker = f"CLAWPOINT_PROGRESS_FILE={settings.run_dir / f'{name}.progress.json'}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            # The payload itself, not the namespace starter that carries its argv.
+            if argv[1:3] != [b"-m", b"core.workloads.counter"]:
+                continue
+            stat = (proc / "stat").read_text().rpartition(")")[2].split()
+            if stat[0] == "Z" or marker not in (proc / "environ").read_bytes().split(b"\0"):
+                continue
+        except OSError:
+            continue
+        found.append(int(proc.name))
+    return found
+
+
+def env(settings: Settings, **extra: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
+    return {**base, "CLAWPOINT_HOME": str(settings.home), "PYTHONPATH": str(ROOT), **extra}
+
+
+def prepare(service: Service, settings: Settings, name: str, op: Operation) -> str:
+    service.run_workload(counter(settings, name, mb=8), detach=True, principal=PERSON)
+    wait_step(settings, name, 2)
+    workload = f"local:{name}"
+    if op.before == "stopped":
+        done = service.act(Action.PREEMPT, workload, {}, principal=PERSON, confirmed=True)
+        assert done.status == "executed", done.message
+    elif op.before == "dead":
+        done = service.act(Action.CHECKPOINT, workload, {"stop": False}, principal=PERSON)
+        assert done.status == "executed", done.message
+        pid = service.get_workload(workload).pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while service.get_workload(workload).state is not WorkloadState.FAILED:
+            assert time.monotonic() < deadline, "the wrapper did not record the death"
+            time.sleep(0.05)
+    return workload
+
+
+def kill_points(service: Service, target: str, op: Operation) -> list[tuple[int, str]]:
+    """(step index, before/after) for every step of the live plan (drain's step names hold
+    the workload's name, so a point is an index, named again for each fresh workload)."""
+    plan = service.plan(op.action, target, op.params)
+    return [(i, when) for i in range(len(plan.steps)) for when in ("before", "after")]
+
+
+def audit_of(service: Service, execution_id: str) -> list[tuple[str, str]]:
+    return [
+        (e.kind, str(e.data.get("status")))
+        for e in service.audit.entries()
+        if e.data.get("execution") == execution_id
+    ]
+
+
+def latest_execution(service: Service, target: str) -> dict[str, Any]:
+    with service.db.read() as conn:
+        row = conn.execute(
+            "SELECT * FROM executions WHERE target=? ORDER BY started_at DESC LIMIT 1", (target,)
+        ).fetchone()
+    assert row is not None, f"no execution for {target}"
+    return dict(row)
+
+
+def bring_back(service: Service, workload: str) -> str:
+    """Make a workload that does not run run again, the way a person would; what was done."""
+    state = service.get_workload(workload).state
+    if state in LIVE:
+        return "running"
+    action = Action.RESUME if state is WorkloadState.STOPPED else Action.FAILOVER
+    done = service.act(action, workload, {}, principal=PERSON, confirmed=True)
+    assert done.status == "executed", f"{state.value} workload not restorable: {done.message}"
+    return f"{state.value}, then {action.value} restored it"
+
+
+def cleanup(service: Service, workload: str) -> None:
+    try:
+        if service.get_workload(workload).state in LIVE:
+            service.act(Action.KILL, workload, {}, principal=PERSON, confirmed=True)
+    except errors.ClawpointError:
+        pass
+    node = next(n for n in service.nodes("local") if n.name == "node-a")
+    if not node.schedulable:
+        service.act(Action.UNDRAIN_NODE, "local:node-a", {}, principal=PERSON, confirmed=True)
+
+
+def one_kill(
+    service: Service, settings: Settings, name: str, op: Operation, point: tuple[int, str]
+) -> tuple[str, str, str]:
+    """Kill clawpoint at ``point`` of ``op`` on a fresh workload, restart, check; the step's
+    name, the outcome and what was checked."""
+    workload = prepare(service, settings, name, op)
+    target = "local:node-a" if op.on_node else workload
+    index, when = point
+    step_name = service.plan(op.action, target, op.params).steps[index].name
+    proc = subprocess.run(
+        [*clawpoint(), *op.argv(workload), "--json"],
+        env=env(settings, CLAWPOINT_TEST_KILL_AT=f"{op.action.value}:{step_name}:{when}"),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == -signal.SIGKILL, (
+        f"never reached {when} {step_name}: exit {proc.returncode} {proc.stdout} {proc.stderr}"
+    )
+    killed = latest_execution(service, target)
+    assert killed["status"] == "running"
+
+    # The restart: any clawpoint command reconciles first.
+    again = subprocess.run(
+        [*clawpoint(), "workloads", "--json"],
+        env=env(settings), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    after = latest_execution(service, target)
+    assert after["id"] == killed["id"]
+    status = after["status"]
+    assert status != "running", "the restarted clawpoint left the execution running"
+    assert audit_of(service, after["id"]) == [("recovery", status)], audit_of(service, after["id"])
+    assert service.audit.verify().ok
+
+    records = [w for w in service.workloads("local") if w.id == workload]
+    assert len(records) == 1, records
+    seen = records[0]
+    pids = payload_pids(settings, name)
+    assert len(pids) == (1 if seen.state in LIVE else 0), (seen.state, pids)
+
+    how = bring_back(service, workload)
+    assert len(payload_pids(settings, name)) == 1
+    wait_step(settings, name, step(settings, name) + 5)
+    assert "STATE CHECK FAILED" not in log_text(settings, name)
+    outcome = (
+        f"{ExecutionStatus(status).value}; workload {how} on {service.get_workload(workload).node}"
+    )
+    return step_name, outcome, "once; progress; state check; journal = audit"
+
+
+def representative(points: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """CI's fast variant: after the first step (work done, nothing finished)."""
+    return [p for p in points if p[1] == "after"][:1]
+
+
+@pytest.mark.parametrize("operation", sorted(OPERATIONS))
+def test_killed_at_every_step_is_reconciled(
+    service: Service, settings: Settings, need_criu: None, record: Record, operation: str
+) -> None:
+    op = OPERATIONS[operation]
+    probe = prepare(service, settings, f"{operation[:6]}-probe", op)
+    points = kill_points(service, "local:node-a" if op.on_node else probe, op)
+    cleanup(service, probe)
+    failures: list[str] = []
+    for i, point in enumerate(points if FULL else representative(points)):
+        name = f"{operation[:6]}-{i}-{point[1]}"
+        label = f"step {point[0] + 1}"
+        try:
+            label, outcome, checked = one_kill(service, settings, name, op, point)
+        except AssertionError as exc:
+            failures.append(f"{point}: {exc}")
+            record(operation, label, point[1], "FAILED", str(exc).splitlines()[0][:120])
+        else:
+            record(operation, label.replace(name, "W"), point[1], outcome, checked)
+        finally:
+            cleanup(service, f"local:{name}")
+    assert not failures, "\n".join(failures)
+
+
+def test_operations_the_local_backend_does_not_plan(
+    service: Service, settings: Settings, need_criu: None, record: Record
+) -> None:
+    """Scale has no meaning for a local process: the matrix says so instead of skipping it."""
+    workload = prepare(service, settings, "scale-probe", OPERATIONS["checkpoint"])
+    try:
+        with pytest.raises(errors.ClawpointError) as refused:
+            service.plan(Action.SCALE, workload, {"replicas": 2})
+        record("scale", "", "plan", f"refused: {refused.value.code}", refused.value.message[:100])
+    finally:
+        cleanup(service, workload)
