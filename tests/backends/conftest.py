@@ -4,8 +4,9 @@
 small counters under the cooperative engine, so no CRIU is needed: one running on node-a,
 one preempted, one that died after a checkpoint) and ``slurm`` (the loopback cluster of
 scripts/slurm-cluster.sh with a running and a held job that carry a lineage; the Slurm
-cases skip, with the reason, where that cluster cannot run). Planning is read-only, so the
-subjects are made once per module.
+cases skip, with the reason, where that cluster cannot run), and ``fake`` (the in-memory
+backend of tests/fakes/backend.py with a running and a preempted workload). Planning is
+read-only, so the subjects are made once per module.
 
 Also here: the installed CLI read through its ``--help`` (``cli``) and the tool list of a
 live ``clawpoint serve`` read by a real MCP client (``live_tools``).
@@ -27,6 +28,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from core import errors
+from core.actions import NoParams
 from core.backends.base import Backend, PlanDraft, no_progress
 from core.config import load_settings
 from core.model import Action, Principal, PrincipalKind, WorkloadState
@@ -204,7 +206,33 @@ def slurm_subject() -> Iterator[Subject]:
             subprocess.run(["scancel", f"--name=clawpoint-{name}"], env=full_env, check=False)
 
 
-@pytest.fixture(params=["local", "slurm"])
+# --------------------------------------------------------------------------- fake
+def _fake_placement(draft: PlanDraft) -> set[str]:
+    return {str(s.args["node"]) for s in draft.steps if s.op == "start"}
+
+
+@pytest.fixture(scope="module")
+def fake_subject() -> Subject:
+    """The in-memory backend at the port (tests/fakes/backend.py), no processes at all."""
+    from tests.fakes.backend import FakeBackend, FakeConfig
+
+    backend = FakeBackend(FakeConfig(workloads={"w-run": "f1", "w-held": "f1"}))
+    draft = backend.plan(Action.PREEMPT, "w-held", NoParams())
+    execute(backend, draft)
+    return Subject(
+        name="fake",
+        backend=backend,
+        running="w-run",
+        stopped="w-held",
+        failed="w-held",  # it cannot fail over: those cases skip
+        checkpoint=None,
+        source="f1",
+        other="f2",
+        placement=_fake_placement,
+    )
+
+
+@pytest.fixture(params=["local", "slurm", "fake"])
 def subject(request: pytest.FixtureRequest) -> Subject:
     return request.getfixturevalue(f"{request.param}_subject")  # type: ignore[no-any-return]
 

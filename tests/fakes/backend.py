@@ -7,9 +7,8 @@ and the journal can be exercised without the wrapper. ``ENTRY`` is its registry 
 ``[fake]`` section with ``enabled = true`` builds it (the ``nodes`` key names its nodes).
 
 It lives in tests/ because it does nothing real: a demo of clawpoint should show real
-workloads being saved and moved. Limits: state is per instance (one process); parameters
-are read from a mapping or an object with the same attribute names, so it follows either
-way the service hands them over.
+workloads being saved and moved. Limits: state is per instance (one process); it takes the
+catalogue's typed parameters (``core.actions``) like every backend.
 """
 
 from __future__ import annotations
@@ -19,7 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core import actions as catalogue
 from core import errors
+from core.actions import ActionParams, CordonParams, DrainParams, MoveParams
 from core.backends.base import PlanDraft, ProgressFn, not_supported
 from core.backends.registry import BackendEntry
 from core.config import Settings
@@ -49,12 +50,6 @@ class FakeConfig(BaseModel):
     workloads: dict[str, str] = Field(default_factory=lambda: {"w1": "f1"})  # name -> node
 
 
-def _param(params: Any, key: str, default: Any = None) -> Any:
-    if isinstance(params, dict):
-        return params.get(key, default)
-    return getattr(params, key, default)
-
-
 class FakeBackend:
     name = NAME
 
@@ -70,7 +65,7 @@ class FakeBackend:
     # ------------------------------------------------------------------ inventory
     def capabilities(self) -> frozenset[Action]:
         return frozenset({Action.CHECKPOINT, Action.MIGRATE, Action.PREEMPT, Action.RESUME,
-                          Action.DRAIN_NODE, Action.UNDRAIN_NODE})  # fmt: skip
+                          Action.DRAIN_NODE, Action.UNDRAIN_NODE, Action.CORDON_NODE})  # fmt: skip
 
     def nodes(self) -> list[NodeInfo]:
         return [
@@ -115,60 +110,78 @@ class FakeBackend:
         return [c for w in self.saved for c in reversed(self.saved[w])]
 
     # ------------------------------------------------------------------ planning
-    def _free_node(self, exclude: str | None, wanted: Any) -> str:
+    def _free_node(self, exclude: str | None, wanted: str | None) -> str:
         if wanted:
-            self.get_node(str(wanted))
+            wanted = wanted.removeprefix(f"{NAME}:")
+            self.get_node(wanted)
             if wanted == exclude:
                 raise errors.InvalidInput(
                     f"{NAME}:{wanted} is where it already runs", hint="pick another node"
                 )
-            return str(wanted)
+            return wanted
         for n, ok in self.schedulable.items():
             if ok and n != exclude:
                 return n
-        raise errors.Conflict("no schedulable fake node", hint="undrain one")
+        raise errors.Conflict(
+            "no schedulable fake node", hint="undrain one with 'clawpoint nodes undrain'"
+        )
 
-    def plan(self, action: Action, target: str, params: Any) -> PlanDraft:
+    def plan(self, action: Action, target: str, params: ActionParams) -> PlanDraft:
         if action not in self.capabilities():
             raise not_supported(NAME, action)
-        if action in (Action.DRAIN_NODE, Action.UNDRAIN_NODE):
-            node = self.get_node(target)
-            drain = action is Action.DRAIN_NODE
-            if not drain and node.schedulable:
-                raise errors.Conflict(f"{node.id} is not drained", hint="nothing to undo")
-            steps = [PlanStep(name="node", op="set_node",
-                              args={"node": target, "schedulable": not drain},
-                              description=("drain " if drain else "undrain ") + node.id)]  # fmt: skip
-            for wid in node.workloads if drain else []:
-                name = wid.partition(":")[2]
-                dest = self._free_node(target, _param(params, "to"))
-                steps += self._move(name, dest, tag=name)
-            return PlanDraft(steps=steps, summary=f"{action.value} {node.id}")
+        model = catalogue.spec(action).params
+        catalogue.expect(params, model)  # another action's parameters: InvalidInput
+        if action in (Action.DRAIN_NODE, Action.UNDRAIN_NODE, Action.CORDON_NODE):
+            return self._plan_node(action, self.get_node(target), params)
         w = self.get_workload(target)
         if action is Action.CHECKPOINT:
-            stop = bool(_param(params, "stop", False))
-            return PlanDraft(
-                steps=[
-                    PlanStep(
-                        name="checkpoint",
-                        op="checkpoint",
-                        args={"workload": target, "stop": stop},
-                        description=f"checkpoint {w.id}",
-                    )
-                ],
-                summary=f"Checkpoint {w.id}" + (" and stop it" if stop else ""),
-            )
+            step = PlanStep(name="checkpoint", op="checkpoint",
+                            args={"workload": target, "stop": False},
+                            description=f"checkpoint {w.id}")  # fmt: skip
+            return PlanDraft(steps=[step], summary=f"Checkpoint {w.id}",
+                             rollback="nothing to undo: a checkpoint only adds an image")  # fmt: skip
         if action is Action.PREEMPT:
-            return PlanDraft(steps=self._move(target, None, tag=""), summary=f"Preempt {w.id}")
+            return PlanDraft(steps=self._move(target, None, tag=""), summary=f"Preempt {w.id}",
+                             rollback=f"clawpoint resume {w.id}")  # fmt: skip
+        to = catalogue.expect(params, MoveParams).to
         if action is Action.RESUME:
             if w.state is not WorkloadState.STOPPED:
                 raise errors.Conflict(f"{w.id} is {w.state.value}", hint="resume a stopped one")
-            dest = self._free_node(None, _param(params, "to"))
+            dest = self._free_node(None, to)
             step = PlanStep(name="start", op="start", args={"workload": target, "node": dest},
                             description=f"start {w.id} on {dest}")  # fmt: skip
-            return PlanDraft(steps=[step], summary=f"Resume {w.id} on {dest}")
-        dest = self._free_node(w.node, _param(params, "to"))
-        return PlanDraft(steps=self._move(target, dest, tag=""), summary=f"Move {w.id} to {dest}")
+            return PlanDraft(steps=[step], summary=f"Resume {w.id} on {dest}",
+                             rollback=f"clawpoint preempt {w.id}")  # fmt: skip
+        dest = self._free_node(w.node, to)
+        return PlanDraft(steps=self._move(target, dest, tag=""), summary=f"Move {w.id} to {dest}",
+                         rollback=f"clawpoint migrate {w.id} --to {w.node}")  # fmt: skip
+
+    def _plan_node(self, action: Action, node: NodeInfo, params: ActionParams) -> PlanDraft:
+        undo = f"clawpoint nodes undrain {node.id}"
+        if action is Action.UNDRAIN_NODE:
+            if node.schedulable:
+                raise errors.Conflict(f"{node.id} is in service", hint="nothing to undo")
+            step = PlanStep(name="node", op="set_node",
+                            args={"node": node.name, "schedulable": True, "reason": ""},
+                            description=f"return {node.id} to service")  # fmt: skip
+            return PlanDraft(steps=[step], summary=f"Undrain {node.id}", rollback="")
+        if not node.schedulable:
+            raise errors.Conflict(f"{node.id} is already out of service", hint=undo)
+        if action is Action.CORDON_NODE:
+            reason = catalogue.expect(params, CordonParams).reason
+        else:
+            reason = catalogue.expect(params, DrainParams).reason
+        steps = [PlanStep(name="node", op="set_node",
+                          args={"node": node.name, "schedulable": False, "reason": reason},
+                          description=f"{action.value} {node.id}")]  # fmt: skip
+        if action is Action.DRAIN_NODE:
+            drain = catalogue.expect(params, DrainParams)
+            for wid in node.workloads:
+                name = wid.partition(":")[2]
+                dest = self._free_node(node.name, drain.to) if drain.save else None
+                steps += self._move(name, dest, tag=f"-{name}")
+        where = f" onto {steps[-1].args['node']}" if steps[-1].op == "start" else ""
+        return PlanDraft(steps=steps, summary=f"{action.value} {node.id}{where}", rollback=undo)
 
     @staticmethod
     def _move(name: str, dest: str | None, *, tag: str) -> list[PlanStep]:
@@ -190,11 +203,12 @@ class FakeBackend:
         name = str(args["workload"])
         _, node = self.placed[name]
         if op == "checkpoint":
-            seq = len(self.saved.get(name, [])) + 1
+            newest = self.saved.get(name, [])
+            seq = len(newest) + 1
             info = CheckpointInfo(
                 id=f"{NAME}:{name}@{seq}", lineage=name, seq=seq, engine="fake", node=node,
-                created_at=utcnow(), size_bytes=0, status=CheckpointStatus.GOOD,
-                leave_running=not args.get("stop"),
+                parent=newest[-1].id if newest else None, created_at=utcnow(), size_bytes=0,
+                status=CheckpointStatus.GOOD, leave_running=not args.get("stop"),
             )  # fmt: skip
             self.saved.setdefault(name, []).append(info)
             if args.get("stop"):
@@ -209,12 +223,22 @@ class FakeBackend:
     def recover_step(
         self, op: str, args: dict[str, Any], started_at: datetime
     ) -> dict[str, Any] | None:
-        return None  # nothing is lost in memory: a started step is run again
+        """Whether a step that started took effect, read from the state itself."""
+        if op == "set_node":
+            done = self.schedulable.get(str(args["node"])) == bool(args["schedulable"])
+            return {"node": args["node"]} if done else None
+        name = str(args["workload"])
+        if op == "checkpoint":
+            newer = [c for c in self.saved.get(name, []) if c.created_at >= started_at]
+            return {"checkpoint_id": newer[-1].id} if newer else None
+        state, node = self.placed.get(name, (WorkloadState.UNKNOWN, None))
+        running = state is WorkloadState.RUNNING and node == args.get("node")
+        return {"node": node} if op == "start" and running else None
 
     def reconcile_step(
         self, op: str, args: dict[str, Any], started_at: datetime
     ) -> dict[str, Any] | None:
-        return None
+        return self.recover_step(op, args, started_at)
 
 
 def _build(settings: Settings, db: Database, config: FakeConfig) -> FakeBackend:
