@@ -22,6 +22,7 @@ on hardware by this project: every phase catches its own failure and says what h
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import platform
@@ -127,8 +128,6 @@ def probe() -> dict[str, Any]:
         out["checkpoint_api"] = False
         out["checkpoint_api_reason"] = str(exc)
     try:
-        import importlib
-
         importlib.import_module("cuda.core")
         out["cuda_core"] = "present"
         try:
@@ -139,8 +138,7 @@ def probe() -> dict[str, Any]:
     except ImportError:
         out["cuda_core"] = "absent"
     try:
-        import torch
-
+        torch: Any = importlib.import_module("torch")
         out["torch"] = torch.__version__
         out["torch_cuda"] = torch.version.cuda
     except ImportError:

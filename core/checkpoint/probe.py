@@ -75,7 +75,7 @@ def _device_reason(path: str, st: os.stat_result) -> str | None:
     if major == _MEM_MAJOR or major in _TTY_MAJORS or (major, minor) in _MISC_OK:
         return None
     if path.startswith(("/dev/nvidia", "/dev/dri")):
-        return "a GPU device: the criu engine has no GPU plugin"
+        return "a GPU device: the criu engine has no GPU plugin (the cuda engine has one)"
     return f"a character device ({major}:{minor}) CRIU cannot carry"
 
 
@@ -129,7 +129,12 @@ def refusals(root: int, options: CriuOptions) -> list[Refusal]:
         for path, _ in files.shared_mappings(pid):
             if path.startswith(("/dev/nvidia", "/dev/dri")):
                 out.append(
-                    Refusal(pid, path, "a GPU device mapping: the criu engine has no GPU plugin")
+                    Refusal(
+                        pid,
+                        path,
+                        "a GPU device mapping: the criu engine has no GPU plugin "
+                        "(the cuda engine has one)",
+                    )
                 )
     _, left = files.split_budget(files.writable_files(root), options.file_budget_mib * 2**20)
     for f in left:
