@@ -1,0 +1,122 @@
+"""The service's guard, journal and recovery over the in-memory backend: no CRIU, no processes.
+
+What the local lifecycle tests show with real workloads, shown here at the port in a
+fraction of the time: an agent's disruptive action waits for a person and runs exactly once
+when approved; a plan made for a world that changed since is refused before any step; a
+standing grant covers only what it names; and an execution whose process died after its
+first step is finished by recovery without running that step again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from core import errors
+from core.backends import registry
+from core.config import load_settings
+from core.model import Action, Principal, PrincipalKind, WorkloadState
+from core.service.facade import Service, bootstrap
+from core.service.journal import release
+from tests.fakes.backend import ENTRY, FakeBackend
+
+PERSON = Principal(id="alice", kind=PrincipalKind.PERSON)
+AGENT = Principal(id="mcp:agent-1", kind=PrincipalKind.AGENT)
+
+
+@pytest.fixture
+def service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Service]:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        '[local]\nenabled = false\n\n[fake]\nenabled = true\nworkloads = {w1 = "f1", w2 = "f2"}\n'
+    )
+    monkeypatch.setenv("CLAWPOINT_HOME", str(home))
+    monkeypatch.delenv("CLAWPOINT_CONFIG", raising=False)
+    registry.register("fake", ENTRY)
+    try:
+        yield bootstrap(load_settings(home))
+    finally:
+        registry.unregister("fake")
+
+
+def _fake(service: Service) -> FakeBackend:
+    return cast(FakeBackend, service.backend("fake"))
+
+
+def test_an_agents_move_waits_for_a_person_and_runs_once(service: Service) -> None:
+    fake = _fake(service)
+    result = service.act(Action.MIGRATE, "fake:w1", {"to": "f2"}, principal=AGENT)
+    assert result.status == "approval_required", result.message
+    assert result.approval is not None
+    assert fake.steps_run == [], "nothing runs before a person approves"
+    approval = result.approval["id"]
+    with pytest.raises(errors.PolicyDenied):  # an agent never approves, its own request least
+        service.guard.approvals.approve(approval, AGENT)
+    service.guard.approvals.approve(approval, PERSON)
+    done = service.execute_approved(approval, principal=AGENT)
+    assert done.status == "executed", done.message
+    assert [op for op, _ in fake.steps_run] == ["checkpoint", "start"]
+    assert service.get_workload("fake:w1").node == "f2"
+    with pytest.raises(errors.ClawpointError):  # the approval is spent
+        service.execute_approved(approval, principal=AGENT)
+    assert len(fake.steps_run) == 2
+    assert service.audit.verify().ok
+
+
+def test_a_plan_for_a_world_that_changed_is_refused_before_any_step(service: Service) -> None:
+    fake = _fake(service)
+    plan = service.plan(Action.MIGRATE, "fake:w1", {"to": "f2"})
+    fake.placed["w1"] = (WorkloadState.RUNNING, "f3-elsewhere")  # someone moved it since
+    with pytest.raises(errors.Conflict) as info:
+        service.perform(plan, principal=PERSON, confirmed=True)
+    assert "was on f1" in info.value.message and "plan it again" in info.value.hint
+    assert fake.steps_run == []
+
+
+def test_a_standing_grant_covers_only_what_it_names(service: Service) -> None:
+    fake = _fake(service)
+    service.guard.grants.grant(
+        Action.MIGRATE,
+        {"backend": "fake"},
+        max_per_hour=1,
+        expires="1h",
+        reason="rebalance the fake pool",
+        granted_by=PERSON,
+    )
+    first = service.act(Action.MIGRATE, "fake:w1", {"to": "f2"}, principal=AGENT)
+    assert first.status == "executed", first.message
+    second = service.act(Action.MIGRATE, "fake:w2", {"to": "f1"}, principal=AGENT)
+    assert second.status == "approval_required", "the budget of one an hour was spent"
+    other = service.act(Action.PREEMPT, "fake:w2", {}, principal=AGENT)
+    assert other.status == "approval_required", "the grant names migrations only"
+    assert [op for op, _ in fake.steps_run] == ["checkpoint", "start"]
+
+
+def test_recovery_finishes_a_move_whose_process_died_after_its_first_step(
+    service: Service,
+) -> None:
+    fake = _fake(service)
+    plan = service.plan(Action.MIGRATE, "fake:w1", {"to": "f2"})
+    # What a process killed between the two steps leaves: the checkpoint taken and
+    # journaled, the workload stopped, the start never begun, and no owner alive.
+    execution = service.journal.start(plan, str(PERSON))
+    service.journal.step_started(execution.id, 0)
+    out = fake.run_step("checkpoint", dict(plan.steps[0].args), lambda *_: None)
+    service.journal.step_finished(execution.id, 0, status="done", output=out)
+    release(execution.id)
+    with service.db.write() as conn:
+        conn.execute(
+            "UPDATE executions SET owner_pid=?, owner_start=NULL WHERE id=?",
+            (2**22 + 7, execution.id),
+        )
+    assert service.get_workload("fake:w1").state is WorkloadState.STOPPED
+    (finished,) = service.recover()
+    assert finished.status.value == "succeeded", finished.error
+    assert [op for op, _ in fake.steps_run] == ["checkpoint", "start"], "no step ran twice"
+    moved = service.get_workload("fake:w1")
+    assert (moved.state, moved.node) == (WorkloadState.RUNNING, "f2")
+    assert service.recover() == []
