@@ -288,7 +288,16 @@ class KubernetesBackend:
         if action not in self.capabilities():
             raise not_supported(self.name, action)
         draft = self._draft(action, target, _params(action, params))
-        draft.scope["dry_run"] = actions.preview(self, draft.steps)
+        previews = actions.preview(self, draft.steps)
+        draft.scope["dry_run"] = previews
+        # Every interface shows the step lines: each mutating one says what the server
+        # answered to it with dryRun=All (the objects themselves are in scope["dry_run"]).
+        verdicts = {p["step"]: p for p in previews}
+        for s in draft.steps:
+            p = verdicts.get(s.name)
+            if p is not None:
+                verdict = f"refused now: {p['refused']}" if p.get("refused") else "accepted"
+                s.description += f" [server dry run: {p['request']}: {verdict}]"
         return draft
 
     def _draft(self, action: Action, target: str, params: dict[str, Any]) -> PlanDraft:

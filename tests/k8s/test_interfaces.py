@@ -1,0 +1,121 @@
+"""What people and agents run, on ``k8s:`` ids: the installed ``clawpoint`` console script and
+the MCP server through a real MCP client, with the backend configured by a ``[k8s]`` section
+only (the registry builds it), against the API emulator and the fake kubelet."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+from tests.k8s.conftest import wrapped_pod
+from tests.k8s.test_actions import need_criu as need_criu
+from tests.k8s.test_actions import pods, running, step_of, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+CLAWPOINT = str(Path(sys.executable).parent / "clawpoint")
+
+
+@pytest.fixture
+def home(tmp_path: Path, kubeconfig: Path, store_dir: Path) -> Path:
+    path = tmp_path / "home"
+    path.mkdir()
+    (path / "config.toml").write_text(
+        "[k8s]\n"
+        "enabled = true\n"
+        f"kubeconfig = {json.dumps(str(kubeconfig))}\n"
+        'context = "emulator"\n'
+        f"checkpoint_dir = {json.dumps(str(store_dir))}\n"
+        "poll_interval_s = 0.1\n"
+        "retry_total_s = 2\n"
+        "checkpoint_timeout_s = 60\n"
+        "start_timeout_s = 60\n"
+        "[policy.defaults]\n"
+        'disruptive = "allow"\n'
+    )
+    return path
+
+
+def env(home: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "CLAWPOINT_HOME": str(home),
+        "PYTHONPATH": os.environ.get("PYTHONPATH", str(ROOT)),
+    }
+
+
+def cli(home: Path, *args: str) -> Any:
+    done = subprocess.run(
+        [CLAWPOINT, *args], env=env(home), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, (args, done.stdout, done.stderr)
+    return json.loads(done.stdout) if "--json" in args else done.stdout
+
+
+def test_cli_lists_k8s_nodes_and_migrates_a_wrapped_pod(
+    need_criu: None, emu: Any, kubelet: Any, home: Path
+) -> None:
+    nodes = {n["id"]: n for n in cli(home, "nodes", "--backend", "k8s", "--json")}
+    assert set(nodes) == {"k8s:n1", "k8s:n2", "k8s:n3"}
+    assert nodes["k8s:n2"]["spot"] is True and nodes["k8s:n2"]["gpus"] == 1
+
+    manifest = wrapped_pod("cli-mover", "cli-mover")
+    manifest["spec"]["nodeName"] = "n1"
+    emu.seed(manifest)
+    wait_for("it runs", lambda: running(emu, "cli-mover"))
+    before = wait_for("progress", lambda: (s := step_of(kubelet, "cli-mover")) > 10 and s)
+    listed = cli(home, "workloads", "--backend", "k8s", "--json")
+    assert "k8s:Pod/default/cli-mover" in {w["id"] for w in listed}
+
+    out = cli(home, "migrate", "k8s:Pod/default/cli-mover", "--to", "n3", "--yes", "--json")
+    assert out["status"] == "executed", out
+    now = pods(emu)
+    assert "cli-mover" not in now
+    (new,) = now
+    assert now[new]["spec"]["nodeName"] == "n3"
+    wait_for("progress on n3", lambda: step_of(kubelet, "cli-mover") > before + 10)
+
+
+@pytest.mark.anyio
+async def test_mcp_agent_migrates_a_wrapped_pod(
+    need_criu: None, emu: Any, kubelet: Any, home: Path
+) -> None:
+    manifest = wrapped_pod("mcp-mover", "mcp-mover")
+    manifest["spec"]["nodeName"] = "n2"
+    emu.seed(manifest)
+    wait_for("it runs", lambda: running(emu, "mcp-mover"))
+    before = wait_for("progress", lambda: (s := step_of(kubelet, "mcp-mover")) > 10 and s)
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "core.cli", "serve"], env=env(home)
+    )
+    async with Client(params) as client:
+        preview = await client.call_tool(
+            "migrate_workload",
+            {"workload": "k8s:Pod/default/mcp-mover", "to": "k8s:n1", "dry_run": True},
+        )
+        assert not preview.is_error, preview.content
+        shown = json.dumps(preview.structured_content)
+        assert (
+            "CREATE Pod default/mcp-mover-cp" in shown and "DELETE Pod default/mcp-mover" in shown
+        )
+        assert running(emu, "mcp-mover"), "a preview changes nothing"
+        result = await client.call_tool(
+            "migrate_workload", {"workload": "k8s:Pod/default/mcp-mover", "to": "k8s:n1"}
+        )
+        assert not result.is_error, result.content
+        assert result.structured_content["status"] == "executed", result.structured_content
+    now = pods(emu)
+    (new,) = now
+    assert now[new]["spec"]["nodeName"] == "n1"
+    wait_for("progress on n1", lambda: step_of(kubelet, "mcp-mover") > before + 10)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
