@@ -42,6 +42,7 @@ bench: deps venv
 	$(BIN)/python bench/spot_policy.py
 	$(BIN)/python bench/planner.py
 	$(BIN)/python bench/notice_to_safe.py
+	$(BIN)/python bench/agent_cost.py
 
 docs: venv
 	$(BIN)/python scripts/gen-mcp-docs.py > docs/mcp-tools.md

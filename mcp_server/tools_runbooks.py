@@ -17,6 +17,7 @@ registered from the runbooks present when the server starts.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
 from mcp.server import MCPServer
@@ -116,8 +117,8 @@ def _run(v: RunView, *, detail: bool = False) -> Run:
     if w is not None and not v.status.finished:
         waits = f"approval {w.approval_id}" if w.approval_id else w.kind
         waiting = views.compact({
-            "step": w.step, "approval_id": w.approval_id, "expires_at": w.expires_at,
-            "message": w.message, "question": w.question,
+            "step": w.step, "approval_id": w.approval_id, "expires_at": _second(w.expires_at),
+            "message": " ".join(w.message.split()), "question": w.question,
             "choices": [c.get("value") for c in w.choices],
         })  # fmt: skip
         if detail:
@@ -151,6 +152,16 @@ def _info(rb: schema.Runbook, *, detail: bool = False) -> RunbookInfo:
     }
     return RunbookInfo(name=rb.name, title=rb.title, triggers=list(rb.triggers), params=params,
                        description=" ".join(rb.description.split()) if detail else None)  # fmt: skip
+
+
+def _second(stamp: str | None) -> str | None:
+    """An ISO time to the second, in UTC (``2026-05-01T12:00:00Z``); other text unchanged."""
+    if not stamp:
+        return stamp
+    try:
+        return datetime.fromisoformat(stamp).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return stamp
 
 
 def _offset(cursor: str | None) -> int:
