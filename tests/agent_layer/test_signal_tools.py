@@ -11,63 +11,26 @@ notices must show in ``spot_market``, ``cluster_health`` and ``plan_actions``, a
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterator
 
 import pytest
-from mcp import Client, StdioServerParameters
 
-from tests.adversarial.conftest import Lab, lab_factory  # noqa: F401
-from tests.service.conftest import need_criu  # noqa: F401
+from tests.adversarial.conftest import Lab
+from tests.agent_layer import serving
 from tests.signals.fakes import FakeAwsImds, FakeAzureEvents, FakeGcpMetadata
 
-ROOT = Path(__file__).resolve().parents[2]
-SHIM = Path(__file__).resolve().parent / "nvml_shim"
-CLAWPOINT = Path(sys.executable).parent / "clawpoint"
-GPUS = [{"uuid": "GPU-healthy"}, {"uuid": "GPU-lost", "lost": True}]
+GPUS = serving.HEALTHY_AND_LOST
+CLAWPOINT = serving.CLAWPOINT
+_config = serving.signals_config
+_env = serving.server_env
+_client = serving.client
+_ok = serving.ok
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def _config(provider: str, url: str, *, nvml: bool) -> str:
-    return (
-        '[signals]\nnode = "local:node-a"\nconnect_timeout_s = 0.5\nread_timeout_s = 0.5\n'
-        f'[signals.{provider}]\nenabled = true\nbase_url = "{url}"\n'
-        f"[signals.nvml]\nenabled = {'true' if nvml else 'false'}\n"
-    )
-
-
-def _env(lab: Lab, gpus: list[dict[str, Any]] = GPUS) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
-    env.update(
-        CLAWPOINT_HOME=str(lab.home),
-        PYTHONPATH=f"{SHIM}{os.pathsep}{ROOT}",
-        CLAWPOINT_FAKE_NVML_GPUS=json.dumps(gpus),
-    )
-    return env
-
-
-@asynccontextmanager
-async def _client(lab: Lab, gpus: list[dict[str, Any]] = GPUS) -> AsyncIterator[Client]:
-    params = StdioServerParameters(command=str(CLAWPOINT), args=["serve"], env=_env(lab, gpus))
-    async with Client(params) as client:
-        yield client
-
-
-async def _ok(client: Client, tool: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
-    result = await client.call_tool(tool, args or {})
-    text = " ".join(getattr(c, "text", "") for c in result.content)
-    assert not result.is_error, f"{tool}: {text}"
-    assert isinstance(result.structured_content, dict)
-    return result.structured_content
 
 
 @pytest.fixture
@@ -89,7 +52,11 @@ async def test_aws_notice_gpu_and_sla_show_in_the_tools_an_agent_reads(
         market = await _ok(client, "spot_market")
         [notice] = market["notices"]
         assert notice["node"] == "local:node-a"  # the full id, not the bare name
-        assert (notice["provider"], notice["action"], notice["kind"]) == ("aws", "terminate", "spot")
+        assert (notice["provider"], notice["action"], notice["kind"]) == (
+            "aws",
+            "terminate",
+            "spot",
+        )
         assert notice["deadline"].startswith(deadline.strftime("%Y-%m-%dT%H:%M:%S"))
         assert 0 < notice["seconds_left"] <= 120
         assert notice["workloads"] == [workload]

@@ -1,8 +1,8 @@
-"""Skills: every SKILL.md passes the Agent Skills validator and names only real MCP tools."""
+"""Skills: every SKILL.md passes the Agent Skills validator and keeps the house format (the
+calls it names are checked against the live server by test_skill_contract.py)."""
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import sys
@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from core.runbooks import tools
 
 REPO = Path(__file__).resolve().parents[2]
 SKILLS = REPO / "skills"
@@ -25,10 +23,6 @@ REQUIRED = {
     "approvals-desk",
 }
 SKILL_DIRS = sorted(p.parent for p in SKILLS.glob("*/SKILL.md"))
-# A backticked snake_case word that looks like a tool call: two or more parts joined by "_".
-_TOOLISH = re.compile(r"`([a-z]+(?:_[a-z]+)+)`")
-# Argument and field names the bodies mention in backticks; they are not tools.
-_NOT_TOOLS = {"dry_run", "approval_id", "approval_required", "meet_deadline"}
 
 
 def _split(path: Path) -> tuple[dict[str, object], str]:
@@ -78,12 +72,9 @@ def test_frontmatter(skill: Path) -> None:
 
 
 @pytest.mark.parametrize("skill", SKILL_DIRS, ids=lambda p: p.name)
-def test_body_names_only_known_tools(skill: Path) -> None:
+def test_body_gives_a_cli_fallback(skill: Path) -> None:
+    # The tool calls themselves are checked against the live server by test_skill_contract.
     _, body = _split(skill / "SKILL.md")
-    named = set(_TOOLISH.findall(body)) - _NOT_TOOLS
-    unknown = sorted(named - tools.ALL_TOOLS)
-    assert not unknown, f"{skill.name} names tools the MCP server does not have: {unknown}"
-    assert named, f"{skill.name} names no MCP tool at all"
     assert "clawpoint " in body, f"{skill.name} gives no CLI fallback"
 
 
@@ -94,9 +85,3 @@ def test_body_has_safety_rules(skill: Path) -> None:
     assert "## safety rules" in lowered
     assert "untrusted" in lowered
     assert "never approve" in lowered
-
-
-def test_tool_check_catches_a_typo(tmp_path: Path) -> None:
-    """The tool scan must be able to fail: a misspelt tool is reported."""
-    body = "Call `get_workload`, then `migrate_workloads`."
-    assert set(_TOOLISH.findall(body)) - tools.ALL_TOOLS == {"migrate_workloads"}
