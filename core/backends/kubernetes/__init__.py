@@ -1,15 +1,12 @@
-"""The Kubernetes backend (in progress): connection, ids, inventory and queue depth.
+"""The Kubernetes backend (ids ``k8s:KIND/NAMESPACE/NAME``, ``k8s:NODE``; section ``[k8s]``).
 
 Built on the official ``kubernetes`` client only (an optional dependency: the
-``kubernetes`` extra). What exists: ``connection`` (kubeconfig or in-cluster config,
-namespaces in scope, retries, and the translation of API failures into ``core.errors``),
-``ids`` (``k8s:KIND/NAMESPACE/NAME`` and ``k8s:NODE``, validated before any request),
-``inventory`` (nodes and workloads: Pods, Jobs, Deployments, StatefulSets and, where their
-CRDs are served, Kueue Workloads, Kubeflow training jobs, RayJobs, RayClusters, KServe
-InferenceServices) and ``queue`` (pending pods by reason, Kueue pending/admitted per queue).
-
-Not built yet, and not wired in: this package implements no ``Backend`` protocol and is not
-registered in ``core.config`` or the service bootstrap, because that needs the backend
-registry (a separate change) to land first. No actions (checkpoint, preempt, migrate,
-scale, drain, failover) exist here yet; see docs/kubernetes.md.
+``kubernetes`` extra; imported lazily). Modules: ``connection`` (kubeconfig or in-cluster
+config, namespaces in scope, retries, API failures translated into ``core.errors``), ``ids``
+(validated before any request), ``inventory`` (nodes and workloads, operators where their
+CRDs are served), ``queue`` (pending pods by reason, Kueue queues), ``backend`` (the
+``Backend`` protocol, registered in ``core.backends.registry``), ``actions`` (plans and
+steps, each mutating request previewed with ``dryRun=All``), ``kubelet_api`` (the kubelet
+checkpoint API probe) and ``incontainer`` (what ``pods/exec`` runs inside a wrapped
+container). See docs/kubernetes.md.
 """

@@ -14,9 +14,9 @@ InferenceServices when discovery shows their CRDs (the served version is picked 
 ``_STATE_OF``).
 
 A 403 on any kind, an operator's included, raises (naming the permission) rather than
-silently leaving that kind out. Wrapped workloads are recognised by the provisional
-annotations ``clawpoint.io/engine`` and ``clawpoint.io/lineage`` (the wrapper's container
-entrypoint will set them; until then every workload reports engine ``none``).
+silently leaving that kind out. Wrapped workloads are recognised by their annotations
+``clawpoint.io/engine`` and ``clawpoint.io/lineage`` (set on the workload and its pod
+template, see deploy/kubernetes/example-job.yaml); others report engine ``none``.
 
 All parsing is done on the raw JSON (pure functions below ``Inventory``), so a field the
 client's models do not know never breaks a read. Limits: a snapshot; allocated GPUs count
