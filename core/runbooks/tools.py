@@ -42,6 +42,8 @@ READ_TOOLS: Final[frozenset[str]] = frozenset(
     }
 )
 
+# Runbook step calls only: over MCP, an action tool's ``dry_run`` returns the same plan
+# (with the projection), so the server does not list these (docs/agents.md).
 PLAN_TOOLS: Final[frozenset[str]] = frozenset({"plan_migration", "plan_failover"})
 
 # Every catalogue action (core.actions) is an action tool, plus the approval and runbook ones.
