@@ -107,6 +107,7 @@ class Journal:
             steps=[StepRecord(name=s.name, status="pending") for s in plan.steps],
         )
         with self.db.write() as conn:
+            self._lease(conn, plan)
             conn.execute(
                 "INSERT INTO executions(id, plan_hash, action, target, status, principal, "
                 "started_at, owner_pid, owner_start) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -129,6 +130,28 @@ class Journal:
                 )
             _drive(execution.id)
         return execution
+
+    def _lease(self, conn: sqlite3.Connection, plan: Plan) -> None:
+        """A lease per workload: refuse ``plan`` while another execution still marked running
+        touches one of its workloads (its target, or a workload in its scope: a drain holds
+        every workload it moves). Checked in the transaction that inserts the execution, so
+        of two processes racing on one workload exactly one starts; the other gets Conflict
+        before anything changes. An orphan (owner dead) keeps its lease until recovery
+        finishes it, since its remaining steps would fight the new plan."""
+        mine = _touched(plan)
+        rows = conn.execute(
+            "SELECT e.id, e.action, e.target, p.body FROM executions e "
+            "JOIN plans p ON p.hash = e.plan_hash WHERE e.status='running'"
+        ).fetchall()
+        for row in rows:
+            other = _touched(Plan.model_validate_json(row["body"]))
+            shared = sorted(mine & other)
+            if shared:
+                raise errors.Conflict(
+                    f"{shared[0]} is already being changed by execution {row['id']} "
+                    f"({row['action']} {row['target']})",
+                    hint="wait for it to finish ('clawpoint audit' shows it), then plan again",
+                )
 
     def step_started(self, execution_id: str, idx: int) -> datetime:
         now = utcnow()
@@ -270,6 +293,12 @@ class Journal:
                 )
             ]
         return [self.get(i) for i in ids]
+
+
+def _touched(plan: Plan) -> set[str]:
+    """The workloads a plan changes: its target and the workloads in its scope."""
+    scoped = plan.scope.get("workloads")
+    return {plan.target, *(str(w) for w in scoped or [])}
 
 
 def _alive(pid: int) -> bool:

@@ -1,0 +1,133 @@
+"""Faults around the journal steps: two clawpoint processes racing on one workload, and a
+checkpoint store that fills up while an image is written.
+
+Each test ends with the fault matrix's checks: the workload exists exactly once, runs (or is
+restorable), makes progress and its own state check never failed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from core.config import Settings
+from core.model import Action, WorkloadState
+from core.service.facade import Service
+from tests.reliability.conftest import Record
+from tests.reliability.test_fault_matrix import (
+    LIVE,
+    OPERATIONS,
+    PERSON,
+    clawpoint,
+    cleanup,
+    env,
+    payload_pids,
+    prepare,
+)
+from tests.service.conftest import counter, log_text, step, wait_step
+
+pytestmark = [pytest.mark.criu]
+
+
+def still_once(service: Service, settings: Settings, name: str) -> str:
+    """The matrix's end checks; where the workload runs."""
+    seen = service.get_workload(f"local:{name}")
+    assert seen.state in LIVE, seen.state
+    assert len(payload_pids(settings, name)) == 1, payload_pids(settings, name)
+    wait_step(settings, name, step(settings, name) + 5)
+    assert "STATE CHECK FAILED" not in log_text(settings, name)
+    return str(seen.node)
+
+
+@pytest.mark.parametrize("command", ["migrate", "preempt"])
+def test_two_clawpoints_racing_on_one_workload(
+    service: Service, settings: Settings, need_criu: None, record: Record, command: str
+) -> None:
+    name = f"race-{command}"
+    # Bystanders in the same pool, so that its blast-radius limit (half the pool at once)
+    # does not stand in for a per-workload guard: two moves of one workload fit in it.
+    bystanders = [prepare(service, settings, f"{name}-by{i}", OPERATIONS["migrate"])
+                  for i in range(3)]  # fmt: skip
+    workload = prepare(service, settings, name, OPERATIONS["migrate"])
+    argv = [*clawpoint(), command, workload, "--yes", "--json"]
+    procs = [
+        subprocess.Popen(
+            argv, env=env(settings), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    try:
+        results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    codes = sorted(r[0] for r in results)
+    try:
+        # Exactly one moves it; the other is refused with a documented code.
+        assert codes[0] == 0 and codes[1] != 0, results
+        assert codes[1] == 10, results  # conflict: it is being moved
+        with service.db.read() as conn:
+            statuses = [r[0] for r in conn.execute(
+                "SELECT status FROM executions WHERE target=?", (workload,))]  # fmt: skip
+        assert statuses.count("succeeded") == 1 and "running" not in statuses, statuses
+        if command == "preempt":
+            assert service.get_workload(workload).state is WorkloadState.STOPPED
+            done = service.act(Action.RESUME, workload, {}, principal=PERSON, confirmed=True)
+            assert done.status == "executed", done.message
+        node = still_once(service, settings, name)
+        record(f"{command} x2", "", "race", f"one succeeded, one refused (exit {codes[1]}); "
+               f"workload running on {node}", "once; progress; state check")  # fmt: skip
+    finally:
+        for w in (workload, *bystanders):
+            cleanup(service, w)
+
+
+@pytest.fixture
+def small_store(settings: Settings) -> Iterator[Path]:
+    """The checkpoint store on a 4 MiB tmpfs, made for the test and removed after it."""
+    store = settings.home / "checkpoints"
+    store.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(store)],
+                             capture_output=True, text=True)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    yield store
+    for _ in range(50):
+        if subprocess.run(["umount", str(store)], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("operation", ["checkpoint", "migrate", "preempt"])
+def test_disk_full_while_writing_an_image(
+    service: Service,
+    settings: Settings,
+    need_criu: None,
+    record: Record,
+    small_store: Path,
+    operation: str,
+) -> None:
+    name = f"full-{operation}"
+    service.run_workload(counter(settings, name, mb=16), detach=True, principal=PERSON)
+    wait_step(settings, name, 2)
+    workload = f"local:{name}"
+    op = OPERATIONS[operation]
+    try:
+        done = service.act(op.action, workload, op.params, principal=PERSON, confirmed=True)
+        assert done.status == "failed", done.message
+        assert done.execution is not None
+        assert done.execution.status.value in ("failed", "rolled_back"), done.execution.status
+        text = (done.message or "") + str(done.execution.error)
+        assert "space" in text.lower() or "ENOSPC" in text or "No space" in text, text
+        # Nothing half-written is listed as a checkpoint.
+        assert service.checkpoints(workload) == []
+        node = still_once(service, settings, name)
+        record(operation, "", "disk full", f"{done.execution.status.value}; workload running "
+               f"on {node}; no partial checkpoint listed", "once; progress; state check")  # fmt: skip
+    finally:
+        cleanup(service, workload)
