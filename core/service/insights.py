@@ -376,8 +376,8 @@ def propose(
 
 # --- concise views ------------------------------------------------------------------------
 # What an agent reads by default: one small record per notice, node, GPU, risk and proposal,
-# every key always present (null when unknown) so a skill can rely on it. The full models
-# above are what ``detail`` returns.
+# with full ids (the MCP layer then leaves out null and empty fields). The full models above
+# are what ``detail`` returns.
 
 _MAINTENANCE = frozenset(
     {InterruptionAction.REBOOT, InterruptionAction.REDEPLOY, InterruptionAction.FREEZE,

@@ -124,7 +124,8 @@ async def test_gcp_and_azure_notices_show_in_spot_market_and_cluster_health(
         assert [(n["provider"], n["action"], n["kind"], n["node"]) for n in seen] == [
             (*expect, "local:node-a")
         ]
-    assert health["gpu_status"] is None and health["gpus"] == []
+    # NVML is off here: no GPU readings (results may leave out null and empty fields).
+    assert not health.get("gpu_status") and not health.get("gpus")
 
 
 @pytest.mark.anyio
