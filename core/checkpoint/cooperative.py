@@ -172,6 +172,9 @@ class CooperativeEngine:
     def end(self, pid: int, exited: threading.Event) -> None:
         engine.terminate_tree(pid, grace_s=10, exited=exited)
 
+    def refusals(self, pid: int) -> list[str]:
+        return []  # the application saves what it can itself
+
     def prepare_restore(self, req: engine.RestoreRequest) -> None:
         return None
 

@@ -487,16 +487,21 @@ class CriuEngine:
         options = current_options()
         # Cheap look before the freeze: only a tree with files to copy pays for a stopped dump.
         frozen = req.stop or bool(files.writable_files(req.pid, exclude=req.exclude))
-        timings = dump(
-            req.pid,
-            req.pending,
-            leave_running=not frozen,
-            leave_stopped=frozen,
-            external_pipes=req.pipes,
-            criu_path=req.cfg.criu_path,
-            options=options,
-            env=self.criu_env(),
-        )
+        try:
+            timings = dump(
+                req.pid,
+                req.pending,
+                leave_running=not frozen,
+                leave_stopped=frozen,
+                external_pipes=req.pipes,
+                criu_path=req.cfg.criu_path,
+                options=options,
+                env=self.criu_env(),
+            )
+        except BaseException:
+            if frozen:
+                resume(req.pid)  # CRIU resumes a tree whose dump failed; make sure of it
+            raise
         file_state: dict[str, object] = {"budget_bytes": options.file_budget_mib * 2**20}
         if frozen:
             t1 = time.perf_counter()
@@ -522,6 +527,11 @@ class CriuEngine:
 
     def end(self, pid: int, exited: threading.Event) -> None:
         engine.kill_tree(pid)
+
+    def refusals(self, pid: int) -> list[str]:
+        from core.checkpoint import probe  # probe reads CriuOptions from this module
+
+        return [str(r) for r in probe.refusals(pid, current_options())]
 
     def prepare_restore(self, req: engine.RestoreRequest) -> None:
         # The files the workload wrote, back as they were at the checkpoint (digests checked

@@ -122,6 +122,14 @@ class CudaEngine(criu.CriuEngine):
         }
         return dumped
 
+    def refusals(self, pid: int) -> list[str]:
+        # CRIU's refusals but the GPU devices, which the plugin carries; then the GPU's own.
+        out = [r for r in super().refusals(pid) if "GPU device" not in r]
+        devices, _ = gpu.gpus()
+        for p in gpu.gpu_processes(pid):
+            out += [f"pid {p}: {r}" for r in gpu.refusals(p, devices)]
+        return out
+
     def prepare_restore(self, req: engine.RestoreRequest) -> None:
         check_same_gpus(req.info.extra.get(GPU_KEY), gpu.gpus()[0])
         super().prepare_restore(req)

@@ -135,6 +135,11 @@ class Engine(Protocol):
         """End the tree after a stop checkpoint was published."""
         ...
 
+    def refusals(self, pid: int) -> list[str]:
+        """What in the running tree rooted at ``pid`` this engine cannot carry (read-only:
+        a plan names it before anything is paused); empty when it finds nothing."""
+        ...
+
     def prepare_restore(self, req: RestoreRequest) -> None:
         """Checks and put-backs before the restore (may raise CorruptCheckpoint)."""
         ...

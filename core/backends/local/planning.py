@@ -13,7 +13,7 @@ from core.actions import ActionParams, CordonParams, DrainParams, MoveParams, St
 from core.backends.base import PlanDraft, not_supported
 from core.backends.local.common import _CAPABILITIES, _LIVE, NAME, _resident_bytes
 from core.backends.local.config import LocalNodeConfig
-from core.checkpoint import criu, probe
+from core.checkpoint import engine
 from core.model import (
     Action,
     CheckpointInfo,
@@ -46,20 +46,20 @@ def _start_step(
 
 
 def _refuse_unsupported(rec: WorkloadRecord, action: Action) -> None:
-    """Probe a CRIU workload's resources (read-only) and refuse a plan CRIU cannot carry out,
-    so a plan or dry-run names the problem before anything is paused."""
-    if rec.engine != "criu" or rec.pid is None:
+    """Probe a workload's resources (read-only) and refuse a plan its engine cannot carry
+    out, so a plan or dry-run names the problem before anything is paused."""
+    if rec.pid is None or rec.engine not in engine.ENGINES:
         return
-    found = probe.refusals(rec.pid, criu.current_options())
+    found = engine.get(rec.engine).refusals(rec.pid)
     if found:
-        shown = "; ".join(str(r) for r in found[:5])
+        shown = "; ".join(found[:5])
         raise errors.CheckpointError(
             f"cannot {action.value} {NAME}:{rec.name}: it holds what a checkpoint cannot "
             f"carry: {shown}",
             hint="nothing was paused or changed; do what the message says for each resource, "
             "then plan again (docs/checkpointing.md lists what a checkpoint carries)",
             code="checkpoint-unsupported-resource",
-            details={"refusals": [str(r) for r in found]},
+            details={"refusals": found},
         )
 
 
