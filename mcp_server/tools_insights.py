@@ -21,12 +21,11 @@ from pydantic import BaseModel, Field
 from core.model import utcnow
 from core.service import insights
 from core.service.facade import Service
-from mcp_server.common import call, records
+from mcp_server.common import Detail, call, records
 
 READ_ONLY = ToolAnnotations(
     read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
 )
-Detail = Annotated[bool, Field(description="full records")]
 
 
 class QueueDepthList(BaseModel):
