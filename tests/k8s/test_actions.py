@@ -407,3 +407,40 @@ def test_kubelet_checkpoint_api_is_detected_per_node(emu: Any, api: Any) -> None
     assert not (off.restore_supported or broken.restore_supported or on.restore_supported)
     with emu.refuse_requests(), pytest.raises(errors.InvalidInput):
         probe_checkpoint_api(conn, "on", "default", "../etc", "main")
+
+
+@pytest.mark.parametrize(
+    ("target", "path", "suspended", "resumed"),
+    [
+        ("k8s:Workload/team-a/job-train-1a2b3", ("spec", "active"), False, True),
+        ("k8s:PyTorchJob/team-a/bert", ("spec", "runPolicy", "suspend"), True, False),
+        ("k8s:RayJob/team-a/tune", ("spec", "suspend"), True, False),
+        ("k8s:InferenceService/team-a/llama", ("metadata", "annotations", "serving.kserve.io/stop"), "true", None),
+    ],
+)  # fmt: skip
+def test_operator_workloads_are_suspended_and_resumed_through_their_own_fields(
+    emu: Any, svc: Service, target: str, path: tuple[str, ...], suspended: Any, resumed: Any
+) -> None:
+    from tests.k8s.test_inventory import seed_every_kind
+
+    seed_every_kind(emu)
+    kind_name, ns, name = target.removeprefix("k8s:").split("/")
+    (kind,) = [k for k in emu.store.kinds.values() if k.kind == kind_name and k.group]
+
+    def field() -> Any:
+        obj: Any = emu.store.get(kind, ns, name)
+        for key in path:
+            obj = (obj or {}).get(key)
+        return obj
+
+    preview = svc.act(Action.PREEMPT, target, {}, principal=PERSON, dry_run=True)
+    (entry,) = preview.plan.scope["dry_run"]
+    shown: Any = entry["object"]
+    for key in path:
+        shown = shown.get(key)
+    assert shown == suspended
+    assert field() != suspended, "the preview changed nothing"
+    act(svc, Action.PREEMPT, target)
+    assert field() == suspended
+    act(svc, Action.RESUME, target)
+    assert field() == resumed
