@@ -444,3 +444,46 @@ def test_operator_workloads_are_suspended_and_resumed_through_their_own_fields(
     assert field() == suspended
     act(svc, Action.RESUME, target)
     assert field() == resumed
+
+
+def test_drain_waits_on_a_budget_until_it_allows_the_eviction(
+    emu: Any, svc: Service, kubeconfig: Path
+) -> None:
+    import threading
+
+    svc.backends["k8s"] = KubernetesBackend(k8s_config(kubeconfig, None, eviction_wait_s=60))  # type: ignore[assignment]
+    emu.seed(
+        node("n1"),
+        node("n2"),
+        pod("web", labels={"app": "web"}, node="n1", phase="Running", ready=True),
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web-pdb", "namespace": "default"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+        },
+    )
+    results: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: results.append(
+            svc.act(Action.DRAIN_NODE, "k8s:n1", {}, principal=PERSON, confirmed=True)
+        )
+    )
+    worker.start()
+
+    def refused_once() -> bool:
+        return any(
+            r.path.endswith("/pods/web/eviction") and not r.query.get("dryRun")
+            for r in emu.requests
+        )
+
+    wait_for("a refused eviction", refused_once)
+    assert "web" in pods(emu), "waiting, not forcing"
+    pdbs = emu.store.kinds[("policy", "poddisruptionbudgets")]
+    budget = emu.store.get(pdbs, "default", "web-pdb")
+    budget["spec"]["minAvailable"] = 0  # the budget allows it now (say, a replica got ready)
+    emu.store.update(pdbs, "default", "web-pdb", budget, api=False)
+    worker.join(timeout=60)
+    (result,) = results
+    assert result.status == "executed", result.message
+    assert "web" not in pods(emu)
