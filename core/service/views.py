@@ -35,6 +35,7 @@ __all__ = [
 
 # A step output or a message longer than this is cut in a concise view (with an ellipsis).
 MAX_TEXT = 160
+_FIRST = ("status", "id", "approval_id", "state", "node", "answer", "count", "result")
 
 
 def compact(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -159,7 +160,10 @@ def line(value: Any) -> str:
     for key in ("summary", "message", "advice"):
         if isinstance(value.get(key), str) and value[key]:
             return _cut(value[key])
-    scalars = [f"{k}={v}" for k, v in value.items() if _scalar(v)]
+    # A stable order (a record read back from the database has its keys sorted): the fields
+    # that say most first, then the rest by name.
+    keys = sorted(value, key=lambda k: (_FIRST.index(k) if k in _FIRST else len(_FIRST), k))
+    scalars = [f"{k}={value[k]}" for k in keys if _scalar(value[k])]
     return _cut(", ".join(scalars[:6]))
 
 
