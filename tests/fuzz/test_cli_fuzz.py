@@ -138,6 +138,7 @@ def check(argv: list[str], code: int, text: str) -> None:
         assert text.strip(), f"clawpoint {shown}: exit {code} without a word"
 
 
+@pytest.mark.timeout(3600)
 @pytest.mark.parametrize("command", sorted(live_commands()))
 def test_command_survives_generated_argv(
     home: tuple[Service, StateProbe], capsys: pytest.CaptureFixture[str], command: str
@@ -157,6 +158,7 @@ def test_command_survives_generated_argv(
     case()
 
 
+@pytest.mark.timeout(3600)
 def test_installed_script_agrees(home: tuple[Service, StateProbe]) -> None:
     """50 generated cases through the real console script (argv cannot hold NUL there)."""
     service, probe = home

@@ -149,7 +149,10 @@ def check_result(tool: str, schema: dict[str, Any], args: dict[str, Any], result
         names = set(args) | set(schema.get("properties", {}))
         # Pydantic puts each error's location (the parameter) on an unindented line.
         locs = [line for line in text.split("\n")[1:] if line and line[0] not in " \t"]
-        assert locs and all(any(n in loc for n in names) for loc in locs), (
+        # Known limit (docs/reliability.md): pydantic shows a key made of control characters
+        # or blanks raw, so the line that names it is unreadable.
+        unreadable = any(not k.strip() or not k.isprintable() for k in args)
+        assert unreadable or (locs and all(any(n in loc for n in names) for loc in locs)), (
             f"{tool}({shown}): the schema error names no parameter: {text[:500]}"
         )
         return
@@ -158,6 +161,9 @@ def check_result(tool: str, schema: dict[str, Any], args: dict[str, Any], result
     )
 
 
+# 2,000 calls take about 10-20 s of CPU; a busy machine stretches that far past the suite's
+# default per-test timeout.
+@pytest.mark.timeout(3600)
 @pytest.mark.parametrize("tool", sorted(live_tools()))
 def test_tool_survives_generated_arguments(session: Session, tool: str) -> None:
     schema = live_tools()[tool]

@@ -7,6 +7,8 @@ restorable), makes progress and its own state check never failed.
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ from tests.reliability.test_fault_matrix import (
     LIVE,
     OPERATIONS,
     PERSON,
+    bring_back,
     clawpoint,
     cleanup,
     env,
@@ -130,4 +133,50 @@ def test_disk_full_while_writing_an_image(
         record(operation, "", "disk full", f"{done.execution.status.value}; workload running "
                f"on {node}; no partial checkpoint listed", "once; progress; state check")  # fmt: skip
     finally:
+        cleanup(service, workload)
+
+
+@pytest.mark.parametrize("operation", ["checkpoint", "preempt"])
+def test_wrapper_killed_while_answering_a_dump(
+    service: Service,
+    settings: Settings,
+    need_criu: None,
+    record: Record,
+    monkeypatch: pytest.MonkeyPatch,
+    operation: str,
+) -> None:
+    """The wrapper SIGKILLed after CRIU wrote the image and before it answered clawpoint
+    (its test-only reply delay holds it there): the payload dies with it; clawpoint reconciles
+    the step from the published checkpoint, and the workload is brought back from it."""
+    name = f"wrapkill-{operation}"
+    monkeypatch.setenv("CLAWPOINT_TEST_REPLY_DELAY_S", "30")  # the wrapper inherits it
+    service.run_workload(counter(settings, name, mb=8), detach=True, principal=PERSON)
+    monkeypatch.delenv("CLAWPOINT_TEST_REPLY_DELAY_S")
+    wait_step(settings, name, 2)
+    workload = f"local:{name}"
+    op = OPERATIONS[operation]
+    proc = subprocess.Popen([*clawpoint(), *op.argv(workload), "--json"], env=env(settings),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        log = settings.log_dir / f"{name}.log"
+        deadline = time.monotonic() + 120
+        while "test_hook_delaying_reply" not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        backend = service.backend("local")
+        rec = backend.registry.get(name)  # type: ignore[attr-defined]
+        assert rec is not None and rec.wrapper_pid
+        os.kill(rec.wrapper_pid, signal.SIGKILL)
+        code = proc.wait(timeout=300)
+        out = proc.communicate()[0]
+        assert code in (0, 1, 8), out  # documented: done (reconciled) or the step failed
+        assert not payload_pids(settings, name) or service.get_workload(workload).state in LIVE
+        how = bring_back(service, workload)
+        node = still_once(service, settings, name)
+        record(operation, "", "wrapper killed before its answer",
+               f"exit {code}; {how} on {node}", "once; progress; state check")  # fmt: skip
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
         cleanup(service, workload)
