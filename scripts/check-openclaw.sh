@@ -7,7 +7,7 @@
 #      fails unless each one is found and eligible with the venv's `clawpoint` on PATH;
 #   3. when `clawpoint serve` exists, adds it as a stdio MCP server (`openclaw mcp add`,
 #      which probes before saving), runs `openclaw mcp probe` and fails unless every tool
-#      named in core/runbooks/tools.py is listed.
+#      the server itself lists is listed by OpenClaw's probe (the names are printed).
 # Exits non-zero on any failure, with the reason on stderr.
 #
 # Needs Node >= 22 tools (scripts/install-node-tools.sh) and the project venv (.venv).
@@ -116,18 +116,29 @@ done
 
 mcp_checked=0
 if [[ $stub_used == 0 ]] && "$VENV/bin/clawpoint" serve --help >/dev/null 2>&1; then
-  oc mcp add clawpoint --command "$VENV/bin/clawpoint" --arg serve --cwd "$REPO" \
+  # A Python server can take longer than OpenClaw's default 5 s to answer initialize on a
+  # busy machine; allow a minute.
+  oc mcp add clawpoint --command "$VENV/bin/clawpoint" --arg serve --cwd "$REPO" --connect-timeout 60 \
     >"$WORK/add.out" 2>&1 || { cat "$WORK/add.out" >&2; fail "openclaw mcp add (with probe) failed"; }
   oc mcp probe clawpoint --json >"$WORK/probe.json" 2>"$WORK/probe.err" \
     || { cat "$WORK/probe.err" >&2; fail "openclaw mcp probe failed"; }
-  # Expected names come from the one catalogue the tests and the runbook validator use.
-  PYTHONPATH=$REPO "$PY" - "$WORK/probe.json" <<'EOF' || fail "openclaw mcp probe: tools missing"
+  # Expected names: the server's own tools/list (the same build the command serves).
+  PYTHONPATH=$REPO CLAWPOINT_HOME=$WORK/state "$PY" - "$WORK/probe.json" <<'EOF' || fail "openclaw mcp probe: tools missing"
 import json, sys
-from core.runbooks import tools
+import anyio
+from core.config import load_settings
+from core.service.facade import bootstrap
+from mcp_server.server import build_server
+
+async def served() -> set[str]:
+    return {t.name for t in await build_server(bootstrap(load_settings())).list_tools()}
+
+expected = anyio.run(served)
 probe = json.load(open(sys.argv[1]))
 listed = {t.split("__", 1)[1] for t in probe.get("tools", []) if t.startswith("clawpoint__")}
-missing = sorted(tools.ALL_TOOLS - listed)
+missing = sorted(expected - listed)
 print(f"check-openclaw: mcp probe: {len(listed)} tools listed", file=sys.stderr)
+print(f"check-openclaw: mcp probe: tools: {' '.join(sorted(listed))}", file=sys.stderr)
 if missing:
     print(f"check-openclaw: mcp probe: missing tools: {', '.join(missing)}", file=sys.stderr)
 sys.exit(1 if missing else 0)

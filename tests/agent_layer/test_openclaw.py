@@ -1,6 +1,9 @@
 """OpenClaw: the real CLI loads every skill as eligible and probes the MCP server.
 
-Runs scripts/check-openclaw.sh; needs Node >= 22 tools from scripts/install-node-tools.sh.
+Runs scripts/check-openclaw.sh (a throwaway HOME: the skills folder loaded, ``clawpoint
+serve`` registered and probed); needs Node >= 22 tools from scripts/install-node-tools.sh.
+Every skill must be listed eligible, OpenClaw's probe must list every tool the server
+serves, and every tool a skill calls.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.agent_layer import skill_calls
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_BIN = Path(os.environ.get("CLAWPOINT_NODE_BIN", "/opt/clawpoint-node/bin"))
@@ -28,6 +33,9 @@ def _node_major() -> int | None:
 
 
 @pytest.mark.node
+@pytest.mark.timeout(
+    1200
+)  # ~15 OpenClaw runs; about a minute on an idle machine, far more on a busy one
 def test_check_openclaw_script() -> None:
     major = _node_major()
     if major is None or major < 22 or not (NODE_BIN / "openclaw").exists():
@@ -45,4 +53,18 @@ def test_check_openclaw_script() -> None:
         env=env,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "skills info clawpoint-ops: ok" in proc.stderr
+    skills = sorted(p.parent for p in (REPO / "skills").glob("*/SKILL.md"))
+    assert len(skills) >= 7
+    for skill in skills:
+        assert f"skills check: {skill.name}: eligible" in proc.stderr, proc.stderr[-4000:]
+        assert f"skills info {skill.name}: ok" in proc.stderr, proc.stderr[-4000:]
+    [line] = [x for x in proc.stderr.splitlines() if "mcp probe: tools: " in x]
+    probed = set(line.split("mcp probe: tools: ", 1)[1].split())
+    for skill in skills:
+        body = (skill / "SKILL.md").read_text(encoding="utf-8").split("---", 2)[2]
+        called = {c.tool for c in skill_calls.calls(body, skill.name)}
+        assert called, f"{skill.name} calls no tool"
+        assert called <= probed, (
+            f"{skill.name} calls tools OpenClaw does not see: {called - probed}"
+        )
+    assert f"OK: {len(skills)} skills eligible; MCP tools listed" in proc.stderr
