@@ -454,7 +454,7 @@ def plan_scale(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Obj
     if replicas < floor:
         raise errors.PolicyDenied(
             f"scaling {ref} to {replicas} would go below its floor of {floor} replicas",
-            hint=f"scale to {floor} or more; the floor is kubernetes.min_replicas or the "
+            hint=f"scale to {floor} or more; the floor is k8s.min_replicas or the "
             f"workload's {FLOOR_ANNOTATION} annotation",
             details={"floor": floor, "replicas": replicas},
         )
@@ -558,9 +558,9 @@ def plan_failover(b: KubernetesBackend, node: str, only: set[str] | None, params
         )
     if b.store() is None:
         raise errors.InvalidInput(
-            "failover needs kubernetes.checkpoint_dir: the checkpoint volume as mounted here, "
+            "failover needs k8s.checkpoint_dir: the checkpoint volume as mounted here, "
             "to find each workload's newest good checkpoint",
-            hint="mount the checkpoint PVC into clawpoint and set [kubernetes] checkpoint_dir",
+            hint="mount the checkpoint PVC into clawpoint and set [k8s] checkpoint_dir",
         )
     to = b.target_node(params.get("to"), away_from=node)
     steps: list[PlanStep] = []
@@ -831,7 +831,7 @@ def _wrapper_error(out: str, err: str, code: int, what: str) -> errors.Clawpoint
     return errors.OperationFailed(
         f"{what} failed (exit {code}): {(err or out).strip()[-500:]}",
         hint="check that the container runs clawpoint's wrapper as its entrypoint and that "
-        "kubernetes.exec_python names its interpreter",
+        "k8s.exec_python names its interpreter",
     )
 
 

@@ -16,7 +16,7 @@ previewed with ``dryRun=All`` when the plan is made (``scope["dry_run"]``):
   new one runs restored from that checkpoint. A Job: checkpoint, suspend, set its template's
   node affinity (allowed while suspended), unsuspend; its next pod restores.
 - scale: replicas (``scale`` subresource) or Job parallelism; never below the floor
-  (``kubernetes.min_replicas`` or the workload's ``clawpoint.io/min-replicas``).
+  (``k8s.min_replicas`` or the workload's ``clawpoint.io/min-replicas``).
 - drain_node: cordon; move every wrapped pod as migrate does; evict the rest through the
   Eviction API, waiting up to ``eviction_wait_s`` on a PodDisruptionBudget, then reporting
   it (never a delete instead). undrain_node: uncordon.
@@ -198,7 +198,7 @@ class KubernetesBackend:
         if scope is not None and ref.namespace not in scope:
             raise errors.InvalidInput(
                 f"namespace {ref.namespace!r} is outside the namespaces in scope ({', '.join(scope)})",
-                hint="add it to kubernetes.namespaces or pass a workload from a namespace in scope",
+                hint="add it to k8s.namespaces or pass a workload from a namespace in scope",
             )
         version = self.inventory.served_versions().get(ref.kind.kind)
         if version is None:

@@ -217,7 +217,7 @@ def translate(exc: Exception, op: Op, *, where: str) -> errors.ClawpointError | 
                 if op.namespace
                 else " (a ClusterRoleBinding)"
             )
-            + ", or narrow kubernetes.namespaces to where it has access",
+            + ", or narrow k8s.namespaces to where it has access",
             code="kubernetes-forbidden",
             details=details,
         )
@@ -269,8 +269,8 @@ def _load_config(cfg: KubernetesConfig) -> Any:
             f"cannot load the Kubernetes configuration from the {where}"
             + (f", context {cfg.context!r}" if cfg.context else "")
             + f": {exc}",
-            hint="set kubernetes.kubeconfig and kubernetes.context (list contexts with "
-            "`kubectl config get-contexts`), or kubernetes.in_cluster = true inside a pod",
+            hint="set k8s.kubeconfig and k8s.context (list contexts with "
+            "`kubectl config get-contexts`), or k8s.in_cluster = true inside a pod",
             code="kubernetes-config",
         ) from exc
     conf.retries = False  # one retry policy: ours, bounded in time

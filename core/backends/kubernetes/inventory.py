@@ -698,7 +698,7 @@ class Inventory:
         if scope is not None and ref.namespace not in scope:
             raise errors.InvalidInput(
                 f"namespace {ref.namespace!r} is outside the namespaces in scope ({', '.join(scope)})",
-                hint="add it to kubernetes.namespaces or pass a workload from a namespace in scope",
+                hint="add it to k8s.namespaces or pass a workload from a namespace in scope",
             )
         version = self.served_versions().get(ref.kind.kind)
         if version is None:
