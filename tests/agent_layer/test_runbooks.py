@@ -6,11 +6,15 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import yaml
 
 from core import errors
+from core.config import load_settings
 from core.runbooks import schema, templates, tools
+from core.service.facade import bootstrap
+from mcp_server.server import build_server
 
 REPO = Path(__file__).resolve().parents[2]
 RUNBOOKS = REPO / "runbooks"
@@ -49,10 +53,15 @@ def test_steps_call_only_known_tools(name: str) -> None:
             assert step.id in gated
 
 
-def test_tool_catalogue_is_consistent() -> None:
+def test_tool_catalogue_is_consistent(tmp_path: Path) -> None:
     assert not tools.READ_TOOLS & tools.ACTION_TOOLS
     assert tools.ENGINE_ONLY_TOOLS <= tools.ACTION_TOOLS
-    assert len(tools.ALL_TOOLS) == 28
+    # The runbook catalogue mirrors the server: every tool it names is served, except the
+    # runbook-only plan calls (over MCP an action's dry_run returns the same plan).
+    server = build_server(bootstrap(load_settings(tmp_path)))
+    served = {t.name for t in anyio.run(server.list_tools)}
+    assert tools.ALL_TOOLS - tools.PLAN_TOOLS <= served, tools.ALL_TOOLS - served
+    assert not tools.PLAN_TOOLS & served
 
 
 def _problems(data: dict[str, Any]) -> list[str]:
