@@ -232,7 +232,84 @@ def fake_subject() -> Subject:
     )
 
 
-@pytest.fixture(params=["local", "slurm", "fake"])
+# --------------------------------------------------------------------------- k8s
+def _k8s_placement(draft: PlanDraft) -> set[str]:
+    """Nodes a Kubernetes plan pins pods to: required node affinity ``In`` of a created pod
+    or of a Job's template (``NotIn`` only keeps pods off a node)."""
+    found: set[str] = set()
+
+    def scan(spec: Any) -> None:
+        terms = (
+            (((spec or {}).get("affinity") or {}).get("nodeAffinity") or {}).get(
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            )
+            or {}
+        ).get("nodeSelectorTerms") or []
+        for term in terms:
+            for e in term.get("matchExpressions") or []:
+                if e.get("key") == "kubernetes.io/hostname" and e.get("operator") == "In":
+                    found.update(e.get("values") or [])
+
+    for s in draft.steps:
+        if s.op == "create_pod":
+            scan(s.args["body"].get("spec"))
+        elif s.op == "patch" and s.args.get("kind") == "Job":
+            scan(((s.args["patch"].get("spec") or {}).get("template") or {}).get("spec"))
+    return found
+
+
+@pytest.fixture(scope="module")
+def k8s_subject(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Subject]:
+    """The Kubernetes backend on the API emulator (tests/k8s): a wrapped Job running on n1, a
+    suspended one, and a wrapped pod on a NotReady node with a checkpoint on the volume."""
+    from core.backends.kubernetes.backend import KubernetesBackend
+    from core.backends.kubernetes.connection import KubernetesConfig
+    from core.store.store import CheckpointStore
+    from tests.k8s.conftest import node, wrapped_job, wrapped_pod
+    from tests.k8s.emulator import Emulator
+
+    store_dir = tmp_path_factory.mktemp("k8s-volume")
+    pending = CheckpointStore(store_dir).begin("lost", engine="cooperative", node="n3")
+    (pending.images_dir / "state").write_text("saved")
+    CheckpointStore(store_dir).publish(pending, timings={}, leave_running=False)
+    with Emulator() as emu:
+        emu.namespace("default")
+        emu.seed(node("n1"), node("n2"), node("n3", ready=False))
+        (job,) = emu.seed(wrapped_job("run", "run"))
+        held = wrapped_job("held", "held")
+        held["spec"]["suspend"] = True
+        emu.seed(held)
+        running = wrapped_pod("run-x1", "run")
+        running["metadata"]["labels"]["batch.kubernetes.io/job-name"] = "run"
+        running["metadata"]["ownerReferences"] = [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": "run",
+             "uid": job["metadata"]["uid"], "controller": True}
+        ]  # fmt: skip
+        running["spec"]["nodeName"] = "n1"
+        running["status"] = {"phase": "Running"}
+        lost = wrapped_pod("lost", "lost")
+        lost["spec"]["nodeName"] = "n3"
+        lost["status"] = {"phase": "Running"}
+        emu.seed(running, lost)
+        backend = KubernetesBackend(
+            KubernetesConfig(enabled=True, retry_total_s=1, checkpoint_dir=str(store_dir)),
+            api_client=emu.api_client(),
+        )
+        yield Subject(
+            name="k8s",
+            backend=backend,
+            running="Job/default/run",
+            stopped="Job/default/held",
+            failed="Pod/default/lost",
+            checkpoint=None,
+            source="n1",
+            other="n2",
+            placement=_k8s_placement,
+        )
+        backend.close()
+
+
+@pytest.fixture(params=["local", "slurm", "fake", "k8s"])
 def subject(request: pytest.FixtureRequest) -> Subject:
     return request.getfixturevalue(f"{request.param}_subject")  # type: ignore[no-any-return]
 

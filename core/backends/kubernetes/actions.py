@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from core import actions as catalogue
 from core import errors
 from core.backends.base import PlanDraft, ProgressFn
 from core.backends.kubernetes import ids
 from core.backends.kubernetes.connection import Op
-from core.model import PlanStep
+from core.model import Action, PlanStep
 
 if TYPE_CHECKING:
     from core.backends.kubernetes.backend import KubernetesBackend
@@ -58,6 +59,11 @@ SUSPEND: dict[str, tuple[Obj, Obj]] = {
     ),
 }  # fmt: skip
 SCALED = ("Deployment", "StatefulSet")
+
+
+def _cli(action: Action) -> str:
+    """The CLI command of an action (``clawpoint nodes undrain``), from the catalogue."""
+    return catalogue.command(action, catalogue.Interface.CLI)
 
 
 def step(step_name: str, op: str, description: str, /, **args: Any) -> PlanStep:
@@ -299,7 +305,7 @@ def plan_preempt(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: O
         steps=steps,
         summary=f"preempt {ref}: checkpoint its wrapped pods, then {what}",
         saves="each wrapped pod's state on the checkpoint volume; the wrapper restores it on resume",
-        rollback=f"resume it: clawpoint resume {ref}",
+        rollback=f"resume it: {_cli(Action.RESUME)} {ref}",
         scope=_scope(b, ref),
     )
 
@@ -337,7 +343,7 @@ def plan_resume(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Ob
         steps=steps,
         summary=f"resume {ref}: {what}",
         saves="nothing new: the wrapper restores the newest good checkpoint",
-        rollback=f"preempt it again: clawpoint preempt {ref}",
+        rollback=f"preempt it again: {_cli(Action.PREEMPT)} {ref}",
         scope=_scope(b, ref, to),
     )
 
@@ -429,7 +435,7 @@ def plan_migrate(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: O
         summary=f"migrate {ref} from {source} to {to or 'another node'} through a checkpoint",
         expected_pause_s=None,
         saves="the pod's full state: the new pod's wrapper restores the checkpoint just taken",
-        rollback=f"migrate it back: clawpoint migrate {ref} --to {ids.PREFIX}{source}",
+        rollback=f"migrate it back: {_cli(Action.MIGRATE)} {ref} --to {ids.PREFIX}{source}",
         scope=_scope(b, ref, source),
     )
 
@@ -485,16 +491,28 @@ def plan_scale(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Obj
         steps=[s],
         summary=f"scale {ref} from {current} to {replicas} (floor {floor})",
         saves="nothing: scaling down removes pods the controller picks",
-        rollback=f"scale it back: clawpoint scale {ref} --replicas {current}",
+        rollback=f"scale it back: {_cli(Action.SCALE)} {ref} --replicas {current}",
         scope=_scope(b, ref),
     )
 
 
+REASON_ANNOTATION = "clawpoint.io/cordon-reason"
+
+
+def _cordon_step(node: str, reason: str, description: str) -> PlanStep:
+    patch: Obj = {"spec": {"unschedulable": True}}
+    if reason:
+        patch["metadata"] = {"annotations": {REASON_ANNOTATION: reason}}
+    s = patch_step("cordon", "Node", "", node, patch, description)
+    s.args["reason"] = reason
+    return s
+
+
 def plan_drain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
     to = b.target_node(params.get("to"), away_from=node)
-    steps: list[PlanStep] = [
-        patch_step("cordon", "Node", "", node, {"spec": {"unschedulable": True}}, f"cordon {node}: nothing new lands there"),
-    ]  # fmt: skip
+    save = params.get("save", True) is not False
+    reason = str(params.get("reason") or "")
+    steps: list[PlanStep] = [_cordon_step(node, reason, f"cordon {node}: nothing new lands there")]
     moved, evicted = 0, 0
     evictions: list[PlanStep] = []  # after the moves: a budget that blocks one moves nothing
     for pod in b.list_pods(None, field_selector=f"spec.nodeName={node}"):
@@ -502,10 +520,10 @@ def plan_drain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
             continue
         m = meta(pod)
         prefix = f"{m['namespace']}-{m['name']}-"
-        if lineage_of(pod) and owner_kind(pod) is None:
+        if save and lineage_of(pod) and owner_kind(pod) is None:
             steps += _move_pod_steps(b, pod, to=to, away=[node], prefix=prefix)
             moved += 1
-        elif lineage_of(pod) and owner_kind(pod) == "Job":
+        elif save and lineage_of(pod) and owner_kind(pod) == "Job":
             job_name = next(
                 str(o["name"]) for o in m.get("ownerReferences") or [] if o.get("controller")
             )
@@ -519,30 +537,53 @@ def plan_drain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
             )  # fmt: skip
             evicted += 1
     steps += evictions
+    where = f" to {to}" if to else ""
     return PlanDraft(
         steps=steps,
-        summary=f"drain {node}: cordon it, move {moved} wrapped workload(s) through checkpoints, "
-        f"evict {evicted} other pod(s) through the Eviction API",
-        saves="every wrapped workload's state (restored elsewhere); evicted pods restart per their controllers",
-        rollback=f"undrain it: clawpoint undrain-node {ids.PREFIX}{node}",
+        summary=f"drain {node}: cordon it, move {moved} wrapped workload(s){where} through "
+        f"checkpoints, evict {evicted} other pod(s) through the Eviction API"
+        + (
+            ""
+            if save
+            else " (save=false: wrapped pods are evicted too, without a checkpoint first)"
+        ),
+        saves="every wrapped workload's state (restored elsewhere); evicted pods restart per their controllers"
+        if save
+        else "only what each wrapper saves on SIGTERM within the grace period",
+        rollback=f"undrain it: {_cli(Action.UNDRAIN_NODE)} {ids.PREFIX}{node}",
         scope={"node": node},
     )
 
 
 def plan_cordon(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
+    if b.node_detail(node).unschedulable:
+        raise errors.Conflict(
+            f"node {node} is already cordoned",
+            hint=f"undrain it first: {_cli(Action.UNDRAIN_NODE)} {ids.PREFIX}{node}",
+        )
+    reason = str(params.get("reason") or "")
     return PlanDraft(
-        steps=[patch_step("cordon", "Node", "", node, {"spec": {"unschedulable": True}}, f"cordon {node}: nothing new lands there; what runs stays")],
+        steps=[_cordon_step(node, reason, f"cordon {node}: nothing new lands there; what runs stays")],
         summary=f"cordon {node}",
-        rollback=f"undrain it: clawpoint undrain-node {ids.PREFIX}{node}",
+        rollback=f"undrain it: {_cli(Action.UNDRAIN_NODE)} {ids.PREFIX}{node}",
         scope={"node": node},
     )  # fmt: skip
 
 
 def plan_undrain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
+    if not b.node_detail(node).unschedulable:
+        raise errors.Conflict(
+            f"node {node} is not cordoned or drained: nothing to undo",
+            hint="undrain a node that was drained or cordoned",
+        )
+    patch = {
+        "spec": {"unschedulable": None},
+        "metadata": {"annotations": {REASON_ANNOTATION: None}},
+    }
     return PlanDraft(
-        steps=[patch_step("uncordon", "Node", "", node, {"spec": {"unschedulable": None}}, f"uncordon {node}")],
+        steps=[patch_step("uncordon", "Node", "", node, patch, f"uncordon {node}")],
         summary=f"undrain {node}: it takes pods again",
-        rollback=f"drain it again: clawpoint drain-node {ids.PREFIX}{node}",
+        rollback=f"drain it again: {_cli(Action.DRAIN_NODE)} {ids.PREFIX}{node}",
         scope={"node": node},
     )  # fmt: skip
 
@@ -560,7 +601,8 @@ def plan_failover(b: KubernetesBackend, node: str, only: set[str] | None, params
         raise errors.InvalidInput(
             "failover needs k8s.checkpoint_dir: the checkpoint volume as mounted here, "
             "to find each workload's newest good checkpoint",
-            hint="mount the checkpoint PVC into clawpoint and set [k8s] checkpoint_dir",
+            hint="mount the checkpoint PVC here and point the checkpoint directory setting of the "
+            "[k8s] section at it (docs/kubernetes.md)",
         )
     to = b.target_node(params.get("to"), away_from=node)
     steps: list[PlanStep] = []
@@ -597,7 +639,7 @@ def plan_failover(b: KubernetesBackend, node: str, only: set[str] | None, params
     return PlanDraft(
         steps=steps,
         summary=f"fail over the wrapped workloads of {node} ({'not Ready' if not detail.ready else 'interruption notice'}) "
-        "from their newest good checkpoints",
+        f"from their newest good checkpoints{f' onto {to}' if to else ''}",
         saves="the newest good checkpoint of each; work since it is lost",
         rollback="nothing to undo: the old pods were on a lost node",
         scope={"node": node},
@@ -930,8 +972,34 @@ def _evict(b: KubernetesBackend, args: Obj, progress: ProgressFn) -> Obj:
             time.sleep(b.cfg.poll_interval_s)
 
 
+def _contains(current: Any, patch: Any) -> bool:
+    """Whether a merge patch's values are already in ``current`` (None = absent)."""
+    if isinstance(patch, dict):
+        cur = current if isinstance(current, dict) else {}
+        return all(
+            (k not in cur or cur[k] in (None, False)) if v is None else _contains(cur.get(k), v)
+            for k, v in patch.items()
+        )
+    return bool(current == patch)
+
+
+def _read_for_patch(b: KubernetesBackend, args: Obj) -> Obj:
+    kind, name = str(args["kind"]), ids.check_name(str(args["name"]))
+    if kind == "Node":
+        core = b.conn.api("CoreV1Api")
+        return b.conn.call_json(Op("get", "nodes", "", None, name), core.read_node, name)
+    return b.read_raw(
+        ids.WorkloadRef(ids.kind_named(kind), ids.check_namespace(str(args["namespace"])), name)
+    )
+
+
 def recover_step(b: KubernetesBackend, op: str, args: Obj) -> Obj | None:
     """After a crash: the output of a step that took effect, read from the cluster, else None."""
+    if op == "patch" and isinstance(args.get("patch"), dict):
+        current = _read_for_patch(b, args)
+        if _contains(current, args["patch"]):
+            return {"name": args["name"], "already_applied": True}
+        return None
     if op == "create_pod":
         name = str(meta(args.get("body") or {}).get("name", ""))
         ns = ids.check_namespace(str(args["namespace"]))

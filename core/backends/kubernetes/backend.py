@@ -37,6 +37,7 @@ from typing import Any
 
 import structlog
 
+from core import actions as catalogue
 from core import errors
 from core.backends.base import PlanDraft, ProgressFn, not_supported
 from core.backends.kubernetes import actions, ids
@@ -65,9 +66,16 @@ _TAKES: dict[Action, frozenset[str]] = {
 }
 
 
+def _qualified(ckpt: CheckpointInfo) -> CheckpointInfo:
+    """A store checkpoint with ``k8s:`` ids (its own and its parent's)."""
+    parent = f"{ids.PREFIX}{ckpt.parent}" if ckpt.parent else None
+    return ckpt.model_copy(update={"id": f"{ids.PREFIX}{ckpt.id}", "parent": parent})
+
+
 def _params(action: Action, params: Any) -> dict[str, Any]:
-    """Parameters as a dict (a typed parameter model or a plain dict); unknown ones refused."""
-    data = params.model_dump() if hasattr(params, "model_dump") else dict(params or {})
+    """The action's typed parameters (``core.actions``; another action's model or an
+    unknown field is refused) as a dict, minus what this backend cannot do."""
+    data = catalogue.parse(action, params).model_dump()
     data = {k: v for k, v in data.items() if v is not None}
     unknown = sorted(set(data) - _TAKES[action])
     if unknown:
@@ -80,15 +88,10 @@ def _params(action: Action, params: Any) -> dict[str, Any]:
             "the Kubernetes backend does not start workloads from scratch (fresh)",
             hint="delete the checkpoints of the lineage, or recreate the workload yourself",
         )
-    if action is Action.DRAIN_NODE and data.get("save") is False:
-        raise errors.NotSupported(
-            "a Kubernetes drain always checkpoints wrapped workloads (save=false is refused)",
-            hint="use kubectl drain to evict without saving",
-        )
     if data.get("down_without_save"):
         raise errors.NotSupported(
             "scaling down without saving is the controller's ordinary scale-down here",
-            hint="omit down_without_save",
+            hint="leave out the option to scale down without saving",
         )
     return data
 
@@ -178,9 +181,9 @@ class KubernetesBackend:
         if store is None:
             return []
         if workload is None:
-            return store.list(None)
+            return [_qualified(c) for c in store.list(None)]
         lineage = self._lineage(workload)
-        return store.list(lineage) if lineage else []
+        return [_qualified(c) for c in store.list(lineage)] if lineage else []
 
     def newest_seq(self, lineage: str) -> int:
         store = self.store()
