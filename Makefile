@@ -10,7 +10,7 @@ STAMP   = $(VENV)/.installed
 # and the tests pass with them (TESTS="tests/cli" limits the tests it runs).
 LOCK    = constraints.txt
 
-.PHONY: demo test lint typecheck bench deps venv docs clean slurm-up slurm-down refresh-lock
+.PHONY: demo test lint typecheck bench reliability deps venv docs clean slurm-up slurm-down refresh-lock
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml $(LOCK)
@@ -43,6 +43,13 @@ bench: deps venv
 	$(BIN)/python bench/planner.py
 	$(BIN)/python bench/notice_to_safe.py
 	$(BIN)/python bench/agent_cost.py
+	$(BIN)/python bench/mcp_load.py
+	$(MAKE) reliability
+
+# The full fault matrix (every operation x journal step x before/after); rewrites its table
+# in docs/reliability.md from the results.
+reliability: deps venv
+	CLAWPOINT_FAULT_MATRIX=full CLAWPOINT_WRITE_RELIABILITY=1 $(BIN)/python -m pytest -q tests/reliability
 
 docs: venv
 	$(BIN)/python scripts/gen-mcp-docs.py > docs/mcp-tools.md
