@@ -138,7 +138,7 @@ def test_the_deployed_rbac_allows_what_the_backend_does_and_no_more(emu: Any, ap
         backend.plan(Action.PREEMPT, f"Job/{NS}/j", {}),
         backend.plan(Action.PREEMPT, f"Deployment/{NS}/api", {}),
         backend.plan(Action.DRAIN_NODE, "n1", {}),
-        backend.plan(Action.UNDRAIN_NODE, "n1", {}),
+        backend.plan(Action.CORDON_NODE, "n1", {}),
     ]
     for p in plans:
         assert p.scope["dry_run"], p.summary  # each previewed through the API, allowed
