@@ -17,6 +17,8 @@ marks change nothing.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 SLURM_FIXTURES = frozenset({"slurm_cluster", "slurm_env", "slurm_subject"})
@@ -55,11 +57,37 @@ def group_of(item: pytest.Item) -> str | None:
     return None
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> Iterator[None]:
+    # A wrapper: the marks are set before any plugin's hook reads them.
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
             continue
         group = group_of(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    yield
+    if getattr(config.option, "loadgroup", False):
+        _suffix_groups(items)
+
+
+def _suffix_groups(items: list[pytest.Item]) -> None:
+    """Append ``@GROUP`` to each grouped test's id on an xdist worker, as xdist means to.
+
+    The controller sends all tests whose id ends in the same ``@GROUP`` to one worker.
+    xdist 3.8 appends it by setting ``Item._nodeid``, but pytest 9 keeps a node's id in
+    ``Node._id`` and no longer reads ``_nodeid``: without this, every group is ignored and
+    tests that must not overlap run side by side.
+    """
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        names = sorted(
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        )
+        suffix = "@" + "_".join(dict.fromkeys(names))
+        if names and not item.nodeid.endswith(suffix):
+            item._id = NodeId.parse(item.nodeid + suffix)  # type: ignore[attr-defined]
