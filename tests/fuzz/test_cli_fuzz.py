@@ -10,7 +10,7 @@ the checkpoint store.
 Not fuzzed, on purpose: commands that execute the program they are given (``run``,
 ``slurm submit``: a fuzzer must never run arbitrary argv), serve or loop forever (``serve``,
 ``watch``), start workloads (``demo``) or run a CPU-bound simulation (``spot evaluate``).
-``CLAWPOINT_FUZZ_CLI_EXAMPLES`` sets the cases per command (default 100).
+``CLAWPOINT_FUZZ_CLI_EXAMPLES`` sets the cases per command (default 50).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from tests.fuzz.test_mcp_fuzz import StateProbe, _service
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALLED = ROOT / ".venv" / "bin" / "clawpoint"
-EXAMPLES = int(os.environ.get("CLAWPOINT_FUZZ_CLI_EXAMPLES", "100"))
+EXAMPLES = int(os.environ.get("CLAWPOINT_FUZZ_CLI_EXAMPLES", "50"))
 DOCUMENTED_EXITS = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 21}
 NOT_FUZZED = {"run", "slurm submit", "serve", "watch", "demo", "spot evaluate"}
 NUMBERS = ["-1", "0", "1", "1e309", "nan", "inf", "-inf", "99999999999999999999", "0x10", "1.5"]

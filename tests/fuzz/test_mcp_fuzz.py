@@ -149,9 +149,9 @@ def check_result(tool: str, schema: dict[str, Any], args: dict[str, Any], result
         names = set(args) | set(schema.get("properties", {}))
         # Pydantic puts each error's location (the parameter) on an unindented line.
         locs = [line for line in text.split("\n")[1:] if line and line[0] not in " \t"]
-        # Known limit (docs/reliability.md): pydantic shows a key made of control characters
-        # or blanks raw, so the line that names it is unreadable.
-        unreadable = any(not k.strip() or not k.isprintable() for k in args)
+        # Known limit (docs/reliability.md): pydantic shows a key with control characters or
+        # leading/trailing blanks raw, so the line that names it is unreadable.
+        unreadable = any(k != k.strip() or not k or not k.isprintable() for k in args)
         assert unreadable or (locs and all(any(n in loc for n in names) for loc in locs)), (
             f"{tool}({shown}): the schema error names no parameter: {text[:500]}"
         )
