@@ -138,7 +138,7 @@ def parse_ref(
     if not BACKEND_RE.fullmatch(backend):
         raise errors.InvalidInput(
             f"malformed {what} id {value!r}: backend {backend!r} is not a backend name",
-            hint="backends are lowercase names such as local, slurm, kubernetes",
+            hint="backends are lowercase names such as local, slurm, k8s",
         )
     # A name may be a path of up to three plain names (Kubernetes: KIND/NAMESPACE/NAME);
     # each part is a plain name, so no empty part, "..", or other character gets through.
@@ -146,7 +146,13 @@ def parse_ref(
     if len(parts) > 3:
         validate_name(name, what=f"{what} name")
     for part in parts:
-        validate_name(part, what=f"{what} name")
+        try:
+            validate_name(part, what=f"{what} name")
+        except errors.InvalidInput:
+            # Quote what the caller wrote, not a fragment of it: the whole name holds the
+            # same bad character (or an empty part, i.e. a stray "/"), so this raises too.
+            validate_name(name, what=f"{what} name")
+            raise
     return ObjectRef(backend=backend, name=name)
 
 

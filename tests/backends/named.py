@@ -41,6 +41,7 @@ NOT_TOOLS = {
     "restore_from",  # a RunSpec field: "start the workload without restore_from"
     "spot_price",  # an argument of the spot evaluation
     "integrity_check",  # SQLite's PRAGMA
+    "next_cursor",  # the field of a list result that names the next page
 }
 
 
@@ -113,6 +114,12 @@ def config_keys() -> set[str]:
                     walk(arg)
 
     walk(Settings)
+    # Backend sections ([local], [slurm], [k8s], ...) are validated by the models their
+    # registry entries name, not by fields of Settings.
+    from core.backends.registry import REGISTRY
+
+    for entry in REGISTRY.values():
+        walk(entry.config)
     return keys
 
 
