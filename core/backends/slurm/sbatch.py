@@ -16,34 +16,20 @@ import json
 import shlex
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from core import errors
+from core.backends.base import BatchSpec
 from core.backends.slurm.config import SlurmConfig
 from core.backends.slurm.transport import SlurmTransport
 from core.config import EngineName
 from core.model import validate_name
 
-_SAFE_OPT = r"^[A-Za-z0-9_.,:=@/+\-\[\]]*$"
 
+class SbatchSpec(BatchSpec):
+    """What to submit: the generic batch spec plus Slurm's own choice of engine. Every field
+    is validated before anything is written or run."""
 
-class SbatchSpec(BaseModel):
-    """What to submit. Every field is validated before anything is written or run."""
-
-    lineage: str
-    command: list[str] = Field(min_length=1)
-    partition: str | None = Field(default=None, pattern=_SAFE_OPT)
-    nodelist: str | None = Field(default=None, pattern=_SAFE_OPT)
-    exclude: str | None = Field(default=None, pattern=_SAFE_OPT)
-    cpus: int = Field(default=1, ge=1)
-    mem_mb: int | None = Field(default=None, ge=1)
-    gpus: int = Field(default=0, ge=0)
-    time_limit: str | None = Field(default=None, pattern=r"^[0-9:-]+$")
-    signal_before_end_s: int | None = Field(default=None, ge=1, le=65535)
-    checkpoint_every_s: float | None = Field(default=None, gt=0)
-    output: str | None = None
-    workdir: str | None = None
-    extra_env: dict[str, str] = Field(default_factory=dict)
     # The checkpoint engine (None: the node's [checkpoint] default_engine); recorded in the
     # job's comment so inventory reports it.
     engine: EngineName | None = None
