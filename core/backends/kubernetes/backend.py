@@ -197,39 +197,7 @@ class KubernetesBackend:
 
     # ----- raw reads used by plans --------------------------------------------------------
     def read_raw(self, ref: ids.WorkloadRef) -> Obj:
-        scope = self.conn.scoped_namespaces
-        if scope is not None and ref.namespace not in scope:
-            raise errors.InvalidInput(
-                f"namespace {ref.namespace!r} is outside the namespaces in scope ({', '.join(scope)})",
-                hint="add it to k8s.namespaces or pass a workload from a namespace in scope",
-            )
-        version = self.inventory.served_versions().get(ref.kind.kind)
-        if version is None:
-            raise errors.NotFound(
-                f"this cluster does not serve {ref.kind.kind} ({ref.kind.crd} is not installed)",
-                hint="install its operator, or list the workloads this cluster has",
-            )
-        op = Op("get", ref.kind.plural, ref.kind.group, ref.namespace, ref.name)
-        if ref.kind.builtin:
-            api_name, method = {
-                "Pod": ("CoreV1Api", "read_namespaced_pod"),
-                "Job": ("BatchV1Api", "read_namespaced_job"),
-                "Deployment": ("AppsV1Api", "read_namespaced_deployment"),
-                "StatefulSet": ("AppsV1Api", "read_namespaced_stateful_set"),
-            }[ref.kind.kind]
-            return self.conn.call_json(
-                op, getattr(self.conn.api(api_name), method), ref.name, ref.namespace
-            )
-        custom = self.conn.api("CustomObjectsApi")
-        return self.conn.call_json(
-            op,
-            custom.get_namespaced_custom_object,
-            ref.kind.group,
-            version,
-            ref.namespace,
-            ref.kind.plural,
-            ref.name,
-        )
+        return self.inventory.read_raw(ref)
 
     def list_pods(self, namespace: str | None, **selectors: str | None) -> list[Obj]:
         core = self.conn.api("CoreV1Api")

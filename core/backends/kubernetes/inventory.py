@@ -694,6 +694,11 @@ class Inventory:
     def get_workload(self, workload_id: str) -> WorkloadInfo:
         """One workload by id; the id is validated before any request is sent."""
         ref = ids.parse_workload_id(workload_id)
+        return to_workload(ref.kind, self.read_raw(ref))
+
+    def read_raw(self, ref: ids.WorkloadRef) -> Obj:
+        """The object behind ``ref`` as the API returns it; the namespace scope and whether
+        the cluster serves the kind are checked before any request is sent."""
         scope = self.conn.scoped_namespaces
         if scope is not None and ref.namespace not in scope:
             raise errors.InvalidInput(
@@ -714,18 +719,16 @@ class Inventory:
                 "Deployment": ("AppsV1Api", "read_namespaced_deployment"),
                 "StatefulSet": ("AppsV1Api", "read_namespaced_stateful_set"),
             }[ref.kind.kind]
-            raw = self.conn.call_json(
+            return self.conn.call_json(
                 op, getattr(self.conn.api(api_name), method), ref.name, ref.namespace
             )
-        else:
-            custom = self.conn.api("CustomObjectsApi")
-            raw = self.conn.call_json(
-                op,
-                custom.get_namespaced_custom_object,
-                ref.kind.group,
-                version,
-                ref.namespace,
-                ref.kind.plural,
-                ref.name,
-            )
-        return to_workload(ref.kind, raw)
+        custom = self.conn.api("CustomObjectsApi")
+        return self.conn.call_json(
+            op,
+            custom.get_namespaced_custom_object,
+            ref.kind.group,
+            version,
+            ref.namespace,
+            ref.kind.plural,
+            ref.name,
+        )
