@@ -9,6 +9,7 @@ compensation, so a lost answer never turns a done step into a failure.
 
 An action a backend cannot do raises ``errors.NotSupported`` from ``plan``; capabilities are
 reported (``capabilities``), never faked.
+
 Optional capabilities are small runtime-checkable protocols below; callers test them with
 ``isinstance`` and never branch on a backend's name: ``NodeLookup`` (one node by name),
 ``QueueDepthSource`` (a scheduler queue), ``ProgressSource`` (workloads' own progress),
@@ -36,7 +37,6 @@ from core.model import no_progress as no_progress
 if TYPE_CHECKING:
     from core.signals.sla import Progress
     from core.wrapper.spec import RunSpec
-
 
 
 class PlanDraft(BaseModel):
