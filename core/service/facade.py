@@ -592,8 +592,11 @@ class Service(PeopleDesk, WorldContext):
         if decision.outcome is Outcome.DENY:
             return ActionResult(status="denied", plan=plan, message=decision.reason)
         if self.guard.approvals.get(approval_id).status is ApprovalStatus.APPROVED:
-            # Before the approval is used (a used or expired one is refused by consume).
+            # Before the approval is used (a used or expired one is refused by consume): a
+            # stale plan, or one another execution is changing the workload under, is
+            # refused with its approval still unused.
             self.check_preconditions(plan, principal=principal)
+            self.journal.check_lease(plan)
         self.guard.consume(approval_id, plan, principal)
         return self._execute(plan, principal=principal, progress=progress, checked=True)
 

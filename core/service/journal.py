@@ -131,6 +131,13 @@ class Journal:
             _drive(execution.id)
         return execution
 
+    def check_lease(self, plan: Plan) -> None:
+        """Raise the lease's Conflict now, without starting anything: used before a person's
+        approval is spent, so a plan that cannot start yet keeps its approval unused.
+        ``start`` checks again inside its transaction (the check that really decides)."""
+        with self.db.read() as conn:
+            self._lease(conn, plan)
+
     def _lease(self, conn: sqlite3.Connection, plan: Plan) -> None:
         """A lease per workload: refuse ``plan`` while another execution still marked running
         touches one of its workloads (its target, or a workload in its scope: a drain holds

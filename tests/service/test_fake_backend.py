@@ -18,7 +18,7 @@ import pytest
 from core import errors
 from core.backends import registry
 from core.config import load_settings
-from core.model import Action, Principal, PrincipalKind, WorkloadState
+from core.model import Action, ExecutionStatus, Principal, PrincipalKind, WorkloadState
 from core.service.facade import Service, bootstrap
 from core.service.journal import release
 from tests.fakes.backend import ENTRY, FakeBackend
@@ -120,3 +120,24 @@ def test_recovery_finishes_a_move_whose_process_died_after_its_first_step(
     moved = service.get_workload("fake:w1")
     assert (moved.state, moved.node) == (WorkloadState.RUNNING, "f2")
     assert service.recover() == []
+
+
+def test_an_approved_plan_that_cannot_start_yet_keeps_its_approval(service: Service) -> None:
+    """The lease refuses a second change of a workload while one runs; when the second is
+    a person's approved plan, the refusal comes before the approval is spent."""
+    fake = _fake(service)
+    result = service.act(Action.MIGRATE, "fake:w1", {"to": "f2"}, principal=AGENT)
+    assert result.approval is not None
+    approval = result.approval["id"]
+    service.guard.approvals.approve(approval, PERSON)
+    # Another execution is changing w1 right now (its owner, this process, is alive).
+    other = service.journal.start(service.plan(Action.CHECKPOINT, "fake:w1", {}), str(PERSON))
+    with pytest.raises(errors.Conflict) as info:
+        service.execute_approved(approval, principal=AGENT)
+    assert "already being changed" in info.value.message
+    assert service.guard.approvals.get(approval).status.value == "approved", "not spent"
+    assert fake.steps_run == []
+    service.journal.finish(other.id, status=ExecutionStatus.SUCCEEDED, result={})
+    done = service.execute_approved(approval, principal=AGENT)
+    assert done.status == "executed", done.message
+    assert service.get_workload("fake:w1").node == "f2"
