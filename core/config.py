@@ -36,9 +36,7 @@ from pydantic import (
 
 from core import errors
 from core.checkpoint.engine import DEFAULT_ENGINE, ENGINES, validate_name
-from core.guardrails.approvals import ApprovalsConfig
-from core.guardrails.notify import NotifyConfig
-from core.guardrails.policy import PolicyConfig
+from core.guardrail_settings import ApprovalsConfig, NotifyConfig, PolicyConfig
 from core.signals.config import SignalsConfig
 
 # An engine's name, checked against the registry (``core.checkpoint.engine.ENGINES``).

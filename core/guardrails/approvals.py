@@ -26,17 +26,17 @@ import hashlib
 import hmac
 import os
 import secrets
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel
 
 from core import errors
+from core.guardrail_settings import ApprovalsConfig as ApprovalsConfig
 from core.guardrails import schema
 from core.guardrails.audit import AuditLog
-from core.guardrails.durations import parse_duration
 from core.guardrails.policy import ApprovalKind
 from core.model import Plan, Principal, PrincipalKind, RiskClass, utcnow
 from core.state.db import Database, loads
@@ -49,34 +49,6 @@ ExecutableBy = Literal["requester", "agent"]
 def session_free(principal_id: str) -> str:
     """An agent principal's identity without its session: ``mcp:stdio/3fa9`` -> ``mcp:stdio``."""
     return principal_id.partition(SESSION_SEP)[0]
-
-
-class ApprovalsConfig(BaseModel):
-    """The ``[approvals]`` section."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    expiry: str = "15m"  # how long a request waits for a person, and then how long it stays usable
-    max_code_attempts: int = Field(default=3, ge=1, le=10)
-    code_length: int = Field(default=8, ge=6, le=12)
-    cli_enabled: bool = True  # a person can run 'clawpoint approvals approve ID' on this host
-    cli_command: str = "clawpoint"
-    page_url: str | None = (
-        None  # base URL of the approval page, e.g. http://127.0.0.1:8765/approvals
-    )
-
-    @field_validator("expiry")
-    @classmethod
-    def _check_expiry(cls, value: str) -> str:
-        try:
-            parse_duration(value, what="approvals.expiry")
-        except errors.InvalidInput as exc:
-            raise ValueError(exc.message) from exc
-        return value
-
-    @property
-    def expiry_delta(self) -> timedelta:
-        return parse_duration(self.expiry, what="approvals.expiry")
 
 
 class ApprovalStatus(StrEnum):

@@ -18,7 +18,6 @@ from typing import Any
 
 import httpx2
 import structlog
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tenacity import (
     RetryError,
     retry,
@@ -27,28 +26,11 @@ from tenacity import (
     wait_exponential,
 )
 
+from core.guardrail_settings import NotifyConfig as NotifyConfig
 from core.guardrails.approvals import ApprovalView
 from core.guardrails.prompts import ApprovalPath, ApprovalText, format_code
 
 log = structlog.get_logger(__name__)
-
-
-class NotifyConfig(BaseModel):
-    """The ``[notify]`` section."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    webhook_url: str | None = None  # e.g. a Slack incoming webhook; absent = no notifications
-    timeout_s: float = Field(default=5.0, gt=0, le=60)
-    attempts: int = Field(default=3, ge=1, le=10)
-    headers: dict[str, str] = Field(default_factory=dict)  # e.g. an Authorization header
-
-    @field_validator("webhook_url")
-    @classmethod
-    def _check_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("https://", "http://")):
-            raise ValueError("webhook_url must start with https:// (or http:// for a local relay)")
-        return value
 
 
 class _Retryable(Exception):
