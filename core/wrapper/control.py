@@ -129,5 +129,11 @@ class ControlClient:
         result = self._request({"op": "status"}, timeout_s=10)
         return dict(result or {})
 
-    def terminate(self, *, timeout_s: float) -> None:
-        self._request({"op": "terminate", "timeout_s": timeout_s}, timeout_s=timeout_s + 15)
+    def terminate(self, *, timeout_s: float, dump_wait_s: float | None = None) -> None:
+        """End the payload: a checkpoint under way may finish first (``dump_wait_s``, default
+        ``timeout_s``), then SIGTERM and, ``timeout_s`` later, SIGKILL."""
+        request: dict[str, Any] = {"op": "terminate", "timeout_s": timeout_s}
+        if dump_wait_s is not None:
+            request["dump_wait_s"] = dump_wait_s
+        wait = timeout_s if dump_wait_s is None else dump_wait_s
+        self._request(request, timeout_s=timeout_s + wait + 15)

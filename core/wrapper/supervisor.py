@@ -104,6 +104,10 @@ class Supervisor:
         self.pipes: payload.Pipes | None = None
         self.stopping = False
         self.terminating = False
+        # Clear while a checkpoint runs: a terminate waits for it, since killing the payload
+        # in the middle of a dump can leave CRIU waiting on it for good.
+        self._no_dump = threading.Event()
+        self._no_dump.set()
         self.last_checkpoint: str | None = None
         self.restore_info: dict[str, Any] = {}
         self._lock_fd = -1
@@ -340,7 +344,11 @@ class Supervisor:
                 if "progress" not in msg:
                     break
         elif op == "terminate":
-            self.terminate(float(request.get("timeout_s", 30)))
+            dump_wait = request.get("dump_wait_s")
+            self.terminate(
+                float(request.get("timeout_s", 30)),
+                dump_wait_s=None if dump_wait is None else float(dump_wait),
+            )
             if _test_fault("CLAWPOINT_TEST_DROP_REPLY"):
                 log.warning("control.test_hook_dropped_reply", op=op)
                 return
@@ -401,10 +409,18 @@ class Supervisor:
             "restore": self.restore_info,
         }
 
-    def terminate(self, grace_s: float) -> None:
+    def terminate(self, grace_s: float, *, dump_wait_s: float | None = None) -> None:
+        """End the payload on request: let a checkpoint under way finish (up to
+        ``dump_wait_s``, default ``grace_s``; no new periodic one starts), then SIGTERM and,
+        after ``grace_s``, SIGKILL the tree."""
         p = self.payload
         if p is not None and not p.exited.is_set():
-            self.terminating = True
+            self.terminating = True  # before the wait: the main loop starts no periodic dump now
+            wait_s = grace_s if dump_wait_s is None else dump_wait_s
+            if not self._no_dump.wait(wait_s):
+                log.warning(
+                    "wrapper.terminate_during_checkpoint", workload=self.name, waited_s=wait_s
+                )
             ops.terminate_tree(p.pid, grace_s=grace_s, exited=p.exited)
             p.exited.wait(grace_s + 10)
 
@@ -614,11 +630,18 @@ class Supervisor:
                 self._handle_term()
                 continue
             if job.kind == "periodic" or job.kind == "checkpoint":
-                self.checkpoint(
-                    stop=job.stop,
-                    reply=job.reply,
-                    on_request=job.kind == "checkpoint" and not job.stop,
-                )
+                # Cleared before ``terminating`` is read: a terminate either sees this dump
+                # and waits for it, or this loop sees the terminate and skips a periodic one.
+                self._no_dump.clear()
+                try:
+                    if not (job.kind == "periodic" and self.terminating):
+                        self.checkpoint(
+                            stop=job.stop,
+                            reply=job.reply,
+                            on_request=job.kind == "checkpoint" and not job.stop,
+                        )
+                finally:
+                    self._no_dump.set()
                 if every:
                     due = time.monotonic() + every
 

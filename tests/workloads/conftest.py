@@ -117,10 +117,13 @@ def cli(tmp_path: Path) -> Iterator[Cli]:
     settings = load_settings(home)  # never leave a workload behind
     registry = WorkloadRegistry(Database(settings.state_db))
     for record in registry.list():
-        # Long enough for a periodic checkpoint under way to finish: killing a payload
-        # in the middle of its dump can leave CRIU waiting on it.
+        # A periodic checkpoint under way may finish first (killing a payload in the middle
+        # of its dump can leave CRIU waiting on it); the payloads here ignore SIGTERM, so a
+        # short grace before SIGKILL.
         with contextlib.suppress(errors.ClawpointError):
-            ControlClient(settings.run_dir / f"{record.name}.sock").terminate(timeout_s=60)
+            ControlClient(settings.run_dir / f"{record.name}.sock").terminate(
+                timeout_s=3, dump_wait_s=60
+            )
         if record.wrapper_pid and fence.wrapper_alive(settings, record):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(record.wrapper_pid, signal.SIGKILL)
