@@ -24,4 +24,4 @@ trap cleanup EXIT
 # `scripts/run-tests.sh -n 0` runs serially and `scripts/run-tests.sh tests/cli -k name` one test.
 cpus=$(nproc 2>/dev/null || echo 2)
 workers=${PYTEST_WORKERS:-$(( cpus * 2 < 2 ? 2 : (cpus * 2 > 8 ? 8 : cpus * 2) ))}
-.venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadgroup --durations=20 "$@"
+.venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadgroup --durations=20 -rs "$@"
