@@ -19,7 +19,8 @@ batch job). A new backend is one package plus one entry in ``core.backends.regis
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -167,3 +168,20 @@ def not_supported(backend: str, action: Action | str, why: str = "") -> errors.N
         hint=f"see docs/{backend}.md for what this backend supports",
         details={"backend": backend, "action": what},
     )
+
+
+def poll_until(
+    what: str, timeout_s: float, check: Callable[[], Any], *, every_s: float, hint: str
+) -> Any:
+    """Call ``check()`` every ``every_s`` until it returns something truthy, and return it;
+    ``OperationFailed`` naming ``what`` (with ``hint``) once ``timeout_s`` has passed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            raise errors.OperationFailed(
+                f"timed out after {timeout_s:g}s waiting for {what}", hint=hint
+            )
+        time.sleep(every_s)

@@ -39,7 +39,7 @@ import structlog
 
 from core import actions as catalogue
 from core import errors
-from core.backends.base import PlanDraft, ProgressFn, not_supported
+from core.backends.base import PlanDraft, ProgressFn, not_supported, poll_until
 from core.backends.kubernetes import actions, ids
 from core.backends.kubernetes.connection import Connection, KubernetesConfig, Op
 from core.backends.kubernetes.inventory import Inventory, NodeDetail
@@ -242,17 +242,14 @@ class KubernetesBackend:
         return ids.check_name(f"{stem[:230]}-cp{stamp}{self._names}")
 
     def wait_until(self, what: str, timeout_s: float, check: Any) -> Any:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            result = check()
-            if result:
-                return result
-            if time.monotonic() >= deadline:
-                raise errors.OperationFailed(
-                    f"timed out after {timeout_s:g}s waiting for {what}",
-                    hint="look at the pods' events and the wrapper's log, then retry the plan",
-                )
-            time.sleep(self.cfg.poll_interval_s)
+        """Poll ``check()`` until it returns a truthy value; OperationFailed on timeout."""
+        return poll_until(
+            what,
+            timeout_s,
+            check,
+            every_s=self.cfg.poll_interval_s,
+            hint="look at the pods' events and the wrapper's log, then retry the plan",
+        )
 
     # ----- plans ----------------------------------------------------------------------
     def plan(self, action: Action, target: str, params: Any) -> PlanDraft:

@@ -26,7 +26,6 @@ leaves such jobs running until they end (Slurm's own DRAIN semantics).
 from __future__ import annotations
 
 import re
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from pydantic import ValidationError
 from core import actions as catalogue
 from core import errors
 from core.actions import ActionParams, CordonParams, DrainParams, MoveParams, NoParams, StartParams
-from core.backends.base import BatchSpec, PlanDraft, ProgressFn, not_supported
+from core.backends.base import BatchSpec, PlanDraft, ProgressFn, not_supported, poll_until
 from core.backends.slurm import actions, sbatch
 from core.backends.slurm.config import SlurmConfig
 from core.backends.slurm.inventory import (
@@ -262,15 +261,11 @@ class SlurmBackend:
         return newest.seq if newest else 0
 
     def wait_until(self, what: str, timeout_s: float, check: Any) -> Any:
-        """Poll ``check()`` until it returns a truthy value; Conflict on timeout."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            result = check()
-            if result:
-                return result
-            if time.monotonic() >= deadline:
-                raise errors.OperationFailed(
-                    f"timed out after {timeout_s:g}s waiting for {what}",
-                    hint="look at the job's output and the wrapper log, then retry the plan",
-                )
-            time.sleep(self.cfg.poll_interval_s)
+        """Poll ``check()`` until it returns a truthy value; OperationFailed on timeout."""
+        return poll_until(
+            what,
+            timeout_s,
+            check,
+            every_s=self.cfg.poll_interval_s,
+            hint="look at the job's output and the wrapper log, then retry the plan",
+        )
