@@ -10,6 +10,7 @@ and exits 3, which the fake kubelet reports as a Failed pod.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -134,11 +135,15 @@ def test_preempt_then_resume_job_keeps_progress(
     restored = resumed.execution.steps[-1].output["restored_from"]
     assert restored.startswith("train-job@")
     wait_for("progress after resume", lambda: step_of(kubelet, "train-job") > saved + 10)
-    # the new pod's counter went on from the saved step, not from zero
-    (new_log,) = [
-        p.read_text() for p in Path(kubelet.root).glob(f"default_{new[0]}_*/container.log")
-    ]
-    first = int(new_log.split(" verified")[0].rpartition("step ")[2])
+
+    # the new pod's counter went on from the saved step, not from zero (it prints a step
+    # line every 20 steps, so wait for its first one)
+    def first_step() -> int | None:
+        logs = Path(kubelet.root).glob(f"default_{new[0]}_*/container.log")
+        found = [re.search(r"^step (\d+) verified", p.read_text(), re.M) for p in logs]
+        return next((int(m.group(1)) for m in found if m), None)
+
+    first = wait_for("a step line from the new pod", first_step)
     assert first > saved - 40, (first, saved)
     assert_intact(kubelet)
 
