@@ -85,6 +85,19 @@ class VerifyConfig(_Section):
     settle_s: float = Field(default=2.0, ge=0, le=600)
 
 
+class MigrationConfig(_Section):
+    # How a live workload moves (local backend; core.backends.local.moves). handoff: start the
+    # target's wrapper before the freeze and hand the workload to it directly (a wrapper's
+    # start-up is then not part of the pause). mode: how the target restores memory:
+    # post-copy (CRIU lazy pages: the workload runs before all its memory is back), or
+    # stop-and-copy; auto picks post-copy where CRIU can and the last image is at least
+    # post_copy_min_mib (below that, faulting every page in costs more than copying it).
+    handoff: bool = True
+    mode: Literal["auto", "post-copy", "stop-and-copy"] = "auto"
+    post_copy_min_mib: int = Field(default=512, ge=0, le=1_048_576)
+    standby_timeout_s: float = Field(default=120.0, gt=0, le=3600)
+
+
 McpTransport = Literal["stdio", "http"]
 
 
@@ -180,6 +193,7 @@ class Settings(_Section):
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
     wrapper: WrapperConfig = Field(default_factory=WrapperConfig)
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
+    migration: MigrationConfig = Field(default_factory=MigrationConfig)
 
     @model_validator(mode="after")
     def _extra_keys_are_tables(self) -> Settings:

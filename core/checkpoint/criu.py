@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Literal
 import structlog
 
 from core import config, errors
-from core.checkpoint import engine, files, stats
+from core.checkpoint import engine, files, lazy_pages, stats
 from core.store import digest
 from core.store.store import PendingCheckpoint
 
@@ -341,6 +341,7 @@ def restore(
     timeout_s: float = 900,
     abort: threading.Event | None = None,
     env: Mapping[str, str] | None = None,
+    lazy: bool = False,
 ) -> engine.Restored:
     """Restore a dumped tree as a child of the calling process; returns its root's host pid.
 
@@ -350,81 +351,94 @@ def restore(
     starts CRIU (``--restore-sibling`` makes the tree our child, not CRIU's).
     ``abort`` (set by the concurrent verifier when an image is corrupt) stops CRIU at once:
     CRIU can spin for ever on damaged page images, so it is never waited out.
+    ``lazy``: post-copy (``core.checkpoint.lazy``): the tree is restored without its memory,
+    which a ``criu lazy-pages`` daemon then faults in and copies in the background.
     """
     exe = require(criu_path)
     work_dir.mkdir(parents=True, exist_ok=True)
-    logfile = work_dir / "criu-restore.log"
-    pidfile = work_dir / "restore.pid"
-    pidfile.unlink(missing_ok=True)
-    argv = [exe, "restore", "-D", str(images_dir), "-W", str(work_dir), "-o", str(logfile)]
-    argv += ["-v2", "-d", "--restore-sibling", "--pidfile", str(pidfile)]
-    argv += RESTORE_ARGS
-    if leave_stopped:
-        argv.append("--leave-stopped")
-    fds = []
-    for inode, fd in (inherit_pipes or {}).items():
-        argv += ["--inherit-fd", f"fd[{fd}]:pipe:[{inode}]"]
-        fds.append(fd)
-    t0 = time.perf_counter()
-    before = _children()
+    daemon = lazy_pages.start(exe, images_dir, work_dir, env=env) if lazy else None
     try:
-        proc = subprocess.Popen(  # noqa: S603 (argv list)
-            argv,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            pass_fds=fds,
-            env=None if env is None else dict(env),
+        logfile = work_dir / "criu-restore.log"
+        pidfile = work_dir / "restore.pid"
+        pidfile.unlink(missing_ok=True)
+        argv = [exe, "restore", "-D", str(images_dir), "-W", str(work_dir), "-o", str(logfile)]
+        argv += ["-v2", "-d", "--restore-sibling", "--pidfile", str(pidfile)]
+        argv += RESTORE_ARGS
+        if leave_stopped:
+            argv.append("--leave-stopped")
+        if daemon is not None:
+            argv.append("--lazy-pages")
+        fds = []
+        for inode, fd in (inherit_pipes or {}).items():
+            argv += ["--inherit-fd", f"fd[{fd}]:pipe:[{inode}]"]
+            fds.append(fd)
+        t0 = time.perf_counter()
+        before = _children()
+        try:
+            proc = subprocess.Popen(  # noqa: S603 (argv list)
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                pass_fds=fds,
+                env=None if env is None else dict(env),
+            )
+            while True:
+                try:
+                    proc.communicate(timeout=0.05)
+                    break
+                except subprocess.TimeoutExpired:
+                    stopped = abort is not None and abort.is_set()
+                    if stopped or time.perf_counter() - t0 > timeout_s:
+                        proc.kill()
+                        # --restore-sibling makes restored tasks our children; CRIU, killed
+                        # mid-way, cannot clean them up, so the half-restored tree is ours to end.
+                        # First: they hold CRIU's output pipes, so reading those to the end
+                        # (communicate) would wait for them for ever.
+                        _kill_new_children(before | {proc.pid})
+                        proc.communicate()
+                        why = (
+                            "stopped: its images failed verification"
+                            if stopped
+                            else (f"timed out after {timeout_s:.0f} s")
+                        )
+                        raise errors.CheckpointError(
+                            f"criu restore from {images_dir} {why}",
+                            hint="the checkpoint is kept; an older good one may be tried",
+                        ) from None
+        except OSError as exc:
+            raise errors.CheckpointError(
+                f"criu restore from {images_dir} did not start: {exc}",
+                hint="check 'criu check'; the checkpoint itself is unchanged",
+            ) from exc
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise errors.CheckpointError(
+                f"criu restore from {images_dir} failed (exit {proc.returncode}): {_log_tail(logfile)}",
+                hint=f"see {logfile}; the checkpoint is kept, an older one may be tried",
+                details={"log": str(logfile)},
+            )
+        try:
+            pid = int(pidfile.read_text().strip())
+        except (OSError, ValueError) as exc:
+            raise errors.CheckpointError(
+                f"criu restore reported success but wrote no pid file {pidfile}: {exc}",
+                hint=f"see {logfile}",
+            ) from exc
+        timings = {"criu_restore_s": wall}
+        if daemon is not None:
+            daemon.adopt(pid)
+            timings["lazy_daemon_start_s"] = daemon.start_s
+        restore_stats = stats.read_stats(work_dir / "stats-restore") or stats.read_stats(
+            images_dir / "stats-restore"
         )
-        while True:
-            try:
-                proc.communicate(timeout=0.05)
-                break
-            except subprocess.TimeoutExpired:
-                stopped = abort is not None and abort.is_set()
-                if stopped or time.perf_counter() - t0 > timeout_s:
-                    proc.kill()
-                    # --restore-sibling makes restored tasks our children; CRIU, killed
-                    # mid-way, cannot clean them up, so the half-restored tree is ours to end.
-                    # First: they hold CRIU's output pipes, so reading those to the end
-                    # (communicate) would wait for them for ever.
-                    _kill_new_children(before | {proc.pid})
-                    proc.communicate()
-                    why = (
-                        "stopped: its images failed verification"
-                        if stopped
-                        else (f"timed out after {timeout_s:.0f} s")
-                    )
-                    raise errors.CheckpointError(
-                        f"criu restore from {images_dir} {why}",
-                        hint="the checkpoint is kept; an older good one may be tried",
-                    ) from None
-    except OSError as exc:
-        raise errors.CheckpointError(
-            f"criu restore from {images_dir} did not start: {exc}",
-            hint="check 'criu check'; the checkpoint itself is unchanged",
-        ) from exc
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise errors.CheckpointError(
-            f"criu restore from {images_dir} failed (exit {proc.returncode}): {_log_tail(logfile)}",
-            hint=f"see {logfile}; the checkpoint is kept, an older one may be tried",
-            details={"log": str(logfile)},
-        )
-    try:
-        pid = int(pidfile.read_text().strip())
-    except (OSError, ValueError) as exc:
-        raise errors.CheckpointError(
-            f"criu restore reported success but wrote no pid file {pidfile}: {exc}",
-            hint=f"see {logfile}",
-        ) from exc
-    timings = {"criu_restore_s": wall}
-    restore_stats = stats.read_stats(work_dir / "stats-restore") or stats.read_stats(
-        images_dir / "stats-restore"
-    )
-    timings.update({f"restore_{k}": v for k, v in restore_stats.items()})
-    log.info("criu.restored", pid=pid, wall_s=round(wall, 3))
-    return engine.Restored(pid=pid, timings=timings)
+        timings.update({f"restore_{k}": v for k, v in restore_stats.items()})
+        log.info("criu.restored", pid=pid, wall_s=round(wall, 3))
+        return engine.Restored(pid=pid, timings=timings)
+    except BaseException:
+        if daemon is not None:
+            daemon.stop()  # its tree is gone: nothing to feed
+        raise
 
 
 def _children() -> set[int]:
@@ -484,6 +498,8 @@ class CriuEngine:
         return None
 
     def dump(self, req: engine.DumpRequest) -> engine.Dumped:
+        # A post-copy restore still copying memory in: its pages are not all there yet.
+        lazy_pages.wait_done(req.pid)
         options = current_options()
         # Cheap look before the freeze: only a tree with files to copy pays for a stopped dump.
         frozen = req.stop or bool(files.writable_files(req.pid, exclude=req.exclude))
@@ -547,6 +563,7 @@ class CriuEngine:
             criu_path=req.cfg.criu_path,
             abort=req.abort,
             env=self.criu_env(),
+            lazy=req.lazy and lazy_pages.supported(req.cfg.criu_path),
         )
 
 

@@ -93,6 +93,7 @@ class RestoreRequest:
     cfg: CheckpointConfig
     inherit_pipes: Mapping[int, int] = field(default_factory=dict)
     abort: threading.Event = field(default_factory=threading.Event)
+    lazy: bool = False  # post-copy where the engine can; others restore as usual
 
 
 @dataclass

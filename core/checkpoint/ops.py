@@ -100,11 +100,18 @@ def restore_verified(
     work_dir: Path,
     cfg: CheckpointConfig,
     inherit_pipes: Mapping[int, int] | None = None,
+    lazy: bool = False,
+    resume_early: bool = False,
 ) -> Restored:
     """Restore and verify concurrently; resume only a verified tree.
 
     Raises CorruptCheckpoint (tree killed, checkpoint marked) when verification fails, and
     CheckpointError when the engine fails on images that verify.
+
+    ``lazy``: post-copy, where the engine can (memory is faulted in after the tree runs).
+    ``resume_early`` (a migration's handoff, whose images were hashed as they were written a
+    moment ago on this host): the tree runs as soon as it is restored and verification
+    finishes behind it; a mismatch still kills it and fails the restore, only later.
     """
     t0 = time.perf_counter()
     images = store.images_dir(checkpoint_id)
@@ -116,6 +123,7 @@ def restore_verified(
         work_dir=work_dir,
         cfg=cfg,
         inherit_pipes=dict(inherit_pipes or {}),
+        lazy=lazy,
     )
     try:
         eng.prepare_restore(req)
@@ -142,6 +150,11 @@ def restore_verified(
             raise verdict[0] from None  # the real cause: the images are bad
         raise
     t1 = time.perf_counter()
+    resumed_early = resume_early and restored.pid is not None
+    if resumed_early:
+        assert restored.pid is not None
+        eng.resume(restored.pid)
+        restored.timings["resumed_at"] = time.time()
     checker.join()
     if verdict[0] is not None:
         if restored.pid is not None:
@@ -151,8 +164,9 @@ def restore_verified(
             except ChildProcessError:
                 pass
         raise verdict[0]
-    if restored.pid is not None:
+    if restored.pid is not None and not resumed_early:
         eng.resume(restored.pid)
+        restored.timings["resumed_at"] = time.time()
     restored.timings.update(
         {"verify_wait_s": time.perf_counter() - t1, "restore_total_s": time.perf_counter() - t0}
     )

@@ -1,6 +1,7 @@
 """The wrapper's control socket protocol (JSON lines over a Unix socket) and its client.
 
-Requests are one JSON object per line: ``{"op": "checkpoint", "stop": bool}``,
+Requests are one JSON object per line: ``{"op": "checkpoint", "stop": bool}`` (a stop may
+add ``"handoff": {"socket", "mode"}``: see ``core.wrapper.handoff``),
 ``{"op": "status"}``, ``{"op": "terminate", "timeout_s": float}``. The wrapper answers with
 zero or more ``{"progress": [done, total, message]}`` lines, then exactly one
 ``{"result": ...}`` or ``{"error": {code, message, hint, ...}}`` line.
@@ -124,6 +125,21 @@ class ControlClient:
             {"op": "checkpoint", "stop": stop}, timeout_s=timeout_s, progress=progress
         )
         return CheckpointInfo.model_validate(result)
+
+    def stop_and_hand_over(
+        self,
+        *,
+        standby: str,
+        mode: str,
+        timeout_s: float = 600,
+        progress: ProgressFn | None = None,
+    ) -> tuple[CheckpointInfo, str]:
+        """A stop-checkpoint whose workload goes to the standby wrapper listening at
+        ``standby`` (``core.wrapper.handoff``); returns it and "sent" or why not."""
+        request = {"op": "checkpoint", "stop": True, "handoff": {"socket": standby, "mode": mode}}
+        result = dict(self._request(request, timeout_s=timeout_s, progress=progress) or {})
+        said = str(result.pop("handoff", "not sent: the wrapper did not say"))
+        return CheckpointInfo.model_validate(result), said
 
     def status(self) -> dict[str, Any]:
         result = self._request({"op": "status"}, timeout_s=10)

@@ -24,6 +24,7 @@ from core.config import Settings, ensure_dirs
 from core.model import WorkloadState
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
+from core.wrapper import handoff
 from core.wrapper.control import error_from
 from core.wrapper.spec import RunSpec, output_path
 
@@ -54,7 +55,8 @@ def _reported_error(lines: list[str]) -> errors.ClawpointError | None:
     return None
 
 
-def launch_detached(settings: Settings, spec: RunSpec, *, wait_s: float = 60) -> WorkloadRecord:
+def _spawn(settings: Settings, spec: RunSpec) -> tuple[subprocess.Popen[bytes], int, Path, int]:
+    """Start ``python -m core.wrapper SPEC`` detached; (process, log offset, output, offset)."""
     ensure_dirs(settings)
     spec = spec.model_copy(update={"output": "file"})  # the payload's output: logs/NAME.out
     logfile = log_path(settings, spec.name)
@@ -86,6 +88,34 @@ def launch_detached(settings: Settings, spec: RunSpec, *, wait_s: float = 60) ->
                 f"cannot start the wrapper for {spec.name}: {exc}",
                 hint=f"check that {settings.home} exists and Python is runnable",
             ) from exc
+    return proc, offset, outfile, out_offset
+
+
+def launch_standby(settings: Settings, spec: RunSpec, *, wait_s: float = 60) -> tuple[int, Path]:
+    """Start a standby wrapper (``core.wrapper.handoff``) and return (pid, its socket) once
+    it listens: its interpreter, imports and engine check are then behind it."""
+    if spec.standby is None:
+        raise errors.InvalidInput("launch_standby needs a spec with a standby token")
+    proc, offset, _, _ = _spawn(settings, spec)
+    path = handoff.standby_path(settings, spec.name, spec.standby)
+    if handoff.wait_ready(path, lambda: proc.poll() is None, wait_s):
+        return proc.pid, path
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    with open(log_path(settings, spec.name), "rb") as f:
+        f.seek(offset)
+        lines = f.read().decode(errors="replace").splitlines()
+    raise _reported_error(lines) or errors.OperationFailed(
+        f"the standby wrapper of {spec.name} did not come up (exit {proc.returncode}):\n"
+        + "\n".join(lines[-10:]),
+        hint="the move goes on without it (a wrapper is started after the checkpoint)",
+    )
+
+
+def launch_detached(settings: Settings, spec: RunSpec, *, wait_s: float = 60) -> WorkloadRecord:
+    proc, offset, outfile, out_offset = _spawn(settings, spec)
+    logfile = log_path(settings, spec.name)
     registry = WorkloadRegistry(Database(settings.state_db))
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:

@@ -37,6 +37,10 @@ class RunSpec(BaseModel):
     # output file) or logs/NAME.out, rotated by size (a detached wrapper).
     output: Literal["inherit", "file"] = "inherit"
     home: str
+    # A standby wrapper (``core.wrapper.handoff``): it waits up to ``standby_timeout_s`` for
+    # the order naming the checkpoint to restore, and exits without one.
+    standby: str | None = Field(default=None, pattern=r"^[0-9a-f]{4,32}$")
+    standby_timeout_s: float = Field(default=60.0, gt=0, le=3600)
 
     @field_validator("name")
     @classmethod
@@ -54,6 +58,13 @@ class RunSpec(BaseModel):
     def _fresh_restores_nothing(self) -> RunSpec:
         if self.start_mode == "fresh" and self.restore_from is not None:
             raise ValueError("a fresh start restores no checkpoint: drop restore_from")
+        return self
+
+    @model_validator(mode="after")
+    def _standby_restores_its_order(self) -> RunSpec:
+        if self.standby is not None and (self.start_mode != "restore" or self.restore_from):
+            raise ValueError("a standby restores the checkpoint its order names: start_mode "
+                             "'restore' and no restore_from")  # fmt: skip
         return self
 
     @field_validator("command")

@@ -54,7 +54,7 @@ from core.model import CheckpointInfo, WorkloadState, utcnow
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store.store import ON_REQUEST, CheckpointStore
-from core.wrapper import control, fence, payload
+from core.wrapper import control, fence, handoff, payload
 from core.wrapper.spec import RunSpec, output_path
 
 log = structlog.get_logger(__name__)
@@ -91,6 +91,12 @@ class Supervisor:
     def __init__(self, settings: Settings, spec: RunSpec) -> None:
         self.settings = settings
         self.spec = spec
+        # Set on a standby that got its order: restore that checkpoint the way it says.
+        self.order: handoff.HandoffOrder | None = None
+        self.handed_off = False  # a source that gave its workload to a standby
+        self._order_received_at: float | None = None
+        self._marks: dict[str, float] = {}
+        self._sock_ino: int | None = None
         self.name = spec.name
         self.store = CheckpointStore(settings.checkpoint_dir, keep=settings.store.keep_per_workload)
         self.registry = WorkloadRegistry(Database(settings.state_db))
@@ -123,21 +129,48 @@ class Supervisor:
 
     # -- start --------------------------------------------------------------------------------
 
-    def acquire(self) -> None:
+    def mark(self, what: str) -> None:
+        """A moment of a standby's takeover (seconds since its order), for its report."""
+        if self._order_received_at is not None:
+            self._marks[what] = round(time.time() - self._order_received_at, 4)
+
+    def take_order(self, order: handoff.HandoffOrder) -> None:
+        """A standby's order arrived: restore exactly that checkpoint, the way it says."""
+        self._order_received_at = time.time()
+        self.order = order
+        self.spec = self.spec.model_copy(update={"restore_from": order.checkpoint})
+
+    def acquire(self, wait_s: float = 0.0) -> None:
+        """Take the workload's lock (waiting up to ``wait_s``: a standby whose source is
+        releasing it) and fence any orphaned payload of the name."""
         ensure_dirs(self.settings)
         fd = os.open(self.settings.run_dir / f"{self.name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            os.close(fd)
-            ident = fence.read_identity(self.settings, self.name)
-            raise errors.Conflict(
-                f"workload {self.name} already has a running wrapper "
-                f"(pid {ident.get('wrapper_pid', '?')})",
-                hint="checkpoint-and-stop or terminate it first, or pick another name",
-            ) from exc
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError as exc:
+                if time.monotonic() < deadline:
+                    time.sleep(0.002)
+                    continue
+                os.close(fd)
+                ident = fence.read_identity(self.settings, self.name)
+                raise errors.Conflict(
+                    f"workload {self.name} already has a running wrapper "
+                    f"(pid {ident.get('wrapper_pid', '?')})",
+                    hint="checkpoint-and-stop or terminate it first, or pick another name",
+                ) from exc
         self._lock_fd = fd
         old = self.registry.get(self.name)
+        if (
+            old is not None
+            and self.order is not None
+            and not fence.payload_alive(self.settings, old)
+        ):
+            # A handoff: the source wrapper released the lock after its payload died and is
+            # still finishing its answer; there is nothing of the workload left to fence.
+            return
         if old is not None and not fence.fence(self.settings, old):
             raise errors.Conflict(
                 f"an old copy of workload {self.name} is still running and could not be fenced",
@@ -155,7 +188,8 @@ class Supervisor:
 
     def start(self) -> None:
         payload.become_subreaper()
-        self.store.cleanup_partial()
+        if self.order is None:  # a standby did it while it waited
+            self.store.cleanup_partial()
         self.engine.require(self.settings.checkpoint)
         if self.spec.start_mode == "fresh":
             self._start_fresh()
@@ -254,6 +288,11 @@ class Supervisor:
         self.pipes = payload.Pipes(self._output())
         old = info.extra.get("pipes") or []
         new = [self.pipes.out_w, self.pipes.err_w]
+        order = self.order if self.order is not None and self.order.checkpoint == cid else None
+        # The progress file as it was before the restore: the first report after it is the
+        # restored program's (the caller's restore watch compares it with the checkpoint's).
+        mark = _stamp(self.progress_path)
+        self.mark("restoring")
         restored = ops.restore_verified(
             self.store,
             self.engine,
@@ -261,13 +300,39 @@ class Supervisor:
             work_dir=self.settings.run_dir / f"{self.name}.restore",
             cfg=self.settings.checkpoint,
             inherit_pipes={int(ino): fd for ino, fd in zip(old, new, strict=False)},
+            lazy=order is not None and order.mode == "post-copy",
+            resume_early=order is not None,
         )
         if restored.pid is None:  # the engine restarts the command, which reloads its state
             self._start_fresh(restored.env)
             return
-        self.restore_info = {"from": cid, "timings": restored.timings}
+        self.restore_info = {"from": cid, "timings": restored.timings, "progress_mark": mark}
+        if order is not None:
+            threading.Thread(
+                target=self._note_first_progress, args=(mark,), daemon=True, name="first-progress"
+            ).start()
+            self.restore_info["handoff"] = {
+                "mode": order.mode,
+                "sent_at": order.sent_at,
+                "received_at": self._order_received_at,
+                "resumed_at": restored.timings.get("resumed_at"),
+                "marks": self._marks,
+            }
         self.payload = payload.restored(restored.pid)
         self.pipes.start()
+
+    def _note_first_progress(self, mark: list[int] | None, timeout_s: float = 30.0) -> None:
+        """Record the restored program's first progress report (its own view of the pause,
+        with the report the checkpoint holds); polled finely, as later reports replace it."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            now = _stamp(self.progress_path)
+            if now is not None and now != mark:
+                report = payload.progress_of(self.progress_path)
+                if report is not None:
+                    self.restore_info["first_progress"] = report
+                    return
+            time.sleep(0.002)
 
     def _output(self) -> payload.RotatingOutput | None:
         """logs/NAME.out for a detached wrapper (one per wrapper, shared by its attempts)."""
@@ -295,6 +360,7 @@ class Supervisor:
         with control.short_address(self.sock_path) as addr:
             server.bind(addr)
         os.chmod(self.sock_path, 0o600)
+        self._sock_ino = os.stat(self.sock_path).st_ino
         server.listen(8)
         self._server = server
         threading.Thread(target=self._accept, daemon=True, name="control").start()
@@ -332,7 +398,10 @@ class Supervisor:
                 if self._closing:
                     send({"error": self._ended_error().to_dict()})
                     return
-                self.jobs.put(_Job("checkpoint", stop=bool(request.get("stop")), reply=reply))
+                job = _Job("checkpoint", stop=bool(request.get("stop")), reply=reply)
+                if job.stop and isinstance(request.get("handoff"), dict):
+                    job.extra["handoff"] = request["handoff"]
+                self.jobs.put(job)
             while True:
                 msg = reply.get()
                 if "progress" not in msg:
@@ -432,9 +501,12 @@ class Supervisor:
         stop: bool,
         reply: queue.SimpleQueue[dict[str, Any]] | None,
         on_request: bool = False,
+        handoff_to: dict[str, Any] | None = None,
     ) -> None:
         """Take a checkpoint, then apply retention. ``on_request``: a leave-running one someone
-        asked for (control socket, SIGUSR1), which rotates no older checkpoint out."""
+        asked for (control socket, SIGUSR1), which rotates no older checkpoint out.
+        ``handoff_to`` (a stop only): ``{"socket", "mode"}`` of a standby wrapper to give the
+        workload to once the checkpoint is published (``core.wrapper.handoff``)."""
 
         def progress(done: float, total: float | None, message: str) -> None:
             if reply is not None:
@@ -460,19 +532,61 @@ class Supervisor:
             if reply is not None:
                 reply.put({"error": exc.to_dict()})
             return
+        published_at = time.perf_counter()
         self.last_checkpoint = info.id
+        state = WorkloadState.STOPPED if stop else WorkloadState.RUNNING
+        said: str | None = None
+        if stop and handoff_to is not None:
+            # Our last registry write first, then the handoff: the standby's RUNNING is the
+            # row's final word. Retention waits until after: it is not part of the pause.
+            self.registry.update(
+                self.name, state=state, last_checkpoint=info.id, message=f"checkpointed {info.id}"
+            )
+            said = self._hand_over(p, info.id, handoff_to)
+            log.info(
+                "wrapper.handoff_timing",
+                since_published_s=round(time.perf_counter() - published_at, 4),
+            )
         try:
             deleted = self.store.apply_retention(self.name, fresh=info.id)
         except errors.ClawpointError as exc:  # the checkpoint itself is published and good
             log.warning("wrapper.retention_failed", workload=self.name, error=exc.message)
             deleted = []
-        state = WorkloadState.STOPPED if stop else WorkloadState.RUNNING
-        self.registry.update(
-            self.name, state=state, last_checkpoint=info.id, message=f"checkpointed {info.id}"
-        )
+        if said is None:
+            self.registry.update(
+                self.name, state=state, last_checkpoint=info.id, message=f"checkpointed {info.id}"
+            )
         log.info("wrapper.checkpointed", id=info.id, stop=stop, deleted=deleted, **info.timings)
+        result = info.model_dump(mode="json")
+        if said is not None:
+            result["handoff"] = said
         if reply is not None:
-            reply.put({"result": info.model_dump(mode="json")})
+            reply.put({"result": result})
+
+    def _hand_over(self, p: payload.Payload, checkpoint_id: str, to: dict[str, Any]) -> str:
+        """Give the stopped workload to the standby at ``to["socket"]``: only once its payload
+        is reaped (one copy), after our last registry write, and with the lock released so
+        the standby can take it. Returns "sent" or why not (the start step then launches a
+        wrapper as usual)."""
+        if not p.exited.wait(5.0):
+            return "not sent: the payload had not exited 5 s after its stop-checkpoint"
+        try:
+            order = handoff.HandoffOrder(
+                checkpoint=checkpoint_id, mode=to.get("mode") or "stop-and-copy"
+            )
+            path = self.settings.run_dir / os.path.basename(str(to.get("socket", "")))
+            if not path.name.startswith(f"{self.name}.standby-"):
+                return f"not sent: {path.name} is no standby of {self.name}"
+            self._release_lock()
+            handoff.send(path, order)
+        except (errors.ClawpointError, ValueError) as exc:
+            log.warning("wrapper.handoff_failed", workload=self.name, error=str(exc))
+            return f"not sent: {exc}"
+        self.handed_off = True
+        log.info(
+            "wrapper.handoff_sent", workload=self.name, checkpoint=checkpoint_id, mode=order.mode
+        )
+        return "sent"
 
     def _checkpoint(
         self, p: payload.Payload, *, stop: bool, progress: Any, on_request: bool = False
@@ -639,6 +753,7 @@ class Supervisor:
                             stop=job.stop,
                             reply=job.reply,
                             on_request=job.kind == "checkpoint" and not job.stop,
+                            handoff_to=job.extra.get("handoff"),
                         )
                 finally:
                     self._no_dump.set()
@@ -650,6 +765,10 @@ class Supervisor:
             self.pipes.drain()
         if self.term_signal is not None:
             return self._record_termination()
+        if self.handed_off:
+            # The standby owns the workload's row now: writing it would undo its RUNNING.
+            log.info("wrapper.handed_off", workload=self.name, checkpoint=self.last_checkpoint)
+            return 0
         if self.stopping:
             self.registry.update(self.name, state=WorkloadState.STOPPED, exit_status=None)
             log.info("wrapper.stopped", workload=self.name, checkpoint=self.last_checkpoint)
@@ -672,19 +791,65 @@ class Supervisor:
             self._out.close()
         if self._server is not None:
             self._server.close()
-            self.sock_path.unlink(missing_ok=True)
+            # Only our own socket: after a handoff the path is the new wrapper's.
+            try:
+                if os.stat(self.sock_path).st_ino == self._sock_ino:
+                    self.sock_path.unlink()
+            except OSError:
+                pass
+        self._release_lock()
+
+    def _release_lock(self) -> None:
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
+            self._lock_fd = -1
+
+
+def _stamp(path: Any) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_ino, st.st_mtime_ns]
+
+
+def _await_order(sup: Supervisor) -> handoff.HandoffOrder | None:
+    """A standby's wait (see ``core.wrapper.handoff``): everything that can be done before
+    the order is done before it, so that it is not part of the workload's pause."""
+    settings, spec = sup.settings, sup.spec
+    assert spec.standby is not None
+    sup.engine.require(settings.checkpoint)  # ``criu check`` (cached): now, not in the pause
+    sup.store.cleanup_partial()
+    sup.registry.get(spec.name)  # opens the state database
+    standby = handoff.Standby(handoff.standby_path(settings, spec.name, spec.standby))
+    log.info(
+        "wrapper.standby", workload=spec.name, node=spec.node, timeout_s=spec.standby_timeout_s
+    )
+    try:
+        order = standby.wait(spec.standby_timeout_s)
+    finally:
+        standby.close()
+    if order is None:
+        log.info("wrapper.standby_expired", workload=spec.name)
+    return order
 
 
 def run(settings: Settings, spec: RunSpec) -> int:
-    """Run ``spec`` in the foreground under the wrapper; returns the payload's exit code."""
+    """Run ``spec`` in the foreground under the wrapper; returns the payload's exit code.
+    A standby spec waits for its order first, and exits 0 without one."""
     sup = Supervisor(settings, spec)
-    sup.acquire()
+    if spec.standby is not None:
+        order = _await_order(sup)
+        if order is None:
+            return 0
+        sup.take_order(order)
+    sup.acquire(wait_s=10.0 if sup.order is not None else 0.0)
+    sup.mark("acquired")
     handled = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
     previous = {s: signal.signal(s, sup._on_signal) for s in handled}
     try:
         sup.serve()  # before start: RUNNING in the registry means the socket answers
+        sup.mark("serving")
         sup.start()
         return sup.loop()
     except BaseException:

@@ -15,6 +15,7 @@ Steps (``run_step`` ops): ``checkpoint``, ``start``, ``fence``, ``terminate``,
 from __future__ import annotations
 
 import os
+import signal
 import time
 from datetime import datetime
 from pathlib import Path
@@ -24,7 +25,7 @@ import structlog
 
 from core import errors
 from core.backends.base import ProgressFn
-from core.backends.local import verify
+from core.backends.local import moves, verify
 from core.backends.local.common import (
     _CAPABILITIES,
     _LIVE,
@@ -34,6 +35,7 @@ from core.backends.local.common import (
 )
 from core.backends.local.config import LocalBackendConfig, LocalNodeConfig
 from core.backends.local.planning import LocalPlanning
+from core.checkpoint import engine
 from core.config import Settings
 from core.model import (
     Action,
@@ -52,8 +54,9 @@ from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store.store import CheckpointStore
 from core.wrapper import fence as fencing
+from core.wrapper import handoff
 from core.wrapper.control import ControlClient
-from core.wrapper.launch import launch_detached
+from core.wrapper.launch import launch_detached, launch_standby
 from core.wrapper.spec import RunSpec
 
 log = structlog.get_logger("clawpoint.local")
@@ -212,18 +215,28 @@ class LocalBackend(LocalPlanning):
                     f"the wrapper of {NAME}:{rec.name} is not running",
                     hint=f"check 'clawpoint workloads'; a dead workload is recovered with 'clawpoint failover {NAME}:{rec.name}'",
                 )
-            ckpt = ControlClient(Path(rec.socket)).checkpoint(
-                stop=bool(args["stop"]), progress=progress
-            )
+            client = ControlClient(Path(rec.socket))
+            said: str | None = None
+            if args["stop"] and args.get("handoff"):
+                ckpt, said = client.stop_and_hand_over(
+                    standby=str(args["handoff"]), mode=str(args.get("mode")), progress=progress
+                )
+            else:
+                ckpt = client.checkpoint(stop=bool(args["stop"]), progress=progress)
             if args["stop"]:
-                self._wait_wrapper_exit(rec)
+                self._wait_wrapper_exit(rec, only_pid=said == "sent")
             return {
                 "checkpoint_id": ckpt.id.split(":", 1)[-1],
                 "size_bytes": ckpt.size_bytes,
                 "timings": ckpt.timings,
                 "node": rec.node,
+                **({"handoff": said} if said is not None else {}),
             }
+        if op == "standby":
+            return self._launch_standby(args["workload"], node=args["node"])
         if op == "start":
+            if args.get("standby_pid"):
+                self._await_standby(args["workload"], int(args["standby_pid"]), args.get("standby"))
             return self._start(
                 args["workload"],
                 node=args["node"],
@@ -340,11 +353,21 @@ class LocalBackend(LocalPlanning):
             "recovered": True,
         }
 
-    def _wait_wrapper_exit(self, rec: WorkloadRecord, timeout_s: float = 30.0) -> None:
+    def _wait_wrapper_exit(
+        self, rec: WorkloadRecord, timeout_s: float = 30.0, *, only_pid: bool = False
+    ) -> None:
         """After a stop-checkpoint the wrapper records STOPPED and exits; wait for that so the
-        next step never sees two wrappers for one workload."""
+        next step never sees two wrappers for one workload. ``only_pid``: after a handoff,
+        the workload's lock is the new wrapper's: wait for the old wrapper's process only."""
         deadline = time.monotonic() + timeout_s
-        while _wrapper_alive(self.settings, rec):
+        start = engine.start_time(rec.wrapper_pid) if rec.wrapper_pid else None
+
+        def alive() -> bool:
+            if only_pid:
+                return fencing.same_process(rec.wrapper_pid, start)
+            return _wrapper_alive(self.settings, rec)
+
+        while alive():
             if time.monotonic() > deadline:
                 raise errors.Conflict(
                     f"the wrapper of {NAME}:{rec.name} did not exit {timeout_s:.0f} s after its "
@@ -365,6 +388,9 @@ class LocalBackend(LocalPlanning):
             rec = self._settle(rec)
             mine = self._started_here(rec, node=node, restore_from=restore_from, fresh=fresh)
             if mine is not None:
+                handed = self._confirm_handoff(rec, restore_from)
+                if handed is not None:
+                    return {**mine, **handed}
                 return {**mine, "already_started": True}
             if rec.state in _LIVE or _wrapper_alive(self.settings, rec):
                 raise errors.Conflict(
@@ -408,6 +434,65 @@ class LocalBackend(LocalPlanning):
             **({"fresh": True} if fresh else {}),
             **({"verified": seen.model_dump(mode="json")} if seen is not None else {}),
         }
+
+    def _launch_standby(self, name: str, *, node: str) -> dict[str, Any]:
+        """The standby step: a wrapper waiting on ``node`` for the workload (``moves``). A
+        standby that cannot start is no failure: the move goes on the plain way."""
+        rec = self.registry.require(name)
+        spec = RunSpec(
+            name=name,
+            node=node,
+            engine=rec.engine,
+            checkpoint_every=rec.checkpoint_every,
+            command=rec.command,
+            cwd=rec.cwd,
+            labels=rec.labels,
+            start_mode="restore",
+            standby=handoff.new_token(),
+            standby_timeout_s=self.settings.migration.standby_timeout_s,
+            home=str(self.settings.home),
+        )
+        try:
+            pid, path = launch_standby(self.settings, spec)
+        except errors.ClawpointError as exc:
+            log.warning("local.standby_failed", workload=name, error=exc.message)
+            return {"socket": None, "pid": None, "node": node, "problem": exc.message}
+        return {"socket": str(path), "pid": pid, "node": node}
+
+    def _await_standby(self, name: str, pid: int, socket_path: str | None) -> None:
+        """Before a start after a handoff: let the standby that got the order take the
+        workload's lock (so no second wrapper is launched beside it); retire one that got
+        no order (its socket is still there): it holds nothing, and is not needed now."""
+        start = engine.start_time(pid)
+        if not moves.is_wrapper(pid):
+            return
+        if socket_path and Path(socket_path).exists():
+            log.info("local.standby_retired", workload=name, pid=pid)
+            engine.signal_tree(pid, signal.SIGTERM)
+            return
+        deadline = time.monotonic() + 15.0
+        while time.monotonic() < deadline and fencing.same_process(pid, start):
+            if fencing.lock_holder(self.settings, name) == pid:
+                return
+            time.sleep(0.005)
+
+    def _confirm_handoff(
+        self, rec: WorkloadRecord, restore_from: str | None
+    ) -> dict[str, Any] | None:
+        """For a wrapper a handoff started from ``restore_from``: the restore watch (as for
+        every restore) and the pause it took. None for any other wrapper."""
+        if restore_from is None:
+            return None
+        restore = moves.restore_status(rec)
+        if not moves.handed_over(restore, restore_from):
+            return None
+        assert restore is not None
+        mark = restore.get("progress_mark")
+        stamp = (int(mark[0]), int(mark[1])) if isinstance(mark, list) and len(mark) == 2 else None
+        seen = self._watch_restored(rec, restore_from, verify.ProgressMark(stamp))
+        restore = moves.restore_status(rec) or restore  # the first progress is known by now
+        report = moves.handoff_report(restore, self.store.get(restore_from))
+        return {"handoff": report, "verified": seen.model_dump(mode="json")}
 
     def _watch_restored(
         self, started: WorkloadRecord, checkpoint_id: str, mark: verify.ProgressMark

@@ -11,9 +11,11 @@ from typing import Any
 from core import actions, errors
 from core.actions import ActionParams, CordonParams, DrainParams, MoveParams, StartParams
 from core.backends.base import PlanDraft, not_supported
+from core.backends.local import moves
 from core.backends.local.common import _CAPABILITIES, _LIVE, NAME, _resident_bytes
 from core.backends.local.config import LocalNodeConfig
 from core.checkpoint import engine
+from core.config import Settings
 from core.model import (
     Action,
     CheckpointInfo,
@@ -68,6 +70,7 @@ class LocalPlanning:
 
     registry: WorkloadRegistry
     store: CheckpointStore
+    settings: Settings
     _node_config: dict[str, LocalNodeConfig]
 
     def nodes(self) -> list[NodeInfo]:
@@ -199,12 +202,7 @@ class LocalPlanning:
             dest = self._pick_target(exclude={rec.node or ""}, requested=to)
             return PlanDraft(
                 steps=[
-                    PlanStep(
-                        name="checkpoint",
-                        op="checkpoint",
-                        args={"workload": target, "stop": True},
-                        description=f"checkpoint {ref} and stop it on {rec.node}",
-                    ),
+                    *(stops := self._move_steps(rec, dest)),
                     PlanStep(
                         name="start",
                         op="start",
@@ -212,6 +210,11 @@ class LocalPlanning:
                             "workload": target,
                             "node": dest,
                             "restore_from": "$checkpoint.checkpoint_id",
+                            **(
+                                {"standby_pid": "$standby.pid", "standby": "$standby.socket"}
+                                if len(stops) > 1
+                                else {}
+                            ),
                         },
                         description=f"restore it on {dest} from that checkpoint",
                     ),
@@ -355,6 +358,39 @@ class LocalPlanning:
                 scope=self._scope(rec),
             )
         raise not_supported(NAME, action)
+
+    def _move_steps(self, rec: WorkloadRecord, dest: str) -> list[PlanStep]:
+        """The steps that stop ``rec`` for a move to ``dest``: a standby wrapper started on
+        ``dest`` first and the workload handed to it (``moves``), or a plain stop."""
+        ref = f"{NAME}:{rec.name}"
+        if not self.settings.migration.handoff or rec.engine not in ("criu", "cuda"):
+            return [
+                PlanStep(
+                    name="checkpoint",
+                    op="checkpoint",
+                    args={"workload": rec.name, "stop": True},
+                    description=f"checkpoint {ref} and stop it on {rec.node}",
+                )
+            ]
+        last = next(iter(self.store.list(rec.name)), None)
+        size = last.size_bytes if last else (_resident_bytes(rec.pid) if rec.pid else None)
+        mode, why = moves.choose_mode(self.settings, rec.engine, size)
+        return [
+            PlanStep(
+                name="standby",
+                op="standby",
+                args={"workload": rec.name, "node": dest},
+                description=f"start a standby wrapper for {ref} on {dest} (nothing paused yet)",
+            ),
+            PlanStep(
+                name="checkpoint",
+                op="checkpoint",
+                args={"workload": rec.name, "stop": True, "handoff": "$standby.socket",
+                      "mode": mode},
+                description=f"checkpoint {ref} and stop it on {rec.node}, then hand it to the "
+                f"standby ({mode}: {why})",
+            ),
+        ]  # fmt: skip
 
     def _require_restorable(self, name: str) -> None:
         """Refuse to plan a restore when no checkpoint of ``name`` can possibly verify.
