@@ -141,20 +141,23 @@ def restore_verified(
             req.abort.set()  # stop the engine now: CRIU may never finish on damaged images
 
     checker = threading.Thread(target=verify, name="verify-images", daemon=True)
-    checker.start()
+    if not resume_early:  # else after the resume: hashing would compete with CRIU for CPUs
+        checker.start()
     try:
         restored = eng.restore(req)
     except errors.ClawpointError:
+        if resume_early:
+            checker.start()
         checker.join()
         if verdict[0] is not None:
             raise verdict[0] from None  # the real cause: the images are bad
         raise
     t1 = time.perf_counter()
-    resumed_early = resume_early and restored.pid is not None
-    if resumed_early:
-        assert restored.pid is not None
-        eng.resume(restored.pid)
-        restored.timings["resumed_at"] = time.time()
+    if resume_early:
+        if restored.pid is not None:
+            eng.resume(restored.pid)
+            restored.timings["resumed_at"] = time.time()
+        checker.start()
     checker.join()
     if verdict[0] is not None:
         if restored.pid is not None:
@@ -164,7 +167,7 @@ def restore_verified(
             except ChildProcessError:
                 pass
         raise verdict[0]
-    if restored.pid is not None and not resumed_early:
+    if restored.pid is not None and not resume_early:
         eng.resume(restored.pid)
         restored.timings["resumed_at"] = time.time()
     restored.timings.update(

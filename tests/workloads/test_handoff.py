@@ -1,0 +1,199 @@
+"""A migration hands the workload to a wrapper already waiting on the target.
+
+Through the installed CLI and real CRIU, on the self-verifying counter: the migrate plan
+starts a standby wrapper first; the source hands the workload over once its checkpoint is
+published; the step output reports the restore mode and the pause; the workload then runs
+exactly once, on the target, from that checkpoint, and keeps passing its own check (also
+after a later checkpoint). Post-copy (CRIU lazy pages) is exercised where CRIU supports it.
+Also: what falls back to the plain path (no standby, a standby the source may not use),
+and that a standby that gets no order leaves by itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.checkpoint import lazy_pages
+from core.config import load_settings
+from core.wrapper import handoff
+from core.wrapper.control import ControlClient
+from core.wrapper.launch import launch_standby
+from core.wrapper.spec import RunSpec
+from tests.workloads.conftest import Cli
+
+pytestmark = pytest.mark.criu
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start_counter(cli: Cli, name: str, mb: int = 16) -> None:
+    cli("run", "--name", name, "--node", "node-a", "--detach", "--", sys.executable, "-m",
+        "core.workloads.counter", "--state-mb", str(mb), "--step-seconds", "0.02",
+        "--print-every", "5")  # fmt: skip
+    wait_counter(cli, name, 5)
+
+
+def counter_step(cli: Cli, name: str) -> int:
+    path = load_settings(cli.home).run_dir / f"{name}.progress.json"
+    try:
+        return int(json.loads(path.read_text())["step"])
+    except (OSError, ValueError, KeyError):
+        return -1
+
+
+def wait_counter(cli: Cli, name: str, above: int, timeout_s: float = 60) -> int:
+    deadline = time.monotonic() + timeout_s
+    while (step := counter_step(cli, name)) <= above:
+        assert "STATE CHECK FAILED" not in cli.log(name), cli.log(name)[-2000:]
+        assert time.monotonic() < deadline, f"{name} stuck at {step}:\n{cli.log(name)[-2000:]}"
+        time.sleep(0.05)
+    return step
+
+
+def counter_processes(cli: Cli, name: str) -> list[int]:
+    marker = f"CLAWPOINT_PROGRESS_FILE={load_settings(cli.home).run_dir / f'{name}.progress.json'}"
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            stat = (proc / "stat").read_text().rpartition(")")[2].split()
+            if argv[1:3] != [b"-m", b"core.workloads.counter"] or stat[0] == "Z":
+                continue
+            if marker.encode() in (proc / "environ").read_bytes().split(b"\0"):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def migrate(cli: Cli, name: str, to: str) -> dict[str, Any]:
+    done = json.loads(cli("migrate", f"local:{name}", "--to", to, "--yes", "--json").stdout)
+    assert done["status"] == "executed", done
+    return done
+
+
+def step_output(done: dict[str, Any], step: str) -> dict[str, Any]:
+    return next(s["output"] for s in done["execution"]["steps"] if s["name"] == step)
+
+
+def assert_moved(cli: Cli, name: str, done: dict[str, Any], to: str, mode: str) -> None:
+    names = [s["name"] for s in done["plan"]["steps"]]
+    assert names == ["standby", "checkpoint", "start"], names
+    assert step_output(done, "checkpoint")["handoff"] == "sent"
+    start = step_output(done, "start")
+    report = start["handoff"]
+    assert report["mode"] == mode, report
+    assert report["criu_frozen_s"] > 0 and report["takeover_s"] > 0, report
+    assert start["verified"]["alive"] is True
+    new_ckpt = step_output(done, "checkpoint")["checkpoint_id"]
+    assert start["restored_from"] == new_ckpt  # the checkpoint named is the one restored
+    w = cli.workload(name)
+    assert (w["state"], w["node"], w["last_checkpoint"]) == ("running", to, f"local:{new_ckpt}")
+    assert len(counter_processes(cli, name)) == 1, counter_processes(cli, name)
+    wait_counter(cli, name, counter_step(cli, name) + 10)  # it goes on, checking itself
+
+
+def test_migrate_hands_over_to_the_standby_and_keeps_one_copy(cli: Cli) -> None:
+    start_counter(cli, "ho")
+    done = migrate(cli, "ho", "node-b")
+    assert_moved(cli, "ho", done, "node-b", "stop-and-copy")
+    assert "no pre-copy" in done["plan"]["steps"][1]["description"]  # says why, mode chosen
+    log = cli.log("ho")
+    assert "wrapper.handoff_sent" in log and "wrapper.handed_off" in log
+    # The source wrapper left the target's control socket alone: it answers.
+    cli("checkpoint", "local:ho", "--json")
+    done = migrate(cli, "ho", "node-a")  # and back, from the checkpoint just taken on node-b
+    assert_moved(cli, "ho", done, "node-a", "stop-and-copy")
+    assert "STATE CHECK FAILED" not in cli.log("ho")
+
+
+@pytest.mark.skipif(not lazy_pages.supported(), reason="CRIU cannot restore lazily here")
+def test_post_copy_migration_faults_memory_in_and_checkpoints_after(cli: Cli) -> None:
+    cli.config('[migration]\nmode = "post-copy"\n')
+    start_counter(cli, "pc", mb=32)
+    done = migrate(cli, "pc", "node-b")
+    assert_moved(cli, "pc", done, "node-b", "post-copy")
+    assert step_output(done, "start")["handoff"]["criu_restore_s"] is not None
+    settings = load_settings(cli.home)
+    lazy_log = settings.run_dir / "pc.restore" / "criu-lazy-pages.log"
+    assert lazy_log.exists()  # the daemon ran
+    # A checkpoint after a post-copy restore waits for the last page, then dumps a whole tree.
+    ckpt = json.loads(cli("checkpoint", "local:pc", "--json").stdout)
+    assert ckpt["status"] == "executed", ckpt
+    assert "criu.lazy_pages_done" in cli.log("pc")
+    done = migrate(cli, "pc", "node-a")
+    assert_moved(cli, "pc", done, "node-a", "post-copy")
+    assert "STATE CHECK FAILED" not in cli.log("pc")
+
+
+def test_without_handoff_the_plan_is_the_plain_stop_and_start(cli: Cli) -> None:
+    cli.config("[migration]\nhandoff = false\n")
+    start_counter(cli, "plain")
+    done = migrate(cli, "plain", "node-b")
+    assert [s["name"] for s in done["plan"]["steps"]] == ["checkpoint", "start"]
+    assert "handoff" not in step_output(done, "start")
+    assert cli.workload("plain")["node"] == "node-b"
+    assert len(counter_processes(cli, "plain")) == 1
+
+
+def test_a_standby_the_source_may_not_use_changes_nothing(cli: Cli) -> None:
+    """A caller cannot point a stop-checkpoint's handoff at any socket it likes: the source
+    sends only to a standby of its own workload; otherwise it stops as usual, restorable."""
+    start_counter(cli, "guard")
+    settings = load_settings(cli.home)
+    client = ControlClient(settings.run_dir / "guard.sock")
+    info, said = client.stop_and_hand_over(standby="/tmp/elsewhere.sock", mode="post-copy")
+    assert said.startswith("not sent") and "no standby of guard" in said
+    w = cli.wait_state("guard", "stopped")
+    assert w["last_checkpoint"] == info.id or w["last_checkpoint"] == f"local:{info.id}"
+    assert counter_processes(cli, "guard") == []
+    cli("resume", "local:guard", "--yes")
+    wait_counter(cli, "guard", counter_step(cli, "guard") + 5)
+
+
+def test_a_standby_without_an_order_leaves_by_itself(cli: Cli) -> None:
+    settings = load_settings(cli.home)
+    os.environ["CLAWPOINT_HOME"] = str(cli.home)  # the spawned wrapper's home
+    spec = RunSpec(name="idle", node="node-b", command=[sys.executable, "-c", "pass"],
+                   start_mode="restore", standby=handoff.new_token(), standby_timeout_s=1.0,
+                   home=str(cli.home))  # fmt: skip
+    pid, path = launch_standby(settings, spec)
+    assert path.exists()
+    deadline = time.monotonic() + 20
+    while Path(f"/proc/{pid}").exists() and b"Z" not in _state(pid):
+        assert time.monotonic() < deadline, "the standby did not leave"
+        time.sleep(0.05)
+    assert not path.exists()  # it removed its socket
+    assert "wrapper.standby_expired" in cli.log("idle")
+    rows = json.loads(cli("workloads", "--json").stdout)
+    assert [r for r in rows if r["name"] == "idle"] == []  # it never registered anything
+
+
+def _state(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return b"Z"
+
+
+def test_standby_order_protocol(tmp_path: Path) -> None:
+    path = tmp_path / "w.standby-abcd.sock"
+    with pytest.raises(Exception, match="no standby wrapper listens"):
+        handoff.send(path, handoff.HandoffOrder(checkpoint="w@1"))
+    standby = handoff.Standby(path)
+    try:
+        assert standby.wait(0.05) is None  # nothing came
+        handoff.send(path, handoff.HandoffOrder(checkpoint="w@3", mode="post-copy"))
+        order = standby.wait(1.0)
+        assert order is not None and (order.checkpoint, order.mode) == ("w@3", "post-copy")
+    finally:
+        standby.close()
+    assert not path.exists()
