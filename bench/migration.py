@@ -147,7 +147,8 @@ class RawCriu:
         self.pid = int(pidfile.read_text())
         dump = stats.read_stats(images / "stats-dump")
         self.watch.wait_steps(20)
-        return {**self.watch.freeze(t0, t1), "criu_frozen_s": dump.get("frozen_s")}
+        return {**self.watch.freeze(t0, t1), "criu_frozen_s": dump.get("frozen_s"),
+                "criu_dump": dump}  # fmt: skip
 
     def close(self) -> None:
         self.watch.stop()
@@ -231,6 +232,7 @@ def main() -> int:
     ap.add_argument("--mb", type=int, default=200)
     ap.add_argument("--big-mb", type=int, default=1024)
     ap.add_argument("--skip-big", action="store_true")
+    ap.add_argument("--only", choices=("counter", "dirty"), default=None)
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("run as root (CRIU)", file=sys.stderr)
@@ -245,8 +247,9 @@ def main() -> int:
         "reps": args.reps,
     }
     with tempfile.TemporaryDirectory(prefix="clawpoint-migration-", dir="/var/tmp") as tmp:
-        results["counter"] = run_workload("counter", args.mb, args.reps, Path(tmp) / "c")
-        if not args.skip_big:
+        if args.only in (None, "counter"):
+            results["counter"] = run_workload("counter", args.mb, args.reps, Path(tmp) / "c")
+        if not args.skip_big and args.only in (None, "dirty"):
             results["dirty"] = run_workload("dirty", args.big_mb, args.reps, Path(tmp) / "d")
     results["machine"]["load_after"] = os.getloadavg()
     out = ROOT / "bench" / "results" / "migration.json"

@@ -263,8 +263,12 @@ def dump(
     timeout_s: float = 3600,
     options: CriuOptions | None = None,
     env: Mapping[str, str] | None = None,
+    follow: bool = True,
 ) -> dict[str, float]:
     """Dump the tree rooted at ``pid`` into ``pending.images_dir``; returns timings (seconds).
+
+    ``follow`` = False: no hashing (nor early write-back) while CRIU writes, so nothing
+    competes with it for CPUs or the disk; publishing then hashes everything.
 
     Fills ``pending.precomputed`` with digests of the page images hashed while CRIU wrote them.
     ``leave_running``: the tree goes on. ``leave_stopped``: the tree stays frozen (the caller
@@ -285,8 +289,9 @@ def dump(
         argv.append("--leave-running")
     elif leave_stopped:
         argv.append("--leave-stopped")
-    follower = digest.Follower(pending.images_dir)
-    follower.start()
+    follower = digest.Follower(pending.images_dir) if follow else None
+    if follower is not None:
+        follower.start()
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(  # noqa: S603 (argv list)
@@ -297,14 +302,16 @@ def dump(
             env=None if env is None else dict(env),
         )
     except (OSError, subprocess.SubprocessError) as exc:
-        follower.cancel()
+        if follower is not None:
+            follower.cancel()
         raise errors.CheckpointError(
             f"criu dump of pid {pid} did not complete: {exc}",
             hint="the workload was left as it was; retry, and check the wrapper's log",
         ) from exc
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        follower.cancel()
+        if follower is not None:
+            follower.cancel()
         refused = _refusal(logfile, options)
         if refused is not None:
             raise errors.CheckpointError(
@@ -319,7 +326,8 @@ def dump(
             details={"log": str(logfile)},
         )
     try:
-        pending.precomputed.update(follower.finish())
+        if follower is not None:
+            pending.precomputed.update(follower.finish())
     except (OSError, errors.CheckpointError) as exc:
         log.warning("criu.follower_failed", error=str(exc))  # publish hashes everything instead
     # With -W, CRIU writes its stats file into the work dir rather than the images dir.
@@ -513,6 +521,7 @@ class CriuEngine:
                 criu_path=req.cfg.criu_path,
                 options=options,
                 env=self.criu_env(),
+                follow=not req.staged,
             )
         except BaseException:
             if frozen:

@@ -71,6 +71,9 @@ class DumpRequest:
     exclude: tuple[str, ...] = ()  # paths never copied as the workload's files (the store)
     alive: Callable[[], bool] = lambda: True
     progress: Progress = _no_progress
+    # A migration's handoff: nothing but the dump inside the freeze (no hashing or write-back
+    # while the engine writes); the images are hashed and made durable after the handoff.
+    staged: bool = False
 
 
 @dataclass

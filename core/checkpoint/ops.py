@@ -20,17 +20,18 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from core import errors
-from core.checkpoint import engine
+from core.checkpoint import engine, files
 from core.checkpoint.engine import DumpRequest, Engine, Restored, RestoreRequest
 from core.config import CheckpointConfig
 from core.model import CheckpointInfo
-from core.store.store import CheckpointStore
+from core.store.store import CheckpointStore, PendingCheckpoint
 
 log = structlog.get_logger(__name__)
 
@@ -90,6 +91,90 @@ def checkpoint(
         eng.end(pid, ended)
     say(2, 3, f"published {info.id} ({info.size_bytes} bytes)")
     return info
+
+
+@dataclass
+class Staged:
+    """A handoff's stop-checkpoint half done: dumped, the tree still frozen, nothing hashed
+    or synced (``stage``). Then either ``end_staged`` + hand over + ``publish_staged``, or
+    ``publish_staged`` + ``end_staged`` when there is nobody to hand over to."""
+
+    pending: PendingCheckpoint
+    timings: dict[str, float]
+    extra: dict[str, Any]
+    pid: int
+    t0: float
+
+    @property
+    def carries_files(self) -> bool:
+        """Did the dump copy files of the workload (which only a published one puts back)?"""
+        saved = self.extra.get(files.FILES_KEY)
+        return isinstance(saved, dict) and bool(saved.get("saved"))
+
+
+def stage(
+    store: CheckpointStore,
+    eng: Engine,
+    *,
+    lineage: str,
+    pid: int,
+    node: str | None,
+    cfg: CheckpointConfig,
+    pipes: Sequence[int] = (),
+    extra: dict[str, Any] | None = None,
+) -> Staged:
+    """Dump the tree at ``pid`` for a handoff, leaving it frozen: the pause holds nothing but
+    the engine's dump. Raises (the tree resumed, nothing kept) when the dump fails."""
+    t0 = time.perf_counter()
+    pending = store.begin(lineage, engine=eng.name, node=node)
+    try:
+        dumped = eng.dump(
+            DumpRequest(pid=pid, pending=pending, stop=True, cfg=cfg, pipes=pipes,
+                        exclude=(str(store.root),), staged=True)
+        )  # fmt: skip
+    except BaseException:
+        store.abort(pending)
+        raise
+    if not dumped.frozen:  # an engine whose stop does not freeze cannot be staged
+        store.abort(pending)
+        raise errors.CheckpointError(
+            f"the {eng.name} engine cannot stage a checkpoint for a handoff",
+            hint="[migration] handoff = false moves it the plain way",
+        )
+    return Staged(pending, dumped.timings, {**(extra or {}), **dumped.extra}, pid, t0)
+
+
+def publish_staged(store: CheckpointStore, staged: Staged) -> CheckpointInfo:
+    """Hash, sync and publish a staged checkpoint (after the handoff, outside the pause)."""
+    info = store.publish(
+        staged.pending, timings=staged.timings, leave_running=False, extra=staged.extra
+    )
+    info.timings["total_s"] = time.perf_counter() - staged.t0
+    return info
+
+
+def restore_staged(
+    eng: Engine,
+    images: Path,
+    *,
+    work_dir: Path,
+    cfg: CheckpointConfig,
+    info: CheckpointInfo,
+    inherit_pipes: Mapping[int, int] | None = None,
+    lazy: bool = False,
+) -> Restored:
+    """Restore a handoff's staged images (written a moment ago on this host, not yet
+    published: nothing to verify them against) and let the tree run at once. The start
+    step verifies the published checkpoint afterwards."""
+    t0 = time.perf_counter()
+    req = RestoreRequest(images=images, info=info, work_dir=work_dir, cfg=cfg,
+                         inherit_pipes=dict(inherit_pipes or {}), lazy=lazy)  # fmt: skip
+    restored = eng.restore(req)
+    if restored.pid is not None:
+        eng.resume(restored.pid)
+        restored.timings["resumed_at"] = time.time()
+    restored.timings["restore_total_s"] = time.perf_counter() - t0
+    return restored
 
 
 def restore_verified(

@@ -46,6 +46,10 @@ class HandoffOrder(BaseModel):
     checkpoint: str
     mode: RestoreMode = "stop-and-copy"
     sent_at: float = Field(default_factory=time.time, description="the source's clock, s")
+    # A staged handoff: the images are still being published (their directory, in the
+    # store), and the inodes of the payload's pipes at the dump (the manifest's "pipes").
+    staged: str | None = None
+    pipes: list[int] = Field(default_factory=list)
 
 
 def new_token() -> str:

@@ -35,6 +35,7 @@ import fcntl
 import json
 import os
 import queue
+import shutil
 import signal
 import socket
 import threading
@@ -42,18 +43,19 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import structlog
 
 from core import errors
-from core.checkpoint import cooperative, engine, ops
+from core.checkpoint import cooperative, engine, lazy_pages, ops
 from core.config import Settings, ensure_dirs
 from core.guardrails.audit import AuditLog
 from core.model import CheckpointInfo, WorkloadState, utcnow
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
-from core.store.store import ON_REQUEST, CheckpointStore
+from core.store.store import ON_REQUEST, CheckpointStore, parse_checkpoint_id
 from core.wrapper import control, fence, handoff, payload
 from core.wrapper.spec import RunSpec, output_path
 
@@ -95,6 +97,7 @@ class Supervisor:
         self.order: handoff.HandoffOrder | None = None
         self.handed_off = False  # a source that gave its workload to a standby
         self._order_received_at: float | None = None
+        self._staged_links: Path | None = None
         self._marks: dict[str, float] = {}
         self._sock_ino: int | None = None
         self.name = spec.name
@@ -135,10 +138,32 @@ class Supervisor:
             self._marks[what] = round(time.time() - self._order_received_at, 4)
 
     def take_order(self, order: handoff.HandoffOrder) -> None:
-        """A standby's order arrived: restore exactly that checkpoint, the way it says."""
+        """A standby's order arrived: restore exactly that checkpoint, the way it says. Staged
+        images are hard-linked at once (the source publishes, and so renames, them soon);
+        if they are gone already, the published checkpoint is restored instead."""
         self._order_received_at = time.time()
+        if order.staged is not None:
+            try:
+                self._staged_links = self._link_staged(Path(order.staged))
+            except (OSError, errors.ClawpointError) as exc:
+                log.warning("wrapper.staged_images_gone", workload=self.name, error=str(exc))
+                order = order.model_copy(update={"staged": None})
         self.order = order
         self.spec = self.spec.model_copy(update={"restore_from": order.checkpoint})
+
+    def _link_staged(self, staged: Path) -> Path:
+        """Hard links to the staged images in the store's ``.staged`` directory (the same
+        filesystem): they survive the source's publish, or its abort."""
+        root = self.store.root.resolve()
+        if not staged.resolve().is_relative_to(root):
+            raise errors.InvalidInput(f"staged images {staged} are not in the store {root}")
+        links = root / ".staged" / f"{self.name}-{self.spec.standby}"
+        shutil.rmtree(links, ignore_errors=True)
+        links.mkdir(parents=True)
+        for f in staged.iterdir():
+            if f.is_file():
+                os.link(f, links / f.name)
+        return links
 
     def acquire(self, wait_s: float = 0.0) -> None:
         """Take the workload's lock (waiting up to ``wait_s``: a standby whose source is
@@ -194,6 +219,8 @@ class Supervisor:
         if self.spec.start_mode == "fresh":
             self._start_fresh()
             message = "started fresh on request: no checkpoint was restored"
+        elif self.order is not None and self.order.staged is not None:
+            message = self._restore_staged(self.order)
         elif self.spec.restore_from:
             message = self._restore_exactly(self.spec.restore_from)
         else:
@@ -242,6 +269,58 @@ class Supervisor:
             ) from exc
         self.last_checkpoint = cid
         return f"restored from {cid}"
+
+    def _restore_staged(self, order: handoff.HandoffOrder) -> str:
+        """Restore a handoff's staged images (their links) and run the workload at once."""
+        assert self._staged_links is not None
+        lineage, seq = parse_checkpoint_id(order.checkpoint)
+        info = CheckpointInfo(id=order.checkpoint, lineage=lineage, seq=seq,
+                              engine=self.spec.engine, node=self.spec.node, created_at=utcnow(),
+                              size_bytes=0, extra={"pipes": order.pipes})  # fmt: skip
+        self.pipes = payload.Pipes(self._output())
+        new = [self.pipes.out_w, self.pipes.err_w]
+        mark = _stamp(self.progress_path)
+        self.mark("restoring")
+        lazy = order.mode == "post-copy"
+        restored = ops.restore_staged(
+            self.engine, self._staged_links, work_dir=self.settings.run_dir / f"{self.name}.restore",
+            cfg=self.settings.checkpoint, info=info, lazy=lazy,
+            inherit_pipes={ino: fd for ino, fd in zip(order.pipes, new, strict=False)},
+        )  # fmt: skip
+        assert restored.pid is not None
+        self.payload = payload.restored(restored.pid)
+        self.pipes.start()
+        self.last_checkpoint = order.checkpoint
+        self._note_handoff(order, restored, mark)
+        links, pid = self._staged_links, restored.pid
+
+        def drop_links() -> None:  # once nothing reads them: after the last lazy page
+            if lazy:
+                try:
+                    lazy_pages.wait_done(pid)
+                except errors.ClawpointError as exc:
+                    log.warning("wrapper.lazy_restore_failed", error=exc.message)
+            shutil.rmtree(links, ignore_errors=True)
+
+        threading.Thread(target=drop_links, daemon=True, name="staged-links").start()
+        return f"restored from {order.checkpoint} (handed over, {order.mode})"
+
+    def _note_handoff(
+        self, order: handoff.HandoffOrder, restored: Any, mark: list[int] | None
+    ) -> None:
+        self.restore_info = {"from": order.checkpoint, "timings": restored.timings,
+                             "progress_mark": mark}  # fmt: skip
+        threading.Thread(
+            target=self._note_first_progress, args=(mark,), daemon=True, name="first-progress"
+        ).start()
+        self.restore_info["handoff"] = {
+            "mode": order.mode,
+            "staged": order.staged is not None,
+            "sent_at": order.sent_at,
+            "received_at": self._order_received_at,
+            "resumed_at": restored.timings.get("resumed_at"),
+            "marks": self._marks,
+        }
 
     def _restore_newest_good(self) -> str:
         """The newest checkpoint that verifies; a fresh start only for a brand-new lineage."""
@@ -306,18 +385,10 @@ class Supervisor:
         if restored.pid is None:  # the engine restarts the command, which reloads its state
             self._start_fresh(restored.env)
             return
-        self.restore_info = {"from": cid, "timings": restored.timings, "progress_mark": mark}
         if order is not None:
-            threading.Thread(
-                target=self._note_first_progress, args=(mark,), daemon=True, name="first-progress"
-            ).start()
-            self.restore_info["handoff"] = {
-                "mode": order.mode,
-                "sent_at": order.sent_at,
-                "received_at": self._order_received_at,
-                "resumed_at": restored.timings.get("resumed_at"),
-                "marks": self._marks,
-            }
+            self._note_handoff(order, restored, mark)
+        else:
+            self.restore_info = {"from": cid, "timings": restored.timings}
         self.payload = payload.restored(restored.pid)
         self.pipes.start()
 
@@ -523,39 +594,31 @@ class Supervisor:
                 self.stopping = True
             self.registry.update(self.name, state=WorkloadState.CHECKPOINTING)
             t0 = time.monotonic()
-            info = self._checkpoint(p, stop=stop, progress=progress, on_request=on_request)
+            said: str | None = None
+            if stop and handoff_to is not None:
+                info, said = self._stage_and_hand_over(p, handoff_to)
+            else:
+                info = self._checkpoint(p, stop=stop, progress=progress, on_request=on_request)
             self._last_ckpt_s = time.monotonic() - t0
         except errors.ClawpointError as exc:
             self.stopping = False
             log.error("wrapper.checkpoint_failed", workload=self.name, error=str(exc))
-            self.registry.update(self.name, state=WorkloadState.RUNNING, message=exc.message)
+            if not self.handed_off:  # else the row is the new wrapper's
+                self.registry.update(self.name, state=WorkloadState.RUNNING, message=exc.message)
             if reply is not None:
                 reply.put({"error": exc.to_dict()})
             return
-        published_at = time.perf_counter()
         self.last_checkpoint = info.id
         state = WorkloadState.STOPPED if stop else WorkloadState.RUNNING
-        said: str | None = None
-        if stop and handoff_to is not None:
-            # Our last registry write first, then the handoff: the standby's RUNNING is the
-            # row's final word. Retention waits until after: it is not part of the pause.
+        if not self.handed_off:
             self.registry.update(
                 self.name, state=state, last_checkpoint=info.id, message=f"checkpointed {info.id}"
             )
-            said = self._hand_over(p, info.id, handoff_to)
-            log.info(
-                "wrapper.handoff_timing",
-                since_published_s=round(time.perf_counter() - published_at, 4),
-            )
-        try:
+        try:  # after the handoff: retention is not part of the pause
             deleted = self.store.apply_retention(self.name, fresh=info.id)
         except errors.ClawpointError as exc:  # the checkpoint itself is published and good
             log.warning("wrapper.retention_failed", workload=self.name, error=exc.message)
             deleted = []
-        if said is None:
-            self.registry.update(
-                self.name, state=state, last_checkpoint=info.id, message=f"checkpointed {info.id}"
-            )
         log.info("wrapper.checkpointed", id=info.id, stop=stop, deleted=deleted, **info.timings)
         result = info.model_dump(mode="json")
         if said is not None:
@@ -563,30 +626,65 @@ class Supervisor:
         if reply is not None:
             reply.put({"result": result})
 
-    def _hand_over(self, p: payload.Payload, checkpoint_id: str, to: dict[str, Any]) -> str:
-        """Give the stopped workload to the standby at ``to["socket"]``: only once its payload
-        is reaped (one copy), after our last registry write, and with the lock released so
-        the standby can take it. Returns "sent" or why not (the start step then launches a
-        wrapper as usual)."""
-        if not p.exited.wait(5.0):
-            return "not sent: the payload had not exited 5 s after its stop-checkpoint"
-        try:
+    def _standby_socket(self, to: dict[str, Any]) -> tuple[Any, str | None]:
+        """(path, None) for a standby of this workload, or (None, why not)."""
+        path = self.settings.run_dir / os.path.basename(str(to.get("socket", "")))
+        if not path.name.startswith(f"{self.name}.standby-"):
+            return None, f"not sent: {path.name} is no standby of {self.name}"
+        return path, None
+
+    def _stage_and_hand_over(
+        self, p: payload.Payload, to: dict[str, Any]
+    ) -> tuple[CheckpointInfo, str]:
+        """A stop-checkpoint that gives the workload to the standby at ``to["socket"]``
+        (``core.wrapper.handoff``). The pause holds only the dump: the order goes out while
+        the tree is still frozen (no standby: it is published and ended as usual, never
+        lost); then the tree is ended, reaped (one copy), our last registry row written and
+        the lock released for the standby, which restores the staged images at once; the
+        checkpoint is hashed, synced and published after that. Returns it and "sent" or
+        why not (the start step then launches a wrapper the plain way)."""
+        mode = to.get("mode") or "stop-and-copy"
+        path, refused = self._standby_socket(to)
+        inodes = list(self.pipes.inodes) if self.pipes is not None else []
+        staged = ops.stage(
+            self.store, self.engine, lineage=self.name, pid=p.pid, node=self.spec.node,
+            cfg=self.settings.checkpoint, pipes=inodes,
+            extra={"command": self.spec.command, "progress": payload.progress_of(self.progress_path)},
+        )  # fmt: skip
+        said = refused
+        if path is not None and staged.carries_files:
+            said = "not sent: the checkpoint carries files, which only a published one puts back"
+        if said is None:
             order = handoff.HandoffOrder(
-                checkpoint=checkpoint_id, mode=to.get("mode") or "stop-and-copy"
-            )
-            path = self.settings.run_dir / os.path.basename(str(to.get("socket", "")))
-            if not path.name.startswith(f"{self.name}.standby-"):
-                return f"not sent: {path.name} is no standby of {self.name}"
-            self._release_lock()
-            handoff.send(path, order)
-        except (errors.ClawpointError, ValueError) as exc:
-            log.warning("wrapper.handoff_failed", workload=self.name, error=str(exc))
-            return f"not sent: {exc}"
+                checkpoint=staged.pending.id, mode=mode, staged=str(staged.pending.images_dir),
+                pipes=inodes,
+            )  # fmt: skip
+            try:
+                handoff.send(path, order)
+            except errors.ClawpointError as exc:
+                said = f"not sent: {exc.message}"
+        if said is not None:
+            log.warning("wrapper.handoff_not_sent", workload=self.name, why=said)
+            try:
+                info = ops.publish_staged(self.store, staged)
+            except BaseException:
+                self.engine.resume(p.pid)  # the dump froze it: let it go on, never lose it
+                raise
+            self.engine.end(p.pid, p.exited)
+            return info, said
+        self.engine.end(p.pid, p.exited)
+        if not p.exited.wait(10.0):  # the standby waits for our lock meanwhile
+            log.error("wrapper.payload_not_reaped", workload=self.name, pid=p.pid)
+        self.registry.update(
+            self.name, state=WorkloadState.STOPPED, last_checkpoint=staged.pending.id,
+            message=f"handed over to a standby ({mode})",
+        )  # fmt: skip
         self.handed_off = True
+        self._release_lock()
         log.info(
-            "wrapper.handoff_sent", workload=self.name, checkpoint=checkpoint_id, mode=order.mode
+            "wrapper.handoff_sent", workload=self.name, checkpoint=staged.pending.id, mode=mode
         )
-        return "sent"
+        return ops.publish_staged(self.store, staged), "sent"
 
     def _checkpoint(
         self, p: payload.Payload, *, stop: bool, progress: Any, on_request: bool = False

@@ -491,8 +491,23 @@ class LocalBackend(LocalPlanning):
         stamp = (int(mark[0]), int(mark[1])) if isinstance(mark, list) and len(mark) == 2 else None
         seen = self._watch_restored(rec, restore_from, verify.ProgressMark(stamp))
         restore = moves.restore_status(rec) or restore  # the first progress is known by now
+        if (restore.get("handoff") or {}).get("staged"):
+            # Restored from images published only afterwards: what was restored must be
+            # what was published, and verify (the same files: hard links of them).
+            self._verify_or_stop(rec, restore_from)
         report = moves.handoff_report(restore, self.store.get(restore_from))
         return {"handoff": report, "verified": seen.model_dump(mode="json")}
+
+    def _verify_or_stop(self, rec: WorkloadRecord, checkpoint_id: str) -> None:
+        try:
+            self.store.verify(checkpoint_id)
+        except errors.CorruptCheckpoint as exc:
+            log.error("local.handoff_images_corrupt", workload=rec.name, error=exc.message)
+            if rec.socket and _wrapper_alive(self.settings, rec):
+                ControlClient(Path(rec.socket)).terminate(timeout_s=30)
+            self.registry.update(rec.name, state=WorkloadState.FAILED,
+                                 exit_status="restore unverified", message=exc.message)  # fmt: skip
+            raise
 
     def _watch_restored(
         self, started: WorkloadRecord, checkpoint_id: str, mark: verify.ProgressMark

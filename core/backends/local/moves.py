@@ -110,6 +110,9 @@ def handoff_report(restore: dict[str, Any], ckpt: CheckpointInfo) -> dict[str, A
     timings = restore.get("timings") or {}
     report: dict[str, Any] = {
         "mode": hand.get("mode"),
+        # Staged: restored from the images before they were hashed and synced (then
+        # published and verified by the start step); else from the published checkpoint.
+        "staged": bool(hand.get("staged")),
         "criu_frozen_s": ckpt.timings.get("frozen_s"),  # the dump, as CRIU measured it
         "criu_restore_s": timings.get("restore_restore_s"),
         "restore_wall_s": timings.get("criu_restore_s"),
