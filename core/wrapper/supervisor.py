@@ -74,6 +74,8 @@ class _Job:
 def _test_fault(name: str) -> bool:
     """Fault injection for tests only (never set in production): ``CLAWPOINT_TEST_DROP_REPLY``
     = 1 closes a checkpoint or terminate request's connection without its answer (lost);
+    ``CLAWPOINT_TEST_DIE_AFTER_HANDOFF`` = 1 SIGKILLs a source wrapper right after it handed
+    its workload to a standby, before publishing the checkpoint;
     ``CLAWPOINT_TEST_REPLY_DELAY_S`` = seconds to wait before writing it (a slow one)."""
     value = os.environ.get(name, "")
     if not value:
@@ -684,7 +686,20 @@ class Supervisor:
         log.info(
             "wrapper.handoff_sent", workload=self.name, checkpoint=staged.pending.id, mode=mode
         )
+        if _test_fault("CLAWPOINT_TEST_DIE_AFTER_HANDOFF"):  # the fault matrix's source death
+            os.kill(os.getpid(), signal.SIGKILL)
+        self._await_takeover(timeout_s=15.0)
         return ops.publish_staged(self.store, staged), "sent"
+
+    def _await_takeover(self, timeout_s: float) -> None:
+        """Let the standby restore before hashing the images: on a machine with few cores
+        the hashing would slow the restore, which is part of the workload's pause."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            row = self.registry.get(self.name)
+            if row is not None and row.wrapper_pid not in (None, os.getpid()):
+                return
+            time.sleep(0.005)
 
     def _checkpoint(
         self, p: payload.Payload, *, stop: bool, progress: Any, on_request: bool = False

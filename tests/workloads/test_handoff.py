@@ -197,3 +197,25 @@ def test_standby_order_protocol(tmp_path: Path) -> None:
     finally:
         standby.close()
     assert not path.exists()
+
+
+def test_source_killed_after_the_handoff_leaves_one_running_copy(cli: Cli) -> None:
+    """The source wrapper dies between the handoff and publishing its checkpoint: the
+    standby runs the workload (from its links to the staged images), exactly once; the
+    move is reported failed (the checkpoint it names was never published), not done; the
+    workload keeps passing its own check and its next checkpoint works."""
+    plain_env = dict(cli.env)
+    cli.env["CLAWPOINT_TEST_DIE_AFTER_HANDOFF"] = "1"  # the source wrapper inherits it
+    start_counter(cli, "die")
+    cli.env = plain_env
+    before = [c["id"] for c in json.loads(cli("checkpoints", "local:die", "--json").stdout)]
+    proc = cli("migrate", "local:die", "--to", "node-b", "--yes", "--json", ok=False)
+    assert proc.returncode != 0, proc.stdout
+    w = cli.wait_state("die", "running")
+    assert w["node"] == "node-b"
+    assert len(counter_processes(cli, "die")) == 1
+    wait_counter(cli, "die", counter_step(cli, "die") + 10)
+    after = [c["id"] for c in json.loads(cli("checkpoints", "local:die", "--json").stdout)]
+    assert after == before  # nothing half-written was published, nothing older deleted
+    cli("checkpoint", "local:die", "--json")
+    assert "STATE CHECK FAILED" not in cli.log("die")
