@@ -96,6 +96,9 @@ class MigrationConfig(_Section):
     mode: Literal["auto", "post-copy", "stop-and-copy"] = "auto"
     post_copy_min_mib: int = Field(default=512, ge=0, le=1_048_576)
     standby_timeout_s: float = Field(default=120.0, gt=0, le=3600)
+    # A handoff dumps into a tmpfs here when it has room for 1.5x the workload's memory
+    # (core.store.staging); "" = into the store directly.
+    staging_dir: str = "/dev/shm"
 
 
 McpTransport = Literal["stdio", "http"]

@@ -250,3 +250,16 @@ def terminate_tree(pid: int, *, grace_s: float, exited: threading.Event) -> None
     if not exited.wait(grace_s):
         log.warning("payload.sigkill_after_grace", pid=pid, grace_s=grace_s)
         kill_tree(pid)
+
+
+def resident_bytes(pid: int) -> int | None:
+    """Resident memory of the tree rooted at ``pid`` (VmRSS summed; None if unreadable)."""
+    total = 0
+    for p in tree(pid):
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except (OSError, ValueError):
+            continue
+    return total or None

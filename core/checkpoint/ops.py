@@ -17,6 +17,7 @@ measures what users get. Engine-specific limits: see each engine's module.
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -31,6 +32,7 @@ from core.checkpoint import engine, files
 from core.checkpoint.engine import DumpRequest, Engine, Restored, RestoreRequest
 from core.config import CheckpointConfig
 from core.model import CheckpointInfo
+from core.store import staging
 from core.store.store import CheckpointStore, PendingCheckpoint
 
 log = structlog.get_logger(__name__)
@@ -104,6 +106,9 @@ class Staged:
     extra: dict[str, Any]
     pid: int
     t0: float
+    # Where the store wants the images, when they were dumped into a tmpfs staging
+    # directory instead (``core.store.staging``; pending.images_dir is that directory).
+    store_images: Path | None = None
 
     @property
     def carries_files(self) -> bool:
@@ -122,11 +127,18 @@ def stage(
     cfg: CheckpointConfig,
     pipes: Sequence[int] = (),
     extra: dict[str, Any] | None = None,
+    staging_dir: str = "",
 ) -> Staged:
     """Dump the tree at ``pid`` for a handoff, leaving it frozen: the pause holds nothing but
-    the engine's dump. Raises (the tree resumed, nothing kept) when the dump fails."""
+    the engine's dump, into a tmpfs under ``staging_dir`` when it has room (else the store).
+    Raises (the tree resumed, nothing kept) when the dump fails."""
     t0 = time.perf_counter()
     pending = store.begin(lineage, engine=eng.name, node=node)
+    staging.sweep(staging_dir)
+    area = staging.allocate(staging_dir, pending.id, engine.resident_bytes(pid))
+    store_images = None
+    if area is not None:
+        store_images, pending.images_dir = pending.images_dir, area
     try:
         dumped = eng.dump(
             DumpRequest(pid=pid, pending=pending, stop=True, cfg=cfg, pipes=pipes,
@@ -134,21 +146,44 @@ def stage(
         )  # fmt: skip
     except BaseException:
         store.abort(pending)
+        if area is not None:
+            shutil.rmtree(area, ignore_errors=True)
         raise
     if not dumped.frozen:  # an engine whose stop does not freeze cannot be staged
         store.abort(pending)
+        if area is not None:
+            shutil.rmtree(area, ignore_errors=True)
         raise errors.CheckpointError(
             f"the {eng.name} engine cannot stage a checkpoint for a handoff",
             hint="[migration] handoff = false moves it the plain way",
         )
-    return Staged(pending, dumped.timings, {**(extra or {}), **dumped.extra}, pid, t0)
+    timings = {**dumped.timings, "staged_in_memory": 1.0 if area is not None else 0.0}
+    extra = {**(extra or {}), **dumped.extra}
+    return Staged(pending, timings, extra, pid, t0, store_images)
 
 
 def publish_staged(store: CheckpointStore, staged: Staged) -> CheckpointInfo:
-    """Hash, sync and publish a staged checkpoint (after the handoff, outside the pause)."""
-    info = store.publish(
-        staged.pending, timings=staged.timings, leave_running=False, extra=staged.extra
-    )
+    """Copy (from a tmpfs), hash, sync and publish a staged checkpoint, after the handoff
+    and outside the pause. The staging copy is removed either way (the target restored
+    from its own links to it)."""
+    pending = staged.pending
+    area = pending.images_dir if staged.store_images is not None else None
+    try:
+        if area is not None and staged.store_images is not None:
+            try:
+                staging.copy_into(area, staged.store_images)
+            except OSError as exc:
+                store.abort(pending)
+                raise errors.CheckpointError(
+                    f"cannot copy checkpoint {pending.id} into the store: {exc}",
+                    hint="check free space of the checkpoint store",
+                ) from exc
+            pending.images_dir = staged.store_images
+        info = store.publish(pending, timings=staged.timings, leave_running=False,
+                             extra=staged.extra)  # fmt: skip
+    finally:
+        if area is not None:
+            shutil.rmtree(area, ignore_errors=True)
     info.timings["total_s"] = time.perf_counter() - staged.t0
     return info
 

@@ -55,6 +55,7 @@ from core.guardrails.audit import AuditLog
 from core.model import CheckpointInfo, WorkloadState, utcnow
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
+from core.store import staging
 from core.store.store import ON_REQUEST, CheckpointStore, parse_checkpoint_id
 from core.wrapper import control, fence, handoff, payload
 from core.wrapper.spec import RunSpec, output_path
@@ -157,9 +158,12 @@ class Supervisor:
         """Hard links to the staged images in the store's ``.staged`` directory (the same
         filesystem): they survive the source's publish, or its abort."""
         root = self.store.root.resolve()
-        if not staged.resolve().is_relative_to(root):
-            raise errors.InvalidInput(f"staged images {staged} are not in the store {root}")
-        links = root / ".staged" / f"{self.name}-{self.spec.standby}"
+        if staging.contains(self.settings.migration.staging_dir, staged):
+            links = staged.parent / f"{staged.name}.links-{self.spec.standby}"
+        elif staged.resolve().is_relative_to(root):
+            links = root / ".staged" / f"{self.name}-{self.spec.standby}"
+        else:
+            raise errors.InvalidInput(f"staged images {staged} are neither in the store nor staged")
         shutil.rmtree(links, ignore_errors=True)
         links.mkdir(parents=True)
         for f in staged.iterdir():
@@ -652,6 +656,7 @@ class Supervisor:
             self.store, self.engine, lineage=self.name, pid=p.pid, node=self.spec.node,
             cfg=self.settings.checkpoint, pipes=inodes,
             extra={"command": self.spec.command, "progress": payload.progress_of(self.progress_path)},
+            staging_dir=self.settings.migration.staging_dir,
         )  # fmt: skip
         said = refused
         if path is not None and staged.carries_files:

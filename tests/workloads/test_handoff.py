@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ import pytest
 
 from core.checkpoint import lazy_pages
 from core.config import load_settings
+from core.store import staging
 from core.wrapper import handoff
 from core.wrapper.control import ControlClient
 from core.wrapper.launch import launch_standby
@@ -219,3 +221,9 @@ def test_source_killed_after_the_handoff_leaves_one_running_copy(cli: Cli) -> No
     assert after == before  # nothing half-written was published, nothing older deleted
     cli("checkpoint", "local:die", "--json")
     assert "STATE CHECK FAILED" not in cli.log("die")
+    # The dead source's staged images stay in the tmpfs until a later handoff sweeps them
+    # (after 10 minutes); the target's own links are gone.
+    left = sorted(staging.base("/dev/shm").glob("die@*")) if staging.base("/dev/shm") else []
+    assert all(".links-" not in p.name for p in left), left
+    for p in left:
+        shutil.rmtree(p)
