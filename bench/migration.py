@@ -13,13 +13,15 @@ machine, same filesystem, same run):
 Variants:
 
 - ``raw-criu``: the same program started by hand in its own PID namespace, ``criu dump``
-  (kill) then ``criu restore -d`` from the same directory: stop-and-copy with nothing else;
+  (kill) then ``criu restore -d`` from the same directory (in ``/dev/shm``, the tmpfs
+  clawpoint stages a handoff's dump in): stop-and-copy with nothing else;
 - ``plain``: ``clawpoint migrate`` with ``[migration] handoff = false`` (stop, publish, then a
   new wrapper restores: the path before the handoff);
 - ``stop-and-copy`` and ``post-copy``: ``clawpoint migrate`` with the handoff to a standby
   wrapper and that restore mode.
 
-The pause is measured as the workload sees it: a thread reads its progress file every
+Before every move the disk is synced (``sync``), so that no variant pays for the write-back
+of an earlier one's images. The pause is measured as the workload sees it: a thread reads its progress file every
 millisecond and the workload's own timestamps give the longest gap between consecutive
 steps around the move, less its median step interval before the move ("freeze"). Also
 reported: CRIU's ``frozen_s`` (the dump) and, for the handoff variants, the report of the
@@ -134,7 +136,10 @@ class RawCriu:
         self.watch = Watcher(self.progress)
 
     def move(self) -> dict[str, Any]:
-        images = self.work / "raw-images"
+        # The same tmpfs clawpoint stages a handoff's dump in, when there is one: the best
+        # raw CRIU can do here (else the work directory's disk, like the store).
+        shm = Path("/dev/shm")
+        images = (shm if shm.is_dir() else self.work) / f"raw-images-{os.getpid()}"
         shutil.rmtree(images, ignore_errors=True)
         images.mkdir()
         t0 = time.time()
@@ -154,6 +159,8 @@ class RawCriu:
         self.watch.stop()
         subprocess.run(["kill", "-9", str(self.pid)], check=False)
         self.starter.kill()
+        for d in Path("/dev/shm").glob(f"raw-images-{os.getpid()}"):
+            shutil.rmtree(d, ignore_errors=True)
 
 
 class Clawpoint:
@@ -209,6 +216,10 @@ def run_workload(kind: str, mb: int, reps: int, work: Path) -> dict[str, Any]:
     try:
         for rep in range(reps):
             for variant in VARIANTS:
+                # Earlier moves' images still being written back would slow this one's dump
+                # (the kernel throttles writers): every variant starts from a synced disk.
+                os.sync()
+                time.sleep(1)
                 got = raw.move() if variant == "raw-criu" else claw.move(variant)
                 runs[variant].append(got)
                 print(f"  {kind} {mb} MiB rep {rep + 1} {variant:>13}: freeze "

@@ -133,12 +133,20 @@ class LocalPlanning:
         cfg = self._node_config.get(node)
         return dict(cfg.labels) if cfg else {}
 
-    def _estimate_pause(self, name: str) -> float | None:
+    def _estimate_pause(self, name: str, move: list[PlanStep] | None = None) -> float | None:
         """Seconds the workload is paused by a move: dump + restore of its state.
 
         From the last checkpoint's own timings when there is one, else from the payload's
-        resident memory at ~1 GB/s each way (measured order of magnitude here)."""
+        resident memory at ~1 GB/s each way (measured order of magnitude here). A handoff
+        (``move`` has a standby step) pauses for the dump, the restore (a tenth of a second
+        for post-copy) and little else (docs/migration.md)."""
         ckpts = self.store.list(name)
+        mode = next((str(s.args.get("mode")) for s in move or [] if s.args.get("handoff")), None)
+        if ckpts and mode is not None:
+            t = ckpts[0].timings
+            dump = float(t.get("frozen_s") or t.get("criu_dump_s") or ckpts[0].size_bytes / 1e9)
+            restore = 0.1 if mode == "post-copy" else dump
+            return round(dump + restore + 0.1, 2)
         if ckpts:
             last = ckpts[0]
             dump = last.timings.get("total_s") or last.size_bytes / 1e9
@@ -228,7 +236,7 @@ class LocalPlanning:
                     )
                 ],
                 summary=f"Move {ref} from {rec.node} to {dest} without losing progress",
-                expected_pause_s=self._estimate_pause(target),
+                expected_pause_s=self._estimate_pause(target, move=stops),
                 saves=f"the full process state of {ref}{size}",
                 rollback=f"migrate it back: clawpoint migrate {ref} --to {rec.node}",
                 cost_effect=self._cost_effect(rec.node, dest),
