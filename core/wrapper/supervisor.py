@@ -77,6 +77,8 @@ def _test_fault(name: str) -> bool:
     = 1 closes a checkpoint or terminate request's connection without its answer (lost);
     ``CLAWPOINT_TEST_DIE_AFTER_HANDOFF`` = 1 SIGKILLs a source wrapper right after it handed
     its workload to a standby, before publishing the checkpoint;
+    ``CLAWPOINT_TEST_DIE_IN_TAKEOVER`` = 1 SIGKILLs a standby once it holds the workload's
+    lock, before it restores;
     ``CLAWPOINT_TEST_REPLY_DELAY_S`` = seconds to wait before writing it (a slow one)."""
     value = os.environ.get(name, "")
     if not value:
@@ -700,10 +702,16 @@ class Supervisor:
         """Let the standby restore before hashing the images: on a machine with few cores
         the hashing would slow the restore, which is part of the workload's pause."""
         deadline = time.monotonic() + timeout_s
+        holder_seen = False
         while time.monotonic() < deadline:
             row = self.registry.get(self.name)
             if row is not None and row.wrapper_pid not in (None, os.getpid()):
                 return
+            holder = fence.lock_holder(self.settings, self.name)
+            if holder is not None and holder != os.getpid():
+                holder_seen = True
+            elif holder_seen:
+                return  # the standby took the lock and died: publish for whoever restores next
             time.sleep(0.005)
 
     def _checkpoint(
@@ -963,6 +971,8 @@ def run(settings: Settings, spec: RunSpec) -> int:
         sup.take_order(order)
     sup.acquire(wait_s=10.0 if sup.order is not None else 0.0)
     sup.mark("acquired")
+    if sup.order is not None and _test_fault("CLAWPOINT_TEST_DIE_IN_TAKEOVER"):
+        os.kill(os.getpid(), signal.SIGKILL)  # the fault matrix's target dying mid-restore
     handled = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
     previous = {s: signal.signal(s, sup._on_signal) for s in handled}
     try:

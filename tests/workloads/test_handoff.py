@@ -227,3 +227,24 @@ def test_source_killed_after_the_handoff_leaves_one_running_copy(cli: Cli) -> No
     assert all(".links-" not in p.name for p in left), left
     for p in left:
         shutil.rmtree(p)
+
+
+def test_target_dying_in_the_takeover_falls_back_to_a_plain_start(cli: Cli) -> None:
+    """The standby dies holding the workload's lock, before it restores (the target dying
+    mid-restore): the source publishes its checkpoint anyway, the start step finds no
+    wrapper and starts one that restores that checkpoint; the move succeeds, one copy."""
+    start_counter(cli, "tgt")
+    plain_env = dict(cli.env)
+    cli.env["CLAWPOINT_TEST_DIE_IN_TAKEOVER"] = "1"  # the standby inherits it from migrate
+    try:
+        done = migrate(cli, "tgt", "node-b")
+    finally:
+        cli.env = plain_env
+    ckpt = step_output(done, "checkpoint")["checkpoint_id"]
+    start = step_output(done, "start")
+    assert "handoff" not in start and start["restored_from"] == ckpt  # the plain path did it
+    w = cli.workload("tgt")
+    assert (w["state"], w["node"]) == ("running", "node-b")
+    assert len(counter_processes(cli, "tgt")) == 1
+    wait_counter(cli, "tgt", counter_step(cli, "tgt") + 10)
+    assert "STATE CHECK FAILED" not in cli.log("tgt")
