@@ -28,6 +28,7 @@ from core.wrapper import handoff
 from core.wrapper.control import ControlClient
 from core.wrapper.launch import launch_standby
 from core.wrapper.spec import RunSpec
+from tests.reliability.test_fault_matrix import payload_pids
 from tests.workloads.conftest import Cli
 
 pytestmark = pytest.mark.criu
@@ -59,21 +60,7 @@ def wait_counter(cli: Cli, name: str, above: int, timeout_s: float = 60) -> int:
 
 
 def counter_processes(cli: Cli, name: str) -> list[int]:
-    marker = f"CLAWPOINT_PROGRESS_FILE={load_settings(cli.home).run_dir / f'{name}.progress.json'}"
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-            stat = (proc / "stat").read_text().rpartition(")")[2].split()
-            if argv[1:3] != [b"-m", b"core.workloads.counter"] or stat[0] == "Z":
-                continue
-            if marker.encode() in (proc / "environ").read_bytes().split(b"\0"):
-                found.append(int(proc.name))
-        except OSError:
-            continue
-    return found
+    return payload_pids(load_settings(cli.home), name)
 
 
 def migrate(cli: Cli, name: str, to: str) -> dict[str, Any]:

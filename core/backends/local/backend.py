@@ -399,18 +399,9 @@ class LocalBackend(LocalPlanning):
                 )
         fencing.fence(self.settings, rec)
         mark = verify.ProgressMark.take(self.settings, name)
-        spec = RunSpec(
-            name=name,
-            node=node,
-            engine=rec.engine,
-            checkpoint_every=rec.checkpoint_every,
-            command=rec.command,
-            cwd=rec.cwd,
-            labels=rec.labels,
-            restore_from=restore_from,
-            # A start step restores (or fails); only a person's explicit --fresh starts over.
-            start_mode="fresh" if fresh else "restore",
-            home=str(self.settings.home),
+        # A start step restores (or fails); only a person's explicit --fresh starts over.
+        spec = self._spec(
+            rec, node, restore_from=restore_from, start_mode="fresh" if fresh else "restore"
         )
         try:
             started = launch_detached(self.settings, spec)
@@ -435,23 +426,22 @@ class LocalBackend(LocalPlanning):
             **({"verified": seen.model_dump(mode="json")} if seen is not None else {}),
         }
 
+    def _spec(self, rec: WorkloadRecord, node: str, **how: Any) -> RunSpec:
+        """The run spec of ``rec`` started on ``node``; ``how``: restore_from, start_mode..."""
+        return RunSpec(
+            name=rec.name, node=node, engine=rec.engine, checkpoint_every=rec.checkpoint_every,
+            command=rec.command, cwd=rec.cwd, labels=rec.labels, home=str(self.settings.home),
+            **how,
+        )  # fmt: skip
+
     def _launch_standby(self, name: str, *, node: str) -> dict[str, Any]:
         """The standby step: a wrapper waiting on ``node`` for the workload (``moves``). A
         standby that cannot start is no failure: the move goes on the plain way."""
         rec = self.registry.require(name)
-        spec = RunSpec(
-            name=name,
-            node=node,
-            engine=rec.engine,
-            checkpoint_every=rec.checkpoint_every,
-            command=rec.command,
-            cwd=rec.cwd,
-            labels=rec.labels,
-            start_mode="restore",
-            standby=handoff.new_token(),
+        spec = self._spec(
+            rec, node, start_mode="restore", standby=handoff.new_token(),
             standby_timeout_s=self.settings.migration.standby_timeout_s,
-            home=str(self.settings.home),
-        )
+        )  # fmt: skip
         try:
             pid, path = launch_standby(self.settings, spec)
         except errors.ClawpointError as exc:
