@@ -7,7 +7,9 @@ inventory and signals and returns pydantic models; nothing here acts or writes s
 ``observe`` is the one place the signal sources are read: the cloud interruption notices
 (AWS, GCP, Azure metadata endpoints, when enabled in ``settings.signals``) and this host's
 GPUs (NVML, when ``signals.nvml.enabled``). The watch loop passes its long-lived poller and
-monitor; the MCP tools call it with none, which polls once. Either way the same clients,
+monitor; the MCP tools call it with none, which polls the clouds once and reuses the
+service's GPU report for up to ``core.signals.nvml.REPORT_TTL_S`` seconds (``ReportCache``:
+an NVML probe per read tool call cost more than the call). Either way the same clients,
 the same node attribution and the same error reporting apply.
 
 Limits: a workload's own progress is read only where its backend offers it
@@ -111,7 +113,9 @@ def _read_gpus(service: Service, source: GpuSource, seen: Observations) -> None:
         nv = source
     elif isinstance(source, NvmlMonitor):
         nv = source.report()
-    else:  # None (the real pynvml) or an injected nvml module
+    elif source is None:  # the real pynvml: one probe serves every caller for a few seconds
+        nv = service.gpu_reports.report(node=cfg.node, event_wait_ms=cfg.nvml.event_wait_ms)
+    else:  # an injected nvml module
         with NvmlMonitor(source, node=cfg.node, event_wait_ms=cfg.nvml.event_wait_ms) as mon:
             nv = mon.report()
     seen.gpu_report = nv
