@@ -781,7 +781,7 @@ def bootstrap(settings: Settings) -> Service:
     registry.sections(settings)  # a bad backend section: InvalidInput before anything is made
     ensure_dirs(settings)
     guard_schema.install()
-    db = Database(settings.state_db)
+    db = Database(settings.state_db, keep_open=True)  # see Database: no log rebuilt per call
     db.migrate()
     backends = registry.build(settings, db)
     guard = Guard.open(
