@@ -78,8 +78,9 @@ class PlanReportOut(BaseModel):
 
 def _spot_market(service: Service, detail: bool) -> SpotMarketOut:
     now = utcnow()
-    market = insights.spot_market(service, now=now)
-    brief = insights.Briefer(service, now)
+    inventory = service.nodes()  # one inventory read for the prices and the brief
+    market = insights.spot_market(service, now=now, nodes=inventory)
+    brief = insights.Briefer(service, now, nodes=inventory)
     nodes: list[dict[str, Any]]
     if detail:
         nodes = records(market.nodes)
@@ -135,8 +136,9 @@ def _cluster_health(service: Service, detail: bool) -> ClusterHealthOut:
 
 
 def _plan_actions(service: Service, detail: bool) -> PlanReportOut:
-    report = insights.propose(service)
-    brief = insights.Briefer(service, report.observed_at)
+    nodes, workloads = service.nodes(), service.workloads()  # one inventory read per call
+    report = insights.propose(service, nodes=nodes, workloads=workloads)
+    brief = insights.Briefer(service, report.observed_at, nodes=nodes, workloads=workloads)
     notices = [brief.notice(n) for n in report.notices]
     if detail:
         return PlanReportOut(

@@ -37,6 +37,7 @@ from pydantic import (
 )
 
 from core import errors
+from core.filecache import FileCache
 from core.runbooks import templates, tools
 
 __all__ = [
@@ -709,8 +710,14 @@ def check_file(path: Path) -> list[Problem]:
 
 
 def load_runbook(path: Path | str) -> Runbook:
-    """The runbook in the YAML file at ``path``; its ``name`` must equal the file's stem."""
-    path = Path(path)
+    """The runbook in the YAML file at ``path``; its ``name`` must equal the file's stem.
+
+    Parsed once per version of the file (``core.filecache``): the server lists and starts
+    runbooks on every call, and parsing and validating the YAML was most of that time."""
+    return _PARSED.get(Path(path))
+
+
+def _parse_runbook(path: Path) -> Runbook:
     rb = validate_runbook(_read_yaml(path), source=str(path))
     if rb.name != path.stem:
         raise errors.InvalidInput(
@@ -720,6 +727,10 @@ def load_runbook(path: Path | str) -> Runbook:
             details={"file": str(path)},
         )
     return rb
+
+
+# Runbooks are frozen models, so one parsed copy can be handed to every caller.
+_PARSED: FileCache[Runbook] = FileCache(_parse_runbook)
 
 
 def load_all(directory: Path | str) -> dict[str, Runbook]:

@@ -59,6 +59,7 @@ from core.service.executor import Executor
 from core.service.journal import Journal
 from core.service.journal import release as release_execution
 from core.service.people import PeopleDesk
+from core.signals.nvml import ReportCache
 from core.signals.queue import QueueDepth, coerce, from_workloads
 from core.signals.sla import Progress
 from core.state.db import Database
@@ -141,6 +142,8 @@ class Service(PeopleDesk, WorldContext):
         self.executor = Executor(self.journal)
         self.audit = AuditLog(db)
         self.guard = guard
+        # This host's GPU report, shared by the read tools (core.service.insights.observe).
+        self.gpu_reports = ReportCache()
 
     # ------------------------------------------------------------------ lookup
     def backend(self, name: str) -> Backend:
@@ -778,7 +781,7 @@ def bootstrap(settings: Settings) -> Service:
     registry.sections(settings)  # a bad backend section: InvalidInput before anything is made
     ensure_dirs(settings)
     guard_schema.install()
-    db = Database(settings.state_db)
+    db = Database(settings.state_db, keep_open=True)  # see Database: no log rebuilt per call
     db.migrate()
     backends = registry.build(settings, db)
     guard = Guard.open(

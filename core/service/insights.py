@@ -7,7 +7,9 @@ inventory and signals and returns pydantic models; nothing here acts or writes s
 ``observe`` is the one place the signal sources are read: the cloud interruption notices
 (AWS, GCP, Azure metadata endpoints, when enabled in ``settings.signals``) and this host's
 GPUs (NVML, when ``signals.nvml.enabled``). The watch loop passes its long-lived poller and
-monitor; the MCP tools call it with none, which polls once. Either way the same clients,
+monitor; the MCP tools call it with none, which polls the clouds once and reuses the
+service's GPU report for up to ``core.signals.nvml.REPORT_TTL_S`` seconds (``ReportCache``:
+an NVML probe per read tool call cost more than the call). Either way the same clients,
 the same node attribution and the same error reporting apply.
 
 Limits: a workload's own progress is read only where its backend offers it
@@ -27,7 +29,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from core import errors
-from core.model import NodeInfo, WorkloadState, utcnow
+from core.model import NodeInfo, WorkloadInfo, WorkloadState, utcnow
 from core.planner.planner import PlannerConfig, PlannerInput, Proposal, plan_actions
 from core.service.facade import Service
 from core.signals.cloud import NoticePoller, ProviderStatus
@@ -111,7 +113,9 @@ def _read_gpus(service: Service, source: GpuSource, seen: Observations) -> None:
         nv = source
     elif isinstance(source, NvmlMonitor):
         nv = source.report()
-    else:  # None (the real pynvml) or an injected nvml module
+    elif source is None:  # the real pynvml: one probe serves every caller for a few seconds
+        nv = service.gpu_reports.report(node=cfg.node, event_wait_ms=cfg.nvml.event_wait_ms)
+    else:  # an injected nvml module
         with NvmlMonitor(source, node=cfg.node, event_wait_ms=cfg.nvml.event_wait_ms) as mon:
             nv = mon.report()
     seen.gpu_report = nv
@@ -203,12 +207,13 @@ def sla_risk(
     return sorted(out, key=lambda r: (order[r.level.value], r.slack_s or 0.0))
 
 
-def _market(service: Service, now: datetime) -> SpotMarket:
-    """Each node's current price: the configured price sources first, else the inventory."""
+def _market(service: Service, now: datetime, nodes: Sequence[NodeInfo] | None = None) -> SpotMarket:
+    """Each node's current price: the configured price sources first, else the inventory
+    (``nodes``: the inventory already read by the caller)."""
     sources = build_price_sources(service.settings.signals.prices)
     rows: list[NodeMarket] = []
     prices: list[SpotPrice] = []
-    for n in service.nodes():
+    for n in nodes if nodes is not None else service.nodes():
         found: SpotPrice | None = None
         for key in (n.id, n.name, n.labels.get("instance-type", "")):
             if key:
@@ -236,13 +241,18 @@ def _market(service: Service, now: datetime) -> SpotMarket:
 
 
 def spot_market(
-    service: Service, *, now: datetime | None = None, seen: Observations | None = None
+    service: Service,
+    *,
+    now: datetime | None = None,
+    seen: Observations | None = None,
+    nodes: Sequence[NodeInfo] | None = None,
 ) -> SpotMarket:
     """Each node's current price and the interruption notices the clouds announce now
-    (``seen``: an ``observe`` reading already in hand; default: read the sources once)."""
+    (``seen``: an ``observe`` reading already in hand, default: read the sources once;
+    ``nodes``: the inventory already in hand, default: read it)."""
     now = now or utcnow()
     seen = seen if seen is not None else observe(service, read_gpus=False)
-    market = _market(service, now)
+    market = _market(service, now, nodes)
     market.notices, market.providers = seen.notices, seen.providers
     market.errors = list(seen.errors)
     return market
@@ -296,10 +306,14 @@ def planner_input(
     notices: Sequence[InterruptionNotice] = (),
     gpus: Sequence[GpuHealth] = (),
     history: Mapping[str, Sequence[Observation]] | None = None,
+    nodes: Sequence[NodeInfo] | None = None,
+    workloads: Sequence[WorkloadInfo] | None = None,
 ) -> tuple[PlannerInput, list[SlaRisk]]:
+    """What the planner needs, read once: ``nodes`` and ``workloads`` may be the inventory
+    the caller already read (a tool that also briefs on them reads it once per call)."""
     now = now or utcnow()
-    nodes = service.nodes()
-    workloads = service.workloads()
+    nodes = list(nodes) if nodes is not None else service.nodes()
+    workloads = list(workloads) if workloads is not None else service.workloads()
     by_id = {n.id: n for n in nodes}
     sla: list[SlaRisk] = []
     remaining: dict[str, float] = {}
@@ -324,7 +338,7 @@ def planner_input(
         if risk is not None:
             sla.append(risk)
     pause, last = _checkpoint_facts(service)
-    market = _market(service, now)
+    market = _market(service, now, nodes)
     data = PlannerInput(
         nodes=nodes,
         workloads=workloads,
@@ -350,6 +364,8 @@ def propose(
     gpus: Sequence[GpuHealth] | None = None,
     history: Mapping[str, Sequence[Observation]] | None = None,
     config: PlannerConfig | None = None,
+    nodes: Sequence[NodeInfo] | None = None,
+    workloads: Sequence[WorkloadInfo] | None = None,
 ) -> PlanReport:
     """Collect signals, plan, and return ranked proposals (nothing is executed).
 
@@ -362,7 +378,8 @@ def propose(
         notices = seen.notices if notices is None else notices
         gpus = seen.gpus if gpus is None else gpus
         errors_seen = seen.errors
-    data, sla = planner_input(service, now=now, notices=notices, gpus=gpus, history=history)
+    data, sla = planner_input(service, now=now, notices=notices, gpus=gpus, history=history,
+                              nodes=nodes, workloads=workloads)  # fmt: skip
     return PlanReport(
         observed_at=now,
         proposals=plan_actions(data, now=now, config=config),
@@ -394,17 +411,25 @@ def notice_kind(notice: InterruptionNotice) -> str:
 
 
 class Briefer:
-    """Turns signals into concise records with full ids, from one inventory read."""
+    """Turns signals into concise records with full ids, from one inventory read (``nodes``
+    and ``workloads``: the one the caller already made, else its own)."""
 
-    def __init__(self, service: Service, now: datetime) -> None:
+    def __init__(
+        self,
+        service: Service,
+        now: datetime,
+        *,
+        nodes: Sequence[NodeInfo] | None = None,
+        workloads: Sequence[WorkloadInfo] | None = None,
+    ) -> None:
         self.now = now
-        nodes = service.nodes()
+        nodes = nodes if nodes is not None else service.nodes()
         self._ids: dict[str, str] = {}
         for n in nodes:
             self._ids.setdefault(n.name, n.id)
             self._ids[n.id] = n.id
         self._on: dict[str, list[str]] = {}
-        for w in service.workloads():
+        for w in workloads if workloads is not None else service.workloads():
             if w.node and w.state in _LIVE:
                 self._on.setdefault(f"{w.backend}:{w.node}", []).append(w.id)
 

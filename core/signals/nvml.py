@@ -16,12 +16,16 @@ Limits and rules:
 - Xid events are only seen from the moment the monitor registered for them; older ones
   are in the kernel log, not here. Seen Xids stay on the GPU's report until
   ``clear_xids()`` (a reset GPU starts clean when the monitor is reopened).
+- ``ReportCache`` lets a long-lived process (the MCP server) reuse one one-shot report for
+  ``REPORT_TTL_S`` seconds instead of opening NVML on every read.
 """
 
 from __future__ import annotations
 
 import ctypes
 import importlib
+import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
@@ -430,3 +434,42 @@ def probe(
     """One-shot report (only Xids that arrive while it runs are seen)."""
     with NvmlMonitor(nvml, node=node, event_wait_ms=event_wait_ms) as monitor:
         return monitor.report()
+
+
+REPORT_TTL_S = 5.0
+"""How long a long-lived process reuses one one-shot report (``ReportCache``)."""
+
+
+class ReportCache:
+    """One-shot reports (``probe``) reused for ``ttl_s`` seconds; safe across threads.
+
+    Each probe initialises NVML, registers for Xid events, waits ``event_wait_ms`` for them
+    and shuts NVML down again: tens of milliseconds with a driver, and a log line without
+    one. A server answering read tools many times a second probes at most once per
+    ``ttl_s``; concurrent callers wait for the one probe in flight and share its report.
+    Limits: a report can be up to ``ttl_s`` old (its ``observed_at`` says when it was
+    read); the watch loop keeps its own long-lived ``NvmlMonitor`` and is not affected."""
+
+    def __init__(
+        self,
+        *,
+        ttl_s: float = REPORT_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+        probe: Callable[..., NvmlReport] = probe,
+    ) -> None:
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._probe = probe
+        self._lock = threading.Lock()
+        self._last: tuple[tuple[str | None, int], float, NvmlReport] | None = None
+
+    def report(self, *, node: str | None = None, event_wait_ms: int = 10) -> NvmlReport:
+        """The real NVML's report for ``node``: the last one while fresh, else a new probe."""
+        key = (node, event_wait_ms)
+        with self._lock:
+            last = self._last
+            if last is not None and last[0] == key and self._clock() - last[1] < self.ttl_s:
+                return last[2]
+            report = self._probe(None, node=node, event_wait_ms=event_wait_ms)
+            self._last = (key, self._clock(), report)
+            return report

@@ -99,11 +99,22 @@ def register_migrations(component: str, scripts: Sequence[str]) -> None:
 
 
 class Database:
-    """A handle on the state file; cheap to create, opens connections per operation."""
+    """A handle on the state file; cheap to create, opens connections per operation.
 
-    def __init__(self, path: Path, *, timeout_s: float = 30.0) -> None:
+    With ``keep_open`` (what long-lived processes such as the MCP server ask for) the
+    handle also holds one idle connection for its own lifetime, opened by ``migrate``.
+    SQLite checkpoints the write-ahead log and deletes it, with its shared-memory index,
+    whenever the last connection to the file closes, and builds both again on the next
+    open: with every operation opening and closing its own connection that was most of a
+    read tool's database time (a write 2.2 ms instead of 0.2 ms, a read twice as slow).
+    The idle connection runs no statement, so it holds no lock and no snapshot; the log is
+    still checkpointed as it grows (SQLite's automatic checkpoint on commit)."""
+
+    def __init__(self, path: Path, *, timeout_s: float = 30.0, keep_open: bool = False) -> None:
         self.path = path
         self.timeout_s = timeout_s
+        self.keep_open = keep_open
+        self._keeper: sqlite3.Connection | None = None
         self._migrated = False
         self._lock = threading.Lock()
 
@@ -201,6 +212,8 @@ class Database:
                 ) from exc
             finally:
                 conn.close()
+            if self.keep_open:
+                self._keeper = self._open()
             self._migrated = True
 
     def schema_versions(self) -> dict[str, int]:
