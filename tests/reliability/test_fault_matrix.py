@@ -20,17 +20,22 @@ pair; ``make bench`` does, and rewrites the table in docs/reliability.md).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from mcp import Client, StdioServerParameters
 
 from core import errors
 from core.config import Settings
@@ -144,6 +149,17 @@ def latest_execution(service: Service, target: str) -> dict[str, Any]:
     return dict(row)
 
 
+def settled(service: Service, target: str, timeout_s: float = 300) -> dict[str, Any]:
+    """The latest execution on ``target`` once nobody drives it any more: the MCP server or
+    the watch loop may have claimed the orphan first and still be finishing it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        row = latest_execution(service, target)
+        if row["status"] != "running" or time.monotonic() > deadline:
+            return row
+        time.sleep(0.1)
+
+
 def bring_back(service: Service, workload: str) -> str:
     """Make a workload that does not run run again, the way a person would; what was done."""
     state = service.get_workload(workload).state
@@ -164,6 +180,88 @@ def cleanup(service: Service, workload: str) -> None:
     node = next(n for n in service.nodes("local") if n.name == "node-a")
     if not node.schedulable:
         service.act(Action.UNDRAIN_NODE, "local:node-a", {}, principal=PERSON, confirmed=True)
+
+
+@dataclass
+class Bystanders:
+    """What ran beside the kills: an MCP server over stdio, asked ``list_workloads`` by a real
+    SDK client every half second, and ``clawpoint watch --every 1s``; both reconcile (the
+    server every second, the watch loop every pass), so either may finish an interrupted
+    execution before the next clawpoint command does."""
+
+    answers: list[list[str]] = field(default_factory=list)  # workload ids per answer
+    failures: list[str] = field(default_factory=list)
+    passes: list[dict[str, Any]] = field(default_factory=list)
+    watch_code: int | None = None
+
+
+def _ask_server(settings: Settings, seen: Bystanders, stop: threading.Event) -> None:
+    params = StdioServerParameters(
+        command=clawpoint()[0], args=[*clawpoint()[1:], "serve"], env=env(settings)
+    )
+
+    async def ask(client: Client) -> None:
+        try:
+            out = await client.call_tool("list_workloads", {})
+        except Exception as exc:  # recorded, then asserted on by the test
+            seen.failures.append(repr(exc))
+            return
+        if out.is_error:
+            seen.failures.append(str(out.content)[:200])
+        else:
+            seen.answers.append([w["id"] for w in out.structured_content["workloads"]])
+
+    async def main() -> None:
+        async with Client(params) as client:
+            while not stop.is_set():
+                await ask(client)
+                await anyio.sleep(0.5)
+            await ask(client)  # still answering after the last kill
+
+    try:
+        anyio.run(main)
+    except Exception as exc:
+        seen.failures.append(f"the MCP session ended: {exc!r}")
+
+
+@contextmanager
+def bystanders(settings: Settings) -> Iterator[None]:
+    """Run the MCP server and the watch loop in the test's home while the body runs; then
+    check they were still there, answered, and never listed a workload twice."""
+    config = settings.home / "config.toml"
+    with config.open("a") as f:
+        f.write("\n[recovery]\nevery_s = 1\n")
+    seen = Bystanders()
+    stop = threading.Event()
+    server = threading.Thread(target=_ask_server, args=(settings, seen, stop), daemon=True)
+    server.start()
+    log = settings.home / "watch.jsonl"
+    with log.open("w") as out:
+        watch = subprocess.Popen([*clawpoint(), "watch", "--every", "1s", "--json"],
+                                 env=env(settings), stdout=out, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        yield
+    finally:
+        stop.set()
+        server.join(timeout=120)
+        alive = watch.poll() is None
+        watch.send_signal(signal.SIGTERM)
+        try:
+            seen.watch_code = watch.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            watch.kill()
+            watch.wait()
+        seen.passes = [json.loads(line) for line in log.read_text().splitlines() if line]
+    assert alive, "the watch loop died during the kills"
+    assert seen.watch_code == 0, f"the watch loop ended with {seen.watch_code} on SIGTERM"
+    assert seen.passes, "the watch loop made no pass"
+    errors_seen = [e for p in seen.passes for e in p.get("errors", [])]
+    assert not errors_seen, errors_seen
+    assert not server.is_alive(), "the MCP client did not finish"
+    assert not seen.failures, seen.failures
+    assert seen.answers, "the MCP server never answered"
+    twice = [ids for ids in seen.answers if len(ids) != len(set(ids))]
+    assert not twice, f"the MCP server listed a workload twice: {twice[0]}"
 
 
 def one_kill(
@@ -192,7 +290,7 @@ def one_kill(
         env=env(settings), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert again.returncode == 0, again.stderr
-    after = latest_execution(service, target)
+    after = settled(service, target)
     assert after["id"] == killed["id"]
     status = after["status"]
     assert status != "running", "the restarted clawpoint left the execution running"
@@ -228,20 +326,24 @@ def test_killed_at_every_step_is_reconciled(
     probe = prepare(service, settings, f"{operation[:6]}-probe", op)
     points = kill_points(service, "local:node-a" if op.on_node else probe, op)
     cleanup(service, probe)
-    failures: list[str] = []
-    for i, point in enumerate(points if FULL else representative(points)):
-        name = f"{operation[:6]}-{i}-{point[1]}"
-        label = f"step {point[0] + 1}"
-        try:
-            label, outcome, checked = one_kill(service, settings, name, op, point)
-        except AssertionError as exc:
-            failures.append(f"{point}: {exc}")
-            record(operation, label, point[1], "FAILED", str(exc).splitlines()[0][:120])
-        else:
-            record(operation, label.replace(name, "W"), point[1], outcome, checked)
-        finally:
-            cleanup(service, f"local:{name}")
+    with bystanders(settings):
+        failures: list[str] = []
+        for i, point in enumerate(points if FULL else representative(points)):
+            name = f"{operation[:6]}-{i}-{point[1]}"
+            label = f"step {point[0] + 1}"
+            try:
+                label, outcome, checked = one_kill(service, settings, name, op, point)
+            except AssertionError as exc:
+                failures.append(f"{point}: {exc}")
+                record(operation, label, point[1], "FAILED", str(exc).splitlines()[0][:120])
+            else:
+                record(operation, label.replace(name, "W"), point[1], outcome, checked)
+            finally:
+                cleanup(service, f"local:{name}")
     assert not failures, "\n".join(failures)
+    record(operation, "", "MCP server + watch loop throughout the kills",
+           "both alive and answering after the last kill; the workload listed once",
+           "no error; watch exit 0 on SIGTERM")  # fmt: skip
 
 
 def test_operations_the_local_backend_does_not_plan(

@@ -187,3 +187,72 @@ def test_wrapper_killed_while_answering_a_dump(
             proc.kill()
             proc.wait()
         cleanup(service, workload)
+
+
+def criu_dumping(root: int) -> bool:
+    """Whether a ``criu dump -t ROOT`` runs now."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 3 and argv[1:4] == [b"dump", b"-t", str(root).encode()]:
+            return True
+    return False
+
+
+def test_source_exiting_during_a_dump(
+    service: Service, settings: Settings, need_criu: None, record: Record
+) -> None:
+    """The payload dies (SIGKILL: a tree CRIU holds frozen cannot exit by itself) while CRIU
+    dumps it for a checkpoint: the checkpoint is aborted (only the previous, verified one is
+    listed), the workload is reported failed, and failover restores it from that one."""
+    name = "srcexit"
+    workload = f"local:{name}"
+    # Enough state that the dump lasts while the test sees it and kills the source.
+    service.run_workload(counter(settings, name, mb=256), detach=True, principal=PERSON)
+    try:
+        wait_step(settings, name, 2)
+        first = service.act(Action.CHECKPOINT, workload, {"stop": False}, principal=PERSON)
+        assert first.status == "executed", first.message
+        before = [c.id for c in service.checkpoints(workload)]
+        assert len(before) == 1, before
+        root = service.get_workload(workload).pid
+        assert root is not None
+        pids = payload_pids(settings, name)
+        assert len(pids) == 1, pids
+        proc = subprocess.Popen(
+            [*clawpoint(), "checkpoint", workload, "--json"], env=env(settings),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            while not criu_dumping(root):
+                assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+                time.sleep(0.01)
+            os.kill(pids[0], signal.SIGKILL)
+            code = proc.wait(timeout=300)
+            out = proc.communicate()[0]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert code != 0, f"a checkpoint of a dead source was reported done: {out}"
+        deadline = time.monotonic() + 60
+        while service.get_workload(workload).state is not WorkloadState.FAILED:
+            assert time.monotonic() < deadline, service.get_workload(workload).state
+            time.sleep(0.05)
+        # Nothing half-written is listed; what is listed verifies.
+        assert [c.id for c in service.checkpoints(workload)] == before
+        store = service.backend("local").store  # type: ignore[attr-defined]
+        store.verify(before[0].partition(":")[2])  # raises CorruptCheckpoint if it does not
+        assert payload_pids(settings, name) == []
+        how = bring_back(service, workload)
+        node = still_once(service, settings, name)
+        record("checkpoint", "", "source killed during the dump",
+               f"exit {code}; no new checkpoint listed; {how} on {node}",
+               "once; progress; state check")  # fmt: skip
+    finally:
+        cleanup(service, workload)
