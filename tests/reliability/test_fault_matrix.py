@@ -195,9 +195,9 @@ class Bystanders:
     watch_code: int | None = None
 
 
-def _ask_server(settings: Settings, seen: Bystanders, stop: threading.Event) -> None:
+def _ask_server(environ: dict[str, str], seen: Bystanders, stop: threading.Event) -> None:
     params = StdioServerParameters(
-        command=clawpoint()[0], args=[*clawpoint()[1:], "serve"], env=env(settings)
+        command=clawpoint()[0], args=[*clawpoint()[1:], "serve"], env=environ
     )
 
     async def ask(client: Client) -> None:
@@ -225,20 +225,22 @@ def _ask_server(settings: Settings, seen: Bystanders, stop: threading.Event) -> 
 
 
 @contextmanager
-def bystanders(settings: Settings) -> Iterator[None]:
-    """Run the MCP server and the watch loop in the test's home while the body runs; then
-    check they were still there, answered, and never listed a workload twice."""
+def bystanders(settings: Settings, environ: dict[str, str] | None = None) -> Iterator[None]:
+    """Run the MCP server and the watch loop in the test's home (``environ``: their
+    environment, default ``env(settings)``) while the body runs; then check they were still
+    there, answered, and never listed a workload twice."""
+    environ = environ or env(settings)
     config = settings.home / "config.toml"
     with config.open("a") as f:
         f.write("\n[recovery]\nevery_s = 1\n")
     seen = Bystanders()
     stop = threading.Event()
-    server = threading.Thread(target=_ask_server, args=(settings, seen, stop), daemon=True)
+    server = threading.Thread(target=_ask_server, args=(environ, seen, stop), daemon=True)
     server.start()
     log = settings.home / "watch.jsonl"
     with log.open("w") as out:
         watch = subprocess.Popen([*clawpoint(), "watch", "--every", "1s", "--json"],
-                                 env=env(settings), stdout=out, stderr=subprocess.DEVNULL)  # fmt: skip
+                                 env=environ, stdout=out, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         yield
     finally:
