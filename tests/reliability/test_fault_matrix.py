@@ -14,6 +14,11 @@ next clawpoint command (which reconciles at start):
   brings it back from a verified checkpoint;
 - it then makes progress, and its own state check (the self-verifying counter) never failed.
 
+An MCP server (stdio, asked by a real SDK client) and ``clawpoint watch --every 1s`` run beside
+the kills of each operation (``bystanders``); both reconcile, so either may finish the
+interrupted execution first; afterwards both must still answer and never have listed a
+workload twice.
+
 CI runs one representative kill per operation (``CLAWPOINT_FAULT_MATRIX=full`` runs every
 pair; ``make bench`` does, and rewrites the table in docs/reliability.md).
 """
