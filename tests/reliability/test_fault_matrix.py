@@ -86,14 +86,19 @@ OPERATIONS: dict[str, Operation] = {
 def payload_pids(settings: Settings, name: str) -> list[int]:
     """Live counter processes of workload ``name`` (found by the progress file in their
     environment, which a CRIU restore keeps), wherever they run."""
-    marker = f"CLAWPOINT_PROGRESS_FILE={settings.run_dir / f'{name}.progress.json'}".encode()
+    progress = settings.run_dir / f"{name}.progress.json"
+    return counter_pids(f"CLAWPOINT_PROGRESS_FILE={progress}".encode())
+
+
+def counter_pids(marker: bytes) -> list[int]:
+    """Live ``core.workloads.counter`` processes whose environment holds ``marker``
+    (``NAME=VALUE``): the payloads themselves, not the namespace starter carrying their argv."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
-            # The payload itself, not the namespace starter that carries its argv.
             if argv[1:3] != [b"-m", b"core.workloads.counter"]:
                 continue
             stat = (proc / "stat").read_text().rpartition(")")[2].split()
@@ -154,7 +159,7 @@ def latest_execution(service: Service, target: str) -> dict[str, Any]:
     return dict(row)
 
 
-def settled(service: Service, target: str, timeout_s: float = 300) -> dict[str, Any]:
+def settled(service: Service, target: str, timeout_s: float = 600) -> dict[str, Any]:
     """The latest execution on ``target`` once nobody drives it any more: the MCP server or
     the watch loop may have claimed the orphan first and still be finishing it."""
     deadline = time.monotonic() + timeout_s

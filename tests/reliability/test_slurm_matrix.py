@@ -44,7 +44,16 @@ from core.config import load_settings
 from core.model import Action, ExecutionStatus, WorkloadState
 from core.service.facade import Service, bootstrap
 from tests.reliability.conftest import Record
-from tests.reliability.test_fault_matrix import FULL, PERSON, audit_of, bystanders, clawpoint
+from tests.reliability.test_fault_matrix import (
+    FULL,
+    PERSON,
+    audit_of,
+    bystanders,
+    clawpoint,
+    counter_pids,
+    latest_execution,
+    settled,
+)
 from tests.slurm.conftest import CLUSTER_DIR, ROOT, restart_cluster, sh
 
 pytestmark = [pytest.mark.slurm, pytest.mark.criu, pytest.mark.timeout(3600 if FULL else 600)]
@@ -140,22 +149,7 @@ class Job:
 
     def payload_pids(self) -> list[int]:
         """Live counter processes of this job (a restore keeps the environment)."""
-        marker = f"SLURM_JOB_ID={self.id}".encode()
-        found = []
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                argv = (proc / "cmdline").read_bytes().split(b"\0")
-                if argv[1:3] != [b"-m", b"core.workloads.counter"]:
-                    continue
-                stat = (proc / "stat").read_text().rpartition(")")[2].split()
-                if stat[0] == "Z" or marker not in (proc / "environ").read_bytes().split(b"\0"):
-                    continue
-            except OSError:
-                continue
-            found.append(int(proc.name))
-        return found
+        return counter_pids(f"SLURM_JOB_ID={self.id}".encode())
 
     def settled_pids(self, expected: int, timeout_s: float = 60) -> list[int]:
         """The job's payload processes once there are ``expected`` of them (a restore takes a
@@ -253,24 +247,6 @@ def bring_back(service: Service, job: Job) -> str:
     return f"{state.value}, then {action.value} restored it"
 
 
-def latest_execution(service: Service) -> dict[str, Any]:
-    with service.db.read() as conn:
-        row = conn.execute("SELECT * FROM executions ORDER BY started_at DESC LIMIT 1").fetchone()
-    assert row is not None, "no execution"
-    return dict(row)
-
-
-def settled(service: Service, timeout_s: float = 600) -> dict[str, Any]:
-    """The latest execution once nobody drives it any more (the MCP server or the watch
-    loop may have claimed the orphan first and still be finishing it)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        row = latest_execution(service)
-        if row["status"] != "running" or time.monotonic() > deadline:
-            return row
-        time.sleep(0.2)
-
-
 def one_kill(
     service: Service, job: Job, op: Operation, index: int, when: str
 ) -> tuple[str, str, str]:
@@ -287,14 +263,14 @@ def one_kill(
     assert proc.returncode == -signal.SIGKILL, (
         f"never reached {when} {step_name}: exit {proc.returncode} {proc.stdout} {proc.stderr}"
     )
-    killed = latest_execution(service)
+    killed = latest_execution(service, target)
     assert killed["status"] == "running"
 
     # The restart: any clawpoint command reconciles first.
     again = subprocess.run([*clawpoint(), "workloads", "--json"], env=cli_env(),
                            capture_output=True, text=True, timeout=600)  # fmt: skip
     assert again.returncode == 0, again.stderr
-    after = settled(service)
+    after = settled(service, target)
     assert after["id"] == killed["id"]
     status = after["status"]
     assert status != "running", "the restarted clawpoint left the execution running"
