@@ -252,6 +252,12 @@ def bystanders(settings: Settings, environ: dict[str, str] | None = None) -> Ite
         watch = subprocess.Popen([*clawpoint(), "watch", "--every", "1s", "--json"],
                                  env=environ, stdout=out, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
+        # Both serving before the first kill: a first answer, a first pass.
+        deadline = time.monotonic() + 120
+        while not (seen.answers and log.read_text()):
+            assert time.monotonic() < deadline, f"not serving: {seen.failures}, {watch.poll()}"
+            assert watch.poll() is None and server.is_alive(), seen.failures
+            time.sleep(0.1)
         yield
     finally:
         stop.set()

@@ -7,11 +7,13 @@ restorable), makes progress and its own state check never failed.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ import pytest
 from core.config import Settings
 from core.model import Action, WorkloadState
 from core.service.facade import Service
+from core.wrapper.spec import RunSpec
 from tests.reliability.conftest import Record
 from tests.reliability.test_fault_matrix import (
     LIVE,
@@ -215,10 +218,17 @@ def test_source_exiting_during_a_dump(
     service.run_workload(counter(settings, name, mb=256), detach=True, principal=PERSON)
     try:
         wait_step(settings, name, 2)
-        first = service.act(Action.CHECKPOINT, workload, {"stop": False}, principal=PERSON)
-        assert first.status == "executed", first.message
-        before = [c.id for c in service.checkpoints(workload)]
-        assert len(before) == 1, before
+        # The checkpoint to fall back on: not one that froze the counter while its progress
+        # file was open for writing after a look that found nothing open (that one cannot be
+        # restored: the xfail test below), which is not what this test is about.
+        for _ in range(10):
+            first = service.act(Action.CHECKPOINT, workload, {"stop": False}, principal=PERSON)
+            assert first.status == "executed", first.message
+            before = by_seq(c.id for c in service.checkpoints(workload))
+            if not uncopied_open_file(settings, before[-1:], b".progress.json.tmp"):
+                break
+        else:
+            pytest.fail("every checkpoint froze the progress file open without copying it")
         root = service.get_workload(workload).pid
         assert root is not None
         pids = payload_pids(settings, name)
@@ -245,14 +255,103 @@ def test_source_exiting_during_a_dump(
             assert time.monotonic() < deadline, service.get_workload(workload).state
             time.sleep(0.05)
         # Nothing half-written is listed; what is listed verifies.
-        assert [c.id for c in service.checkpoints(workload)] == before
+        assert by_seq(c.id for c in service.checkpoints(workload)) == before
         store = service.backend("local").store  # type: ignore[attr-defined]
-        store.verify(before[0].partition(":")[2])  # raises CorruptCheckpoint if it does not
+        store.verify(before[-1].partition(":")[2])  # raises CorruptCheckpoint if it does not
         assert payload_pids(settings, name) == []
         how = bring_back(service, workload)
         node = still_once(service, settings, name)
         record("checkpoint", "", "source killed during the dump",
                f"exit {code}; no new checkpoint listed; {how} on {node}",
                "once; progress; state check")  # fmt: skip
+    finally:
+        cleanup(service, workload)
+
+
+def by_seq(checkpoint_ids: Iterable[str]) -> list[str]:
+    """Checkpoint ids (``BACKEND:NAME@SEQ``), oldest first."""
+    return sorted(checkpoint_ids, key=lambda i: int(i.rpartition("@")[2]))
+
+
+def uncopied_open_file(settings: Settings, checkpoint_ids: list[str], part: bytes) -> bool:
+    """Whether one of these local checkpoints froze a file whose name holds ``part`` open
+    (CRIU's image names it) without copying it into the checkpoint."""
+    for checkpoint_id in checkpoint_ids:
+        name, _, seq = checkpoint_id.removeprefix("local:").rpartition("@")
+        where = settings.checkpoint_dir / name / f"{int(seq):08d}"
+        manifest = json.loads((where / "manifest.json").read_text())
+        copied = [f["path"] for f in manifest["extra"]["file_state"].get("saved", [])]
+        if part in (where / "images" / "files.img").read_bytes() and not any(
+            part.decode() in p for p in copied
+        ):
+            return True
+    return False
+
+
+# A payload that holds a file open for writing half of the time: it writes a temporary file,
+# keeps it open 50 ms, renames it over its state file, then has nothing open for 50 ms.
+HOLDER = """
+import os, sys, time
+tmp, final = os.path.join(sys.argv[1], ".hold.tmp"), os.path.join(sys.argv[1], "hold.json")
+n = 0
+while True:
+    n += 1
+    with open(tmp, "w") as f:
+        f.write(str(n))
+        f.flush()
+        time.sleep(0.05)
+    os.replace(tmp, final)
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core/checkpoint/criu.py decides before the freeze whether the tree has files "
+    "open for writing (and so whether to copy them); a file opened between that look and "
+    "CRIU's freeze is in the image but not in the checkpoint, and once renamed away the "
+    "checkpoint verifies but cannot be restored",
+)
+def test_a_file_opened_just_before_the_freeze_is_kept_with_the_checkpoint(
+    service: Service, settings: Settings, need_criu: None
+) -> None:
+    name = "holder"
+    workload = f"local:{name}"
+    work = settings.home / "holder-files"
+    work.mkdir(parents=True)
+    spec = RunSpec.model_validate({
+        "name": name, "node": "node-a", "engine": "criu",
+        "command": [sys.executable, "-c", HOLDER, str(work)], "home": str(settings.home),
+    })  # fmt: skip
+    service.run_workload(spec, detach=True, principal=PERSON)
+    try:
+        deadline = time.monotonic() + 60
+        while not (work / "hold.json").exists():
+            assert time.monotonic() < deadline, "the payload never wrote its file"
+            time.sleep(0.05)
+        # Leave-running checkpoints until one froze the payload with its temporary file open.
+        caught = None
+        for _ in range(60):
+            done = service.act(Action.CHECKPOINT, workload, {"stop": False}, principal=PERSON)
+            assert done.status == "executed", done.message
+            newest = by_seq(c.id for c in service.checkpoints(workload))[-1]
+            if uncopied_open_file(settings, [newest], b".hold.tmp"):
+                caught = newest
+                break
+        if caught is None:
+            pytest.skip(
+                "no checkpoint froze the payload with its file open after a look "
+                "that found none open"
+            )
+        pid = service.get_workload(workload).pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while service.get_workload(workload).state is not WorkloadState.FAILED:
+            assert time.monotonic() < deadline, "the wrapper did not record the death"
+            time.sleep(0.05)
+        (work / ".hold.tmp").unlink(missing_ok=True)  # renamed away since, as it would be
+        done = service.act(Action.FAILOVER, workload, {}, principal=PERSON, confirmed=True)
+        assert done.status == "executed", done.message
     finally:
         cleanup(service, workload)
