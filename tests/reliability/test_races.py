@@ -7,13 +7,12 @@ restorable), makes progress and its own state check never failed.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,11 +27,13 @@ from tests.reliability.test_fault_matrix import (
     OPERATIONS,
     PERSON,
     bring_back,
+    by_seq,
     clawpoint,
     cleanup,
     env,
     payload_pids,
     prepare,
+    uncopied_open_file,
 )
 from tests.service.conftest import counter, log_text, step, wait_step
 
@@ -266,26 +267,6 @@ def test_source_exiting_during_a_dump(
                "once; progress; state check")  # fmt: skip
     finally:
         cleanup(service, workload)
-
-
-def by_seq(checkpoint_ids: Iterable[str]) -> list[str]:
-    """Checkpoint ids (``BACKEND:NAME@SEQ``), oldest first."""
-    return sorted(checkpoint_ids, key=lambda i: int(i.rpartition("@")[2]))
-
-
-def uncopied_open_file(settings: Settings, checkpoint_ids: list[str], part: bytes) -> bool:
-    """Whether one of these local checkpoints froze a file whose name holds ``part`` open
-    (CRIU's image names it) without copying it into the checkpoint."""
-    for checkpoint_id in checkpoint_ids:
-        name, _, seq = checkpoint_id.removeprefix("local:").rpartition("@")
-        where = settings.checkpoint_dir / name / f"{int(seq):08d}"
-        manifest = json.loads((where / "manifest.json").read_text())
-        copied = [f["path"] for f in manifest["extra"]["file_state"].get("saved", [])]
-        if part in (where / "images" / "files.img").read_bytes() and not any(
-            part.decode() in p for p in copied
-        ):
-            return True
-    return False
 
 
 # A payload that holds a file open for writing half of the time: it writes a temporary file,
