@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 from datetime import datetime
 from typing import Any
 
@@ -66,23 +67,35 @@ class AuditLog:
     def append(
         self, kind: str, *, principal: str, subject: str, data: dict[str, Any]
     ) -> AuditEntry:
+        with self.db.write() as conn:
+            return self.append_in(conn, kind, principal=principal, subject=subject, data=data)
+
+    def append_in(
+        self,
+        conn: sqlite3.Connection,
+        kind: str,
+        *,
+        principal: str,
+        subject: str,
+        data: dict[str, Any],
+    ) -> AuditEntry:
+        """``append`` inside the caller's write transaction (committed with what it records)."""
         ts = utcnow().isoformat()
         payload = dumps(data)
-        with self.db.write() as conn:
-            last = conn.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
-            seq = (last["seq"] + 1) if last else 1
-            prev = last["hash"] if last else GENESIS
-            digest = _entry_hash(seq, ts, kind, principal, subject, payload, prev)
-            conn.execute(
-                "INSERT INTO audit(seq, ts, kind, principal, subject, data, prev_hash, hash) "
-                "VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
-                (seq, ts, kind, principal, subject, payload, prev, digest),
-            )
-            conn.execute(
-                "INSERT INTO audit_head(id, seq, hash) VALUES(1, ?, ?) "
-                "ON CONFLICT(id) DO UPDATE SET seq=excluded.seq, hash=excluded.hash",
-                (seq, digest),
-            )
+        last = conn.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
+        seq = (last["seq"] + 1) if last else 1
+        prev = last["hash"] if last else GENESIS
+        digest = _entry_hash(seq, ts, kind, principal, subject, payload, prev)
+        conn.execute(
+            "INSERT INTO audit(seq, ts, kind, principal, subject, data, prev_hash, hash) "
+            "VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
+            (seq, ts, kind, principal, subject, payload, prev, digest),
+        )
+        conn.execute(
+            "INSERT INTO audit_head(id, seq, hash) VALUES(1, ?, ?) "
+            "ON CONFLICT(id) DO UPDATE SET seq=excluded.seq, hash=excluded.hash",
+            (seq, digest),
+        )
         return AuditEntry(
             seq=seq,
             ts=datetime.fromisoformat(ts),

@@ -22,7 +22,7 @@ import structlog
 from core import errors
 from core.backends.base import Backend, ProgressFn, no_progress
 from core.model import Execution, ExecutionStatus, Plan, PlanStep, utcnow
-from core.service.journal import Journal
+from core.service.journal import Journal, OnFinish
 
 log = structlog.get_logger("clawpoint.executor")
 
@@ -88,12 +88,23 @@ class Executor:
         self.journal = journal
 
     def run(
-        self, plan: Plan, backend: Backend, *, principal: str, progress: ProgressFn = no_progress
+        self,
+        plan: Plan,
+        backend: Backend,
+        *,
+        principal: str,
+        progress: ProgressFn = no_progress,
+        then: OnFinish | None = None,
     ) -> Execution:
+        """Run the plan; ``then`` runs in the transaction that finishes it (``Journal.finish``)."""
         execution = self.journal.start(plan, principal)
-        return self._continue(plan, backend, execution, outputs={}, first=0, progress=progress)
+        return self._continue(
+            plan, backend, execution, outputs={}, first=0, progress=progress, then=then
+        )
 
-    def resume(self, execution: Execution, plan: Plan, backend: Backend) -> Execution:
+    def resume(
+        self, execution: Execution, plan: Plan, backend: Backend, *, then: OnFinish | None = None
+    ) -> Execution:
         """Finish an execution whose process died; steps already done are not run again."""
         outputs: dict[str, dict[str, Any]] = {}
         first = 0
@@ -114,7 +125,7 @@ class Executor:
             break
         log.info("resuming execution", execution=execution.id, from_step=first)
         return self._continue(
-            plan, backend, execution, outputs=outputs, first=first, progress=no_progress
+            plan, backend, execution, outputs=outputs, first=first, progress=no_progress, then=then
         )
 
     def _continue(
@@ -126,6 +137,7 @@ class Executor:
         outputs: dict[str, dict[str, Any]],
         first: int,
         progress: ProgressFn,
+        then: OnFinish | None,
     ) -> Execution:
         total = len(plan.steps)
         for idx in range(first, total):
@@ -144,7 +156,7 @@ class Executor:
             try:
                 args = resolve_args(step.args, outputs)
             except errors.ClawpointError as exc:
-                return self._fail(plan, backend, execution, idx, exc, outputs)
+                return self._fail(plan, backend, execution, idx, exc, outputs, then)
             _test_kill_at(plan, step, "before")
             try:
                 output = backend.run_step(step.op, args, step_progress)
@@ -152,14 +164,16 @@ class Executor:
                 error = _as_error(step, exc)
                 found = _reconcile(backend, step, args, started, error)
                 if found is None:
-                    return self._fail(plan, backend, execution, idx, error, outputs)
+                    return self._fail(plan, backend, execution, idx, error, outputs, then)
                 output = found
             outputs[step.name] = output
             self.journal.step_finished(execution.id, idx, status="done", output=output)
             _test_kill_at(plan, step, "after")
         progress(float(total), float(total), "done")
         result = {name: out for name, out in outputs.items()}
-        self.journal.finish(execution.id, status=ExecutionStatus.SUCCEEDED, result=result)
+        self.journal.finish(
+            execution.id, status=ExecutionStatus.SUCCEEDED, result=result, then=then
+        )
         return self.journal.get(execution.id)
 
     def _fail(
@@ -170,6 +184,7 @@ class Executor:
         idx: int,
         exc: errors.ClawpointError,
         outputs: dict[str, dict[str, Any]],
+        then: OnFinish | None,
     ) -> Execution:
         self.journal.step_finished(execution.id, idx, status="failed", output={}, error=str(exc))
         status = ExecutionStatus.FAILED
@@ -186,6 +201,7 @@ class Executor:
             status=status,
             result={"outputs": outputs, "compensation": compensation, "error": exc.to_dict()},
             error=str(exc),
+            then=then,
         )
         return self.journal.get(execution.id)
 

@@ -12,6 +12,7 @@ Inventory calls fan out to the configured backends. Nothing here knows about MCP
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -609,18 +610,25 @@ class Service(PeopleDesk, WorldContext):
         if not checked:
             self.check_preconditions(plan, principal=principal)
         backend = self.backend(plan.backend)
-        execution = self.executor.run(plan, backend, principal=str(principal), progress=progress)
-        self.audit.append(
-            "execution",
-            principal=str(principal),
-            subject=plan.target,
-            data={
-                "hash": plan.hash,
-                "execution": execution.id,
-                "status": execution.status.value,
-                "steps": [s.model_dump(mode="json") for s in execution.steps],
-                "error": execution.error,
-            },
+
+        def audited(conn: sqlite3.Connection, execution: Execution) -> None:
+            self.audit.append_in(
+                conn,
+                "execution",
+                principal=str(principal),
+                subject=plan.target,
+                data={
+                    "hash": plan.hash,
+                    "execution": execution.id,
+                    "status": execution.status.value,
+                    "steps": [s.model_dump(mode="json") for s in execution.steps],
+                    "error": execution.error,
+                },
+            )
+
+        # Audited in the transaction that finishes the execution: both or neither.
+        execution = self.executor.run(
+            plan, backend, principal=str(principal), progress=progress, then=audited
         )
         if execution.status is ExecutionStatus.SUCCEEDED:
             return ActionResult(
@@ -759,13 +767,17 @@ class Service(PeopleDesk, WorldContext):
                     execution=execution.id,
                     action=plan.action.value,
                 )
-                finished = self.executor.resume(execution, plan, backend)
-                self.audit.append(
-                    "recovery",
-                    principal="system:recovery",
-                    subject=plan.target,
-                    data={"execution": finished.id, "status": finished.status.value},
-                )
+
+                def audited(
+                    conn: sqlite3.Connection, done: Execution, target: str = plan.target
+                ) -> None:
+                    self.audit.append_in(conn, "recovery", principal="system:recovery",
+                                         subject=target,
+                                         data={"execution": done.id, "status": done.status.value})  # fmt: skip
+
+                # Audited in the transaction that finishes it: a recovery that dies right
+                # after leaves no finished execution without its entry (none would add it).
+                finished = self.executor.resume(execution, plan, backend, then=audited)
             except Exception:  # a periodic caller must survive; the next pass retries
                 log.exception("recovery failed; will retry", execution=execution.id)
                 release_execution(execution.id)

@@ -19,7 +19,7 @@ import os
 import sqlite3
 import threading
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,9 @@ from typing import Any
 from core import errors
 from core.model import Execution, ExecutionStatus, Plan, StepRecord, utcnow
 from core.state.db import Database, dumps, loads
+
+# Runs inside the transaction that finishes an execution, given the finished execution.
+OnFinish = Callable[[sqlite3.Connection, Execution], object]
 
 # Executions this process is driving right now (ids). Process-wide: several Service objects
 # in one process share the same pid, so they must share this set too.
@@ -193,24 +196,33 @@ class Journal:
         status: ExecutionStatus,
         result: dict[str, Any],
         error: str | None = None,
+        then: OnFinish | None = None,
     ) -> None:
+        """Mark the execution finished. ``then`` runs in the same transaction with the
+        finished execution (the caller's audit entry): a process that dies right after
+        leaves both written or neither, never a finished execution nobody audited."""
         with self.db.write() as conn:
             conn.execute(
                 "UPDATE executions SET status=?, finished_at=?, result=?, error=? WHERE id=?",
                 (status.value, utcnow().isoformat(), dumps(result), error, execution_id),
             )
+            if then is not None:
+                then(conn, self._get(conn, execution_id))
         release(execution_id)
 
     def get(self, execution_id: str) -> Execution:
         with self.db.read() as conn:
-            row = conn.execute("SELECT * FROM executions WHERE id=?", (execution_id,)).fetchone()
-            if row is None:
-                raise errors.NotFound(
-                    f"no execution {execution_id}", hint="list executions with 'clawpoint audit'"
-                )
-            steps = conn.execute(
-                "SELECT * FROM execution_steps WHERE execution_id=? ORDER BY idx", (execution_id,)
-            ).fetchall()
+            return self._get(conn, execution_id)
+
+    def _get(self, conn: sqlite3.Connection, execution_id: str) -> Execution:
+        row = conn.execute("SELECT * FROM executions WHERE id=?", (execution_id,)).fetchone()
+        if row is None:
+            raise errors.NotFound(
+                f"no execution {execution_id}", hint="list executions with 'clawpoint audit'"
+            )
+        steps = conn.execute(
+            "SELECT * FROM execution_steps WHERE execution_id=? ORDER BY idx", (execution_id,)
+        ).fetchall()
         return Execution(
             id=row["id"],
             plan_hash=row["plan_hash"],

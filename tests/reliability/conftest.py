@@ -1,16 +1,20 @@
 """Fault-matrix harness: every result a matrix test records becomes a row of the table in
 docs/reliability.md.
 
-Each test calls ``record(operation, step, when, outcome, detail)``. At the end of the session
-the rows are written as JSON lines to ``$CLAWPOINT_MATRIX_RESULTS`` when set, and the table
-between the markers of docs/reliability.md is regenerated when
-``CLAWPOINT_WRITE_RELIABILITY=1`` (``make bench`` sets both; CI leaves the docs alone).
+Each test calls ``record(operation, step, when, outcome, detail, backend="local")``. At the
+end of the session the rows are written as JSON lines to ``$CLAWPOINT_MATRIX_RESULTS`` when
+set, and merged into the table between the markers of docs/reliability.md when
+``CLAWPOINT_WRITE_RELIABILITY=1`` (``make bench`` sets both; CI leaves the docs alone): a row
+replaces the one of the same (backend, operation, kill point), the rows of what did not run
+stay, so running a subset (``-k``) updates only its rows.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +22,7 @@ from typing import Any
 import pytest
 
 from tests.service.conftest import need_criu, service, settings  # noqa: F401
+from tests.slurm.conftest import slurm_cluster, slurm_env  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "reliability.md"
@@ -31,28 +36,74 @@ Record = Callable[..., None]
 
 @pytest.fixture
 def record() -> Record:
-    def add(operation: str, step: str, when: str, outcome: str, detail: str = "") -> None:
-        ROWS.append({"operation": operation, "step": step, "when": when,
+    def add(
+        operation: str, step: str, when: str, outcome: str, detail: str = "", backend: str = "local"
+    ) -> None:
+        ROWS.append({"backend": backend, "operation": operation, "step": step, "when": when,
                      "outcome": outcome, "detail": detail})  # fmt: skip
 
     return add
 
 
+COLUMNS = ("backend", "operation", "kill point", "after restart", "checked")
+POINT_RE = re.compile(r"^(?P<when>[^`]*?) `(?P<step>[^`]*)`$")
+
+
+def _key(row: dict[str, Any]) -> tuple[str, str, str, str]:
+    return (row["backend"], row["operation"], row["step"], row["when"])
+
+
+def parse_table(text: str) -> list[dict[str, Any]]:
+    """The rows of a table ``table`` wrote (one without the backend column is local's)."""
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if (
+            not line.startswith("|")
+            or cells[0] in ("operation", "backend")
+            or set(cells[0]) <= {"-", "|"}
+        ):
+            continue
+        if len(cells) == len(COLUMNS) - 1:
+            cells.insert(0, "local")
+        if len(cells) != len(COLUMNS):
+            continue
+        backend, operation, point, outcome, detail = cells
+        found = POINT_RE.match(point)
+        step, when = (found["step"], found["when"]) if found else ("", point)
+        rows.append({"backend": backend, "operation": operation, "step": step, "when": when,
+                     "outcome": outcome, "detail": detail})  # fmt: skip
+    return rows
+
+
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = [
-        "| operation | kill point | after restart | checked |",
-        "|---|---|---|---|",
-    ]
-    for r in sorted(rows, key=lambda r: (r["operation"], r["step"], r["when"])):
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in sorted(rows, key=_key):
         point = f"{r['when']} `{r['step']}`" if r["step"] else r["when"]
-        lines.append(f"| {r['operation']} | {point} | {r['outcome']} | {r['detail']} |")
+        cells = [r["backend"], r["operation"], point, r["outcome"], r["detail"]]
+        lines.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
     return "\n".join(lines)
 
 
+def merged(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The table's rows after a run: a row this run produced replaces the one with the same
+    (backend, operation, kill point); rows of what did not run this time stay."""
+    rows = {_key(r): r for r in old}
+    rows.update({_key(r): r for r in new})
+    return list(rows.values())
+
+
 def write_doc(rows: list[dict[str, Any]]) -> None:
-    text = DOC.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    DOC.write_text(text[:start] + "\n" + table(rows) + "\n" + text[end:])
+    """Merge ``rows`` into the table of docs/reliability.md, holding a lock on the file: with
+    pytest-xdist every worker ends its own session and writes its own rows."""
+    with DOC.open("r+") as doc:
+        fcntl.flock(doc, fcntl.LOCK_EX)
+        text = doc.read()
+        start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+        rows = merged(parse_table(text[start:end]), rows)
+        doc.seek(0)
+        doc.write(text[:start] + "\n" + table(rows) + "\n" + text[end:])
+        doc.truncate()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

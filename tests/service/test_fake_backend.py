@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -141,3 +141,59 @@ def test_an_approved_plan_that_cannot_start_yet_keeps_its_approval(service: Serv
     done = service.execute_approved(approval, principal=AGENT)
     assert done.status == "executed", done.message
     assert service.get_workload("fake:w1").node == "f2"
+
+
+class _Died(BaseException):
+    """The process ending right there (not an Exception: nothing in the service catches it)."""
+
+
+def _dies_after_the_journal_finish(service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    finish = service.journal.finish
+
+    def finish_then_die(*args: Any, **kwargs: Any) -> None:
+        finish(*args, **kwargs)
+        raise _Died
+
+    monkeypatch.setattr(service.journal, "finish", finish_then_die)
+
+
+def _audited(service: Service, execution_id: str) -> list[tuple[str, str]]:
+    return [(e.kind, str(e.data.get("status"))) for e in service.audit.entries()
+            if e.data.get("execution") == execution_id]  # fmt: skip
+
+
+def test_a_recovery_is_audited_with_the_journal_finish(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recovering process dies the moment the journal says the execution is finished:
+    the audit already has its recovery entry (one transaction), so journal and audit agree;
+    nothing would ever add it later (a finished execution is no orphan)."""
+    plan = service.plan(Action.MIGRATE, "fake:w1", {"to": "f2"})
+    execution = service.journal.start(plan, str(PERSON))
+    release(execution.id)
+    with service.db.write() as conn:
+        conn.execute("UPDATE executions SET owner_pid=?, owner_start=NULL WHERE id=?",
+                     (2**22 + 7, execution.id))  # fmt: skip
+    _dies_after_the_journal_finish(service, monkeypatch)
+    with pytest.raises(_Died):
+        service.recover()
+    status = service.journal.get(execution.id).status
+    assert status is ExecutionStatus.SUCCEEDED
+    assert _audited(service, execution.id) == [("recovery", "succeeded")]
+    assert service.audit.verify().ok
+
+
+def test_an_execution_is_audited_with_the_journal_finish(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for a plan run directly: clawpoint killed right after the journal's finish
+    leaves its execution entry in the audit."""
+    plan = service.plan(Action.MIGRATE, "fake:w1", {"to": "f2"})
+    _dies_after_the_journal_finish(service, monkeypatch)
+    with pytest.raises(_Died):
+        service.perform(plan, principal=PERSON, confirmed=True)
+    with service.db.read() as conn:
+        (execution_id,) = conn.execute("SELECT id FROM executions").fetchone()
+    assert service.journal.get(execution_id).status is ExecutionStatus.SUCCEEDED
+    assert _audited(service, execution_id) == [("execution", "succeeded")]
+    assert service.audit.verify().ok
