@@ -168,12 +168,18 @@ def _migrate(cli: Cli, name: str) -> tuple[dict[str, Any], int]:
     return result, before
 
 
+def _step(result: dict[str, Any], name: str) -> dict[str, Any]:
+    out = next(s["output"] for s in result["execution"]["steps"] if s["name"] == name)
+    assert isinstance(out, dict)
+    return out
+
+
 def test_a_lost_checkpoint_answer_does_not_strand_a_migration(cli: Cli) -> None:
     """The wrapper drops its answer to the stop-checkpoint (test hook): the checkpoint is
     published and the wrapper stopped, so the move goes on, reported as reconciled."""
     cli.start_counter("lost", CLAWPOINT_TEST_DROP_REPLY="1")
     result, before = _migrate(cli, "lost")
-    checkpoint = result["execution"]["steps"][0]["output"]
+    checkpoint = _step(result, "checkpoint")
     assert checkpoint["reconciled"] is True
     assert checkpoint["checkpoint_id"] == cli.checkpoints("lost")[0].id
     stopped_at = cli.checkpoints("lost")[0].extra["progress"]["step"]
@@ -187,7 +193,7 @@ def test_a_late_checkpoint_answer_still_arrives(cli: Cli) -> None:
     before it exits, so the migration gets it and needs no reconciliation."""
     cli.start_counter("late", CLAWPOINT_TEST_REPLY_DELAY_S="2")
     result, before = _migrate(cli, "late")
-    checkpoint = result["execution"]["steps"][0]["output"]
+    checkpoint = _step(result, "checkpoint")
     assert "reconciled" not in checkpoint
     assert "test_hook_delaying_reply" in cli.log("late")  # the delay really happened
     assert cli.wait_step("late", before) > before

@@ -334,6 +334,10 @@ class LocalBackend(LocalPlanning):
         newer = [c for c in self.store.list(name) if c.created_at >= started_at]
         if rec is None or not newer:
             return None
+        if args["stop"] and args.get("handoff"):
+            handed = self._handed_over_since(rec, newer)
+            if handed is not None:
+                return handed
         if args["stop"]:
             try:
                 self._wait_wrapper_exit(rec)  # it exits right after recording STOPPED
@@ -350,6 +354,26 @@ class LocalBackend(LocalPlanning):
             "size_bytes": c.size_bytes,
             "timings": c.timings,
             "node": c.node,
+            "recovered": True,
+        }
+
+    def _handed_over_since(
+        self, rec: WorkloadRecord, newer: list[CheckpointInfo]
+    ) -> dict[str, Any] | None:
+        """The output of a handoff's checkpoint step whose answer was lost: a checkpoint
+        published since the step began is the one the wrapper now running the workload
+        (the standby) was started from."""
+        rec = self._settle(rec, timeout_s=15.0)
+        known, got = self._restored_from(rec)
+        c = next((c for c in newer if known and c.id == got), None)
+        if c is None or rec.state not in _LIVE or not _wrapper_alive(self.settings, rec):
+            return None
+        return {
+            "checkpoint_id": c.id,
+            "size_bytes": c.size_bytes,
+            "timings": c.timings,
+            "node": c.node,
+            "handoff": "sent",
             "recovered": True,
         }
 
