@@ -449,6 +449,31 @@ def restore(
         raise
 
 
+def written_files(images_dir: Path) -> list[str]:
+    """Regular files the image records open for writing (``files.img``: each entry a
+    length-prefixed FileEntry whose field 3 is a RegFileEntry: 2 flags, 6 name, 10 mode)."""
+    try:
+        data = (images_dir / "files.img").read_bytes()
+    except OSError:
+        return []
+    found: list[str] = []
+    pos = 8  # two magic numbers
+    while pos + 4 <= len(data):
+        size = int.from_bytes(data[pos : pos + 4], "little")
+        entry = stats.fields(data[pos + 4 : pos + 4 + size])
+        pos += 4 + size
+        reg = entry.get(3)
+        if entry.get(1) != 1 or not isinstance(reg, bytes):  # type 1: a regular file
+            continue
+        f = stats.fields(reg)
+        flags, mode, name = f.get(2, 0), f.get(10, 0), f.get(6)
+        writes = isinstance(flags, int) and flags & 3 in (os.O_WRONLY, os.O_RDWR)
+        regular = isinstance(mode, int) and mode & 0o170000 == 0o100000
+        if writes and regular and isinstance(name, bytes):
+            found.append(name.decode(errors="replace"))
+    return found
+
+
 def _children() -> set[int]:
     """Pids whose parent is this process (from /proc; empty if unreadable)."""
     me = os.getpid()
@@ -511,6 +536,26 @@ class CriuEngine:
         options = current_options()
         # Cheap look before the freeze: only a tree with files to copy pays for a stopped dump.
         frozen = req.stop or bool(files.writable_files(req.pid, exclude=req.exclude))
+        dumped = self._dump(req, options, frozen=frozen)
+        if not frozen:
+            # A file opened for writing between that look and CRIU's freeze is named in the
+            # image but was not copied: once it changes (or is renamed away) no restore of
+            # this checkpoint works. Then the checkpoint is taken again, stopped, with it.
+            late = [
+                p for p in written_files(req.pending.images_dir) if files.covered(p, req.exclude)
+            ]
+            if late:
+                log.warning("criu.file_opened_during_dump", files=late[:5], retry="stopped dump")
+                for f in req.pending.images_dir.iterdir():
+                    f.unlink()
+                req.pending.precomputed.clear()
+                dumped = self._dump(req, options, frozen=True)
+                dumped.timings["redone_for_files"] = 1.0
+        return dumped
+
+    def _dump(
+        self, req: engine.DumpRequest, options: CriuOptions, *, frozen: bool
+    ) -> engine.Dumped:
         try:
             timings = dump(
                 req.pid,

@@ -101,7 +101,8 @@ def _fd_flags(pid: int, fd: str) -> int | None:
     return None
 
 
-def _covered_path(path: str, excluded: tuple[str, ...]) -> bool:
+def covered(path: str, excluded: tuple[str, ...]) -> bool:
+    """Is ``path`` a file a checkpoint carries (not a device, /proc, deleted or excluded)?"""
     if not path.startswith("/") or path.endswith(DELETED):
         return False
     if path.startswith(_SKIP_DIRS) and not path.startswith(_ALLOWED_DEV):
@@ -169,7 +170,7 @@ def writable_files(root: int, *, exclude: tuple[str, ...] = ()) -> list[OpenFile
             flags = _fd_flags(pid, fd)
             if flags is None or flags & _O_ACCMODE == os.O_RDONLY:
                 continue
-            if not _covered_path(path, exclude):
+            if not covered(path, exclude):
                 continue
             e = _entry(path, source, append=bool(flags & _O_APPEND), shared_map=False)
             if e is not None:
@@ -178,7 +179,7 @@ def writable_files(root: int, *, exclude: tuple[str, ...] = ()) -> list[OpenFile
                 if old is None or (old.append and not e.append):
                     found[(e.dev, e.ino)] = e
         for path, source in shared_mappings(pid):
-            if not _covered_path(path, exclude):
+            if not covered(path, exclude):
                 continue
             e = _entry(path, source, append=False, shared_map=True)
             if e is None:

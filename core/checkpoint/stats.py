@@ -51,7 +51,7 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fields(buf: bytes) -> dict[int, int | bytes]:
+def fields(buf: bytes) -> dict[int, int | bytes]:
     """Top-level fields of a protobuf message (varints and length-delimited only)."""
     out: dict[int, int | bytes] = {}
     pos = 0
@@ -77,7 +77,7 @@ def _named(raw: int | bytes | None, names: dict[int, str]) -> dict[str, float]:
     if not isinstance(raw, bytes):
         return {}
     out: dict[str, float] = {}
-    for number, value in _fields(raw).items():
+    for number, value in fields(raw).items():
         name = names.get(number)
         if name is None or not isinstance(value, int):
             continue
@@ -94,7 +94,7 @@ def decode(data: bytes) -> dict[str, float]:
         if len(data) < 12:
             return {}
         (size,) = struct.unpack_from("<I", data, 8)
-        entry = _fields(data[12 : 12 + size])
+        entry = fields(data[12 : 12 + size])
         return {**_named(entry.get(1), _DUMP_FIELDS), **_named(entry.get(2), _RESTORE_FIELDS)}
     except (ValueError, struct.error) as exc:
         log.warning("criu.stats_undecodable", error=str(exc))

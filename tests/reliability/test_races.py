@@ -219,9 +219,8 @@ def test_source_exiting_during_a_dump(
     service.run_workload(counter(settings, name, mb=256), detach=True, principal=PERSON)
     try:
         wait_step(settings, name, 2)
-        # The checkpoint to fall back on: not one that froze the counter while its progress
-        # file was open for writing after a look that found nothing open (that one cannot be
-        # restored: the xfail test below), which is not what this test is about.
+        # The checkpoint to fall back on: one whose image names no file it did not keep
+        # (the engine now retakes such a checkpoint: the test below); kept as a guard.
         for _ in range(10):
             first = service.act(Action.CHECKPOINT, workload, {"stop": False}, principal=PERSON)
             assert first.status == "executed", first.message
@@ -286,13 +285,6 @@ while True:
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core/checkpoint/criu.py decides before the freeze whether the tree has files "
-    "open for writing (and so whether to copy them); a file opened between that look and "
-    "CRIU's freeze is in the image but not in the checkpoint, and once renamed away the "
-    "checkpoint verifies but cannot be restored",
-)
 def test_a_file_opened_just_before_the_freeze_is_kept_with_the_checkpoint(
     service: Service, settings: Settings, need_criu: None
 ) -> None:
@@ -310,20 +302,20 @@ def test_a_file_opened_just_before_the_freeze_is_kept_with_the_checkpoint(
         while not (work / "hold.json").exists():
             assert time.monotonic() < deadline, "the payload never wrote its file"
             time.sleep(0.05)
-        # Leave-running checkpoints until one froze the payload with its temporary file open.
+        # Leave-running checkpoints until one froze the payload with its temporary file open
+        # (the image names it): it must have been kept with the checkpoint (the engine takes
+        # such a checkpoint again, stopped, when its look before the freeze missed the file).
         caught = None
         for _ in range(60):
             done = service.act(Action.CHECKPOINT, workload, {"stop": False}, principal=PERSON)
             assert done.status == "executed", done.message
             newest = by_seq(c.id for c in service.checkpoints(workload))[-1]
-            if uncopied_open_file(settings, [newest], b".hold.tmp"):
+            if b".hold.tmp" in image_files(settings, newest):
                 caught = newest
                 break
         if caught is None:
-            pytest.skip(
-                "no checkpoint froze the payload with its file open after a look "
-                "that found none open"
-            )
+            pytest.skip("no checkpoint froze the payload with its file open")
+        assert not uncopied_open_file(settings, [caught], b".hold.tmp"), caught
         pid = service.get_workload(workload).pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
@@ -334,5 +326,16 @@ def test_a_file_opened_just_before_the_freeze_is_kept_with_the_checkpoint(
         (work / ".hold.tmp").unlink(missing_ok=True)  # renamed away since, as it would be
         done = service.act(Action.FAILOVER, workload, {}, principal=PERSON, confirmed=True)
         assert done.status == "executed", done.message
+        assert done.execution is not None
+        restored = [s.output.get("restored_from") for s in done.execution.steps if s.output]
+        assert caught.removeprefix("local:") in restored, restored
     finally:
         cleanup(service, workload)
+
+
+def image_files(settings: Settings, checkpoint_id: str) -> bytes:
+    """The raw ``files.img`` of a local checkpoint (the files CRIU's image names)."""
+    name, _, seq = checkpoint_id.removeprefix("local:").rpartition("@")
+    return (
+        settings.checkpoint_dir / name / f"{int(seq):08d}" / "images" / "files.img"
+    ).read_bytes()
