@@ -207,7 +207,9 @@ def test_outputs_give_full_ids(subject: Subject) -> None:
     prefix = f"{subject.name}:"
     workloads = subject.backend.workloads()
     checkpoints = subject.backend.checkpoints(None)
-    if subject.name in ("local", "slurm"):  # their preempted workload was checkpointed
+    # The local subject's preempted workload was checkpointed. The Slurm subject's jobs are
+    # not wrapped: its store holds what other tests left (maybe nothing, in another order).
+    if subject.name == "local":
         assert checkpoints, "the subject has checkpoints"
     if subject.name == "local":  # the wrapper records it; Slurm reports no last checkpoint
         assert any(w.last_checkpoint for w in workloads), "some workload was checkpointed"
