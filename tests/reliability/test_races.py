@@ -56,9 +56,10 @@ def test_two_clawpoints_racing_on_one_workload(
 ) -> None:
     name = f"race-{command}"
     # Bystanders in the same pool, so that its blast-radius limit (half the pool at once)
-    # does not stand in for a per-workload guard: two moves of one workload fit in it.
+    # does not stand in for a per-workload guard: two moves of one workload fit in it, also
+    # while the first has taken it out of the pool (stopped, or handed to node-b): 5 + 1.
     bystanders = [prepare(service, settings, f"{name}-by{i}", OPERATIONS["migrate"])
-                  for i in range(3)]  # fmt: skip
+                  for i in range(5)]  # fmt: skip
     workload = prepare(service, settings, name, OPERATIONS["migrate"])
     argv = [*clawpoint(), command, workload, "--yes", "--json"]
     procs = [
