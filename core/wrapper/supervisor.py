@@ -662,7 +662,9 @@ class Supervisor:
         )  # fmt: skip
         said = refused
         if path is not None and staged.carries_files:
-            said = "not sent: the checkpoint carries files, which only a published one puts back"
+            # Only a published checkpoint puts the workload's files back: publish first
+            # (still frozen), then hand the published one over.
+            return self._publish_then_hand_over(p, staged, path, mode)
         if said is None:
             order = handoff.HandoffOrder(
                 checkpoint=staged.pending.id, mode=mode, staged=str(staged.pending.images_dir),
@@ -697,6 +699,33 @@ class Supervisor:
             os.kill(os.getpid(), signal.SIGKILL)
         self._await_takeover(timeout_s=15.0)
         return ops.publish_staged(self.store, staged), "sent"
+
+    def _publish_then_hand_over(
+        self, p: payload.Payload, staged: ops.Staged, path: Path, mode: str
+    ) -> tuple[CheckpointInfo, str]:
+        """A handoff of a checkpoint that carries files: published while the tree is still
+        frozen (on failure the tree goes on), then the tree ended and the published
+        checkpoint handed over (the standby restores and verifies it the usual way)."""
+        try:
+            info = ops.publish_staged(self.store, staged)
+        except BaseException:
+            self.engine.resume(p.pid)  # the dump froze it: let it go on, never lose it
+            raise
+        self.engine.end(p.pid, p.exited)
+        if not p.exited.wait(10.0):
+            return info, "not sent: the payload had not exited 10 s after its stop-checkpoint"
+        self.registry.update(
+            self.name, state=WorkloadState.STOPPED, last_checkpoint=info.id,
+            message=f"handed over to a standby ({mode}, published first: it carries files)",
+        )  # fmt: skip
+        self._release_lock()
+        try:
+            handoff.send(path, handoff.HandoffOrder(checkpoint=info.id, mode=mode))
+        except errors.ClawpointError as exc:
+            return info, f"not sent: {exc.message}"  # the start step launches a wrapper
+        self.handed_off = True
+        log.info("wrapper.handoff_sent", workload=self.name, checkpoint=info.id, mode=mode)
+        return info, "sent"
 
     def _await_takeover(self, timeout_s: float) -> None:
         """Let the standby restore before hashing the images: on a machine with few cores

@@ -235,3 +235,45 @@ def test_target_dying_in_the_takeover_falls_back_to_a_plain_start(cli: Cli) -> N
     assert len(counter_processes(cli, "tgt")) == 1
     wait_counter(cli, "tgt", counter_step(cli, "tgt") + 10)
     assert "STATE CHECK FAILED" not in cli.log("tgt")
+
+
+JOURNAL = """
+import json, os, sys, time
+path = os.path.join(sys.argv[1], "journal.log")
+f = open(path, "a+")  # a regular file held open for writing: the checkpoint carries it
+progress = os.environ["CLAWPOINT_PROGRESS_FILE"]
+n = 0
+while True:
+    n += 1
+    f.seek(0)
+    if f.read() != "".join(f"{i}\\n" for i in range(1, n)):
+        print("STATE CHECK FAILED: journal", flush=True)
+        sys.exit(3)
+    f.write(f"{n}\\n")
+    f.flush()
+    tmp = progress + ".tmp"
+    with open(tmp, "w") as p:
+        p.write(json.dumps({"step": n, "ts": time.time()}))
+    os.replace(tmp, progress)
+    time.sleep(0.05)
+"""
+
+
+def test_a_workload_with_a_file_open_is_handed_over_from_the_published_checkpoint(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Only a published checkpoint puts the workload's files back: the source publishes
+    first (the tree still frozen), then hands the published checkpoint over."""
+    work = tmp_path / "journal"
+    work.mkdir()
+    cli("run", "--name", "fh", "--node", "node-a", "--detach", "--", sys.executable, "-c",
+        JOURNAL, str(work))  # fmt: skip
+    wait_counter(cli, "fh", 10)
+    done = migrate(cli, "fh", "node-b")
+    assert step_output(done, "checkpoint")["handoff"] == "sent"
+    report = step_output(done, "start")["handoff"]
+    assert report["staged"] is False  # restored from the published checkpoint, verified
+    w = cli.workload("fh")
+    assert (w["state"], w["node"]) == ("running", "node-b")
+    wait_counter(cli, "fh", counter_step(cli, "fh") + 10)  # its journal check keeps passing
+    assert "STATE CHECK FAILED" not in cli.log("fh")
