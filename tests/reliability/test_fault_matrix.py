@@ -132,14 +132,19 @@ def prepare(service: Service, settings: Settings, name: str, op: Operation) -> s
             newest = by_seq(c.id for c in service.checkpoints(workload))[-1]
             if not uncopied_open_file(settings, [newest], b".progress.json.tmp"):
                 break
-        pid = service.get_workload(workload).pid
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while service.get_workload(workload).state is not WorkloadState.FAILED:
-            assert time.monotonic() < deadline, "the wrapper did not record the death"
-            time.sleep(0.05)
+        kill_payload(service, workload)
     return workload
+
+
+def kill_payload(service: Service, workload: str) -> None:
+    """SIGKILL the workload's payload and wait until its wrapper records it failed."""
+    pid = service.get_workload(workload).pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while service.get_workload(workload).state is not WorkloadState.FAILED:
+        assert time.monotonic() < deadline, "the wrapper did not record the death"
+        time.sleep(0.05)
 
 
 def by_seq(checkpoint_ids: Iterable[str]) -> list[str]:

@@ -31,6 +31,7 @@ from tests.reliability.test_fault_matrix import (
     clawpoint,
     cleanup,
     env,
+    kill_payload,
     payload_pids,
     prepare,
     uncopied_open_file,
@@ -317,13 +318,7 @@ def test_a_file_opened_just_before_the_freeze_is_kept_with_the_checkpoint(
         if caught is None:
             pytest.skip("no checkpoint froze the payload with its file open")
         assert not uncopied_open_file(settings, [caught], b".hold.tmp"), caught
-        pid = service.get_workload(workload).pid
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while service.get_workload(workload).state is not WorkloadState.FAILED:
-            assert time.monotonic() < deadline, "the wrapper did not record the death"
-            time.sleep(0.05)
+        kill_payload(service, workload)
         (work / ".hold.tmp").unlink(missing_ok=True)  # renamed away since, as it would be
         done = service.act(Action.FAILOVER, workload, {}, principal=PERSON, confirmed=True)
         assert done.status == "executed", done.message

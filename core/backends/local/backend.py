@@ -347,15 +347,7 @@ class LocalBackend(LocalPlanning):
             if rec is None or rec.state is not WorkloadState.STOPPED:
                 return None
         c = next((c for c in newer if c.id == rec.last_checkpoint), None)
-        if c is None:
-            return None
-        return {
-            "checkpoint_id": c.id,
-            "size_bytes": c.size_bytes,
-            "timings": c.timings,
-            "node": c.node,
-            "recovered": True,
-        }
+        return None if c is None else _recovered_checkpoint(c)
 
     def _handed_over_since(
         self, rec: WorkloadRecord, newer: list[CheckpointInfo]
@@ -368,14 +360,7 @@ class LocalBackend(LocalPlanning):
         c = next((c for c in newer if known and c.id == got), None)
         if c is None or rec.state not in _LIVE or not _wrapper_alive(self.settings, rec):
             return None
-        return {
-            "checkpoint_id": c.id,
-            "size_bytes": c.size_bytes,
-            "timings": c.timings,
-            "node": c.node,
-            "handoff": "sent",
-            "recovered": True,
-        }
+        return _recovered_checkpoint(c, handoff="sent")
 
     def _wait_wrapper_exit(
         self, rec: WorkloadRecord, timeout_s: float = 30.0, *, only_pid: bool = False
@@ -692,6 +677,12 @@ class LocalBackend(LocalPlanning):
                 return {"deleted": args["checkpoint_id"], "recovered": True}
             return None
         return None  # fence / terminate are safe to run again
+
+
+def _recovered_checkpoint(c: CheckpointInfo, **extra: Any) -> dict[str, Any]:
+    """A checkpoint step's output, found again after its answer was lost."""
+    return {"checkpoint_id": c.id, "size_bytes": c.size_bytes, "timings": c.timings,
+            "node": c.node, **extra, "recovered": True}  # fmt: skip
 
 
 def _as_asked(got: str | None, *, restore_from: str | None, fresh: bool) -> bool:
