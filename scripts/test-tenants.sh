@@ -33,7 +33,7 @@ up() {
         rm -rf "$venv"
         $PY -m venv "$venv"
         "$venv/bin/python" -m pip install -q -c constraints.txt --upgrade pip 2> >(grep -v 'is ignored' >&2)
-        "$venv/bin/python" -m pip install -q -c constraints.txt . 2> >(grep -v 'is ignored' >&2)
+        "$venv/bin/python" -m pip install -q -c constraints.txt "$(pwd)" 2> >(grep -v 'is ignored' >&2)
         touch "$stamp"
     fi
     # This checkout's code, every time (fast: no dependency changes).

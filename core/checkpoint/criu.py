@@ -37,6 +37,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -47,7 +48,7 @@ from typing import TYPE_CHECKING, Literal
 import structlog
 
 from core import config, errors
-from core.checkpoint import engine, files, lazy_pages, stats
+from core.checkpoint import engine, files, lazy_pages, nsinit, stats
 from core.store import digest
 from core.store.store import PendingCheckpoint
 
@@ -62,6 +63,12 @@ MIN_VERSION = (4, 1)
 MIN_VERSION_SOCKETS = (4, 2, 1)
 SOCKETS_KERNEL = (6, 16)
 _INSTALL_HINT = "run scripts/install-criu.sh as root"
+_USERNS_HINT = (
+    "allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0; on Ubuntu "
+    "kernel.apparmor_restrict_unprivileged_userns = 0 or an AppArmor profile allowing userns): "
+    "see docs/checkpointing.md, 'Ordinary users'"
+)
+_NSINIT = str(Path(nsinit.__file__).resolve())
 _COOP_HINT = (
     "or run the workload with the cooperative engine (engine='cooperative'), "
     "which needs neither root nor CRIU"
@@ -159,18 +166,27 @@ def criu_status(criu_path: str = "criu") -> engine.EngineStatus:
             f"{'.'.join(map(str, needed))}, which this kernel ({os.uname().release}) needs: "
             f"{_INSTALL_HINT}",
         )
-    if os.geteuid() != 0:
-        return engine.EngineStatus(
-            name=name, available=False, version=version, reason="not root: CRIU needs root"
-        )
+    # Without privilege CRIU runs inside user namespaces the user owns (core.checkpoint.nsinit).
+    # ``criu check`` is no gate there: it also tests TCP repair, which needs CAP_NET_ADMIN
+    # over the host's network namespace and which a dump without established connections
+    # never uses. What must work is making those namespaces.
+    checker = [exe, "check"] if nsinit.privileged() else in_namespaces([exe, "--version"], None)
     try:
-        check = subprocess.run([exe, "check"], capture_output=True, text=True, timeout=60)  # noqa: S603 (argv list)
+        check = subprocess.run(checker, capture_output=True, text=True, timeout=60)  # noqa: S603 (argv list)
     except (OSError, subprocess.SubprocessError) as exc:
         return engine.EngineStatus(
             name=name, available=False, version=version, reason=f"criu check failed: {exc}"
         )
     if check.returncode != 0:
         tail = (check.stderr or check.stdout).strip().splitlines()[-3:]
+        if not nsinit.privileged():
+            return engine.EngineStatus(
+                name=name,
+                available=False,
+                version=version,
+                reason=f"this user cannot create user namespaces ({' | '.join(tail)}): "
+                f"{_USERNS_HINT}",
+            )
         return engine.EngineStatus(
             name=name,
             available=False,
@@ -178,6 +194,16 @@ def criu_status(criu_path: str = "criu") -> engine.EngineStatus:
             reason=f"criu check failed: {' | '.join(tail)}",
         )
     return engine.EngineStatus(name=name, available=True, version=version)
+
+
+def in_namespaces(argv: list[str], pid: int | None) -> list[str]:
+    """``argv`` (a criu command) as it must run for this process: unchanged when privileged,
+    else inside the user and mount namespaces of the payload ``pid`` (a dump) or new ones
+    (``pid`` None: a restore), with ``--unprivileged`` (see core.checkpoint.nsinit)."""
+    if nsinit.privileged():
+        return argv
+    where = ["--join", str(pid)] if pid is not None else ["--new"]
+    return [sys.executable, "-I", "-S", _NSINIT, *where, *argv, "--unprivileged"]
 
 
 def require(criu_path: str = "criu") -> str:
@@ -289,6 +315,7 @@ def dump(
         argv.append("--leave-running")
     elif leave_stopped:
         argv.append("--leave-stopped")
+    argv = in_namespaces(argv, pid)
     follower = digest.Follower(pending.images_dir) if follow else None
     if follower is not None:
         follower.start()
@@ -380,6 +407,7 @@ def restore(
         for inode, fd in (inherit_pipes or {}).items():
             argv += ["--inherit-fd", f"fd[{fd}]:pipe:[{inode}]"]
             fds.append(fd)
+        argv = in_namespaces(argv, None)
         t0 = time.perf_counter()
         before = _children()
         try:

@@ -33,7 +33,7 @@ from pathlib import Path
 import structlog
 
 from core import errors
-from core.checkpoint import engine
+from core.checkpoint import engine, nsinit
 
 log = structlog.get_logger(__name__)
 
@@ -57,7 +57,14 @@ def _feature(criu_path: str, feature: str) -> bool:
 
 @functools.lru_cache(maxsize=4)
 def supported(criu_path: str = "criu") -> bool:
-    """Can CRIU restore lazily here (userfaultfd for a non-cooperative process)?"""
+    """Can CRIU restore lazily here (userfaultfd for a non-cooperative process)?
+
+    Not without privilege: the restored task registers its memory with a userfaultfd that
+    handles kernel faults, which the kernel grants only with CAP_SYS_PTRACE in the initial
+    user namespace or ``vm.unprivileged_userfaultfd = 1`` (fs/userfaultfd.c), and an ordinary
+    user's CRIU has neither; such a move restores stop-and-copy instead."""
+    if not nsinit.privileged():
+        return False
     return _feature(criu_path, "uffd-noncoop")
 
 

@@ -4,7 +4,7 @@ The wrapper owns the payload's stdout/stderr pipes and copies them (threads) to 
 stdout/stderr, or for a detached wrapper to ``logs/NAME.out`` (rotated by size; the
 wrapper's own lines stay in ``logs/NAME.log``), so no regular file the payload writes can
 grow behind CRIU's back. A fresh CRIU
-payload runs as ``python -I -S nsinit.py CMD`` (``core/wrapper/nsinit.py``): CMD is the init
+payload runs as ``python -I -S nsinit.py CMD`` (``core/checkpoint/nsinit.py``): CMD is the init
 of a new PID namespace (a session leader inside it), and dies with that starter, which ends
 the way CMD ended (so a SIGKILL is recorded as one) and gets SIGKILL when the wrapper dies
 (parent-death signal), so a payload never outlives its wrapper unmanaged. Cooperative payloads run directly (no root needed).
@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 
 from core import errors
-from core.checkpoint import engine
+from core.checkpoint import engine, nsinit
 
 _PR_SET_PDEATHSIG = 1
-_NSINIT = Path(__file__).resolve().with_name("nsinit.py")
+_NSINIT = Path(nsinit.__file__).resolve()
 _PR_SET_CHILD_SUBREAPER = 36
 _libc = ctypes.CDLL(None, use_errno=True)
 
