@@ -99,7 +99,9 @@ class Tenant:
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()
-            raise AssertionError(f"{argv} as {self.name} timed out after {timeout} s:\n{out}\n{err}")
+            raise AssertionError(
+                f"{argv} as {self.name} timed out after {timeout} s:\n{out}\n{err}"
+            )
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     def mkdtemp(self, parent: Path, name: str) -> Path:

@@ -1,0 +1,165 @@
+"""An ordinary user (no sudo, no group, no file capability) gets transparent CRIU checkpoints.
+
+Everything goes through the installed ``clawpoint`` run as that user (``tests.tenants``): the
+200 MiB self-checking counter is started, checkpointed, preempted and resumed, migrated to
+another node, and failed over after a ``kill -9`` of its processes; after each restore it
+must count on from at least the step its checkpoint holds, and its own check (every page
+verified each step) must never fail. The restored processes must be the user's, in user
+namespaces the user owns: CRIU never ran as root on the user's images.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.tenants import Tenant, tenants
+
+pytestmark = [pytest.mark.criu, pytest.mark.timeout(600)]
+
+
+class As:
+    """The installed CLI as one user, with a CLAWPOINT_HOME of its own."""
+
+    def __init__(self, who: Tenant, home: Path) -> None:
+        self.who = who
+        self.home = home
+
+    def __call__(self, *args: str, timeout: float = 240) -> tuple[int, Any, str]:
+        done = self.who.run(
+            [self.who.clawpoint, *args],
+            env=self.who.env(CLAWPOINT_HOME=str(self.home)),
+            timeout=timeout,
+        )
+        assert "Traceback" not in done.stdout + done.stderr, done.stderr
+        try:
+            out = json.loads(done.stdout)
+        except ValueError:
+            out = done.stdout
+        return done.returncode, out, done.stderr
+
+    def progress(self, name: str) -> dict[str, Any]:
+        try:
+            return dict(json.loads((self.home / "run" / f"{name}.progress.json").read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def wait_step(self, name: str, at_least: int, *, since: float = 0, timeout: float = 90) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            p = self.progress(name)
+            if float(p.get("ts", 0)) > since and int(p.get("step", 0)) >= at_least:
+                return int(p["step"])
+            time.sleep(0.1)
+        raise AssertionError(f"{name} did not reach step {at_least}: {self.progress(name)}")
+
+    def workload(self, name: str) -> dict[str, Any]:
+        code, found, err = self("workloads", "--json")
+        assert code == 0, err
+        return next(w for w in found if w["name"] == name)
+
+
+@pytest.fixture
+def alice(request: pytest.FixtureRequest) -> Iterator[As]:
+    user, _ = tenants()
+    home = user.home / f"cp-{request.node.name[:40]}-{os.getpid()}"
+    shutil.rmtree(home, ignore_errors=True)
+    cli = As(user, home)
+    yield cli
+    for w in cli("workloads", "--json")[1] or []:
+        if w["state"] in ("running", "checkpointing"):
+            cli("kill", w["id"], "--yes", "--json")
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def _ns_owner_uid(pid: int) -> int:
+    """The uid that owns ``pid``'s user namespace (ioctl NS_GET_OWNER_UID)."""
+    import fcntl
+    import struct
+
+    fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY)
+    try:
+        buf = fcntl.ioctl(fd, 0xB704, b"\0" * 4)  # NS_GET_OWNER_UID = _IO(0xb7, 0x4)
+    finally:
+        os.close(fd)
+    return int(struct.unpack("I", buf)[0])
+
+
+def _assert_users_own(alice: As, name: str) -> None:
+    """The payload runs as the user, in a user namespace the user owns (not the host's)."""
+    w = alice.workload(name)
+    pid = int(w["pid"])
+    status = Path(f"/proc/{pid}/status").read_text()
+    uids = next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1:]
+    assert {int(u) for u in uids} == {alice.who.uid}, status
+    assert os.readlink(f"/proc/{pid}/ns/user") != os.readlink("/proc/self/ns/user")
+    assert _ns_owner_uid(pid) == alice.who.uid
+
+
+def test_an_ordinary_user_checkpoints_moves_and_fails_over(alice: As) -> None:
+    code, checks, err = alice("config", "check", "--json")
+    criu = next(i for i in checks["items"] if i["name"] == "criu")
+    assert criu["level"] == "ok", criu  # no setcap, no sudo, no group: it works as it is
+
+    name = "tenant-counter"
+    code, w, err = alice(
+        "run", "--name", name, "--node", "node-a", "--detach", "--json", "--",
+        str(alice.who.python), "-m", "core.workloads.counter",
+        "--state-mb", "200", "--step-seconds", "0.05",
+    )  # fmt: skip
+    assert code == 0, err
+    alice.wait_step(name, 10)
+    _assert_users_own(alice, name)
+
+    # A checkpoint, left running; its images belong to the user.
+    code, out, err = alice("checkpoint", f"local:{name}", "--json")
+    assert code == 0 and out["status"] == "executed", (out, err)
+    code, cps, err = alice("checkpoints", f"local:{name}", "--json")
+    assert code == 0 and cps and cps[0]["status"] == "good", (cps, err)
+    images = alice.home / "checkpoints" / name / f"{cps[0]['seq']:08d}" / "images"
+    assert all(f.stat().st_uid == alice.who.uid for f in images.iterdir())
+
+    # Preempt and resume: it counts on from the checkpoint.
+    code, out, err = alice("preempt", f"local:{name}", "--yes", "--json")
+    assert code == 0, (out, err)
+    saved = alice.progress(name)
+    t = time.time()
+    code, out, err = alice("resume", f"local:{name}", "--yes", "--json")
+    assert code == 0, (out, err)
+    alice.wait_step(name, int(saved["step"]) + 5, since=t)
+    _assert_users_own(alice, name)
+
+    # Migrate to the other node: the handoff restores in fresh namespaces of the user's.
+    t = time.time()
+    code, out, err = alice("migrate", f"local:{name}", "--to", "node-b", "--yes", "--json")
+    assert code == 0, (out, err)
+    assert alice.workload(name)["node"] == "node-b"
+    alice.wait_step(name, 5, since=t)
+    _assert_users_own(alice, name)
+
+    # kill -9 of the workload's processes (not its wrapper): fail over from the newest
+    # checkpoint, which the migrate just made.
+    code, cps, err = alice("checkpoints", f"local:{name}", "--json")
+    newest_step = int(cps[0]["extra"]["progress"]["step"])
+    os.kill(int(alice.workload(name)["pid"]), signal.SIGKILL)  # the namespace's init: all of it
+    deadline = time.monotonic() + 60
+    while alice.workload(name)["state"] not in ("failed", "lost"):
+        assert time.monotonic() < deadline, alice.workload(name)
+        time.sleep(0.2)
+    t = time.time()
+    code, out, err = alice("failover", f"local:{name}", "--yes", "--json")
+    assert code == 0, (out, err)
+    assert alice.wait_step(name, newest_step, since=t) >= newest_step
+    alice.wait_step(name, newest_step + 10, since=t)
+    _assert_users_own(alice, name)
+
+    log = (alice.home / "logs" / f"{name}.out").read_text()
+    assert "STATE CHECK FAILED" not in log
