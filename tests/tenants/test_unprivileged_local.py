@@ -110,7 +110,7 @@ def test_an_ordinary_user_checkpoints_moves_and_fails_over(alice: As) -> None:
     assert criu["level"] == "ok", criu  # no setcap, no sudo, no group: it works as it is
 
     name = "tenant-counter"
-    code, w, err = alice(
+    code, _, err = alice(
         "run", "--name", name, "--node", "node-a", "--detach", "--json", "--",
         str(alice.who.python), "-m", "core.workloads.counter",
         "--state-mb", "200", "--step-seconds", "0.05",
