@@ -101,7 +101,7 @@ class Tenant:
             out, err = proc.communicate()
             raise AssertionError(
                 f"{argv} as {self.name} timed out after {timeout} s:\n{out}\n{err}"
-            )
+            ) from None
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     def mkdtemp(self, parent: Path, name: str) -> Path:
