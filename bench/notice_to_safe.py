@@ -71,6 +71,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from core.backends.slurm.sbatch import job_homes  # noqa: E402
 from tests.signals.fakes import FakeAwsImds  # noqa: E402
 
 CLAWPOINT = Path(sys.executable).parent / "clawpoint"
@@ -519,7 +520,8 @@ class SlurmSite:
             ))  # fmt: skip
 
     def _run(self, suffix: str) -> Path:
-        return Path(f"/tmp/clawpoint-slurm-job-{self.job}/run/{self.lineage}.{suffix}")
+        homes = job_homes(self.job)
+        return (homes[-1] if homes else Path("/nonexistent")) / "run" / f"{self.lineage}.{suffix}"
 
     def progress(self) -> dict[str, Any] | None:
         try:
@@ -548,7 +550,7 @@ class SlurmSite:
                 wait_until("the job to end", lambda: self.where() is None, 60, 0.5)
             except TimeoutError:
                 log(f"job {self.job} still listed; its checkpoints may be left behind")
-        shutil.rmtree(SLURM_DIR / "checkpoints" / self.lineage, ignore_errors=True)
+        shutil.rmtree(SLURM_DIR / "checkpoints" / "root" / self.lineage, ignore_errors=True)
 
 
 def scenario_slurm(root: Path, mb: int) -> dict[str, Any]:

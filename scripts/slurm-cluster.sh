@@ -5,6 +5,7 @@
 #   scripts/slurm-cluster.sh down     stop everything this script started
 #   scripts/slurm-cluster.sh status   print daemon and node states
 #   scripts/slurm-cluster.sh env      print the environment clients need
+#   scripts/slurm-cluster.sh add-user NAME   give NAME a private directory in the shared store
 #
 # Everything lives under CLAWPOINT_SLURM_DIR (default /var/lib/clawpoint-slurm): its own
 # slurm.conf, its own munged (own key and socket), spool, logs, pid files, the JWT key and
@@ -75,8 +76,12 @@ make_dirs() {
     mkdir -p "$DIR"/{etc,spool/ctld,log,run,checkpoints,munge,rest}
     for n in "${NODES[@]}"; do mkdir -p "$DIR/spool/d/$n"; done
     chmod 755 "$DIR" "$DIR/etc" "$DIR/run"
-    # Jobs of any user write their checkpoints here (sticky, like /tmp).
-    chmod 1777 "$DIR/checkpoints"
+    # The shared store: root's, readable by none but root; each user's checkpoints live in
+    # checkpoints/USER (0700, owned by the user), which `add-user` creates: no user can read,
+    # list, plant in or squat another's (docs/slurm.md, "Many users").
+    chown root:root "$DIR/checkpoints"
+    chmod 0711 "$DIR/checkpoints"
+    add_user root
     id -u "$REST_USER" >/dev/null 2>&1 ||
         useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$REST_USER"
     chown munge:munge "$DIR/munge"
@@ -266,10 +271,22 @@ status() {
     return $rc
 }
 
+add_user() { # add_user NAME: the user's own directory of the shared store, 0700
+    local user="$1" d="$DIR/checkpoints/$1"
+    id -u "$user" >/dev/null 2>&1 || die "no user $user"
+    if [[ -L "$d" ]] || { [[ -e "$d" ]] && [[ "$(stat -c %U "$d")" != "$user" ]]; }; then
+        die "$d exists and is not $user's directory: remove it first"
+    fi
+    mkdir -p "$d"
+    chown "$user:$(id -gn "$user")" "$d"
+    chmod 0700 "$d"
+}
+
 case "${1:-}" in
+    add-user) need_root; [[ -n "${2:-}" ]] || die "usage: $0 add-user NAME"; add_user "$2" ;;
     up) up ;;
     down) down ;;
     status) status ;;
     env) cat "$DIR/env" ;;
-    *) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;
+    *) echo "usage: $0 up|down|status|env|add-user NAME" >&2; exit 2 ;;
 esac

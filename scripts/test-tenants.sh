@@ -24,6 +24,11 @@ up() {
         id -u "$u" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash --user-group "$u"
         chmod 0700 "$(getent passwd "$u" | cut -d: -f6)"
     done
+    # Each user's private directory in the loopback Slurm cluster's shared store, if it runs.
+    local slurm_dir="${CLAWPOINT_SLURM_DIR:-/var/lib/clawpoint-slurm}"
+    if [[ -d "$slurm_dir/checkpoints" ]]; then
+        for u in "${USERS[@]}"; do scripts/slurm-cluster.sh add-user "$u"; done
+    fi
     [[ -x $PY ]] || { log "$PY missing: apt-get install python3 python3-venv"; exit 1; }
     $PY -c 'import ensurepip' 2>/dev/null || apt-get install -y -qq python3-venv >/dev/null
     mkdir -p "$DIR"; chmod 0755 "$DIR"

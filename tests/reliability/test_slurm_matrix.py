@@ -40,6 +40,7 @@ import pytest
 
 from core import errors
 from core.backends.slurm import SbatchSpec, SlurmBackend, submit
+from core.backends.slurm.sbatch import job_homes
 from core.config import load_settings
 from core.model import Action, ExecutionStatus, WorkloadState
 from core.service.facade import Service, bootstrap
@@ -126,7 +127,7 @@ class Job:
         return self.backend.get_workload(self.id)
 
     def step(self) -> int:
-        for path in Path(f"/tmp/clawpoint-slurm-job-{self.id}").glob("run/*.progress.json"):
+        for path in (p for h in job_homes(self.id) for p in h.glob("run/*.progress.json")):
             try:
                 return int(json.loads(path.read_text())["step"])
             except (OSError, ValueError, KeyError):
@@ -173,7 +174,7 @@ def jobs(slurm_service: Service) -> Iterator[list[Job]]:
     yield made
     for job in made:
         sh("scancel", job.id, check=False)
-        shutil.rmtree(CLUSTER_DIR / "checkpoints" / job.lineage, ignore_errors=True)
+        shutil.rmtree(CLUSTER_DIR / "checkpoints" / "root" / job.lineage, ignore_errors=True)
     for node in NODES:
         sh("scontrol", "update", f"nodename={node}", "state=RESUME", check=False)
 

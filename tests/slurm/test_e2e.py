@@ -24,6 +24,7 @@ import pytest
 
 from core import errors
 from core.backends.slurm import SbatchSpec, SlurmBackend, submit
+from core.backends.slurm.sbatch import job_homes
 from core.checkpoint.criu import criu_status
 from core.config import load_settings
 from core.model import Action, ExecutionStatus, Principal, PrincipalKind, WorkloadState
@@ -54,7 +55,7 @@ def lineage(request: pytest.FixtureRequest, backend: SlurmBackend) -> Iterator[s
     sh("scancel", f"--name=clawpoint-{name}")
     for node in ("n1", "n2", "n3"):
         sh("scontrol", "update", f"nodename={node}", "state=RESUME", check=False)
-    shutil.rmtree(CLUSTER_DIR / "checkpoints" / name, ignore_errors=True)  # ~100 MB each
+    shutil.rmtree(CLUSTER_DIR / "checkpoints" / "root" / name, ignore_errors=True)  # ~100 MB each
 
 
 def start_counter(backend: SlurmBackend, lineage: str, every: float | None = None) -> str:
@@ -74,8 +75,7 @@ def start_counter(backend: SlurmBackend, lineage: str, every: float | None = Non
 
 
 def progress(job: str) -> dict[str, object]:
-    home = Path(f"/tmp/clawpoint-slurm-job-{job}")
-    for path in home.glob("run/*.progress.json"):
+    for path in (p for home in job_homes(job) for p in home.glob("run/*.progress.json")):
         try:
             return dict(json.loads(path.read_text()))
         except (OSError, ValueError):
@@ -94,7 +94,7 @@ def wait_step(job: str, at_least: int, timeout: float = 120) -> int:
 
 
 def checkpoint_step(backend: SlurmBackend, checkpoint_id: str) -> int:
-    info = next(c for c in backend.store().list() if c.id == checkpoint_id)
+    info = next(c for c in backend.store("root").list() if c.id == checkpoint_id)
     return int(info.extra["progress"]["step"])
 
 
@@ -204,7 +204,7 @@ def test_controller_down_service_fails_cleanly(
     backend: SlurmBackend, lineage: str, service: Service
 ) -> None:
     job = start_counter(backend, lineage)
-    seq = backend.newest_seq(lineage)
+    seq = backend.newest_seq(lineage, "root")
     plan = service.plan(Action.PREEMPT, f"slurm:{job}")  # made while the controller answers
     assert plan.steps[0].op == "signal"
     stop_daemon(CLUSTER_DIR / "run" / "slurmctld.pid")
@@ -241,7 +241,7 @@ def test_controller_down_service_fails_cleanly(
     w = backend.get_workload(job)
     assert w.state is WorkloadState.RUNNING and w.node == "n1"
     assert "Restarts=0" in sh("scontrol", "show", "job", job)
-    assert backend.newest_seq(lineage) == seq  # no checkpoint: the wrapper got no signal
+    assert backend.newest_seq(lineage, "root") == seq  # no checkpoint: the wrapper got no signal
     wait_step(job, int(str(progress(job)["step"])) + 20)
     log = (CLUSTER_DIR / "log" / f"{lineage}.out").read_text()
     assert "STATE CHECK FAILED" not in log
@@ -272,9 +272,9 @@ def _kill_node(job: str, node: str) -> None:
 
 def test_failover_after_slurmd_killed(backend: SlurmBackend, lineage: str) -> None:
     job = start_counter(backend, lineage, every=2)
-    backend.wait_until("a periodic checkpoint", 60, lambda: backend.newest_seq(lineage) >= 1)
+    backend.wait_until("a periodic checkpoint", 60, lambda: backend.newest_seq(lineage, "root") >= 1)
     _kill_node(job, "n1")
-    newest = backend.newest_checkpoint(lineage)
+    newest = backend.newest_checkpoint(lineage, "root")
     assert newest is not None
     try:
         out = execute(backend, backend.plan(Action.FAILOVER, f"slurm:{job}", {}))

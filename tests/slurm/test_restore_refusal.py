@@ -19,7 +19,7 @@ def test_resume_is_refused_when_no_checkpoint_verifies(backend: SlurmBackend, li
     job = start_counter(backend, lineage)
     execute(backend, backend.plan(Action.PREEMPT, f"slurm:{job}", {}))
     assert backend.get_workload(job).state is WorkloadState.STOPPED
-    store = backend.store()
+    store = backend.store("root")
     for info in store.list(lineage):
         big = max(info.files, key=lambda f: f.size)
         path = store.images_dir(info.id) / big.name

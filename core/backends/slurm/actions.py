@@ -30,6 +30,13 @@ log = structlog.get_logger("clawpoint.slurm")
 _ENDED = {WorkloadState.COMPLETED, WorkloadState.FAILED, WorkloadState.STOPPED}
 
 
+def _owner(args: dict[str, Any]) -> str | None:
+    """The job owner whose part of the shared store a step reads (None: a plan made before
+    stores were per user, which reads the store's top level as it did then)."""
+    owner = args.get("owner")
+    return validate_name(str(owner), what="user") if owner else None
+
+
 def _step(name: str, op: str, description: str, **args: Any) -> PlanStep:
     return PlanStep(name=name, op=op, args=args, description=description)
 
@@ -45,12 +52,14 @@ def _save_and_stop(b: SlurmBackend, w: WorkloadInfo, prefix: str = "") -> list[P
             job=w.name,
             signal="USR2",
             lineage=lineage,
+            owner=b.owner(w),
         ),
         _step(
             f"{p}wait_checkpoint",
             "wait_checkpoint",
             f"wait for a new checkpoint of {lineage} in the shared store",
             lineage=lineage,
+            owner=b.owner(w),
             after_seq=f"${p}signal.after_seq",
             timeout_s=b.cfg.checkpoint_timeout_s,
         ),
@@ -146,12 +155,14 @@ def plan_checkpoint(b: SlurmBackend, w: WorkloadInfo, params: NoParams) -> PlanD
             job=w.name,
             signal=sig,
             lineage=lineage,
+            owner=b.owner(w),
         ),
         _step(
             "wait_checkpoint",
             "wait_checkpoint",
             f"wait for a new checkpoint of {lineage}",
             lineage=lineage,
+            owner=b.owner(w),
             after_seq="$signal.after_seq",
             timeout_s=b.cfg.checkpoint_timeout_s,
         ),
@@ -365,7 +376,7 @@ def _require_restorable(b: SlurmBackend, w: WorkloadInfo, params: StartParams) -
     lineage = w.labels.get("lineage")
     if not lineage or not b.cfg.checkpoint_dir:
         return
-    store = b.store()
+    store = b.store(b.owner(w))
     published = store.published_ids(validate_name(lineage, what="lineage"))
     if not published:
         return  # never checkpointed: the wrapper starts it as the new lineage it is
@@ -392,7 +403,7 @@ def run_step(
         job, sig = _job(args), str(args.get("signal"))
         if sig not in _SIGNALS:
             raise errors.InvalidInput(f"signal {sig!r} is not USR1 or USR2")
-        after = b.newest_seq(validate_name(str(args.get("lineage")), what="lineage"))
+        after = b.newest_seq(validate_name(str(args.get("lineage")), what="lineage"), _owner(args))
         tr.run("scancel", [f"--signal={sig}", "--batch", job])
         return {"after_seq": after}
     if op == "wait_checkpoint":
@@ -400,7 +411,7 @@ def run_step(
         after = int(args.get("after_seq") or 0)
 
         def newer() -> dict[str, Any] | None:
-            newest = b.newest_checkpoint(lineage)
+            newest = b.newest_checkpoint(lineage, _owner(args))
             if newest is None or newest.seq <= after:
                 return None
             return {"checkpoint": newest.id, "seq": newest.seq}
@@ -487,7 +498,7 @@ def recover_step(
             # Sent if a checkpoint appeared since the step started; else send it (again):
             # one more checkpoint is harmless.
             lineage = validate_name(str(args.get("lineage")), what="lineage")
-            newest = b.newest_checkpoint(lineage)
+            newest = b.newest_checkpoint(lineage, _owner(args))
             if newest is not None and newest.created_at >= started_at:
                 return {"after_seq": newest.seq - 1}
             return None

@@ -49,6 +49,7 @@ from core.backends.slurm.inventory import (
 )
 from core.backends.slurm.transport import SlurmTransport
 from core.model import (
+    NAME_RE,
     Action,
     CheckpointInfo,
     NodeInfo,
@@ -166,21 +167,46 @@ class SlurmBackend:
                 return n
         raise errors.NotFound(f"no Slurm node {node}", hint="list the nodes (sinfo -N)")
 
-    def store(self) -> CheckpointStore:
+    def store(self, owner: str | None = None) -> CheckpointStore:
+        """The shared store of one job owner: ``checkpoint_dir/OWNER`` (each user's own
+        private directory, docs/slurm.md "Many users"); None: the top level, the layout of
+        stores from before per-user directories."""
         if not self.cfg.checkpoint_dir:
             raise errors.InvalidInput(
                 "slurm.checkpoint_dir is not set",
                 hint="set [slurm] checkpoint_dir to a directory every node sees",
             )
-        return CheckpointStore(Path(self.cfg.checkpoint_dir))
+        root = Path(self.cfg.checkpoint_dir)
+        return CheckpointStore(root / validate_name(owner, what="user") if owner else root)
+
+    def owner(self, w: WorkloadInfo) -> str | None:
+        """The user a job runs as (whose store directory holds its checkpoints)."""
+        user = w.labels.get("user")
+        return validate_name(user, what="user") if user else None
 
     def checkpoints(self, workload: str | None = None) -> list[CheckpointInfo]:
         if not self.cfg.checkpoint_dir:
             return []
-        lineage = None
         if workload is not None:
-            lineage = self._lineage(self.get_workload(workload))
-        return [_qualified(c) for c in self.store().list(lineage)]
+            w = self.get_workload(workload)
+            return [_qualified(c) for c in self.store(self.owner(w)).list(self._lineage(w))]
+        found: list[CheckpointInfo] = []
+        for owner in self._owners():
+            try:
+                found += self.store(owner).list()
+            except (OSError, errors.ClawpointError) as exc:  # another user's, unreadable to us
+                log.info("slurm.store_unreadable", owner=owner, error=str(exc))
+        found.sort(key=lambda i: (i.created_at, i.seq), reverse=True)
+        return [_qualified(c) for c in found]
+
+    def _owners(self) -> list[str]:
+        """Users with a directory in the shared store that we may look into."""
+        root = Path(self.cfg.checkpoint_dir or "/nonexistent")
+        try:
+            names = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.is_symlink())
+        except OSError:
+            return []
+        return [n for n in names if NAME_RE.fullmatch(n)]
 
     def _lineage(self, w: WorkloadInfo) -> str:
         lineage = w.labels.get("lineage")
@@ -249,15 +275,15 @@ class SlurmBackend:
         return actions.reconcile_step(self, op, args, started_at)
 
     # ----- small helpers used by actions ----------------------------------------------
-    def newest_checkpoint(self, lineage: str) -> CheckpointInfo | None:
+    def newest_checkpoint(self, lineage: str, owner: str | None = None) -> CheckpointInfo | None:
         """The newest published checkpoint of a lineage (good or not yet verified)."""
         if not self.cfg.checkpoint_dir:
             return None
-        infos = self.store().list(lineage)
+        infos = self.store(owner).list(lineage)
         return max(infos, key=lambda c: c.seq, default=None)
 
-    def newest_seq(self, lineage: str) -> int:
-        newest = self.newest_checkpoint(lineage)
+    def newest_seq(self, lineage: str, owner: str | None = None) -> int:
+        newest = self.newest_checkpoint(lineage, owner)
         return newest.seq if newest else 0
 
     def wait_until(self, what: str, timeout_s: float, check: Any) -> Any:

@@ -13,6 +13,8 @@ limit. Limits: one task on one node (CRIU checkpoints a process tree, not an MPI
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import shlex
 from pathlib import Path
 
@@ -33,6 +35,21 @@ class SbatchSpec(BatchSpec):
     # The checkpoint engine (None: the node's [checkpoint] default_engine); recorded in the
     # job's comment so inventory reports it.
     engine: EngineName | None = None
+
+
+JOB_HOME_PREFIX = "clawpoint-slurm-job-"
+
+
+def submitting_user() -> str:
+    """Who submits (the job runs as this user and keeps its checkpoints in its own part of
+    the shared store)."""
+    return validate_name(pwd.getpwuid(os.geteuid()).pw_name, what="user")
+
+
+def job_homes(job_id: str, root: Path = Path("/tmp")) -> list[Path]:
+    """The node-local clawpoint homes the runs of a job made (newest last)."""
+    found = root.glob(f"{JOB_HOME_PREFIX}{validate_name(job_id, what='job id')}.*")
+    return sorted(found, key=lambda p: p.stat().st_mtime)
 
 
 def _q(value: str) -> str:
@@ -85,14 +102,19 @@ def render_sbatch(spec: SbatchSpec, config: SlurmConfig) -> str:
         env.setdefault("SLURM_CONF", cfg.slurm_conf)
     lines += [f"export {k}={_q(v)}" for k, v in sorted(env.items())]
     # A clawpoint home local to the node for this job (its wrapper lock, socket and state),
-    # and a config that puts the checkpoint store on the shared directory every node sees.
+    # made by mktemp: a fresh 0700 directory with an unguessable name, so another user who
+    # pre-created the job's directory in /tmp (job ids are predictable) gets nowhere.
+    # The config puts the checkpoint store on the shared directory every node sees, in the
+    # submitting user's own part of it (checkpoint_dir/USER: docs/slurm.md, "Many users").
     lines.append(
-        'export CLAWPOINT_HOME="${CLAWPOINT_JOB_HOME_ROOT:-/tmp}/clawpoint-slurm-job-$SLURM_JOB_ID"'
+        'export CLAWPOINT_HOME="$(mktemp -d "${CLAWPOINT_JOB_HOME_ROOT:-/tmp}/'
+        + JOB_HOME_PREFIX
+        + '$SLURM_JOB_ID.XXXXXX")"'
     )
-    lines.append('mkdir -p "$CLAWPOINT_HOME"')
     lines.append('export CLAWPOINT_CONFIG="$CLAWPOINT_HOME/config.toml"')
     if cfg.checkpoint_dir:
-        toml_path = json.dumps(cfg.checkpoint_dir)  # a TOML basic string is JSON-compatible
+        store = str(Path(cfg.checkpoint_dir) / submitting_user())
+        toml_path = json.dumps(store)  # a TOML basic string is JSON-compatible
         lines.append(f"printf '[store]\\npath = %s\\n' {_q(toml_path)} >\"$CLAWPOINT_CONFIG\"")
     else:
         lines.append(': >"$CLAWPOINT_CONFIG"')
