@@ -208,7 +208,7 @@ def test_source_killed_after_the_handoff_leaves_one_running_copy(cli: Cli) -> No
     assert after == before  # nothing half-written was published, nothing older deleted
     cli("checkpoint", "local:die", "--json")
     assert "STATE CHECK FAILED" not in cli.log("die")
-    # The dead source's staged images stay in the tmpfs until a later handoff sweeps them
+    # The dead source's staged images stay in the tmpfs until a later wrapper sweeps them
     # (after 10 minutes); the target's own links are gone.
     left = sorted(staging.base("/dev/shm").glob("die@*")) if staging.base("/dev/shm") else []
     assert all(".links-" not in p.name for p in left), left
@@ -235,7 +235,7 @@ def test_target_dying_in_the_takeover_falls_back_to_a_plain_start(cli: Cli) -> N
     assert len(counter_processes(cli, "tgt")) == 1
     wait_counter(cli, "tgt", counter_step(cli, "tgt") + 10)
     assert "STATE CHECK FAILED" not in cli.log("tgt")
-    # The dead standby's links stay until a later handoff sweeps them (after 10 minutes);
+    # The dead standby's links stay until a later wrapper sweeps them (after 10 minutes);
     # the source removed its own staged copy when it published.
     base = staging.base("/dev/shm")
     left = sorted(base.glob("tgt@*")) if base is not None else []
