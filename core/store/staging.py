@@ -225,8 +225,8 @@ def _open(staging_dir: str, *, create: bool) -> _Area | None:
             if create:
                 raise
             return None
-        except OSError as exc:  # ELOOP: a symlink; ENOTDIR: something else
-            raise _refused(path, f"not a plain directory ({exc.strerror})") from exc
+        except OSError as exc:  # ELOOP: a symlink; ENOTDIR: not a directory; EACCES
+            raise _refused(path, _what_is(parent, path.name, euid, exc)) from exc
     finally:
         os.close(parent)
     st = os.fstat(fd)
@@ -241,6 +241,19 @@ def _open(staging_dir: str, *, create: bool) -> _Area | None:
         os.close(fd)
         raise _refused(path, problem)
     return _Area(path, fd)
+
+
+def _what_is(parent: int, name: str, euid: int, exc: OSError) -> str:
+    """Why ``name`` could not be opened as our area, for the warning (checks nothing)."""
+    try:
+        st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except OSError:
+        return str(exc.strerror)
+    if stat.S_ISLNK(st.st_mode):
+        return f"a symlink (owned by uid {st.st_uid})"
+    if st.st_uid != euid:
+        return f"owned by uid {st.st_uid}, not {euid}"
+    return f"not a plain directory ({exc.strerror})"
 
 
 def allocate(staging_dir: str, name: str, need_bytes: int | None) -> Slot | None:

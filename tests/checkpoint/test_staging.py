@@ -91,7 +91,7 @@ def test_symlinked_root_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture
     (elsewhere / "canary").write_text("x")
     _age(elsewhere / "canary")
     _area(tmp_path).symlink_to(elsewhere)
-    _refused(tmp_path, capsys, "not a plain directory")
+    _refused(tmp_path, capsys, "a symlink")
     assert sorted(p.name for p in elsewhere.iterdir()) == ["canary"]  # nothing made there
 
 
