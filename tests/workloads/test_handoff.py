@@ -244,6 +244,30 @@ def test_target_dying_in_the_takeover_falls_back_to_a_plain_start(cli: Cli) -> N
         shutil.rmtree(p)
 
 
+def test_a_trap_under_the_staging_areas_name_falls_back_to_the_store(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Someone's symlink under our staging area's name in the shared staging directory
+    (issue 20): the handoff refuses it, says so, stages in the store instead and still moves
+    the workload; nothing is written where the symlink points."""
+    shared = tmp_path / "shm"
+    shared.mkdir()
+    shared.chmod(0o1777)  # as /dev/shm
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "canary").write_text("keep")
+    (shared / f"{staging.PREFIX}{os.geteuid()}").symlink_to(victim)
+    cli.config(f'[migration]\nstaging_dir = "{shared}"\n')
+    start_counter(cli, "trap")
+    done = migrate(cli, "trap", "node-b")
+    assert_moved(cli, "trap", done, "node-b", "stop-and-copy")
+    log = cli.log("trap")
+    assert "staging.refused" in log and "a symlink" in log, log[-3000:]
+    assert "staged_in_memory=0.0" in log
+    assert sorted(p.name for p in victim.iterdir()) == ["canary"]
+    assert "STATE CHECK FAILED" not in log
+
+
 JOURNAL = """
 import json, os, sys, time
 path = os.path.join(sys.argv[1], "journal.log")
