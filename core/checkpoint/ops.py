@@ -17,7 +17,6 @@ measures what users get. Engine-specific limits: see each engine's module.
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -106,9 +105,10 @@ class Staged:
     extra: dict[str, Any]
     pid: int
     t0: float
-    # Where the store wants the images, when they were dumped into a tmpfs staging
-    # directory instead (``core.store.staging``; pending.images_dir is that directory).
+    # Where the store wants the images, when they were dumped into a private tmpfs slot
+    # instead (``core.store.staging``; pending.images_dir is the slot's path).
     store_images: Path | None = None
+    slot: staging.Slot | None = None
 
     @property
     def carries_files(self) -> bool:
@@ -135,10 +135,10 @@ def stage(
     t0 = time.perf_counter()
     pending = store.begin(lineage, engine=eng.name, node=node)
     staging.sweep(staging_dir)
-    area = staging.allocate(staging_dir, pending.id, engine.resident_bytes(pid))
+    slot = staging.allocate(staging_dir, pending.id, engine.resident_bytes(pid))
     store_images = None
-    if area is not None:
-        store_images, pending.images_dir = pending.images_dir, area
+    if slot is not None:
+        store_images, pending.images_dir = pending.images_dir, slot.path
     try:
         dumped = eng.dump(
             DumpRequest(pid=pid, pending=pending, stop=True, cfg=cfg, pipes=pipes,
@@ -146,20 +146,20 @@ def stage(
         )  # fmt: skip
     except BaseException:
         store.abort(pending)
-        if area is not None:
-            shutil.rmtree(area, ignore_errors=True)
+        if slot is not None:
+            slot.remove()
         raise
     if not dumped.frozen:  # an engine whose stop does not freeze cannot be staged
         store.abort(pending)
-        if area is not None:
-            shutil.rmtree(area, ignore_errors=True)
+        if slot is not None:
+            slot.remove()
         raise errors.CheckpointError(
             f"the {eng.name} engine cannot stage a checkpoint for a handoff",
             hint="[migration] handoff = false moves it the plain way",
         )
-    timings = {**dumped.timings, "staged_in_memory": 1.0 if area is not None else 0.0}
+    timings = {**dumped.timings, "staged_in_memory": 1.0 if slot is not None else 0.0}
     extra = {**(extra or {}), **dumped.extra}
-    return Staged(pending, timings, extra, pid, t0, store_images)
+    return Staged(pending, timings, extra, pid, t0, store_images, slot)
 
 
 def publish_staged(store: CheckpointStore, staged: Staged) -> CheckpointInfo:
@@ -167,11 +167,11 @@ def publish_staged(store: CheckpointStore, staged: Staged) -> CheckpointInfo:
     and outside the pause. The staging copy is removed either way (the target restored
     from its own links to it)."""
     pending = staged.pending
-    area = pending.images_dir if staged.store_images is not None else None
+    slot = staged.slot
     try:
-        if area is not None and staged.store_images is not None:
+        if slot is not None and staged.store_images is not None:
             try:
-                staging.copy_into(area, staged.store_images)
+                slot.copy_into(staged.store_images)
             except OSError as exc:
                 store.abort(pending)
                 raise errors.CheckpointError(
@@ -182,8 +182,8 @@ def publish_staged(store: CheckpointStore, staged: Staged) -> CheckpointInfo:
         info = store.publish(pending, timings=staged.timings, leave_running=False,
                              extra=staged.extra)  # fmt: skip
     finally:
-        if area is not None:
-            shutil.rmtree(area, ignore_errors=True)
+        if slot is not None:
+            slot.remove()
     info.timings["total_s"] = time.perf_counter() - staged.t0
     return info
 
@@ -199,8 +199,10 @@ def restore_staged(
     lazy: bool = False,
 ) -> Restored:
     """Restore a handoff's staged images (written a moment ago on this host, not yet
-    published: nothing to verify them against) and let the tree run at once. The start
-    step verifies the published checkpoint afterwards."""
+    published: nothing to hash them against) and let the tree run at once. ``images`` must
+    come from ``staging.link`` (a private area of this uid, checked on its descriptors: no
+    other user can have written them) or the store. The start step verifies the published
+    checkpoint afterwards."""
     t0 = time.perf_counter()
     req = RestoreRequest(images=images, info=info, work_dir=work_dir, cfg=cfg,
                          inherit_pipes=dict(inherit_pipes or {}), lazy=lazy)  # fmt: skip

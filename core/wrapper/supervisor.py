@@ -103,6 +103,7 @@ class Supervisor:
         self.handed_off = False  # a source that gave its workload to a standby
         self._order_received_at: float | None = None
         self._staged_links: Path | None = None
+        self._links_slot: staging.Slot | None = None  # when they are in the tmpfs area
         self._marks: dict[str, float] = {}
         self._sock_ino: int | None = None
         self.name = spec.name
@@ -157,12 +158,17 @@ class Supervisor:
         self.spec = self.spec.model_copy(update={"restore_from": order.checkpoint})
 
     def _link_staged(self, staged: Path) -> Path:
-        """Hard links to the staged images in the store's ``.staged`` directory (the same
-        filesystem): they survive the source's publish, or its abort."""
+        """Hard links to the staged images, beside them (the same filesystem): they survive
+        the source's publish, or its abort. In the tmpfs area ``staging.link`` checks them
+        (private to our uid, so nobody else wrote them); refused, they raise and the
+        published checkpoint is restored instead."""
         root = self.store.root.resolve()
         if staging.contains(self.settings.migration.staging_dir, staged):
-            links = staged.parent / f"{staged.name}.links-{self.spec.standby}"
-        elif staged.resolve().is_relative_to(root):
+            self._links_slot = staging.link(
+                self.settings.migration.staging_dir, staged, str(self.spec.standby)
+            )
+            return self._links_slot.path
+        if staged.resolve().is_relative_to(root):
             links = root / ".staged" / f"{self.name}-{self.spec.standby}"
         else:
             raise errors.InvalidInput(f"staged images {staged} are neither in the store nor staged")
@@ -300,7 +306,7 @@ class Supervisor:
         self.pipes.start()
         self.last_checkpoint = order.checkpoint
         self._note_handoff(order, restored, mark)
-        links, pid = self._staged_links, restored.pid
+        links, slot, pid = self._staged_links, self._links_slot, restored.pid
 
         def drop_links() -> None:  # once nothing reads them: after the last lazy page
             if lazy:
@@ -308,7 +314,10 @@ class Supervisor:
                     lazy_pages.wait_done(pid)
                 except errors.ClawpointError as exc:
                     log.warning("wrapper.lazy_restore_failed", error=exc.message)
-            shutil.rmtree(links, ignore_errors=True)
+            if slot is not None:
+                slot.remove()
+            else:
+                shutil.rmtree(links, ignore_errors=True)
 
         threading.Thread(target=drop_links, daemon=True, name="staged-links").start()
         return f"restored from {order.checkpoint} (handed over, {order.mode})"
@@ -992,6 +1001,9 @@ def _await_order(sup: Supervisor) -> handoff.HandoffOrder | None:
 def run(settings: Settings, spec: RunSpec) -> int:
     """Run ``spec`` in the foreground under the wrapper; returns the payload's exit code.
     A standby spec waits for its order first, and exits 0 without one."""
+    # Staged images of a wrapper that was killed are freed by the next wrapper of the uid,
+    # whatever it does (not only by a later handoff); nearly free when there are none.
+    staging.sweep(settings.migration.staging_dir)
     sup = Supervisor(settings, spec)
     if spec.standby is not None:
         order = _await_order(sup)

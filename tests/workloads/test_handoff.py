@@ -208,7 +208,7 @@ def test_source_killed_after_the_handoff_leaves_one_running_copy(cli: Cli) -> No
     assert after == before  # nothing half-written was published, nothing older deleted
     cli("checkpoint", "local:die", "--json")
     assert "STATE CHECK FAILED" not in cli.log("die")
-    # The dead source's staged images stay in the tmpfs until a later handoff sweeps them
+    # The dead source's staged images stay in the tmpfs until a later wrapper sweeps them
     # (after 10 minutes); the target's own links are gone.
     left = sorted(staging.base("/dev/shm").glob("die@*")) if staging.base("/dev/shm") else []
     assert all(".links-" not in p.name for p in left), left
@@ -235,13 +235,37 @@ def test_target_dying_in_the_takeover_falls_back_to_a_plain_start(cli: Cli) -> N
     assert len(counter_processes(cli, "tgt")) == 1
     wait_counter(cli, "tgt", counter_step(cli, "tgt") + 10)
     assert "STATE CHECK FAILED" not in cli.log("tgt")
-    # The dead standby's links stay until a later handoff sweeps them (after 10 minutes);
+    # The dead standby's links stay until a later wrapper sweeps them (after 10 minutes);
     # the source removed its own staged copy when it published.
     base = staging.base("/dev/shm")
     left = sorted(base.glob("tgt@*")) if base is not None else []
     assert all(".links-" in p.name for p in left), left
     for p in left:
         shutil.rmtree(p)
+
+
+def test_a_trap_under_the_staging_areas_name_falls_back_to_the_store(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Someone's symlink under our staging area's name in the shared staging directory
+    (issue 20): the handoff refuses it, says so, stages in the store instead and still moves
+    the workload; nothing is written where the symlink points."""
+    shared = tmp_path / "shm"
+    shared.mkdir()
+    shared.chmod(0o1777)  # as /dev/shm
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "canary").write_text("keep")
+    (shared / f"{staging.PREFIX}{os.geteuid()}").symlink_to(victim)
+    cli.config(f'[migration]\nstaging_dir = "{shared}"\n')
+    start_counter(cli, "trap")
+    done = migrate(cli, "trap", "node-b")
+    assert_moved(cli, "trap", done, "node-b", "stop-and-copy")
+    log = cli.log("trap")
+    assert "staging.refused" in log and "a symlink" in log, log[-3000:]
+    assert "staged_in_memory=0.0" in log
+    assert sorted(p.name for p in victim.iterdir()) == ["canary"]
+    assert "STATE CHECK FAILED" not in log
 
 
 JOURNAL = """
