@@ -272,7 +272,9 @@ def _kill_node(job: str, node: str) -> None:
 
 def test_failover_after_slurmd_killed(backend: SlurmBackend, lineage: str) -> None:
     job = start_counter(backend, lineage, every=2)
-    backend.wait_until("a periodic checkpoint", 60, lambda: backend.newest_seq(lineage, "root") >= 1)
+    backend.wait_until(
+        "a periodic checkpoint", 60, lambda: backend.newest_seq(lineage, "root") >= 1
+    )
     _kill_node(job, "n1")
     newest = backend.newest_checkpoint(lineage, "root")
     assert newest is not None
