@@ -37,7 +37,7 @@ class SbatchSpec(BatchSpec):
     engine: EngineName | None = None
 
 
-JOB_HOME_PREFIX = "clawpoint-slurm-job-"
+JOB_HOME_PREFIX = "clawpoint-jobs-"
 
 
 def submitting_user() -> str:
@@ -47,9 +47,8 @@ def submitting_user() -> str:
 
 
 def job_homes(job_id: str, root: Path = Path("/tmp")) -> list[Path]:
-    """The node-local clawpoint homes the runs of a job made (newest last)."""
-    found = root.glob(f"{JOB_HOME_PREFIX}{validate_name(job_id, what='job id')}.*")
-    return sorted(found, key=lambda p: p.stat().st_mtime)
+    """The node-local clawpoint home of a job (whichever user runs it), if this node has it."""
+    return sorted(root.glob(f"{JOB_HOME_PREFIX}*/job-{validate_name(job_id, what='job id')}"))
 
 
 def _q(value: str) -> str:
@@ -102,15 +101,24 @@ def render_sbatch(spec: SbatchSpec, config: SlurmConfig) -> str:
         env.setdefault("SLURM_CONF", cfg.slurm_conf)
     lines += [f"export {k}={_q(v)}" for k, v in sorted(env.items())]
     # A clawpoint home local to the node for this job (its wrapper lock, socket and state),
-    # made by mktemp: a fresh 0700 directory with an unguessable name, so another user who
-    # pre-created the job's directory in /tmp (job ids are predictable) gets nowhere.
-    # The config puts the checkpoint store on the shared directory every node sees, in the
-    # submitting user's own part of it (checkpoint_dir/USER: docs/slurm.md, "Many users").
-    lines.append(
-        'export CLAWPOINT_HOME="$(mktemp -d "${CLAWPOINT_JOB_HOME_ROOT:-/tmp}/'
-        + JOB_HOME_PREFIX
-        + '$SLURM_JOB_ID.XXXXXX")"'
-    )
+    # at the same path on every node and every run, since a restored payload keeps the
+    # paths it was started with (its progress file). It lives in a directory of the user's
+    # own in /tmp, which is used only if it is really theirs: not a symlink, owned by them,
+    # 0700 (another user may have created it first; /tmp's sticky bit keeps them from
+    # swapping it once checked). The config puts the checkpoint store on the shared
+    # directory every node sees, in the submitting user's own part of it
+    # (checkpoint_dir/USER: docs/slurm.md, "Many users").
+    lines += [
+        'cp_base="${CLAWPOINT_JOB_HOME_ROOT:-/tmp}/' + JOB_HOME_PREFIX + '$(id -u)"',
+        'mkdir -m 0700 "$cp_base" 2>/dev/null || true',
+        'if [[ -L "$cp_base" || ! -d "$cp_base" || ! -O "$cp_base" || '
+        '"$(stat -c %a "$cp_base")" != 700 ]]; then',
+        '  echo "clawpoint: $cp_base is not a private directory of $(id -un) (another user '
+        'may have made it): remove it, or set CLAWPOINT_JOB_HOME_ROOT" >&2; exit 1',
+        "fi",
+        'export CLAWPOINT_HOME="$cp_base/job-$SLURM_JOB_ID"',
+        'mkdir -p -m 0700 "$CLAWPOINT_HOME"',
+    ]
     lines.append('export CLAWPOINT_CONFIG="$CLAWPOINT_HOME/config.toml"')
     if cfg.checkpoint_dir:
         store = str(Path(cfg.checkpoint_dir) / submitting_user())
