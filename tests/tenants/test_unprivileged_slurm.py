@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from core.backends.slurm.sbatch import job_homes
-from tests.slurm.conftest import CLUSTER_DIR, restart_cluster, sh, slurm_cluster  # noqa: F401
+from tests.slurm.conftest import CLUSTER_DIR, restart_cluster, sh
 from tests.slurm.test_e2e import _kill_node
 from tests.tenants import Tenant, tenants
 
@@ -99,7 +99,7 @@ def newest_step(lineage_dir: Path) -> int:
 
 
 @pytest.fixture
-def alice_job(slurm_cluster: dict[str, str]) -> Iterator[tuple[Tenant, str, str, Path]]:  # noqa: F811
+def alice_job(slurm_cluster: dict[str, str]) -> Iterator[tuple[Tenant, str, str, Path]]:
     alice, _ = tenants()
     lineage = f"tenant-{os.getpid()}"
     home = alice.home / f"cp-slurm-{os.getpid()}"
@@ -130,7 +130,7 @@ def alice_job(slurm_cluster: dict[str, str]) -> Iterator[tuple[Tenant, str, str,
 def test_an_ordinary_users_job_is_checkpointed_moved_and_failed_over(
     alice_job: tuple[Tenant, str, str, Path],
     slurm_cluster: dict[str, str],
-    tmp_path: Path,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     alice, job, lineage, log = alice_job
     op = Operator(tmp_path / "operator", slurm_cluster)

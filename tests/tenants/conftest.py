@@ -1,0 +1,3 @@
+"""The loopback Slurm cluster's session fixture, for the tenant tests that run jobs on it."""
+
+from tests.slurm.conftest import slurm_cluster  # noqa: F401
