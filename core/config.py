@@ -261,13 +261,21 @@ def load_settings(home: Path | None = None) -> Settings:
     path = config_path(home)
     data: dict[str, Any] = {}
     named = bool(os.environ.get("CLAWPOINT_CONFIG"))
-    if named and not path.exists():
+    try:
+        present = path.exists() or path.is_symlink()
+    except OSError as exc:  # a directory on the way we may not enter: another user's home
+        raise errors.InvalidInput(
+            f"cannot look at {path}: {exc.strerror or exc}",
+            hint="use a CLAWPOINT_HOME (and CLAWPOINT_CONFIG) of your own: another user's "
+            "files are not yours to read",
+        ) from exc
+    if named and not present:
         # A file someone named and that is not there is a mistake, never "use the defaults".
         raise errors.InvalidInput(
             f"CLAWPOINT_CONFIG names {path}, which does not exist",
             hint="fix the path in CLAWPOINT_CONFIG, or unset it to use $CLAWPOINT_HOME/config.toml",
         )
-    if path.exists() or path.is_symlink():
+    if present:
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:

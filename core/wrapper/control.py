@@ -15,13 +15,18 @@ from __future__ import annotations
 import json
 import os
 import socket
+import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from core import errors
 from core.model import CheckpointInfo, ProgressFn
+
+log = structlog.get_logger(__name__)
 
 _MAX_SUN_PATH = 107
 _ERROR_CLASSES: dict[str, type[errors.ClawpointError]] = {
@@ -29,6 +34,7 @@ _ERROR_CLASSES: dict[str, type[errors.ClawpointError]] = {
     for cls in (
         errors.InvalidInput,
         errors.NotFound,
+        errors.PolicyDenied,
         errors.NotSupported,
         errors.BackendUnavailable,
         errors.CheckpointError,
@@ -52,6 +58,28 @@ def short_address(path: Path) -> Iterator[str]:
         yield f"/proc/self/fd/{dirfd}/{path.name}"
     finally:
         os.close(dirfd)
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The uid of the process at the other end of a Unix socket (SO_PEERCRED: the kernel's
+    word, which the peer cannot forge)."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])
+
+
+def refuse_stranger(conn: socket.socket) -> errors.ClawpointError | None:
+    """An error for a peer that is neither our own user nor root, else None.
+
+    The socket is 0600 in a 0700 home, so another user should never get this far; the check
+    holds when a deployment loosened those modes (a shared run directory, a group)."""
+    uid = peer_uid(conn)
+    if uid in (os.geteuid(), 0):
+        return None
+    log.warning("control.refused_other_user", peer_uid=uid)
+    return errors.PolicyDenied(
+        f"uid {uid} may not control this workload: it belongs to uid {os.geteuid()}",
+        hint="act on your own workloads only; the workload's owner (or root) can run this",
+    )
 
 
 def error_from(data: dict[str, Any]) -> errors.ClawpointError:

@@ -470,6 +470,10 @@ class Supervisor:
                 f.flush()
 
             try:
+                refused = control.refuse_stranger(conn)
+                if refused is not None:  # another user: whatever the socket's modes allowed
+                    send({"error": refused.to_dict()})
+                    return
                 request = json.loads(f.readline() or b"{}")
                 with self._answering():
                     self._dispatch(request, send)
