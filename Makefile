@@ -40,6 +40,7 @@ test: deps venv lint
 bench: deps venv
 	$(BIN)/python bench/checkpoint.py
 	$(BIN)/python bench/migration.py
+	$(BIN)/python bench/unprivileged.py
 	$(BIN)/python bench/spot_policy.py
 	$(BIN)/python bench/planner.py
 	$(BIN)/python bench/notice_to_safe.py
