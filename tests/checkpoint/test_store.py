@@ -14,6 +14,7 @@ from core import errors
 from core.checkpoint import stats
 from core.model import CheckpointStatus
 from core.store.store import CheckpointStore, parse_checkpoint_id
+from tests.checkpoint import stores
 
 
 def _make(store: CheckpointStore, lineage: str, payload: bytes = b"x" * 5000) -> str:
@@ -24,7 +25,7 @@ def _make(store: CheckpointStore, lineage: str, payload: bytes = b"x" * 5000) ->
 
 
 def test_publish_list_get_verify(tmp_path: Path) -> None:
-    store = CheckpointStore(tmp_path, keep=5)
+    store = stores.keyed(tmp_path, keep=5)
     first = _make(store, "w1")
     second = _make(store, "w1", b"y" * 10)
     assert [i.id for i in store.list("w1")] == [second, first]
@@ -41,7 +42,7 @@ def test_publish_list_get_verify(tmp_path: Path) -> None:
     "bad", ["", "w1", "w1@", "w1@0", "../w1@1", "w1@1/..", "w1@-1", "w 1@1", "w1@123456789"]
 )
 def test_bad_ids_are_refused(tmp_path: Path, bad: str) -> None:
-    store = CheckpointStore(tmp_path)
+    store = stores.keyed(tmp_path)
     with pytest.raises(errors.InvalidInput):
         store.get(bad)
     assert not any(tmp_path.iterdir())
@@ -49,19 +50,19 @@ def test_bad_ids_are_refused(tmp_path: Path, bad: str) -> None:
 
 def test_bad_lineage_changes_nothing(tmp_path: Path) -> None:
     with pytest.raises(errors.InvalidInput):
-        CheckpointStore(tmp_path).begin("../escape", engine="t", node=None)
+        stores.keyed(tmp_path).begin("../escape", engine="t", node=None)
     assert not any(tmp_path.iterdir())
 
 
 def test_unknown_checkpoint(tmp_path: Path) -> None:
     with pytest.raises(errors.NotFound):
-        CheckpointStore(tmp_path).get("w1@7")
+        stores.keyed(tmp_path).get("w1@7")
     assert parse_checkpoint_id("w1@7") == ("w1", 7)
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "remove", "extra"])
 def test_corruption_is_detected_and_older_good_used(tmp_path: Path, damage: str) -> None:
-    store = CheckpointStore(tmp_path)
+    store = stores.keyed(tmp_path)
     good = _make(store, "w1")
     bad = _make(store, "w1")
     pages = store.images_dir(bad) / "pages-1.img"
@@ -84,13 +85,13 @@ def test_corruption_is_detected_and_older_good_used(tmp_path: Path, damage: str)
 
 
 def test_retention_keeps_newest_good(tmp_path: Path) -> None:
-    store = CheckpointStore(tmp_path, keep=2)
+    store = stores.keyed(tmp_path, keep=2)
     ids = [_make(store, "w1") for _ in range(4)]
     deleted = store.apply_retention("w1")
     assert sorted(deleted) == sorted(ids[:2])
     assert [i.id for i in store.list("w1")] == [ids[3], ids[2]]
     # All kept ones corrupt except an older one: that one survives retention.
-    store2 = CheckpointStore(tmp_path / "b", keep=1)
+    store2 = stores.keyed(tmp_path / "b", keep=1)
     a = _make(store2, "w2")
     b = _make(store2, "w2")
     store2.mark_corrupt(b, "test")
@@ -99,7 +100,7 @@ def test_retention_keeps_newest_good(tmp_path: Path) -> None:
 
 
 def _killed_mid_publish(root: str) -> None:
-    store = CheckpointStore(Path(root))
+    store = stores.keyed(Path(root))
     pending = store.begin("w1", engine="test", node=None)
     (pending.images_dir / "pages-1.img").write_bytes(b"z" * 100_000)
 
@@ -111,7 +112,7 @@ def _killed_mid_publish(root: str) -> None:
 
 
 def test_writer_killed_mid_publish_leaves_nothing_listed(tmp_path: Path) -> None:
-    store = CheckpointStore(tmp_path)
+    store = stores.keyed(tmp_path)
     good = _make(store, "w1")
     ctx = multiprocessing.get_context("fork")
     proc = ctx.Process(target=_killed_mid_publish, args=(str(tmp_path),))
@@ -127,7 +128,7 @@ def test_writer_killed_mid_publish_leaves_nothing_listed(tmp_path: Path) -> None
 
 
 def test_cleanup_spares_a_live_writer(tmp_path: Path) -> None:
-    store = CheckpointStore(tmp_path)
+    store = stores.keyed(tmp_path)
     pending = store.begin("w1", engine="test", node=None)
     assert store.cleanup_partial() == []
     assert pending.images_dir.is_dir()
@@ -136,7 +137,7 @@ def test_cleanup_spares_a_live_writer(tmp_path: Path) -> None:
 
 
 def _allocate(root: str, q: multiprocessing.Queue[str]) -> None:
-    store = CheckpointStore(Path(root), keep=100)
+    store = stores.keyed(Path(root), keep=100)
     for _ in range(5):
         q.put(_make(store, "w1"))
 
@@ -151,7 +152,7 @@ def test_seq_allocation_is_safe_across_processes(tmp_path: Path) -> None:
         p.join(60)
     ids = [q.get(timeout=5) for _ in range(15)]
     assert len(set(ids)) == 15
-    assert len(CheckpointStore(tmp_path).list("w1")) == 15
+    assert len(stores.keyed(tmp_path).list("w1")) == 15
 
 
 def test_stats_decoder() -> None:
