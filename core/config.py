@@ -53,9 +53,21 @@ class _Section(BaseModel):
 
 class StoreConfig(_Section):
     # Where checkpoint images go; default $CLAWPOINT_HOME/checkpoints. On Slurm this must be
-    # a directory every node sees (the cluster's shared filesystem).
+    # a directory every node sees (the cluster's shared filesystem). A store shared by
+    # several users must be mode 1777 (sticky): each user's lineages are private in it.
     path: str | None = None
     keep_per_workload: int = Field(default=3, ge=1)
+    # The key that signs this user's checkpoint manifests (HMAC-SHA256, 32 bytes, created
+    # 0600 on first use); default $CLAWPOINT_HOME/keys/store.key. It must lie outside the
+    # store and be readable by this user only; on a cluster, at a path every node sees
+    # (a shared home). Losing it makes existing checkpoints untrusted (kept, not restored).
+    key: str | None = None
+    # Group mode: directories 2750 and files 0640 owned by this group, for a service that
+    # reads what wrappers write (a Slurm operator, the Kubernetes server's uid). It can then
+    # list and check the integrity of the checkpoints but not forge or authenticate them
+    # (they show as "unverified" to it); restores are always verified by the owner's
+    # wrapper. Unset: private, directories 0700 and files 0600. See docs/security.md.
+    group: str | None = None
 
 
 class CheckpointConfig(_Section):
@@ -217,6 +229,15 @@ class Settings(_Section):
     @property
     def checkpoint_dir(self) -> Path:
         return Path(self.store.path) if self.store.path else self.home / "checkpoints"
+
+    @property
+    def store_key_path(self) -> Path:
+        """The manifest key: ``[store] key``, else ``$CLAWPOINT_HOME/keys/store.key``."""
+        return (
+            Path(self.store.key).expanduser()
+            if self.store.key
+            else self.home / "keys" / "store.key"
+        )
 
     @property
     def run_dir(self) -> Path:

@@ -11,6 +11,7 @@ The tree (grouped by what the caller can do about it)::
     ├── BackendUnavailable              transient: retry later (exit 7)
     ├── CheckpointError                 a checkpoint/restore failed (exit 8)
     │   └── CorruptCheckpoint           an image failed verification (exit 8)
+    │       └── UntrustedCheckpoint     its manifest is not authentic (exit 8)
     ├── EngineUnavailable               the engine cannot run here, e.g. CRIU (exit 9)
     ├── Conflict                        state changed under us / already running (exit 10)
     └── OperationFailed                 anything else that went wrong (exit 1)
@@ -98,6 +99,14 @@ class CheckpointError(ClawpointError):
 
 class CorruptCheckpoint(CheckpointError):
     default_code = "checkpoint-corrupt"
+
+
+class UntrustedCheckpoint(CorruptCheckpoint):
+    """The checkpoint cannot be shown to be its owner's (unsigned, signed with another key,
+    altered, or in a directory someone else owns): restoring it is refused like a corrupt
+    one, but nothing marks or deletes it."""
+
+    default_code = "checkpoint-untrusted"
 
 
 class EngineUnavailable(ClawpointError):

@@ -273,8 +273,14 @@ class CheckpointFile(BaseModel):
 
 
 class CheckpointStatus(StrEnum):
+    """``good``: authenticated by its owner's key and not known to be damaged; ``corrupt``:
+    its bytes failed verification; ``untrusted``: its manifest is not authentic (unsigned,
+    signed with another key, altered, or in a directory another user owns), never restored;
+    ``unverified``: read by someone who cannot authenticate it (not its owner)."""
+
     GOOD = "good"
     CORRUPT = "corrupt"
+    UNTRUSTED = "untrusted"
     UNVERIFIED = "unverified"
 
 

@@ -243,8 +243,8 @@ def build_server(
         ] = None,
         limit: Limit = 20, cursor: Cursor = None, detail: Detail = False,
     ) -> CheckpointList:  # fmt: skip
-        """Checkpoints, newest first, with status good|corrupt|unverified. Files, digests,
-        CRIU counters: detail."""
+        """Checkpoints, newest first, with status good|corrupt|untrusted|unverified (why: reason;
+        untrusted and corrupt are never restored). Files, digests, CRIU counters: detail."""
         items = await call(lambda: service.checkpoints(workload))
         chunk, more = page(items, limit=limit, cursor=cursor)
         return CheckpointList(checkpoints=[views.checkpoint(c, detail=detail) for c in chunk],

@@ -238,7 +238,9 @@ def restore_verified(
     t0 = time.perf_counter()
     images = store.images_dir(checkpoint_id)
     # Sizes first (no reads): CRIU may wait forever on a truncated page image.
-    info = store.verify(checkpoint_id, digests=False)
+    # ... and authenticity: an untrusted checkpoint, or one we cannot authenticate, never
+    # reaches the engine.
+    info = store.verify(checkpoint_id, digests=False, restore=True)
     req = RestoreRequest(
         images=images,
         info=info,

@@ -152,8 +152,23 @@ def workloads(
 def checkpoints(
     workload: Annotated[str | None, typer.Argument(help="Workload id, e.g. local:train-1")] = None,
     json_: JsonOpt = False,
+    reseal: Annotated[
+        str | None,
+        typer.Option(
+            help="Sign an untrusted checkpoint of yours again (BACKEND:WORKLOAD@SEQ), one "
+            "written before checkpoints were signed: only if nobody else could have written "
+            "to it (docs/security.md)",
+        ),
+    ] = None,
 ) -> None:
-    """List checkpoints (of one workload, or all), newest first."""
+    """List checkpoints (of one workload, or all), newest first. Untrusted ones (manifest
+    not authentic) and corrupt ones are never restored; the reason says why."""
+    if reseal is not None:
+        done = _service().reseal_checkpoint(reseal, principal=_person())
+        if json_:
+            return output.emit_json(done)
+        output.plain(f"{reseal} is signed again: {done.status.value}")
+        return None
     items = _service().checkpoints(workload)
     if json_:
         return output.emit_json(items)
@@ -173,6 +188,10 @@ def checkpoints(
             for c in items
         ],
     )
+    for c in items:
+        reason = c.extra.get("untrusted_reason") or c.extra.get("corrupt_reason")
+        if reason:
+            output.plain(f"{c.id} is {c.status.value}: {reason}")
 
 
 def _fmt(v: Any) -> str:

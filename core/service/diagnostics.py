@@ -66,6 +66,34 @@ def _elicitation(settings: Settings) -> CheckItem:
     )
 
 
+def _store_key(settings: Settings) -> CheckItem:
+    """The manifest key and the store's modes: outside the store, ours alone, group known."""
+    from core.store import perms, seal
+
+    path = settings.store_key_path
+    try:
+        modes = perms.modes(settings.store.group)
+        if path.resolve().is_relative_to(settings.checkpoint_dir.resolve()):
+            raise errors.InvalidInput(
+                f"the store key {path} lies inside the checkpoint store, where it protects nothing",
+                hint="set [store] key to a path outside the store",
+            )
+        found = seal.StoreKey(path).load(create=False)
+    except errors.ClawpointError as exc:
+        return CheckItem(name="store-key", level="error", message=str(exc))
+    how = (
+        f"group {settings.store.group} (2750/0640)"
+        if modes.gid is not None
+        else "private (0700/0600)"
+    )
+    if found is None:
+        return CheckItem(name="store-key", level="ok",
+                         message=f"no key yet at {path}: created with the first checkpoint; "
+                         f"checkpoints are {how}")  # fmt: skip
+    return CheckItem(name="store-key", level="ok",
+                     message=f"{path} signs this user's manifests; checkpoints are {how}")  # fmt: skip
+
+
 def _backends(settings: Settings) -> list[CheckItem]:
     """Every backend section validated through the registry; which backends are enabled."""
     from core.backends import registry
@@ -122,6 +150,7 @@ def check_configuration() -> CheckReport:
                 message=f"{settings.checkpoint_dir} is not writable: {exc}",
             )
         )
+    items.append(_store_key(settings))
     # Every engine of the registry: whether it works here, and if not, why.
     engines = statuses(settings.checkpoint)
     working = [n for n, st in engines.items() if st.available]

@@ -64,6 +64,7 @@ from core.signals.nvml import ReportCache
 from core.signals.queue import QueueDepth, coerce, from_workloads
 from core.signals.sla import Progress
 from core.state.db import Database
+from core.store.store import CheckpointStore
 from core.wrapper.spec import RunSpec
 
 log = structlog.get_logger("clawpoint.service")
@@ -234,10 +235,54 @@ class Service(PeopleDesk, WorldContext):
 
     def checkpoints(self, workload: str | None = None) -> list[CheckpointInfo]:
         if workload is None:
-            return [c for b in self.backends.values() for c in b.checkpoints(None)]
-        backend, name = self._split(workload, what="workload")
-        backend.get_workload(name)  # unknown workload -> NotFound, not an empty list
-        return backend.checkpoints(name)
+            found = [c for b in self.backends.values() for c in b.checkpoints(None)]
+        else:
+            backend, name = self._split(workload, what="workload")
+            backend.get_workload(name)  # unknown workload -> NotFound, not an empty list
+            found = backend.checkpoints(name)
+        for c in found:
+            if c.status is CheckpointStatus.UNTRUSTED:
+                self._audit_untrusted(
+                    c.id, action="list", reason=str(c.extra.get("untrusted_reason", "")), once=True
+                )
+        return found
+
+    def _audit_untrusted(
+        self, checkpoint: str, *, action: str, reason: str, once: bool = False
+    ) -> None:
+        """Record that an untrusted checkpoint was met (someone may have planted or altered
+        it): every refused restore, and the first listing that shows it (``once``)."""
+        if once and any(
+            e.kind == "checkpoint.untrusted" for e in self.audit.entries(subject=checkpoint)
+        ):
+            return
+        outcome = "listed as untrusted" if action == "list" else "refused"
+        self.audit.append(
+            "checkpoint.untrusted",
+            principal="system:store",
+            subject=checkpoint,  # BACKEND:LINEAGE@SEQ
+            data={"action": action, "outcome": outcome, "reason": reason},
+        )
+
+    def reseal_checkpoint(self, checkpoint: str, *, principal: Principal) -> CheckpointInfo:
+        """Sign an untrusted checkpoint of ours again (a person vouches that it is theirs:
+        one written before manifests were signed, or after its key was replaced). Only its
+        owner can, only when every byte still matches its manifest; audited."""
+        backend, cid = self._split_checkpoint(checkpoint)
+        store = getattr(backend, "store", None)
+        if not isinstance(store, CheckpointStore):
+            raise errors.NotSupported(
+                f"the {backend.name} backend's checkpoints are signed by the jobs' own wrappers",
+                hint="re-seal it as its owner on a node of that backend, or take a new checkpoint",
+            )
+        info = store.reseal(cid)
+        self.audit.append(
+            "checkpoint.resealed",
+            principal=str(principal),
+            subject=f"{backend.name}:{cid}",
+            data={"files": len(info.files), "size_bytes": info.size_bytes},
+        )
+        return info
 
     def queue_depth(self, backend: str | None = None) -> list[QueueDepth]:
         """Each backend's queue: its own (``QueueDepthSource``), else synthesised from its
@@ -318,7 +363,15 @@ class Service(PeopleDesk, WorldContext):
             updates["reason"] = reason
         if updates:
             typed = typed.model_copy(update=updates)
-        draft = backend.plan(action, local_target, typed)
+        try:
+            draft = backend.plan(action, local_target, typed)
+        except errors.UntrustedCheckpoint as exc:
+            self._audit_untrusted(
+                f"{backend.name}:{exc.details.get('checkpoint') or local_target}",
+                action=action.value,
+                reason=exc.message,
+            )
+            raise
         recorded = typed.model_dump(mode="json", exclude_defaults=True)
         plan = Plan(
             action=action,
@@ -415,8 +468,10 @@ class Service(PeopleDesk, WorldContext):
             found = next((c for c in listed if c.id == pre.checkpoint), None)
             if found is None:
                 problems.append(f"checkpoint {pre.checkpoint} no longer exists")
-            elif found.status is CheckpointStatus.CORRUPT:
-                problems.append(f"checkpoint {pre.checkpoint} no longer verifies (corrupt)")
+            elif found.status in (CheckpointStatus.CORRUPT, CheckpointStatus.UNTRUSTED):
+                problems.append(
+                    f"checkpoint {pre.checkpoint} no longer verifies ({found.status.value})"
+                )
         return problems
 
     # ------------------------------------------------------------------ acting

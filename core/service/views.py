@@ -97,18 +97,23 @@ def workload(w: WorkloadInfo, *, detail: bool = False) -> dict[str, Any]:
     })  # fmt: skip
 
 
+_REASONS = ("untrusted_reason", "corrupt_reason", "unverified_reason")
+
+
 def checkpoint(c: CheckpointInfo, *, detail: bool = False) -> dict[str, Any]:
     """id, status, engine, node, created_at, size_bytes, leave_running, step (the workload's
-    progress when it was taken, if it reports one). Files, digests and CRIU counters only
-    with ``detail``."""
+    progress when it was taken, if it reports one), reason (why it is not good). Files,
+    digests and CRIU counters only with ``detail``."""
     if detail:
         return _full(c)
     progress = c.extra.get("progress") if isinstance(c.extra, Mapping) else None
     step = progress.get("step") if isinstance(progress, Mapping) else None
+    # Why a checkpoint is not good (untrusted, corrupt, unverified): what a reader acts on.
+    reason = next((c.extra.get(k) for k in _REASONS if c.extra.get(k)), None)
     return compact({
         "id": c.id, "status": c.status.value, "engine": c.engine, "node": c.node,
         "created_at": _time(c.created_at), "size_bytes": c.size_bytes,
-        "leave_running": c.leave_running, "step": step,
+        "leave_running": c.leave_running, "step": step, "reason": reason,
     })  # fmt: skip
 
 

@@ -12,6 +12,16 @@ writer holds its lock.
 Corruption found by ``verify`` is recorded with a ``CORRUPT`` marker file next to the manifest
 (the manifest itself is never rewritten); such a checkpoint is never restored.
 
+Confidentiality and authenticity (``core.store.perms``, ``core.store.seal``): everything the
+store creates is private (directories 0700, files 0600, whatever the umask; or a documented
+group mode), and every manifest is signed with its owner's key, kept outside the store. A
+checkpoint is ``good`` only when its manifest authenticates under our key and it lies in
+directories we own. One whose manifest is unsigned, signed with another key or altered, or
+that lies in a directory someone else owns, is ``untrusted``: listed, never restored
+(UntrustedCheckpoint, exit 8), never marked corrupt, never deleted by retention. Who reads
+a lineage another uid owns (root, or a service in group mode) checks its integrity but cannot
+authenticate it: such checkpoints are ``unverified`` and this store never restores them.
+
 Retention protects checkpoints by their goodness, not their age: it never deletes the newest
 checkpoint that verifies (whatever corrupt ones lie above it), and only checkpoints taken on
 the workload's own schedule or when it was stopped (never those asked for on request, which
@@ -26,10 +36,12 @@ from __future__ import annotations
 
 import builtins
 import fcntl
+import json
 import os
 import re
 import secrets
 import shutil
+import stat
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -43,13 +55,19 @@ from pydantic import ValidationError
 
 from core import errors
 from core.model import CheckpointFile, CheckpointInfo, CheckpointStatus, utcnow, validate_name
-from core.store import digest
+from core.store import digest, perms, seal
 
 log = structlog.get_logger(__name__)
 
 MANIFEST = "manifest.json"
 IMAGES = "images"
 CORRUPT_MARK = "CORRUPT"
+SEAL = seal.SEAL_FILE
+# Manifest ``extra`` keys: the uid that wrote it (sealed with it), and why a checkpoint is
+# untrusted or unverified (set when it is read, never written).
+OWNER_UID = "owner_uid"
+UNTRUSTED_REASON = "untrusted_reason"
+UNVERIFIED_REASON = "unverified_reason"
 # Manifest ``extra`` key: true for a leave-running checkpoint asked for on request (control
 # socket or SIGUSR1), as opposed to the wrapper's schedule or a stop-checkpoint.
 ON_REQUEST = "on_request"
@@ -62,6 +80,7 @@ _ID_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,62})@([0-9]{1,8})$")
 # Files an engine may add to an images dir after publish (CRIU writes stats-restore on each
 # restore); verification ignores them, everything else unknown is suspicious.
 _RESTORE_BYPRODUCTS = frozenset({"stats-restore"})
+_NEVER_RESTORED = frozenset({CheckpointStatus.CORRUPT, CheckpointStatus.UNTRUSTED})
 
 
 def parse_checkpoint_id(checkpoint_id: str) -> tuple[str, int]:
@@ -109,17 +128,14 @@ def _fsync_path(path: Path, *, directory: bool = False) -> None:
         os.close(fd)
 
 
-def _write_durable(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".part")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 class CheckpointStore:
-    def __init__(self, root: Path, *, keep: int = 3) -> None:
+    """``key``: the owner's manifest key file (``[store] key``); without one the store only
+    reads (it cannot publish, and lists everything as ``unverified``). ``group``: group mode
+    (``[store] group``), else private."""
+
+    def __init__(
+        self, root: Path, *, keep: int = 3, key: Path | None = None, group: str | None = None
+    ) -> None:
         if keep < 1:
             raise errors.InvalidInput(
                 f"keep must be at least 1, got {keep}",
@@ -127,6 +143,53 @@ class CheckpointStore:
             )
         self.root = Path(root)
         self.keep = keep
+        self.key = seal.StoreKey(key) if key is not None else None
+        self.group = group or None
+        self.uid = os.geteuid()
+        self._modes: perms.Modes | None = None
+
+    @property
+    def modes(self) -> perms.Modes:
+        if self._modes is None:  # resolved on first use: constructing a store reads nothing
+            self._modes = perms.modes(self.group)
+        return self._modes
+
+    def _signing_key(self) -> seal.StoreKey:
+        """The key for publishing (created on first use); refuses a key inside the store."""
+        if self.key is None:
+            raise errors.CheckpointError(
+                f"this process has no store key, so it cannot write checkpoints to {self.root}",
+                hint="checkpoints are written by the workload's wrapper, which has one "
+                "([store] key, default $CLAWPOINT_HOME/keys/store.key)",
+            )
+        where = self.key.path.resolve()
+        if where.is_relative_to(self.root.resolve()):
+            raise errors.CheckpointError(
+                f"the store key {self.key.path} lies inside the checkpoint store {self.root}, "
+                "where it protects nothing",
+                hint="set [store] key to a path outside the store (the default is "
+                "$CLAWPOINT_HOME/keys/store.key)",
+                code="store-key-refused",
+            )
+        self.key.load(create=True)
+        return self.key
+
+    def _foreign(self, d: Path, owner: int) -> errors.UntrustedCheckpoint:
+        return errors.UntrustedCheckpoint(
+            f"the lineage directory {d} belongs to {perms.user_name(owner)}, not to you "
+            f"({perms.user_name(self.uid)}): clawpoint neither writes into it nor restores "
+            "from it",
+            hint=f"another user created a lineage of this name in a shared store: use another "
+            f"workload name, or have that user or an administrator remove {d}",
+            details={"path": str(d), "owner_uid": owner},
+        )
+
+    def _may_read(self, d: Path, owner: int) -> bool:
+        """Whether we may read another uid's lineage (as ``unverified``): root does, and a
+        service in group mode reads the lineages of its group."""
+        if owner == self.uid or self.uid == 0:
+            return True
+        return self.modes.gid is not None and perms.dir_gid(d) == self.modes.gid
 
     # -- paths and locks ------------------------------------------------------------------
 
@@ -139,10 +202,17 @@ class CheckpointStore:
 
     @contextmanager
     def _lineage_lock(self, lineage: str) -> Iterator[Path]:
+        """Our lineage directory, created private if missing, locked; one another uid owns
+        (or a link planted in its place) is refused by name."""
         d = self._lineage_dir(lineage)
         try:
-            d.mkdir(parents=True, exist_ok=True)
-            fd = os.open(d / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+            perms.check_root(self.root)
+            self.root.mkdir(parents=True, exist_ok=True)
+            perms.make_dir(d, self.modes, exist_ok=True)
+            owner = perms.dir_owner(d)
+            if owner != self.uid:
+                raise self._foreign(d, owner if owner is not None else -1)
+            fd = perms.open_file(d / ".lock", self.modes, os.O_RDWR)
         except OSError as exc:
             raise errors.CheckpointError(
                 f"cannot use the checkpoint store at {self.root}: {exc}",
@@ -157,7 +227,12 @@ class CheckpointStore:
     # -- writing ----------------------------------------------------------------------------
 
     def begin(self, lineage: str, *, engine: str, node: str | None) -> PendingCheckpoint:
-        """Allocate ``LINEAGE@SEQ`` and a temporary directory for the engine to write into."""
+        """Allocate ``LINEAGE@SEQ`` and a temporary directory for the engine to write into.
+
+        The key is loaded (or created) first: a key problem refuses the checkpoint before
+        the engine runs, not after it has frozen the workload."""
+        validate_name(lineage, what="lineage")
+        self._signing_key()
         with self._lineage_lock(lineage) as d:
             seqs = [int(p.name) for p in d.iterdir() if _SEQ_RE.fullmatch(p.name)]
             seqs += [
@@ -172,9 +247,12 @@ class CheckpointStore:
             parent = checkpoint_id(lineage, published[-1]) if published else None
             tmp = d / f"{_TMP}{seq:08d}-{secrets.token_hex(4)}"
             try:
-                (tmp / IMAGES).mkdir(parents=True)
-                _write_durable(seq_file, str(seq).encode())
-                lock_fd = os.open(tmp / _WRITER_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+                # Private before the engine writes a byte: its files get the umask's modes
+                # until publish tightens them, but nobody else can reach them.
+                perms.make_dir(tmp, self.modes)
+                perms.make_dir(tmp / IMAGES, self.modes)
+                perms.write_durable(seq_file, str(seq).encode(), self.modes)
+                lock_fd = perms.open_file(tmp / _WRITER_LOCK, self.modes, os.O_RDWR)
                 fcntl.flock(lock_fd, fcntl.LOCK_EX)  # held until publish/abort or our death
             except OSError as exc:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -205,6 +283,8 @@ class CheckpointStore:
         """Hash, fsync, write the manifest and rename: after this returns the checkpoint exists."""
         t0 = time.perf_counter()
         try:
+            key = self._signing_key()
+            perms.tighten_tree(pending.tmp_dir, self.modes)
             files = self._hash_images(pending)
             if not files:
                 raise errors.CheckpointError(
@@ -225,9 +305,11 @@ class CheckpointStore:
                 timings={**timings, "publish_s": time.perf_counter() - t0},
                 leave_running=leave_running,
                 status=CheckpointStatus.GOOD,
-                extra={"format": FORMAT, **(extra or {})},
+                extra={"format": FORMAT, **(extra or {}), OWNER_UID: self.uid},
             )
-            _write_durable(pending.tmp_dir / MANIFEST, info.model_dump_json(indent=1).encode())
+            manifest = info.model_dump_json(indent=1).encode()
+            perms.write_durable(pending.tmp_dir / SEAL, key.seal(manifest), self.modes)
+            perms.write_durable(pending.tmp_dir / MANIFEST, manifest, self.modes)
             _fsync_path(pending.tmp_dir, directory=True)
             final = pending.tmp_dir.parent / f"{pending.seq:08d}"
             os.rename(pending.tmp_dir, final)
@@ -292,11 +374,32 @@ class CheckpointStore:
 
     @staticmethod
     def _is_published(path: Path) -> bool:
-        return bool(_SEQ_RE.fullmatch(path.name)) and (path / MANIFEST).is_file()
-
-    def _load(self, path: Path) -> CheckpointInfo:
+        """A directory (not a link) named SEQ holding a manifest (not a link) is a checkpoint."""
+        if not _SEQ_RE.fullmatch(path.name):
+            return False
         try:
-            info = CheckpointInfo.model_validate_json((path / MANIFEST).read_bytes())
+            return stat.S_ISDIR(os.lstat(path).st_mode) and stat.S_ISREG(
+                os.lstat(path / MANIFEST).st_mode
+            )
+        except OSError:
+            return False
+
+    def _lineage_owner(self, d: Path) -> int | None:
+        """The owner of lineage directory ``d`` if we may read it; None when it does not
+        exist; UntrustedCheckpoint (by name) for a link, or another uid's we may not read."""
+        owner = perms.dir_owner(d)
+        if owner is not None and not self._may_read(d, owner):
+            raise self._foreign(d, owner)
+        return owner
+
+    def _load(self, path: Path, owner: int) -> CheckpointInfo:
+        """The manifest at ``path`` (a checkpoint of a lineage ``owner`` owns), its status
+        decided here: untrusted, corrupt (marked), good (authentic), or unverified."""
+        try:
+            raw = perms.read_nofollow(path / MANIFEST)
+            if raw is None:
+                raise FileNotFoundError(path / MANIFEST)
+            info = CheckpointInfo.model_validate_json(raw)
         except FileNotFoundError as exc:
             raise errors.NotFound(
                 f"no checkpoint at {path}", hint="list the checkpoints to see which exist"
@@ -306,42 +409,110 @@ class CheckpointStore:
                 f"the manifest of {path} is unreadable: {exc}",
                 hint="this checkpoint cannot be restored; delete it and use an older one",
             ) from exc
-        if (path / CORRUPT_MARK).exists():
+        info.extra.pop(UNTRUSTED_REASON, None)  # only ever set here, never believed from disk
+        info.extra.pop(UNVERIFIED_REASON, None)
+        status, reason = self._authenticate(path, raw, info, owner)
+        if status is CheckpointStatus.UNTRUSTED:
+            info.status = status
+            info.extra[UNTRUSTED_REASON] = reason
+        elif (path / CORRUPT_MARK).exists():
             info.status = CheckpointStatus.CORRUPT
             info.extra["corrupt_reason"] = (path / CORRUPT_MARK).read_text(errors="replace")
+        else:
+            info.status = status
+            if reason:
+                info.extra[UNVERIFIED_REASON] = reason
         return info
 
-    def list(self, lineage: str | None = None) -> builtins.list[CheckpointInfo]:
-        """Published checkpoints, newest first (by creation time, then sequence)."""
-        if lineage is not None:
-            dirs = [self._lineage_dir(lineage)]
-        elif self.root.is_dir():
-            dirs = sorted(
-                p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")
+    def _authenticate(
+        self, path: Path, raw: bytes, info: CheckpointInfo, owner: int
+    ) -> tuple[CheckpointStatus, str]:
+        """(status, why): whether this manifest is its lineage owner's, as far as we can tell."""
+        untrusted = CheckpointStatus.UNTRUSTED
+        st = os.lstat(path)
+        if st.st_uid != owner:
+            return untrusted, (
+                f"its directory belongs to {perms.user_name(st.st_uid)}, its lineage to "
+                f"{perms.user_name(owner)}: someone else put it there"
             )
-        else:
-            dirs = []
+        lineage, seq = path.parent.name, int(path.name)
+        if (info.id, info.lineage, info.seq) != (checkpoint_id(lineage, seq), lineage, seq):
+            return untrusted, (
+                f"its manifest describes {info.id}, but it lies at {checkpoint_id(lineage, seq)}"
+            )
+        recorded = info.extra.get(OWNER_UID)
+        if owner != self.uid:
+            if recorded is not None and recorded != owner:
+                return untrusted, (
+                    f"its manifest records owner uid {recorded}, but its directory belongs to "
+                    f"{perms.user_name(owner)}"
+                )
+            return CheckpointStatus.UNVERIFIED, (
+                f"it belongs to {perms.user_name(owner)}: only its owner's key can "
+                "authenticate it (its wrapper does before any restore)"
+            )
+        if self.key is None:
+            return CheckpointStatus.UNVERIFIED, "this process has no store key to check it with"
+        try:
+            sealed = perms.read_nofollow(path / SEAL)
+        except OSError as exc:
+            return untrusted, f"manifest authentication failed: {SEAL} unreadable: {exc}"
+        problem = self.key.check(raw, sealed)
+        if problem is None and recorded != self.uid:
+            problem = f"its manifest records owner uid {recorded}, not yours ({self.uid})"
+        if problem is not None:
+            return untrusted, f"manifest authentication failed: {problem}"
+        return CheckpointStatus.GOOD, ""
+
+    def _published(self, d: Path) -> builtins.list[Path]:
+        return [p for p in d.iterdir() if self._is_published(p)]
+
+    def list(self, lineage: str | None = None) -> builtins.list[CheckpointInfo]:
+        """Published checkpoints, newest first (by creation time, then sequence).
+
+        All lineages: those of other users that we may not read are left out (a shared
+        store holds everyone's); one lineage: such a lineage is refused by name."""
+        found: builtins.list[tuple[Path, int]] = []
+        if lineage is not None:
+            d = self._lineage_dir(lineage)
+            owner = self._lineage_owner(d)
+            if owner is not None:
+                found.append((d, owner))
+        elif self.root.is_dir():
+            for d in sorted(self.root.iterdir()):
+                if d.name.startswith("."):
+                    continue
+                try:
+                    owner = self._lineage_owner(d)
+                except errors.UntrustedCheckpoint as exc:
+                    log.info("checkpoint.lineage_skipped", path=str(d), why=exc.message)
+                    continue
+                if owner is not None:
+                    found.append((d, owner))
         out: builtins.list[CheckpointInfo] = []
-        for d in dirs:
-            if not d.is_dir():
-                continue
-            for p in d.iterdir():
-                if self._is_published(p):
-                    try:
-                        out.append(self._load(p))
-                    except errors.CorruptCheckpoint as exc:
-                        log.warning("checkpoint.unreadable_manifest", path=str(p), error=str(exc))
+        for d, owner in found:
+            for p in self._published(d):
+                try:
+                    out.append(self._load(p, owner))
+                except errors.CorruptCheckpoint as exc:
+                    log.warning("checkpoint.unreadable_manifest", path=str(p), error=str(exc))
+        for info in out:
+            if info.status is CheckpointStatus.UNTRUSTED:
+                log.warning(
+                    "checkpoint.untrusted", id=info.id, reason=info.extra.get(UNTRUSTED_REASON)
+                )
         out.sort(key=lambda i: (i.created_at, i.seq), reverse=True)
         return out
 
     def get(self, checkpoint_id: str) -> CheckpointInfo:
         path = self._dir(checkpoint_id)
-        if not self._is_published(path):
+        owner = self._lineage_owner(path.parent)
+        if owner is None or not self._is_published(path):
             raise errors.NotFound(
                 f"no checkpoint {checkpoint_id}",
                 hint="list the checkpoints (of this workload) to see the ids that exist",
             )
-        return self._load(path)
+        return self._load(path, owner)
 
     def images_dir(self, checkpoint_id: str) -> Path:
         self.get(checkpoint_id)
@@ -351,45 +522,63 @@ class CheckpointStore:
         """Ids of every published checkpoint of a lineage, readable manifest or not: whether
         the lineage has any history at all (a fresh start would throw it away)."""
         d = self._lineage_dir(lineage)
-        if not d.is_dir():
+        if self._lineage_owner(d) is None:
             return []
-        seqs = sorted((int(p.name) for p in d.iterdir() if self._is_published(p)), reverse=True)
+        seqs = sorted((int(p.name) for p in self._published(d)), reverse=True)
         return [checkpoint_id(lineage, seq) for seq in seqs]
 
     def candidates(self, lineage: str) -> builtins.list[CheckpointInfo]:
-        """Published checkpoints of a lineage not known to be corrupt, newest first."""
-        return [i for i in self.list(lineage) if i.status is not CheckpointStatus.CORRUPT]
+        """Published checkpoints of a lineage that may be restored (not known to be corrupt,
+        not untrusted), newest first."""
+        return [i for i in self.list(lineage) if i.status not in _NEVER_RESTORED]
 
     # -- verification -----------------------------------------------------------------------
 
     def mark_corrupt(self, checkpoint_id: str, reason: str) -> None:
         path = self._dir(checkpoint_id)
         try:
-            _write_durable(path / CORRUPT_MARK, reason.encode())
+            perms.write_durable(path / CORRUPT_MARK, reason.encode(), self.modes)
         except OSError as exc:
             log.warning("checkpoint.cannot_mark_corrupt", id=checkpoint_id, error=str(exc))
         log.warning("checkpoint.corrupt", id=checkpoint_id, reason=reason)
 
-    def verify(self, checkpoint_id: str, *, digests: bool = True) -> CheckpointInfo:
+    def verify(
+        self, checkpoint_id: str, *, digests: bool = True, restore: bool = False
+    ) -> CheckpointInfo:
         """Re-hash every file against the manifest; raise CorruptCheckpoint (and mark it).
 
         ``digests=False`` checks only the file set and sizes (no reads: instant), which
-        catches truncation before an engine is even started.
+        catches truncation before an engine is even started. An untrusted checkpoint raises
+        UntrustedCheckpoint and is never marked. The result is ``good`` when we authenticated
+        it, ``unverified`` when we cannot (another uid's lineage, or no key); ``restore``
+        (what a restore asks) refuses the latter too.
         """
         info = self.get(checkpoint_id)
+        if info.status is CheckpointStatus.UNTRUSTED:
+            raise self._untrusted(info)
         if info.status is CheckpointStatus.CORRUPT:
             raise self._corrupt(info, info.extra.get("corrupt_reason", "marked corrupt"))
         images = self._dir(checkpoint_id) / IMAGES
         problem = self._check_files(info, images, digests=digests)
         if problem:
-            self.mark_corrupt(checkpoint_id, problem)
+            if info.status is CheckpointStatus.GOOD:  # ours: the owner records what it found
+                self.mark_corrupt(checkpoint_id, problem)
             raise self._corrupt(info, problem)
-        info.status = CheckpointStatus.GOOD
+        if restore and info.status is not CheckpointStatus.GOOD:
+            raise errors.UntrustedCheckpoint(
+                f"checkpoint {info.id} cannot be authenticated here and will not be restored: "
+                f"{info.extra.get(UNVERIFIED_REASON, 'no key')}",
+                hint=f"restore it as its owner, whose wrapper holds the key ([store] key); "
+                f"the owner's 'clawpoint checkpoints' shows whether {info.id} is good",
+                details={"checkpoint": info.id, "problem": "unverified"},
+            )
         return info
 
     def _check_files(self, info: CheckpointInfo, images: Path, *, digests: bool) -> str | None:
         expected = {f.name: f for f in info.files}
         try:
+            if not stat.S_ISDIR(os.lstat(images).st_mode):
+                return "the images directory is not a directory (a link?)"
             present = {p.name for p in images.iterdir()} - _RESTORE_BYPRODUCTS
         except OSError as exc:
             return f"images directory unreadable: {exc}"
@@ -398,9 +587,11 @@ class CheckpointStore:
         if unknown := sorted(present - set(expected)):
             return f"unexpected files: {', '.join(unknown)}"
         for f in info.files:
-            size = (images / f.name).stat().st_size
-            if size != f.size:
-                return f"{f.name} has {size} bytes, the manifest says {f.size} (truncated?)"
+            st = os.lstat(images / f.name)
+            if not stat.S_ISREG(st.st_mode):
+                return f"{f.name} is not a regular file (a link?)"
+            if st.st_size != f.size:
+                return f"{f.name} has {st.st_size} bytes, the manifest says {f.size} (truncated?)"
         if not digests:
             return None
         big_first = sorted(info.files, key=lambda f: -f.size)
@@ -422,8 +613,64 @@ class CheckpointStore:
             details={"checkpoint": info.id, "problem": problem},
         )
 
+    @staticmethod
+    def _untrusted(info: CheckpointInfo) -> errors.UntrustedCheckpoint:
+        problem = str(info.extra.get(UNTRUSTED_REASON, "manifest authentication failed"))
+        return errors.UntrustedCheckpoint(
+            f"checkpoint {info.id} is untrusted and will not be restored: {problem}",
+            hint=f"restore another checkpoint of {info.lineage} (the newest good one is used "
+            "automatically). If it was written by your clawpoint before checkpoints were "
+            "signed and nobody else could write to its directory, re-sign it with "
+            f"'clawpoint checkpoints --reseal {info.id}'; otherwise take a new checkpoint. "
+            "It was kept: nothing deletes it but you",
+            details={"checkpoint": info.id, "problem": problem},
+        )
+
+    def reseal(self, checkpoint_id: str) -> CheckpointInfo:
+        """Sign an untrusted checkpoint of ours (one written before manifests were signed):
+        the person vouches for it. Only in a lineage we own, in a directory we own, and only
+        when every file still matches the manifest; returns it, good."""
+        path = self._dir(checkpoint_id)
+        info = self.get(checkpoint_id)
+        if info.status is CheckpointStatus.GOOD:
+            return info
+        owner = os.lstat(path.parent).st_uid
+        if owner != self.uid or os.lstat(path).st_uid != self.uid:
+            raise errors.UntrustedCheckpoint(
+                f"checkpoint {checkpoint_id} lies in a directory that is not yours; only its "
+                "owner may re-sign it",
+                hint="take a new checkpoint of the workload instead",
+                details={"checkpoint": checkpoint_id},
+            )
+        if info.status is CheckpointStatus.CORRUPT:
+            raise self._corrupt(info, info.extra.get("corrupt_reason", "marked corrupt"))
+        problem = self._check_files(info, path / IMAGES, digests=True)
+        if problem:
+            raise self._corrupt(info, problem)
+        key = self._signing_key()
+        with self._lineage_lock(info.lineage):
+            raw = perms.read_nofollow(path / MANIFEST) or b""
+            recorded = CheckpointInfo.model_validate_json(raw).extra.get(OWNER_UID)
+            if recorded not in (None, self.uid):
+                raise errors.UntrustedCheckpoint(
+                    f"checkpoint {checkpoint_id} records owner uid {recorded}: not yours",
+                    hint="take a new checkpoint of the workload instead",
+                    details={"checkpoint": checkpoint_id},
+                )
+            if recorded is None:  # written before owners were recorded: record ours
+                data = json.loads(raw)
+                data.setdefault("extra", {})[OWNER_UID] = self.uid
+                raw = json.dumps(data, indent=1).encode()
+                perms.write_durable(path / MANIFEST, raw, self.modes)
+            perms.write_durable(path / SEAL, key.seal(raw), self.modes)
+            perms.tighten_tree(path, self.modes)
+        log.warning("checkpoint.resealed", id=checkpoint_id)
+        return self.verify(checkpoint_id, digests=False)
+
     def newest_good(self, lineage: str) -> CheckpointInfo | None:
-        """The newest checkpoint that verifies; corrupt ones are logged, marked and skipped."""
+        """The newest checkpoint that verifies; corrupt ones are logged, marked and skipped,
+        untrusted ones logged and skipped. Another uid's lineage: the newest that passes
+        the integrity checks (``unverified``: its owner's wrapper authenticates it)."""
         for info in self.candidates(lineage):
             try:
                 return self.verify(info.id)
@@ -461,17 +708,24 @@ class CheckpointStore:
         scheduled ones. The newest checkpoint that verifies is kept whatever its age: walking
         from the newest, each is verified (``fresh``, the one just published and hashed, is
         trusted) until one does; the ones that fail are marked corrupt on the way.
+
+        Untrusted checkpoints neither rotate nor are ever deleted here: someone who planted
+        checkpoints must not push good ones out, and what is not ours to judge stays for a
+        person to look at (and delete).
         """
         infos = self.list(lineage)
         protected: str | None = None
         for info in infos:
-            if info.status is CheckpointStatus.CORRUPT:
+            if info.status in _NEVER_RESTORED:
                 continue
             if info.id == fresh:
                 protected = info.id
                 break
             try:
                 self.verify(info.id)
+            except errors.UntrustedCheckpoint:
+                info.status = CheckpointStatus.UNTRUSTED
+                continue
             except errors.CorruptCheckpoint:
                 info.status = CheckpointStatus.CORRUPT  # verify marked it
                 continue
@@ -480,6 +734,8 @@ class CheckpointStore:
         doomed: builtins.list[str] = []
         newer_rotating = 0
         for info in infos:  # newest first
+            if info.status is CheckpointStatus.UNTRUSTED:
+                continue
             if newer_rotating >= self.keep and info.id != protected:
                 doomed.append(info.id)
             if info.status is not CheckpointStatus.CORRUPT and not info.extra.get(ON_REQUEST):
@@ -494,7 +750,13 @@ class CheckpointStore:
         if not self.root.is_dir():
             return removed
         for d in self.root.iterdir():
-            if not d.is_dir() or d.name.startswith("."):
+            if d.name.startswith("."):
+                continue
+            try:  # only our own lineages: never links, never another user's
+                st = os.lstat(d)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != self.uid:
                 continue
             # Under the lineage lock: ``begin`` creates a directory and takes its writer lock
             # while holding it, so a directory without a lock file here really is orphaned.

@@ -52,7 +52,7 @@ from core import errors
 from core.checkpoint import cooperative, engine, lazy_pages, ops
 from core.config import Settings, ensure_dirs
 from core.guardrails.audit import AuditLog
-from core.model import CheckpointInfo, WorkloadState, utcnow
+from core.model import CheckpointInfo, CheckpointStatus, WorkloadState, utcnow
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store import staging
@@ -107,7 +107,12 @@ class Supervisor:
         self._marks: dict[str, float] = {}
         self._sock_ino: int | None = None
         self.name = spec.name
-        self.store = CheckpointStore(settings.checkpoint_dir, keep=settings.store.keep_per_workload)
+        self.store = CheckpointStore(
+            settings.checkpoint_dir,
+            keep=settings.store.keep_per_workload,
+            key=settings.store_key_path,
+            group=settings.store.group,
+        )
         self.registry = WorkloadRegistry(Database(settings.state_db))
         self.jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self.sock_path = settings.run_dir / f"{self.name}.sock"
@@ -272,6 +277,15 @@ class Supervisor:
         self.store.get(cid)  # NotFound for a wrong id, before anything
         try:
             self._start_from(cid)
+        except errors.UntrustedCheckpoint as exc:
+            self._close_pipes()
+            self._audit_untrusted(cid, exc)
+            raise errors.UntrustedCheckpoint(
+                f"{exc.message}; nothing was started and no other checkpoint was restored in "
+                "its place",
+                hint=exc.hint,
+                details={"checkpoint": cid, **exc.details},
+            ) from exc
         except errors.CorruptCheckpoint as exc:
             self._close_pipes()
             raise errors.CorruptCheckpoint(
@@ -340,10 +354,23 @@ class Supervisor:
         }
 
     def _restore_newest_good(self) -> str:
-        """The newest checkpoint that verifies; a fresh start only for a brand-new lineage."""
-        for info in self.store.candidates(self.name):
+        """The newest checkpoint that verifies; a fresh start only for a brand-new lineage.
+        Untrusted checkpoints are skipped (and audited), never restored, never deleted."""
+        untrusted: list[str] = []
+        for info in self.store.list(self.name):
+            if info.status is CheckpointStatus.UNTRUSTED:
+                self._audit_untrusted(info.id, info.extra.get("untrusted_reason", ""))
+                untrusted.append(info.id)
+                continue
+            if info.status is CheckpointStatus.CORRUPT:
+                continue
             try:
                 self._start_from(info.id)
+            except errors.UntrustedCheckpoint as exc:
+                self._audit_untrusted(info.id, exc)
+                untrusted.append(info.id)
+                self._close_pipes()
+                continue
             except errors.CorruptCheckpoint as exc:
                 log.warning("wrapper.corrupt_checkpoint_skipped", id=info.id, error=exc.message)
                 self._close_pipes()
@@ -357,15 +384,39 @@ class Supervisor:
                 if published
                 else f"{self.name} has no checkpoint"
             )
-            raise errors.CorruptCheckpoint(
+            if untrusted:
+                what += f" ({len(untrusted)} untrusted: {', '.join(untrusted)})"
+            raise (errors.UntrustedCheckpoint if untrusted else errors.CorruptCheckpoint)(
                 f"{what}; nothing was started (its images were left as they are)",
-                hint="restore a specific checkpoint if one is good; or have a person start it from "
-                "scratch ('clawpoint resume WORKLOAD --fresh', 'failover WORKLOAD --fresh', or "
-                "'clawpoint run --fresh --name NAME -- CMD'), which loses its progress",
-                details={"workload": self.name, "checkpoints": published},
+                hint=(
+                    "an untrusted checkpoint you wrote before checkpoints were signed can be "
+                    "re-signed ('clawpoint checkpoints --reseal ID') if nobody else could write "
+                    "to it; otherwise "
+                    if untrusted
+                    else ""
+                )
+                + "restore a specific checkpoint if one is good; or have a person start it "
+                "from scratch ('clawpoint resume WORKLOAD --fresh', 'failover WORKLOAD --fresh', "
+                "or 'clawpoint run --fresh --name NAME -- CMD'), which loses its progress",
+                details={"workload": self.name, "checkpoints": published, "untrusted": untrusted},
             )
         self._start_fresh()
         return "started fresh (no checkpoint yet)"
+
+    def _audit_untrusted(self, cid: str, why: errors.ClawpointError | str) -> None:
+        """Record in the audit log that a restore met (and skipped or refused) an untrusted
+        checkpoint: someone may have planted or altered it. Best effort, like the log line."""
+        reason = why.message if isinstance(why, errors.ClawpointError) else why
+        log.warning("wrapper.untrusted_checkpoint_refused", id=cid, reason=reason)
+        try:
+            AuditLog(Database(self.settings.state_db)).append(
+                "checkpoint.untrusted",
+                principal=f"wrapper:{self.name}",
+                subject=f"local:{cid}",
+                data={"action": "restore", "outcome": "refused", "reason": reason},
+            )
+        except Exception as exc:  # noqa: BLE001 (the refusal stands whether or not it is recorded)
+            log.warning("wrapper.audit_failed", error=str(exc))
 
     def _start_fresh(self, restored: dict[str, str] | None = None) -> None:
         if self.pipes is None:  # a restore that restarts the command made them already

@@ -19,6 +19,7 @@ import pytest
 from core.model import Action, CheckpointStatus
 from core.store.store import ON_REQUEST, CheckpointStore
 from tests.adversarial.conftest import PERSON, TRANSPORTS, Lab, agent_session
+from tests.checkpoint import stores
 
 CONFIG = """
 [store]
@@ -107,7 +108,7 @@ def _publish(store: CheckpointStore, *, on_request: bool = False) -> str:
 
 
 def test_retention_never_deletes_the_newest_checkpoint_that_verifies(tmp_path: Path) -> None:
-    store = CheckpointStore(tmp_path, keep=1)
+    store = stores.keyed(tmp_path, keep=1)
     only_good = _publish(store)
     above = [_publish(store), _publish(store)]
     for cid in above:  # bytes flipped on disk: nothing has noticed yet
@@ -122,7 +123,7 @@ def test_retention_never_deletes_the_newest_checkpoint_that_verifies(tmp_path: P
 
 
 def test_checkpoints_on_request_rotate_nothing_out(tmp_path: Path) -> None:
-    store = CheckpointStore(tmp_path, keep=1)
+    store = stores.keyed(tmp_path, keep=1)
     scheduled = _publish(store)
     for _ in range(3):  # what an agent's checkpoint_workload calls leave behind
         fresh = _publish(store, on_request=True)

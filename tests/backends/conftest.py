@@ -269,9 +269,11 @@ def k8s_subject(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Subject]:
     from tests.k8s.emulator import Emulator
 
     store_dir = tmp_path_factory.mktemp("k8s-volume")
-    pending = CheckpointStore(store_dir).begin("lost", engine="cooperative", node="n3")
+    # Written by the pod's wrapper, with its own key (the server reads it unverified).
+    writer = CheckpointStore(store_dir, key=store_dir.parent / "k8s-pod-keys" / "store.key")
+    pending = writer.begin("lost", engine="cooperative", node="n3")
     (pending.images_dir / "state").write_text("saved")
-    CheckpointStore(store_dir).publish(pending, timings={}, leave_running=False)
+    writer.publish(pending, timings={}, leave_running=False)
     with Emulator() as emu:
         emu.namespace("default")
         emu.seed(node("n1"), node("n2"), node("n3", ready=False))

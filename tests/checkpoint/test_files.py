@@ -21,7 +21,7 @@ import pytest
 
 from core import errors
 from core.checkpoint import files
-from core.store.store import CheckpointStore
+from tests.checkpoint import stores
 
 CHILD = textwrap.dedent(
     """
@@ -68,7 +68,7 @@ def test_writable_files_of_a_tree(child: tuple[subprocess.Popen[str], Path, Path
 
 def test_save_and_put_back(child: tuple[subprocess.Popen[str], Path, Path], tmp_path: Path) -> None:
     proc, work, seg = child
-    store = CheckpointStore(tmp_path / "store")
+    store = stores.keyed(tmp_path / "store")
 
     def checkpoint(budget: int) -> str:
         pending = store.begin("w", engine="criu", node=None)

@@ -18,7 +18,11 @@ pytestmark = pytest.mark.criu
 
 
 def _store(h: Harness) -> CheckpointStore:
-    return CheckpointStore(h.settings.checkpoint_dir, keep=h.settings.store.keep_per_workload)
+    return CheckpointStore(
+        h.settings.checkpoint_dir,
+        keep=h.settings.store.keep_per_workload,
+        key=h.settings.store_key_path,
+    )
 
 
 def test_checkpoint_stop_resume_and_crash_recovery(harness: Harness) -> None:

@@ -47,7 +47,7 @@ class Cli:
         self.home = home
         self.settings: Settings = load_settings(home)
         self.registry = WorkloadRegistry(Database(self.settings.state_db))
-        self.store = CheckpointStore(self.settings.checkpoint_dir)
+        self.store = CheckpointStore(self.settings.checkpoint_dir, key=self.settings.store_key_path)
         self.names: list[str] = []
 
     def env(self, **extra: str) -> dict[str, str]:

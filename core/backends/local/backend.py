@@ -72,7 +72,12 @@ class LocalBackend(LocalPlanning):
         self.config = config or LocalBackendConfig.model_validate(settings.backend_section(NAME))
         self.db = db
         self.registry = WorkloadRegistry(db, backend=NAME)
-        self.store = CheckpointStore(settings.checkpoint_dir, keep=settings.store.keep_per_workload)
+        self.store = CheckpointStore(
+            settings.checkpoint_dir,
+            keep=settings.store.keep_per_workload,
+            key=settings.store_key_path,
+            group=settings.store.group,
+        )
         self._node_config = {n.name: n for n in self.config.nodes}
 
     # ---------------------------------------------------------------- inventory

@@ -19,6 +19,7 @@ from core.config import Settings
 from core.model import (
     Action,
     CheckpointInfo,
+    CheckpointStatus,
     NodeHealth,
     NodeInfo,
     PlanStep,
@@ -419,6 +420,18 @@ class LocalPlanning:
                 return
             except errors.CorruptCheckpoint:
                 continue
+        untrusted = [i.id for i in self.store.list(name) if i.status is CheckpointStatus.UNTRUSTED]
+        if untrusted:
+            raise errors.UntrustedCheckpoint(
+                f"no checkpoint of {ref} can be restored ({', '.join(published)}): "
+                f"{', '.join(untrusted)} failed manifest authentication and the rest are "
+                "corrupt; nothing was changed",
+                hint=f"see why with 'clawpoint checkpoints {ref} --json'; one you wrote before "
+                "checkpoints were signed can be re-signed ('clawpoint checkpoints --reseal ID') "
+                f"if nobody else could write to it; else start from scratch: clawpoint resume "
+                f"{ref} --fresh (losing its progress)",
+                details={"checkpoints": published, "untrusted": untrusted},
+            )
         raise errors.CorruptCheckpoint(
             f"every checkpoint of {ref} is corrupt ({', '.join(published)}); nothing was changed",
             hint=f"a person can start it from scratch, losing its progress: "
