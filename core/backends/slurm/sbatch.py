@@ -38,6 +38,9 @@ class SbatchSpec(BatchSpec):
 
 
 JOB_HOME_PREFIX = "clawpoint-jobs-"
+# Where a job's wrapper finds the key of its user's manifests: the default key of the user's
+# own clawpoint (``$CLAWPOINT_HOME`` defaults to ~/.local/state/clawpoint).
+USER_STORE_KEY = "~/.local/state/clawpoint/keys/store.key"
 
 
 def submitting_user() -> str:
@@ -120,12 +123,19 @@ def render_sbatch(spec: SbatchSpec, config: SlurmConfig) -> str:
         'mkdir -p -m 0700 "$CLAWPOINT_HOME"',
     ]
     lines.append('export CLAWPOINT_CONFIG="$CLAWPOINT_HOME/config.toml"')
+    # The key that signs the manifests is the user's, in their home (shared by the nodes of a
+    # cluster), never the job's node-local home: every run of the job, on any node, and the
+    # user's own clawpoint on the login node must verify the same checkpoints.
+    key = json.dumps(USER_STORE_KEY)
     if cfg.checkpoint_dir:
         store = str(Path(cfg.checkpoint_dir) / submitting_user())
         toml_path = json.dumps(store)  # a TOML basic string is JSON-compatible
-        lines.append(f"printf '[store]\\npath = %s\\n' {_q(toml_path)} >\"$CLAWPOINT_CONFIG\"")
+        lines.append(
+            f"printf '[store]\\npath = %s\\nkey = %s\\n' {_q(toml_path)} {_q(key)} "
+            '>"$CLAWPOINT_CONFIG"'
+        )
     else:
-        lines.append(': >"$CLAWPOINT_CONFIG"')
+        lines.append(f"printf '[store]\\nkey = %s\\n' {_q(key)} >\"$CLAWPOINT_CONFIG\"")
     run = [*cfg.wrapper_argv(), "run", "--name", lineage]
     if spec.engine:
         run += ["--engine", spec.engine]
