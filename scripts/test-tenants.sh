@@ -41,7 +41,12 @@ up() {
         "$venv/bin/python" -m pip install -q -c constraints.txt "$(pwd)" 2> >(grep -v 'is ignored' >&2)
         touch "$stamp"
     fi
-    # This checkout's code, every time (fast: no dependency changes).
+    # This checkout's code, when it differs from what the venv holds (fast: no dependency
+    # changes). Unchanged code is never reinstalled: a reinstall under a running test (another
+    # pytest worker's session start) would pull files from under the users' processes.
+    local code; code=$(find pyproject.toml core mcp_server -type f ! -path '*/__pycache__/*' -print0 |
+        sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+    [[ -e "$venv/.code-$code" ]] && return 0
     local build; build=$(mktemp -d)
     cp -a pyproject.toml core mcp_server "$build"/ 2>/dev/null
     [[ -f README.md ]] && cp README.md "$build"/
@@ -49,6 +54,8 @@ up() {
         "$venv/bin/python" -m pip install -q --no-deps --force-reinstall "$build" >/dev/null
     rm -rf "$build"
     chmod -R go+rX "$venv"
+    rm -f "$venv"/.code-*
+    touch "$venv/.code-$code"
 }
 
 case "${1:-up}" in

@@ -7,15 +7,18 @@ changes no workload.
 
 from __future__ import annotations
 
-import os
 import tempfile
-from typing import Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
 
 from core import errors
 from core.config import Settings, config_path, default_home, ensure_dirs, load_settings
 from core.guardrails.tokens import token_problem, weak_token_hint
+
+if TYPE_CHECKING:
+    from core.checkpoint.engine import EngineStatus
 
 
 class CheckItem(BaseModel):
@@ -184,12 +187,46 @@ def check_configuration() -> CheckReport:
             )
         )
     items.append(_elicitation(settings))
-    if os.geteuid() != 0:
-        items.append(
-            CheckItem(
-                name="privileges",
-                level="warn",
-                message="not root: CRIU needs root (or CAP_CHECKPOINT_RESTORE)",
-            )
-        )
+    items.append(_privileges(engines.get("criu")))
     return CheckReport(ok=all(i.level != "error" for i in items), items=items)
+
+
+def _sysctl(name: str) -> str | None:
+    try:
+        return Path("/proc/sys", *name.split(".")).read_text().strip()
+    except OSError:
+        return None
+
+
+def _privileges(criu: EngineStatus | None) -> CheckItem:
+    """How CRIU runs for this user, and what the host lacks for it (docs/checkpointing.md,
+    "Ordinary users")."""
+    from core.checkpoint import nsinit
+
+    if nsinit.privileged():
+        return CheckItem(name="privileges", level="ok", message="root: CRIU runs as root")
+    lacks = []
+    if _sysctl("user.max_user_namespaces") == "0":
+        lacks.append("user namespaces are off (sysctl user.max_user_namespaces=0: set it > 0)")
+    if _sysctl("kernel.apparmor_restrict_unprivileged_userns") == "1":
+        lacks.append(
+            "AppArmor restricts unprivileged user namespaces "
+            "(kernel.apparmor_restrict_unprivileged_userns=1: allow them, or give clawpoint's "
+            "python an AppArmor profile with 'userns,')"
+        )
+    if _sysctl("vm.unprivileged_userfaultfd") != "1":
+        lacks.append(
+            "post-copy migration needs root (vm.unprivileged_userfaultfd=0): moves copy first"
+        )
+    works = criu is not None and criu.available
+    message = (
+        "ordinary user: CRIU runs in user namespaces this user owns (no root, no file "
+        "capabilities, nothing for an administrator to set up)"
+        if works
+        else "ordinary user: CRIU cannot run in user namespaces here"
+    )
+    return CheckItem(
+        name="privileges",
+        level="ok" if works else "warn",
+        message=message + ("; " + "; ".join(lacks) if lacks else ""),
+    )

@@ -99,7 +99,9 @@ def newest_step(lineage_dir: Path) -> int:
 
 
 @pytest.fixture
-def alice_job(slurm_cluster: dict[str, str]) -> Iterator[tuple[Tenant, str, str, Path]]:
+def alice_job(
+    slurm_cluster: dict[str, str],
+) -> Iterator[tuple[Tenant, str, str, Path, dict[str, str]]]:
     alice, _ = tenants()
     lineage = f"tenant-{os.getpid()}"
     home = alice.home / f"cp-slurm-{os.getpid()}"
@@ -118,7 +120,7 @@ def alice_job(slurm_cluster: dict[str, str]) -> Iterator[tuple[Tenant, str, str,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     job = json.loads(done.stdout)["workload"].removeprefix("slurm:")
-    yield alice, job, lineage, log
+    yield alice, job, lineage, log, env
     sh("scancel", job, check=False)
     restart_cluster()  # a new slurmd for a node the failover killed
     for node in ("n1", "n2", "n3"):
@@ -128,11 +130,11 @@ def alice_job(slurm_cluster: dict[str, str]) -> Iterator[tuple[Tenant, str, str,
 
 
 def test_an_ordinary_users_job_is_checkpointed_moved_and_failed_over(
-    alice_job: tuple[Tenant, str, str, Path],
+    alice_job: tuple[Tenant, str, str, Path, dict[str, str]],
     slurm_cluster: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    alice, job, lineage, log = alice_job
+    alice, job, lineage, log, alice_env = alice_job
     op = Operator(tmp_path / "operator", slurm_cluster)
     ref = f"slurm:{job}"
     wait_step(job, 10)
@@ -140,8 +142,13 @@ def test_an_ordinary_users_job_is_checkpointed_moved_and_failed_over(
 
     out = op("checkpoint", ref)
     assert out["status"] == "executed", out
+    # The operator cannot authenticate alice's checkpoints (her key is hers): unverified.
+    # Alice's own clawpoint, with the key her job's wrapper signed with, sees them good.
     cps = op("checkpoints", ref)
-    assert cps and cps[0]["status"] == "good", cps
+    assert cps and cps[0]["status"] == "unverified", cps
+    done = alice.run([alice.clawpoint, "checkpoints", ref, "--json"], env=alice_env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)[0]["status"] == "good", done.stdout
     lineage_dir = CLUSTER_DIR / "checkpoints" / alice.name / lineage
     assert all(p.stat().st_uid == alice.uid for p in lineage_dir.rglob("*"))
 
@@ -154,7 +161,6 @@ def test_an_ordinary_users_job_is_checkpointed_moved_and_failed_over(
     t = time.time()
     out = op("migrate", ref, "--to", "n2", "--yes")
     assert out["status"] == "executed", out
-    assert op("workloads", "--backend", "slurm") and op("checkpoints", ref)[0]["status"] == "good"
     moved_from = newest_step(lineage_dir)
     wait_step(job, moved_from, since=t)
     assert counter_uids(job) == {alice.uid}

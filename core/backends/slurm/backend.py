@@ -177,7 +177,13 @@ class SlurmBackend:
                 hint="set [slurm] checkpoint_dir to a directory every node sees",
             )
         root = Path(self.cfg.checkpoint_dir)
-        return CheckpointStore(root / validate_name(owner, what="user") if owner else root)
+        if not owner:
+            return CheckpointStore(root)
+        # Our own jobs' checkpoints are authenticated with the key their wrappers sign with
+        # (sbatch.USER_STORE_KEY); another user's can only be listed, as unverified.
+        mine = owner == sbatch.submitting_user()
+        key = Path(sbatch.USER_STORE_KEY).expanduser() if mine else None
+        return CheckpointStore(root / validate_name(owner, what="user"), key=key)
 
     def owner(self, w: WorkloadInfo) -> str | None:
         """The user a job runs as (whose store directory holds its checkpoints)."""
