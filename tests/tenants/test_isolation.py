@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,8 +35,10 @@ def _cli(who: Tenant, home: Path, *args: str) -> tuple[int, str, str]:
 @pytest.fixture
 def alices_workload() -> Iterator[tuple[Tenant, Tenant, Path, str]]:
     alice, bob = tenants()
-    home = alice.home / f"cp-iso-{os.getpid()}"
-    shutil.rmtree(home, ignore_errors=True)
+    # Not in her home: the test loosens this directory's modes, and her home's are reset by
+    # every pytest worker that starts a session (scripts/test-tenants.sh up).
+    home = Path(tempfile.mkdtemp(prefix="cp-iso-", dir="/tmp"))
+    os.chown(home, alice.uid, alice.gid)
     name = "private-counter"
     code, _, err = _cli(
         alice, home, "run", "--name", name, "--detach", "--json", "--",
@@ -77,7 +80,6 @@ def test_bob_cannot_reach_alices_state_socket_or_checkpoints(
     assert done.returncode == 3 and "PermissionError" in done.stdout, done
 
     # A deployment that loosened the modes (root does it here): the wrapper itself refuses.
-    os.chmod(alice.home, 0o755)
     os.chmod(home, 0o755)
     os.chmod(home / "run", 0o755)
     os.chmod(sock, 0o666)
@@ -86,7 +88,7 @@ def test_bob_cannot_reach_alices_state_socket_or_checkpoints(
     finally:
         os.chmod(sock, 0o600)
         os.chmod(home, 0o700)
-        os.chmod(alice.home, 0o700)
+    assert done.returncode == 0, done
     answer = json.loads(done.stdout)
     assert answer["error"]["error"] == "policy-denied", answer
     assert f"uid {bob.uid}" in answer["error"]["message"]
