@@ -1,7 +1,7 @@
 """Manifest authentication: an HMAC-SHA256 per user, keyed by a file outside the store.
 
 Why: a digest kept next to the data it protects proves nothing against someone who can
-write both. In a shared store (a Slurm cluster's 1777 directory) another user could plant
+write both. In a shared store another user could plant
 a checkpoint, or patch one and recompute its digests and manifest. What they cannot do is
 compute this MAC: its key is 32 random bytes in a file only its owner can read, kept out of
 the store (default ``$CLAWPOINT_HOME/keys/store.key``; ``[store] key`` moves it).
