@@ -80,6 +80,10 @@ def conn(kubeconfig: Any) -> Iterator[Any]:
 # ----- a cluster whose pods run: nodes, a checkpoint volume and the fake kubelet ----------
 WRAPPER_CONFIG = "clawpoint-wrapper"
 CHECKPOINT_CLAIM = "clawpoint-checkpoints"
+# The volume holding the key that signs the workload's manifests: it must outlive every pod of
+# the workload (each pod's wrapper signs and verifies with it) and lie outside the store.
+KEY_CLAIM = "clawpoint-keys"
+KEY_MOUNT = "/var/lib/clawpoint-keys"
 
 
 def node(
@@ -135,6 +139,7 @@ def wrapped_spec(lineage: str, *, mb: int = 8, grace_s: int = 30) -> dict[str, A
                     {"name": "checkpoints", "mountPath": "/checkpoints"},
                     {"name": "config", "mountPath": "/etc/clawpoint"},
                     {"name": "home", "mountPath": "/var/lib/clawpoint"},
+                    {"name": "keys", "mountPath": KEY_MOUNT},
                 ],
             }
         ],
@@ -142,6 +147,7 @@ def wrapped_spec(lineage: str, *, mb: int = 8, grace_s: int = 30) -> dict[str, A
             {"name": "checkpoints", "persistentVolumeClaim": {"claimName": CHECKPOINT_CLAIM}},
             {"name": "config", "configMap": {"name": WRAPPER_CONFIG}},
             {"name": "home", "emptyDir": {}},
+            {"name": "keys", "persistentVolumeClaim": {"claimName": KEY_CLAIM}},
         ],
     }
 
@@ -195,6 +201,9 @@ def kubelet(emu: Emulator, tmp_path: Any, store_dir: Any) -> Iterator[Any]:
     """Nodes n1, n2, n3 (n2 a GPU spot node), the wrapper's ConfigMap, and the fake kubelet."""
     from tests.k8s.kubelet import FakeKubelet
 
+    key_dir = tmp_path / "keys"
+    key_dir.mkdir(mode=0o700)
+
     emu.seed(
         node("n1", labels={"karpenter.sh/capacity-type": "on-demand"}),
         node("n2", labels={"karpenter.sh/capacity-type": "spot"}, gpus=1),
@@ -203,11 +212,16 @@ def kubelet(emu: Emulator, tmp_path: Any, store_dir: Any) -> Iterator[Any]:
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": WRAPPER_CONFIG, "namespace": "default"},
-            "data": {"config.toml": '[store]\npath = "/checkpoints"\n'},
+            "data": {
+                "config.toml": f'[store]\npath = "/checkpoints"\nkey = "{KEY_MOUNT}/store.key"\n'
+            },
         },
     )
     fake = FakeKubelet(
-        emu, tmp_path / "pods", nodes=["n1", "n2", "n3"], volumes={CHECKPOINT_CLAIM: store_dir}
+        emu,
+        tmp_path / "pods",
+        nodes=["n1", "n2", "n3"],
+        volumes={CHECKPOINT_CLAIM: store_dir, KEY_CLAIM: key_dir},
     )
     with fake:
         yield fake

@@ -163,3 +163,51 @@ def test_an_ordinary_user_checkpoints_moves_and_fails_over(alice: As) -> None:
 
     log = (alice.home / "logs" / f"{name}.out").read_text()
     assert "STATE CHECK FAILED" not in log
+
+
+@pytest.mark.anyio
+async def test_an_agent_checkpoints_and_moves_an_ordinary_users_workload_over_mcp(
+    alice: As,
+) -> None:
+    """Alice's own MCP server (stdio, run as alice) with a real MCP client: an agent
+    checkpoints and migrates her CRIU workload, and it counts on, still hers."""
+    from mcp import Client, StdioServerParameters
+
+    name = "mcp-counter"
+    alice.home.mkdir(exist_ok=True)
+    os.chown(alice.home, alice.who.uid, alice.who.gid)
+    config = alice.home / "config.toml"
+    config.write_text('[policy.defaults]\ndisruptive = "allow"\n')  # no person in this test
+    os.chown(config, alice.who.uid, alice.who.gid)
+    code, _, err = alice(
+        "run", "--name", name, "--node", "node-a", "--detach", "--json", "--",
+        str(alice.who.python), "-m", "core.workloads.counter",
+        "--state-mb", "50", "--step-seconds", "0.05",
+    )  # fmt: skip
+    assert code == 0, err
+    alice.wait_step(name, 10)
+    params = StdioServerParameters(
+        command="setpriv",
+        args=[f"--reuid={alice.who.uid}", f"--regid={alice.who.gid}", "--clear-groups", "--",
+              str(alice.who.clawpoint), "serve"],
+        env=alice.who.env(CLAWPOINT_HOME=str(alice.home)),
+        cwd=str(alice.who.home),
+    )  # fmt: skip
+    async with Client(params) as client:
+        done = await client.call_tool("checkpoint_workload", {"workload": f"local:{name}"})
+        assert not done.is_error, done.content
+        assert done.structured_content["status"] == "executed", done.structured_content
+        t = time.time()
+        moved = await client.call_tool(
+            "migrate_workload", {"workload": f"local:{name}", "to": "local:node-b"}
+        )
+        assert not moved.is_error, moved.content
+        assert moved.structured_content["status"] == "executed", moved.structured_content
+    assert alice.workload(name)["node"] == "node-b"
+    alice.wait_step(name, 5, since=t)
+    _assert_users_own(alice, name)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

@@ -23,7 +23,7 @@ from core.backends.kubernetes.connection import KubernetesConfig, Op
 from core.config import load_settings
 from core.model import Action, Principal, PrincipalKind
 from core.service.facade import Service, bootstrap
-from tests.k8s.conftest import wrapped_job, wrapped_pod
+from tests.k8s.conftest import KEY_CLAIM, KEY_MOUNT, wrapped_job, wrapped_pod
 
 pytestmark = pytest.mark.live_k8s
 PERSON = Principal(id="live-tester", kind=PrincipalKind.PERSON)
@@ -58,11 +58,15 @@ def backend() -> Iterator[KubernetesBackend]:
     if sc:
         pvc["spec"]["storageClassName"] = sc
     core.create_namespaced_persistent_volume_claim(NS, pvc)
+    keys = {**pvc, "metadata": {"name": KEY_CLAIM}}  # the wrappers' manifest key, outside the store
+    core.create_namespaced_persistent_volume_claim(NS, keys)
     core.create_namespaced_config_map(
         NS,
         {
             "metadata": {"name": "clawpoint-wrapper"},
-            "data": {"config.toml": '[store]\npath = "/checkpoints"\n'},
+            "data": {
+                "config.toml": f'[store]\npath = "/checkpoints"\nkey = "{KEY_MOUNT}/store.key"\n'
+            },
         },
     )
     yield b
