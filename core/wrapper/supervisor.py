@@ -521,11 +521,12 @@ class Supervisor:
                 f.flush()
 
             try:
+                line = f.readline()  # first, so that a refused client reads its answer
                 refused = control.refuse_stranger(conn)
                 if refused is not None:  # another user: whatever the socket's modes allowed
                     send({"error": refused.to_dict()})
                     return
-                request = json.loads(f.readline() or b"{}")
+                request = json.loads(line or b"{}")
                 with self._answering():
                     self._dispatch(request, send)
             except (OSError, ValueError) as exc:
