@@ -53,8 +53,8 @@ class _Section(BaseModel):
 
 class StoreConfig(_Section):
     # Where checkpoint images go; default $CLAWPOINT_HOME/checkpoints. On Slurm this must be
-    # a directory every node sees (the cluster's shared filesystem). A store shared by
-    # several users must be mode 1777 (sticky): each user's lineages are private in it.
+    # a directory every node sees: the job owner's own directory of the cluster's shared
+    # store (docs/slurm.md, "Many users"). A root several users write into must be sticky.
     path: str | None = None
     keep_per_workload: int = Field(default=3, ge=1)
     # The key that signs this user's checkpoint manifests (HMAC-SHA256, 32 bytes, created
