@@ -6,6 +6,7 @@ one), and nothing is refused."""
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +66,19 @@ def test_example_job_runs_the_wrapper_with_the_checkpoint_volume_and_criu_capabi
         for v in spec["volumes"]
         if "persistentVolumeClaim" in v
     }
-    assert claims == {"clawpoint-checkpoints"}
+    assert claims == {"clawpoint-checkpoints", "clawpoint-keys"}
     assert job["spec"]["template"]["metadata"]["annotations"]["clawpoint.io/lineage"]
+    # The key that signs the manifests is where the wrapper's config says, on the key volume
+    # (it outlives the pods), never on the checkpoint volume.
+    (cm,) = [d for _, d in documents() if d["metadata"]["name"] == "clawpoint-wrapper"]
+    key = tomllib.loads(cm["data"]["config.toml"])["store"]["key"]
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    vols = {v["name"]: v for v in spec["volumes"]}
+    (key_mount,) = [
+        n for n, v in vols.items()
+        if v.get("persistentVolumeClaim", {}).get("claimName") == "clawpoint-keys"
+    ]  # fmt: skip
+    assert key.startswith(mounts[key_mount] + "/")
 
 
 def rules_from_manifests() -> list[Rule]:

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from core.backends.slurm.sbatch import job_homes
@@ -91,6 +92,16 @@ def counter_uids(job: str) -> set[int]:
     return uids
 
 
+async def mcp_checkpoint(op: Operator, ref: str) -> dict[str, Any]:
+    from mcp import Client, StdioServerParameters
+
+    params = StdioServerParameters(command=str(ROOT_CLI), args=["serve"], env=op.env)
+    async with Client(params) as client:
+        done = await client.call_tool("checkpoint_workload", {"workload": ref})
+        assert not done.is_error, done.content
+        return dict(done.structured_content or {})
+
+
 def newest_step(lineage_dir: Path) -> int:
     """The counter step the newest checkpoint of a lineage holds (its manifest)."""
     newest = max(p for p in lineage_dir.iterdir() if p.name.isdigit())
@@ -151,6 +162,12 @@ def test_an_ordinary_users_job_is_checkpointed_moved_and_failed_over(
     assert json.loads(done.stdout)[0]["status"] == "good", done.stdout
     lineage_dir = CLUSTER_DIR / "checkpoints" / alice.name / lineage
     assert all(p.stat().st_uid == alice.uid for p in lineage_dir.rglob("*"))
+
+    # The same through the operator's MCP server and a real MCP client, as an agent does it.
+    before = newest_step(lineage_dir)
+    out = anyio.run(mcp_checkpoint, op, ref)
+    assert out["status"] == "executed", out
+    assert newest_step(lineage_dir) > before
 
     op("preempt", ref, "--yes")
     saved = int(progress(job)["step"])
