@@ -19,6 +19,7 @@ import signal
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -153,6 +154,17 @@ def test_state_file_survives_failover_and_an_older_checkpoint(cli: Cli, tmp_path
     assert [s["path"] for s in saved] == [str(state)]
 
 
+@pytest.fixture
+def shm_segments() -> Iterator[None]:
+    """Remove the /dev/shm segments the test's program made: it is killed, never unlinks
+    them, and 32 MiB of RAM each would pile up in the tmpfs run after run."""
+    before = set(Path("/dev/shm").glob("psm_*"))
+    yield
+    for path in set(Path("/dev/shm").glob("psm_*")) - before:
+        path.unlink(missing_ok=True)
+
+
+@pytest.mark.usefixtures("shm_segments")
 def test_shared_memory_segment_is_saved_with_the_checkpoint(cli: Cli, tmp_path: Path) -> None:
     program = tmp_path / "shm.py"
     program.write_text(SHM_PROGRAM)
