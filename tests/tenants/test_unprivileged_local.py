@@ -61,6 +61,16 @@ class As:
             time.sleep(0.1)
         raise AssertionError(f"{name} did not reach step {at_least}: {self.progress(name)}")
 
+    def start_counter(self, name: str, *, mb: int) -> None:
+        """The self-checking counter, detached on node-a, once it has made progress."""
+        code, _, err = self(
+            "run", "--name", name, "--node", "node-a", "--detach", "--json", "--",
+            str(self.who.python), "-m", "core.workloads.counter",
+            "--state-mb", str(mb), "--step-seconds", "0.05",
+        )  # fmt: skip
+        assert code == 0, err
+        self.wait_step(name, 10)
+
     def workload(self, name: str) -> dict[str, Any]:
         code, found, err = self("workloads", "--json")
         assert code == 0, err
@@ -110,13 +120,7 @@ def test_an_ordinary_user_checkpoints_moves_and_fails_over(alice: As) -> None:
     assert criu["level"] == "ok", criu  # no setcap, no sudo, no group: it works as it is
 
     name = "tenant-counter"
-    code, _, err = alice(
-        "run", "--name", name, "--node", "node-a", "--detach", "--json", "--",
-        str(alice.who.python), "-m", "core.workloads.counter",
-        "--state-mb", "200", "--step-seconds", "0.05",
-    )  # fmt: skip
-    assert code == 0, err
-    alice.wait_step(name, 10)
+    alice.start_counter(name, mb=200)
     _assert_users_own(alice, name)
 
     # A checkpoint, left running; its images belong to the user.
@@ -179,13 +183,7 @@ async def test_an_agent_checkpoints_and_moves_an_ordinary_users_workload_over_mc
     config = alice.home / "config.toml"
     config.write_text('[policy.defaults]\ndisruptive = "allow"\n')  # no person in this test
     os.chown(config, alice.who.uid, alice.who.gid)
-    code, _, err = alice(
-        "run", "--name", name, "--node", "node-a", "--detach", "--json", "--",
-        str(alice.who.python), "-m", "core.workloads.counter",
-        "--state-mb", "50", "--step-seconds", "0.05",
-    )  # fmt: skip
-    assert code == 0, err
-    alice.wait_step(name, 10)
+    alice.start_counter(name, mb=50)
     params = StdioServerParameters(
         command="setpriv",
         args=[f"--reuid={alice.who.uid}", f"--regid={alice.who.gid}", "--clear-groups", "--",
