@@ -301,6 +301,13 @@ class CheckpointInfo(BaseModel):
     status: CheckpointStatus = CheckpointStatus.UNVERIFIED
     extra: dict[str, Any] = Field(default_factory=dict)
 
+    def reason(self) -> str | None:
+        """Why it is not good (untrusted, corrupt, unverified), as the store recorded it."""
+        for key in ("untrusted_reason", "corrupt_reason", "unverified_reason"):
+            if self.extra.get(key):
+                return str(self.extra[key])
+        return None
+
 
 class PlanStep(BaseModel):
     """One journaled step. ``args`` values of the form ``$STEP.FIELD`` take a prior step's output."""

@@ -34,6 +34,7 @@ from core.cli.watch import watch_command
 from core.config import Settings, load_settings
 from core.model import (
     Action,
+    CheckpointStatus,
     Plan,
     Principal,
     PrincipalKind,
@@ -189,9 +190,8 @@ def checkpoints(
         ],
     )
     for c in items:
-        reason = c.extra.get("untrusted_reason") or c.extra.get("corrupt_reason")
-        if reason:
-            output.plain(f"{c.id} is {c.status.value}: {reason}")
+        if c.status in (CheckpointStatus.UNTRUSTED, CheckpointStatus.CORRUPT) and c.reason():
+            output.plain(f"{c.id} is {c.status.value}: {c.reason()}")
 
 
 def _fmt(v: Any) -> str:

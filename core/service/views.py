@@ -97,9 +97,6 @@ def workload(w: WorkloadInfo, *, detail: bool = False) -> dict[str, Any]:
     })  # fmt: skip
 
 
-_REASONS = ("untrusted_reason", "corrupt_reason", "unverified_reason")
-
-
 def checkpoint(c: CheckpointInfo, *, detail: bool = False) -> dict[str, Any]:
     """id, status, engine, node, created_at, size_bytes, leave_running, step (the workload's
     progress when it was taken, if it reports one), reason (why it is not good). Files,
@@ -108,12 +105,10 @@ def checkpoint(c: CheckpointInfo, *, detail: bool = False) -> dict[str, Any]:
         return _full(c)
     progress = c.extra.get("progress") if isinstance(c.extra, Mapping) else None
     step = progress.get("step") if isinstance(progress, Mapping) else None
-    # Why a checkpoint is not good (untrusted, corrupt, unverified): what a reader acts on.
-    reason = next((c.extra.get(k) for k in _REASONS if c.extra.get(k)), None)
     return compact({
         "id": c.id, "status": c.status.value, "engine": c.engine, "node": c.node,
         "created_at": _time(c.created_at), "size_bytes": c.size_bytes,
-        "leave_running": c.leave_running, "step": step, "reason": reason,
+        "leave_running": c.leave_running, "step": step, "reason": c.reason(),
     })  # fmt: skip
 
 

@@ -69,6 +69,9 @@ print("restorable")
 )
 
 
+_HOME_NAME = ".clawpoint-store-test"  # set per test by ``users``
+
+
 @pytest.fixture
 def shared() -> Iterator[Path]:
     """The documented shared Slurm store: one directory, mode 1777 (not under tmp_path,
@@ -83,22 +86,26 @@ def shared() -> Iterator[Path]:
 
 @pytest.fixture
 def users(shared: Path) -> Iterator[tuple[Tenant, Tenant]]:
+    global _HOME_NAME
+    # One home per test (named after its store): tests on other pytest workers run as the
+    # same users at the same time, and one's teardown must not remove another's key.
+    _HOME_NAME = f".clawpoint-store-test-{shared.name}"
     alice, bob = tenants()
     for t in (alice, bob):
-        home = t.home / ".clawpoint-store-test"
+        home = t.home / _HOME_NAME
         shutil.rmtree(home, ignore_errors=True)
-        t.mkdtemp(t.home, ".clawpoint-store-test")
+        t.mkdtemp(t.home, _HOME_NAME)
         (home / "config.toml").write_text(f'[store]\npath = "{shared}"\n')
         os.chown(home / "config.toml", t.uid, t.gid)
     try:
         yield alice, bob
     finally:
         for t in (alice, bob):
-            shutil.rmtree(t.home / ".clawpoint-store-test", ignore_errors=True)
+            shutil.rmtree(t.home / _HOME_NAME, ignore_errors=True)
 
 
 def _env(t: Tenant) -> dict[str, str]:
-    return t.env(CLAWPOINT_HOME=str(t.home / ".clawpoint-store-test"))
+    return t.env(CLAWPOINT_HOME=str(t.home / _HOME_NAME))
 
 
 def _py(t: Tenant, script: str, *args: str) -> tuple[int, str, str]:
@@ -220,7 +227,7 @@ forge(lineage / "00000002", "train@2", 2)  # in place, in her own directory
     rc, out, err = _cli(alice, "restore", "local:train@3", "--yes")
     assert rc == 8, out + err
     assert "train@3" in out + err and "untrusted" in out + err
-    audit = AuditLog(Database(alice.home / ".clawpoint-store-test" / "state.db")).entries()
+    audit = AuditLog(Database(alice.home / _HOME_NAME / "state.db")).entries()
     seen = [(e.subject, e.data["action"]) for e in audit if e.kind == "checkpoint.untrusted"]
     assert ("local:train@3", "restore") in seen and ("local:train@3", "list") in seen
     assert sorted(p.name for p in (shared / "train").iterdir() if p.name[0] != ".") == [
