@@ -38,6 +38,7 @@ from core.backends.local.planning import LocalPlanning
 from core.checkpoint import engine
 from core.config import Settings
 from core.model import (
+    KILLED,
     Action,
     CheckpointInfo,
     NodeCondition,
@@ -260,7 +261,7 @@ class LocalBackend(LocalPlanning):
             self.registry.update(
                 rec.name,
                 state=WorkloadState.FAILED,
-                exit_status="killed",
+                exit_status=KILLED,
                 message="killed by clawpoint",
             )
             return {"terminated": True}
@@ -322,7 +323,7 @@ class LocalBackend(LocalPlanning):
             if not fencing.fence(self.settings, rec):
                 return None
             self.registry.update(
-                rec.name, state=WorkloadState.FAILED, exit_status="killed",
+                rec.name, state=WorkloadState.FAILED, exit_status=KILLED,
                 message="killed by clawpoint",
             )  # fmt: skip
             return {"terminated": True, "recovered": True}
