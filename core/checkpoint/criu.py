@@ -636,7 +636,7 @@ class CriuEngine:
     def prepare_restore(self, req: engine.RestoreRequest) -> None:
         # The files the workload wrote, back as they were at the checkpoint (digests checked
         # first): CRIU refuses files whose size changed, and memory must match their contents.
-        files.put_back(req.info, req.images)
+        req.files = files.put_back(req.info, req.images, req.cfg.file_policy)
 
     def restore(self, req: engine.RestoreRequest) -> engine.Restored:
         return restore(

@@ -432,6 +432,9 @@ class LocalBackend(LocalPlanning):
             started, restore_from=restore_from, fresh=fresh, previous=before
         )
         seen = None if restored is None else self._watch_restored(started, restored, mark)
+        # Files the restore rewound (their later content kept beside them) or kept: said in
+        # the result, never silently.
+        changed = fencing.read_identity(self.settings, name).get("files") or []
         return {
             "workload": f"{NAME}:{name}",
             "node": started.node,
@@ -439,6 +442,7 @@ class LocalBackend(LocalPlanning):
             "restored_from": restored,
             **({"fresh": True} if fresh else {}),
             **({"verified": seen.model_dump(mode="json")} if seen is not None else {}),
+            **({"files": changed} if changed else {}),
         }
 
     def _spec(self, rec: WorkloadRecord, node: str, **how: Any) -> RunSpec:
