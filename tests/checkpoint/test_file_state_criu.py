@@ -336,3 +336,19 @@ def test_an_append_only_log_is_never_rewound_silently(cli: Cli, tmp_path: Path) 
     wait_for(lambda: len(_served(log)) > len(served) + 10, "requests after the failover")
     assert _served(log)[: len(served)] == served  # nothing the server wrote was lost
     assert not list(log.parent.glob("access.log.after-*"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the root mode: a payload started as root")
+def test_a_process_that_dropped_to_another_uid_is_refused_at_plan_time(cli: Cli) -> None:
+    # A server started by root that drops to an unprivileged user (PostgreSQL through
+    # setpriv/runuser): in the root mode its /proc is the host's, and CRIU cannot dump it.
+    cli("run", "--name", "drop", "--node", "node-a", "--detach", "--", "/usr/bin/setpriv",
+        "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/sleep", "600")  # fmt: skip
+    pid = cli.wait_state("drop", "running")["pid"]
+    for extra in (["--dry-run"], []):
+        proc = cli("checkpoint", "local:drop", "--yes", "--json", *extra, ok=False)
+        assert proc.returncode == 8, proc.stdout + proc.stderr
+        err = json.dumps(json.loads(proc.stdout))
+        assert "uid 65534" in err and "sleep" in err, err
+    assert cli.workload("drop")["pid"] == pid and cli.workload("drop")["state"] == "running"
+    assert json.loads(cli("checkpoints", "local:drop", "--json").stdout) == []
