@@ -208,3 +208,48 @@ def test_multi_replica_wrapped_sets_need_per_pod_identities(
     else:
         plan = svc.plan(Action.PREEMPT, f"k8s:{kind}/default/web")
         assert plan.steps
+
+
+def test_migrate_and_drain_of_an_indexed_job_checkpoint_and_wait_for_every_pod(
+    emu: Any, svc: Service
+) -> None:
+    from tests.k8s.conftest import node
+
+    manifest = indexed_job("duo", "duo", parallelism=2, completions=2)
+    job = emu.seed(node("n1"), node("n2"), manifest)[2]
+    for ix in (0, 1):
+        meta = wrapped_meta(f"duo-{ix}-abcde", "duo", **{"batch.kubernetes.io/job-name": "duo"})
+        meta["annotations"][lineages.JOB_INDEX_KEY] = str(ix)
+        meta["labels"][lineages.JOB_INDEX_KEY] = str(ix)
+        meta["ownerReferences"] = [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": "duo",
+             "uid": job["metadata"]["uid"], "controller": True}
+        ]  # fmt: skip
+        spec = wrapped_spec("duo")
+        spec["nodeName"] = "n1"
+        spec["containers"][0]["env"].append(
+            {
+                "name": "JOB_COMPLETION_INDEX",
+                "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{lineages.JOB_INDEX_KEY}']"}},
+            }
+        )  # fmt: skip
+        emu.seed(
+            {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec,
+             "status": {"phase": "Running"}}
+        )  # fmt: skip
+    for plan in (
+        svc.plan(Action.MIGRATE, "k8s:Job/default/duo", {"to": "k8s:n2"}),
+        svc.plan(Action.DRAIN_NODE, "k8s:n1", {}),
+    ):
+        ops = [(s.op, s.args.get("lineage")) for s in plan.steps]
+        assert sorted(x for x in ops if x[0] == "exec_checkpoint") == [
+            ("exec_checkpoint", "duo-0"),
+            ("exec_checkpoint", "duo-1"),
+        ], ops
+        assert sorted(x for x in ops if x[0] == "wait_restored") == [
+            ("wait_restored", "duo-0"),
+            ("wait_restored", "duo-1"),
+        ], ops
+        assert (
+            len([x for x in ops if x[0] == "patch" and x[1] is None]) >= 2
+        )  # one suspend, one place
