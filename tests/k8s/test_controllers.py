@@ -12,8 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.k8s import controllers
-from tests.k8s.emulator import Emulator
+from tests.k8s.emulator import Emulator, status
 
 Obj = dict[str, Any]
 
@@ -137,6 +139,15 @@ def test_non_indexed_job_wants_min_of_parallelism_and_remaining_completions(
     emu.seed(job("nc", parallelism=3, completions=2))
     counts, _ = sync(emu, "nc")
     assert counts["active"] == 2 and len(job_pods(emu, "nc")) == 2
+
+
+def test_an_indexed_job_needs_completions(emu: Emulator) -> None:
+    with pytest.raises(status.ApiError) as caught:
+        emu.seed(job("nocomp", completionMode="Indexed", parallelism=2))
+    assert caught.value.code == 422 and "spec.completions" in str(caught.value), caught.value
+    with pytest.raises(status.ApiError):
+        emu.seed(job("badmode", completionMode="Sometimes"))
+    emu.seed(job("defaulted", completionMode="Indexed"))  # both unset: completions defaults to 1
 
 
 def test_completed_indexes_intervals() -> None:
