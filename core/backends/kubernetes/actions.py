@@ -26,8 +26,14 @@ import structlog
 from core import actions as catalogue
 from core import errors
 from core.backends.base import PlanDraft, ProgressFn
-from core.backends.kubernetes import ids
+from core.backends.kubernetes import ids, lineages
 from core.backends.kubernetes.connection import Op
+from core.backends.kubernetes.lineages import (
+    CONTAINER_ANNOTATION,
+    LINEAGE_ANNOTATION,
+    REPLICAS_ANNOTATION,
+    lineage_of,
+)
 from core.model import Action, PlanStep
 
 if TYPE_CHECKING:
@@ -36,9 +42,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("clawpoint.kubernetes")
 Obj = dict[str, Any]
 
-LINEAGE_ANNOTATION = "clawpoint.io/lineage"
-CONTAINER_ANNOTATION = "clawpoint.io/container"
-REPLICAS_ANNOTATION = "clawpoint.io/preempted-replicas"
+__all__ = ["CONTAINER_ANNOTATION", "LINEAGE_ANNOTATION", "REPLICAS_ANNOTATION", "lineage_of"]
 FLOOR_ANNOTATION = "clawpoint.io/min-replicas"
 MUTATING = frozenset({"patch", "create_pod", "delete_pod", "evict"})
 _TERMINAL = ("Succeeded", "Failed")
@@ -73,11 +77,6 @@ def step(step_name: str, op: str, description: str, /, **args: Any) -> PlanStep:
 # ----- reading pods -------------------------------------------------------------------------
 def meta(obj: Obj) -> Obj:
     return obj.get("metadata") or {}
-
-
-def lineage_of(pod: Obj) -> str | None:
-    value = (meta(pod).get("annotations") or {}).get(LINEAGE_ANNOTATION)
-    return ids.check_name(str(value), what="lineage") if value else None
 
 
 def container_of(pod: Obj) -> str:
@@ -331,14 +330,8 @@ def plan_resume(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Ob
     else:
         raise errors.NotSupported(f"{ref} cannot be resumed", hint="migrate a bare Pod instead")
     steps.append(patch_step("resume", kind, ref.namespace, ref.name, patch, what))
-    lineage = lineage_of(raw) or lineage_of((raw.get("spec") or {}).get("template") or {})
-    if kind == "Job" and lineage:
-        steps.append(
-            wait_restored_step(
-                b, "wait_restored", ref.namespace, f"batch.kubernetes.io/job-name={ref.name}",
-                lineage, b.newest_seq(lineage),
-            )
-        )  # fmt: skip
+    if kind == "Job":
+        steps += _job_restore_waits(b, ref, raw)
     return PlanDraft(
         steps=steps,
         summary=f"resume {ref}: {what}",
@@ -346,6 +339,45 @@ def plan_resume(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Ob
         rollback=f"preempt it again: {_cli(Action.PREEMPT)} {ref}",
         scope=_scope(b, ref, to),
     )
+
+
+def restore_floor(b: KubernetesBackend, lineage: str) -> int | None:
+    """The seq a restored pod of ``lineage`` must restore at least: its newest good
+    checkpoint's (the wrapper skips bad ones); None when the volume holds none. Without the
+    checkpoint volume mounted here (no k8s.checkpoint_dir) nothing is known: 0."""
+    if b.store() is None:
+        return 0
+    good = b.newest_good(lineage)
+    return good.seq if good is not None else None
+
+
+def _job_restore_waits(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj) -> list[PlanStep]:
+    """A wait per pod the resumed Job starts (one per pending index of an Indexed Job), each
+    until that pod runs restored from its own lineage's newest good checkpoint. Refused when
+    some of those lineages have a checkpoint and others none: those pods would start from
+    scratch beside pods that restore, and the Job's state would be half lost."""
+    wanted = lineages.job_lineages_to_restore(raw)
+    floors = {lineage: restore_floor(b, lineage) for lineage in wanted}
+    missing = sorted(lineage for lineage, seq in floors.items() if seq is None)
+    if missing and len(missing) < len(wanted):
+        raise errors.Conflict(
+            f"{ref}: no good checkpoint of {', '.join(missing)} (the other pods of the Job "
+            "have one): resuming would start those pods from scratch",
+            hint="restore the missing checkpoints to the checkpoint volume, or delete and "
+            "recreate the Job to start every pod over; clawpoint checkpoints "
+            f"{ref} lists what is there",
+            details={"missing": missing},
+        )
+    sel = f"batch.kubernetes.io/job-name={ref.name}"
+    several = len(wanted) > 1
+    return [
+        wait_restored_step(
+            b, f"{lineage}-wait_restored" if several else "wait_restored", ref.namespace, sel,
+            lineage, seq,
+        )
+        for lineage, seq in floors.items()
+        if seq is not None
+    ]  # fmt: skip
 
 
 def _move_pod_steps(
@@ -393,22 +425,30 @@ def _move_pod_steps(
 
 
 def _move_job_steps(
-    b: KubernetesBackend, job: Obj, pod: Obj, *, to: str | None, away: list[str], prefix: str
+    b: KubernetesBackend,
+    job: Obj,
+    pods: list[Obj],
+    *,
+    to: str | None,
+    away: list[str],
+    prefix: str,
 ) -> list[PlanStep]:
+    """Checkpoint every running wrapped pod of the Job (each into its own lineage), suspend
+    it, place it, unsuspend it, and wait until each pod runs restored from its checkpoint."""
     m = meta(job)
     ns, name = m["namespace"], m["name"]
-    lineage = _require_wrapped(pod)
     sel = f"batch.kubernetes.io/job-name={name}"
     resume = {
         "spec": {"suspend": False, **_job_placement_patch(job, to=to, away_from=away)["spec"]}
     }
     where = f"on {to}" if to else f"off {', '.join(away)}"
+    own = [(f"{prefix}{meta(p)['name']}-" if len(pods) > 1 else prefix, p) for p in pods]
     return [
-        checkpoint_step(b, pod, stop=False, prefix=prefix),
-        patch_step(f"{prefix}suspend", "Job", ns, name, {"spec": {"suspend": True}}, f"suspend Job {ns}/{name} (its pod checkpoints again on SIGTERM)"),
+        *(checkpoint_step(b, p, stop=False, prefix=pfx) for pfx, p in own),
+        patch_step(f"{prefix}suspend", "Job", ns, name, {"spec": {"suspend": True}}, f"suspend Job {ns}/{name} (its pods checkpoint again on SIGTERM)"),
         wait_pods_gone_step(b, f"{prefix}wait_stopped", ns, sel, f"Job {ns}/{name}"),
         patch_step(f"{prefix}place", "Job", ns, name, resume, f"set the Job's node affinity ({where}) and unsuspend it"),
-        wait_restored_step(b, f"{prefix}wait_restored", ns, sel, lineage, f"${prefix}checkpoint.seq"),
+        *(wait_restored_step(b, f"{pfx}wait_restored", ns, sel, _require_wrapped(p), f"${pfx}checkpoint.seq") for pfx, p in own),
     ]  # fmt: skip
 
 
@@ -424,7 +464,8 @@ def plan_migrate(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: O
     if ref.kind.kind == "Pod":
         steps = _move_pod_steps(b, pod, to=to, away=[source], prefix="")
     elif ref.kind.kind == "Job":
-        steps = _move_job_steps(b, raw, pod, to=to, away=[source], prefix="")
+        wrapped = [p for p in pods if lineage_of(p)] or [pod]
+        steps = _move_job_steps(b, raw, wrapped, to=to, away=[source], prefix="")
     else:
         raise errors.NotSupported(
             f"migrate moves wrapped Pods and Jobs, not {ref.kind.kind}",
@@ -456,6 +497,7 @@ def plan_scale(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Obj
             f"scale needs replicas, a whole number >= 0 (got {replicas!r})",
             hint="pass --replicas N",
         )
+    lineages.check_identities(kind, raw, pods=replicas)
     floor = floor_of(b, raw)
     if replicas < floor:
         raise errors.PolicyDenied(
@@ -515,6 +557,7 @@ def plan_drain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
     steps: list[PlanStep] = [_cordon_step(node, reason, f"cordon {node}: nothing new lands there")]
     moved, evicted = 0, 0
     evictions: list[PlanStep] = []  # after the moves: a budget that blocks one moves nothing
+    jobs_moved: set[tuple[str, str]] = set()  # a Job moves once, with every pod it has
     for pod in b.list_pods(None, field_selector=f"spec.nodeName={node}"):
         if not live(pod) or owner_kind(pod) == "DaemonSet":
             continue
@@ -527,8 +570,17 @@ def plan_drain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
             job_name = next(
                 str(o["name"]) for o in m.get("ownerReferences") or [] if o.get("controller")
             )
-            job = b.read_raw(ids.WorkloadRef(ids.kind_named("Job"), m["namespace"], job_name))
-            steps += _move_job_steps(b, job, pod, to=to, away=[node], prefix=prefix)
+            if (m["namespace"], job_name) in jobs_moved:
+                continue
+            jobs_moved.add((m["namespace"], job_name))
+            job_ref = ids.WorkloadRef(ids.kind_named("Job"), m["namespace"], job_name)
+            job = b.read_raw(job_ref)
+            lineages.check_identities("Job", job)
+            job_pods = [
+                p for p in pods_of(b, job_ref, job)
+                if lineage_of(p) and (p.get("status") or {}).get("phase") == "Running"
+            ] or [pod]  # fmt: skip
+            steps += _move_job_steps(b, job, job_pods, to=to, away=[node], prefix=prefix)
             moved += 1
         else:
             evictions.append(
@@ -623,10 +675,12 @@ def plan_failover(b: KubernetesBackend, node: str, only: set[str] | None, params
             job_name = next(
                 str(o["name"]) for o in m.get("ownerReferences") or [] if o.get("controller")
             )
+            job_ref = ids.WorkloadRef(ids.kind_named("Job"), m["namespace"], job_name)
+            lineages.check_identities("Job", b.read_raw(job_ref))
             steps += [
                 step(f"{prefix}delete_old", "delete_pod", f"delete pod {m['namespace']}/{m['name']} on the lost node (grace 0: its node is gone)",
                      namespace=m["namespace"], name=m["name"], grace_s=0),
-                wait_restored_step(b, f"{prefix}wait_restored", m["namespace"], f"batch.kubernetes.io/job-name={job_name}", lineage, b.newest_seq(lineage)),
+                wait_restored_step(b, f"{prefix}wait_restored", m["namespace"], f"batch.kubernetes.io/job-name={job_name}", lineage, restore_floor(b, lineage) or 0),
             ]  # fmt: skip
         elif owner_kind(pod) is None:
             steps += _move_pod_steps(
@@ -904,6 +958,13 @@ def _seq_of(checkpoint_id: str) -> int:
     return -1
 
 
+def _pod_lineage(pod: Obj) -> str | None:
+    try:
+        return lineage_of(pod)
+    except errors.InvalidInput:
+        return None  # an index the wrapper refuses too: that pod restores nothing
+
+
 def _wait_restored(b: KubernetesBackend, args: Obj, progress: ProgressFn) -> Obj:
     ns, sel, lineage = (
         ids.check_namespace(str(args["namespace"])),
@@ -921,6 +982,8 @@ def _wait_restored(b: KubernetesBackend, args: Obj, progress: ProgressFn) -> Obj
         for pod in pods:
             if (pod.get("status") or {}).get("phase") != "Running" or not live(pod):
                 continue
+            if _pod_lineage(pod) != lineage:
+                continue  # another pod of the workload: its wrapper serves its own lineage
             code, out, _err = exec_in(
                 b, ns, meta(pod)["name"], container_of(pod),
                 [*b.cfg.exec_python, "-m", "core.backends.kubernetes.incontainer", "status", lineage], 120,

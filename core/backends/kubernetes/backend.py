@@ -40,7 +40,7 @@ import structlog
 from core import actions as catalogue
 from core import errors
 from core.backends.base import PlanDraft, ProgressFn, not_supported, poll_until
-from core.backends.kubernetes import actions, ids
+from core.backends.kubernetes import actions, ids, lineages
 from core.backends.kubernetes.connection import Connection, KubernetesConfig, Op
 from core.backends.kubernetes.inventory import Inventory, NodeDetail
 from core.backends.kubernetes.kubelet_api import CheckpointProbe, probe_checkpoint_api
@@ -166,15 +166,11 @@ class KubernetesBackend:
     def store(self) -> CheckpointStore | None:
         return CheckpointStore(Path(self.cfg.checkpoint_dir)) if self.cfg.checkpoint_dir else None
 
-    def _lineage(self, name: str) -> str | None:
-        raw = self.read_raw(ids.parse_workload_id(name))
-        pods = actions.pods_of(self, ids.parse_workload_id(name), raw)
-        template = ((raw.get("spec") or {}).get("template")) or {}
-        for obj in (raw, template, *pods):
-            lineage = actions.lineage_of(obj)
-            if lineage:
-                return lineage
-        return None
+    def _lineages(self, name: str) -> list[str]:
+        """Every lineage the workload's pods write (one per pod of a multi-pod workload)."""
+        ref = ids.parse_workload_id(name)
+        raw = self.read_raw(ref)
+        return lineages.workload_lineages(ref.kind.kind, raw, actions.pods_of(self, ref, raw))
 
     def checkpoints(self, workload: str | None = None) -> list[CheckpointInfo]:
         store = self.store()
@@ -182,8 +178,7 @@ class KubernetesBackend:
             return []
         if workload is None:
             return [_qualified(c) for c in store.list(None)]
-        lineage = self._lineage(workload)
-        return [_qualified(c) for c in store.list(lineage)] if lineage else []
+        return [_qualified(c) for lineage in self._lineages(workload) for c in store.list(lineage)]
 
     def newest_seq(self, lineage: str) -> int:
         store = self.store()
@@ -281,6 +276,8 @@ class KubernetesBackend:
             return actions.plan_failover(self, node, None, params)
         ref = ids.parse_workload_id(target)
         raw = self.read_raw(ref)
+        if action is not Action.SCALE:  # scale checks the count it would set
+            lineages.check_identities(ref.kind.kind, raw)
         if action is Action.CHECKPOINT:
             return actions.plan_checkpoint(self, ref, raw, params)
         if action is Action.PREEMPT:
