@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from tests.k8s.emulator.rbac import Rule
 
@@ -107,8 +107,10 @@ def test_affinity_is_accepted_once_suspended_and_start_time_cleared_through_stat
     batch.patch_namespaced_job("train", "default", {"spec": {"suspend": True}})
     batch.patch_namespaced_job_status("train", "default", clear)
     assert "startTime" not in stored(emu, "train")["status"]
-    preview = batch.patch_namespaced_job("train", "default", AFFINITY, dry_run="All")
-    assert preview.spec.template.spec.affinity.node_affinity is not None
+    preview = api.sanitize_for_serialization(
+        batch.patch_namespaced_job("train", "default", AFFINITY, dry_run="All")
+    )
+    assert preview["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
     assert "affinity" not in stored(emu, "train")["spec"]["template"]["spec"], "dry run stored"
     batch.patch_namespaced_job("train", "default", AFFINITY)
     got = stored(emu, "train")["spec"]["template"]["spec"]
@@ -126,7 +128,8 @@ def test_affinity_is_accepted_once_suspended_and_start_time_cleared_through_stat
 def test_job_status_subresource_reads_and_writes_only_its_half(emu: Any, api: Any) -> None:
     emu.seed(job("train", suspend=True))
     batch = client.BatchV1Api(api)
-    assert batch.read_namespaced_job_status("train", "default").status.active == 1
+    read = api.sanitize_for_serialization(batch.read_namespaced_job_status("train", "default"))
+    assert read["status"]["active"] == 1
     # a status write ignores spec; a main write ignores status
     batch.patch_namespaced_job_status(
         "train", "default", {"spec": {"parallelism": 5}, "status": {"active": 0}}
@@ -135,8 +138,8 @@ def test_job_status_subresource_reads_and_writes_only_its_half(emu: Any, api: An
     assert got["spec"]["parallelism"] == 1 and got["status"]["active"] == 0
     batch.patch_namespaced_job("train", "default", {"status": {"active": 7}})
     assert stored(emu, "train")["status"]["active"] == 0
-    whole = batch.read_namespaced_job_status("train", "default")
-    whole.status.start_time = None
+    whole = api.sanitize_for_serialization(batch.read_namespaced_job_status("train", "default"))
+    del whole["status"]["startTime"]
     batch.replace_namespaced_job_status("train", "default", whole)
     assert "startTime" not in stored(emu, "train")["status"]
 

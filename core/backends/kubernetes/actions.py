@@ -26,7 +26,7 @@ import structlog
 from core import actions as catalogue
 from core import errors
 from core.backends.base import PlanDraft, ProgressFn
-from core.backends.kubernetes import ids
+from core.backends.kubernetes import ids, jobs
 from core.backends.kubernetes.connection import Op
 from core.model import Action, PlanStep
 
@@ -164,12 +164,6 @@ def with_placement(spec: Obj, *, to: str | None, away_from: list[str]) -> Obj:
     return out
 
 
-def _job_placement_patch(raw: Obj, *, to: str | None, away_from: list[str]) -> Obj:
-    template = ((raw.get("spec") or {}).get("template") or {}).get("spec") or {}
-    placed = with_placement(template, to=to, away_from=away_from)
-    return {"spec": {"template": {"spec": {"affinity": placed.get("affinity")}}}}
-
-
 # ----- step builders ------------------------------------------------------------------------
 def checkpoint_step(b: KubernetesBackend, pod: Obj, *, stop: bool, prefix: str = "") -> PlanStep:
     lineage = _require_wrapped(pod)
@@ -268,7 +262,15 @@ def plan_preempt(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: O
     wrapped = [p for p in pods if lineage_of(p)]
     for p in wrapped:
         steps.append(checkpoint_step(b, p, stop=False, prefix=f"{meta(p)['name']}-"))
-    if kind in SUSPEND:
+    workload = jobs.kueue_workload(b, raw) if kind == "Job" else None
+    if workload is not None:
+        # Kueue owns the Job's spec.suspend: deactivate its Workload instead.
+        wl = jobs.kueue_ref(workload)
+        what = f"deactivate its Kueue Workload {wl.name} (Kueue evicts it and suspends the Job)"
+        steps.append(
+            patch_step("suspend", "Workload", wl.namespace, wl.name, SUSPEND["Workload"][0], what)
+        )
+    elif kind in SUSPEND:
         patch = SUSPEND[kind][0]
         what = "suspend it"
     elif kind in SCALED:
@@ -285,7 +287,8 @@ def plan_preempt(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: O
             f"a bare Pod cannot be suspended ({ref})",
             hint="migrate it, checkpoint it with stop, or run it as a Job",
         )
-    steps.append(patch_step("suspend", kind, ref.namespace, ref.name, patch, what))
+    if workload is None:
+        steps.append(patch_step("suspend", kind, ref.namespace, ref.name, patch, what))
     if pods and kind == "Job":
         steps.append(
             wait_pods_gone_step(
@@ -314,10 +317,25 @@ def plan_resume(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Ob
     kind = ref.kind.kind
     to = b.target_node(params.get("to"))
     steps: list[PlanStep] = []
-    if kind in SUSPEND:
+    workload = jobs.kueue_workload(b, raw) if kind == "Job" else None
+    patch_kind, patch_name = kind, ref.name
+    if workload is not None:
+        if to:
+            jobs.refuse_kueue_move(b, raw, f"resume it on {to}")
+        patch_kind, patch_name = "Workload", jobs.kueue_ref(workload).name
+        patch = copy.deepcopy(SUSPEND["Workload"][1])
+        what = f"reactivate its Kueue Workload {patch_name} (Kueue admits it again and unsuspends the Job)"
+    elif kind in SUSPEND:
         patch = copy.deepcopy(SUSPEND[kind][1])
         if kind == "Job" and to:
-            patch["spec"].update(_job_placement_patch(raw, to=to, away_from=[])["spec"])
+            if not jobs.suspended(raw):
+                raise errors.Conflict(
+                    f"{ref} runs: resume --to moves a suspended Job",
+                    hint=f"migrate it instead: {_cli(Action.MIGRATE)} {ref} --to {ids.PREFIX}{to}",
+                )
+            # The server takes a template change only while suspended and never started:
+            # clear startTime through jobs/status first, then place it, then unsuspend.
+            steps += jobs.retarget_steps(raw, to=to, away_from=[], prefix="", defer=False)
         what = "unsuspend it" + (f" on {to}" if to else "")
     elif kind in SCALED:
         replicas = int(
@@ -330,7 +348,7 @@ def plan_resume(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Ob
         what = f"scale it back to {replicas}"
     else:
         raise errors.NotSupported(f"{ref} cannot be resumed", hint="migrate a bare Pod instead")
-    steps.append(patch_step("resume", kind, ref.namespace, ref.name, patch, what))
+    steps.append(patch_step("resume", patch_kind, ref.namespace, patch_name, patch, what))
     lineage = lineage_of(raw) or lineage_of((raw.get("spec") or {}).get("template") or {})
     if kind == "Job" and lineage:
         steps.append(
@@ -395,21 +413,9 @@ def _move_pod_steps(
 def _move_job_steps(
     b: KubernetesBackend, job: Obj, pod: Obj, *, to: str | None, away: list[str], prefix: str
 ) -> list[PlanStep]:
-    m = meta(job)
-    ns, name = m["namespace"], m["name"]
-    lineage = _require_wrapped(pod)
-    sel = f"batch.kubernetes.io/job-name={name}"
-    resume = {
-        "spec": {"suspend": False, **_job_placement_patch(job, to=to, away_from=away)["spec"]}
-    }
-    where = f"on {to}" if to else f"off {', '.join(away)}"
-    return [
-        checkpoint_step(b, pod, stop=False, prefix=prefix),
-        patch_step(f"{prefix}suspend", "Job", ns, name, {"spec": {"suspend": True}}, f"suspend Job {ns}/{name} (its pod checkpoints again on SIGTERM)"),
-        wait_pods_gone_step(b, f"{prefix}wait_stopped", ns, sel, f"Job {ns}/{name}"),
-        patch_step(f"{prefix}place", "Job", ns, name, resume, f"set the Job's node affinity ({where}) and unsuspend it"),
-        wait_restored_step(b, f"{prefix}wait_restored", ns, sel, lineage, f"${prefix}checkpoint.seq"),
-    ]  # fmt: skip
+    """Suspend, wait, clear startTime, place, unsuspend, wait for the restore (``jobs``)."""
+    _require_wrapped(pod)
+    return jobs.move_steps(b, job, pod, to=to, away=away, prefix=prefix)
 
 
 def plan_migrate(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Obj) -> PlanDraft:
@@ -528,7 +534,12 @@ def plan_drain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
                 str(o["name"]) for o in m.get("ownerReferences") or [] if o.get("controller")
             )
             job = b.read_raw(ids.WorkloadRef(ids.kind_named("Job"), m["namespace"], job_name))
-            steps += _move_job_steps(b, job, pod, to=to, away=[node], prefix=prefix)
+            workload = jobs.kueue_workload(b, job)
+            if workload is not None and to is None:
+                # Through Kueue: the node is cordoned, so its new admission lands elsewhere.
+                steps += jobs.kueue_requeue_steps(b, job, workload, pod, prefix=prefix)
+            else:
+                steps += _move_job_steps(b, job, pod, to=to, away=[node], prefix=prefix)
             moved += 1
         else:
             evictions.append(
@@ -684,6 +695,8 @@ def mutate(b: KubernetesBackend, op: str, args: Obj, *, dry_run: bool) -> Obj:
             }[wk.kind]
             if sub == "scale":
                 method += "_scale"
+            elif sub == "status":
+                method += "_status"  # jobs/status: clearing startTime before a move
             return conn.call_json(
                 opn, getattr(conn.api(api_name), method), name, ns, patch, **extra
             )
@@ -754,6 +767,12 @@ def preview(b: KubernetesBackend, steps: list[PlanStep]) -> list[Obj]:
         if s.op not in MUTATING:
             continue
         entry: Obj = {"step": s.name, "op": s.op, "request": describe(s)}
+        if s.args.get("deferred"):
+            # The server would refuse it in the state the plan starts from (a running Job's
+            # template); it is validated when the steps before it have run.
+            entry["deferred"] = str(s.args["deferred"])
+            out.append(entry)
+            continue
         try:
             entry["object"] = _trim(mutate(b, s.op, s.args, dry_run=True))
         except errors.Conflict as exc:

@@ -263,7 +263,9 @@ class KubernetesBackend:
         verdicts = {p["step"]: p for p in previews}
         for s in draft.steps:
             p = verdicts.get(s.name)
-            if p is not None:
+            if p is not None and p.get("deferred"):
+                s.description += f" [{p['request']}: {p['deferred']}]"
+            elif p is not None:
                 verdict = f"refused now: {p['refused']}" if p.get("refused") else "accepted"
                 s.description += f" [server dry run: {p['request']}: {verdict}]"
         return draft
