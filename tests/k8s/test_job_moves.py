@@ -286,3 +286,23 @@ def test_a_cleared_start_time_is_recovered_from_the_cluster(emu: Any, svc: Servi
         "name": "train",
         "already_applied": True,
     }
+
+
+def test_the_deployed_rbac_lets_a_job_be_moved(emu: Any, api: Any) -> None:
+    """jobs/status (patch) is in deploy/kubernetes/rbac.yaml: the preview of resume --to on a
+    suspended, started Job sends the startTime clear with dryRun=All under exactly those rules."""
+    from core.backends.kubernetes.backend import KubernetesBackend
+    from core.backends.kubernetes.connection import KubernetesConfig
+    from tests.k8s.test_deploy import NS, rules_from_manifests
+
+    emu.namespace(NS)
+    manifest = wrapped_job("train", "train-job", NS)
+    manifest["spec"]["suspend"] = True
+    manifest["status"] = {"startTime": "2026-12-01T10:00:00Z"}
+    emu.seed(node("n2"), manifest)
+    emu.rules = rules_from_manifests()
+    backend = KubernetesBackend(KubernetesConfig(namespaces=[NS], retry_total_s=1), api_client=api)
+    plan = backend.plan(Action.RESUME, f"Job/{NS}/train", {"to": "n2"})
+    shown = {e["step"]: e for e in plan.scope["dry_run"]}
+    assert "startTime" not in shown["clear_start_time"]["object"]["status"]
+    assert shown["place"]["deferred"]
