@@ -192,10 +192,10 @@ def refuse_kueue_move(b: KubernetesBackend, job: Obj, what: str) -> None:
     raise errors.NotSupported(
         f"cannot {what}: Job {m.get('namespace')}/{m.get('name')} is admitted by Kueue "
         f"(Workload {_meta(wl).get('name')}), which owns its spec.suspend and its placement",
-        hint="preempt it (clawpoint deactivates its Workload) and resume it (Kueue admits it "
-        "again where its ResourceFlavors allow), or drain the node (cordoned, so Kueue's new "
-        "pod lands elsewhere); to choose nodes, give its LocalQueue a ResourceFlavor with "
-        "those node labels",
+        hint="preempt it (its Workload is deactivated) and resume it (Kueue admits it again "
+        "where its ResourceFlavors allow), or drain the node (cordoned, so Kueue's new pod "
+        "lands elsewhere); to choose nodes, give its LocalQueue a ResourceFlavor with those "
+        "node labels",
         details={"job": f"{m.get('namespace')}/{m.get('name')}", "workload": _meta(wl).get("name")},
     )
 
