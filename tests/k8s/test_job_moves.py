@@ -84,6 +84,7 @@ def test_migrate_wrapped_job_to_another_node_keeps_its_state(
     # the startTime was cleared through the status subresource, not the Job itself
     status_writes = [r for r in emu.requests if r.path.endswith("/jobs/train/status")]
     assert status_writes and status_writes[0].body == {"status": {"startTime": None}}
+    assert status_writes[0].content_type == "application/merge-patch+json"
     wait_for("progress on n3", lambda: step_of(kubelet, "train-job") > before + 10)
     assert_intact(kubelet)
 

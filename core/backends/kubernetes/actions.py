@@ -695,11 +695,13 @@ def mutate(b: KubernetesBackend, op: str, args: Obj, *, dry_run: bool) -> Obj:
             }[wk.kind]
             if sub == "scale":
                 method += "_scale"
-            elif sub == "status":
-                method += "_status"  # jobs/status: clearing startTime before a move
-            return conn.call_json(
-                opn, getattr(conn.api(api_name), method), name, ns, patch, **extra
-            )
+            kw = dict(extra)
+            if sub == "status":
+                # jobs/status: clearing startTime before a move, as a JSON merge patch
+                # (RFC 7386: null removes the field), the same for every client and kind
+                method += "_status"
+                kw["_content_type"] = "application/merge-patch+json"
+            return conn.call_json(opn, getattr(conn.api(api_name), method), name, ns, patch, **kw)
         version = b.inventory.served_versions().get(wk.kind)
         if version is None:
             raise errors.NotFound(
