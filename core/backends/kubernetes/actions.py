@@ -5,6 +5,8 @@ Every step is one API request or one wait, named, with JSON-able args. The mutat
 while planning (``preview``): the server validates and authorizes them and answers the
 objects as they would be, which the plan carries in ``scope["dry_run"]``; so a preview shows
 exactly what would change, and a missing RBAC permission is reported before anything runs.
+A step the server would refuse in the state the plan starts from (a Job's template change
+while it runs, see ``jobs``) carries ``deferred`` and is shown as validated when reached.
 ``run_step`` re-validates every name it is given (a journal could be edited) before it
 reaches a URL. Values of the form ``$STEP.FIELD`` are filled in by the service.
 
