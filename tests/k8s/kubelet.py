@@ -5,8 +5,8 @@
 - **Job controller**: a Job not suspended and not finished gets its pods from its template
   (labels ``job-name`` / ``batch.kubernetes.io/job-name``, an ownerReference) by the rules of
   ``controllers.sync_job``: ``parallelism``, ``completions``, Indexed Jobs, ``backoffLimit``;
-  a suspended Job's pods are deleted (gracefully, so the container gets SIGTERM)
-  and its ``startTime`` cleared, as the real controller does.
+  a suspended Job's pods are deleted (gracefully, so the container gets SIGTERM) and its
+  ``startTime`` kept, reset when it is resumed, as the real controller does.
 - **StatefulSet controller**: pods ``NAME-ORDINAL`` in order (``controllers.sync_statefulset``).
 - **Scheduler**: binds a pod without ``nodeName`` to a managed node that is Ready, not
   cordoned, without NoSchedule/NoExecute taints, and matching the pod's ``nodeSelector`` and
@@ -246,12 +246,18 @@ class FakeKubelet:
                     if not p["metadata"].get("deletionTimestamp"):
                         with contextlib.suppress(status.ApiError):
                             self.store.delete(self.pods_kind, ns, p["metadata"]["name"])
-                new_st.pop("startTime", None)
+                # startTime is kept on suspend (a 1.34 controller; 1.35's KEP-5440 clears it):
+                # a client that changes the template clears it through jobs/status.
                 new_st["active"] = len([p for p in live])
                 conds = [c for c in conds if c["type"] != "Suspended"]
                 conds.append({"type": "Suspended", "status": "True", "reason": "JobSuspended"})
             else:
+                resumed = any(c["type"] == "Suspended" and c["status"] == "True" for c in conds)
                 conds = [c for c in conds if c["type"] != "Suspended"]
+                if resumed:
+                    # pkg/controller/job/job_controller.go, syncJob: "Resumed jobs will always
+                    # reset StartTime to current time" (the ActiveDeadlineSeconds clock).
+                    new_st["startTime"] = _now()
                 counts, ended = controllers.sync_job(self.store, job, pods, st)
                 new_st.update(counts)
                 conds += ended
@@ -260,7 +266,14 @@ class FakeKubelet:
                 new_st.setdefault("startTime", _now())
             new_st["conditions"] = conds
             if new_st != st:
-                self.store.set_status(self.jobs_kind, ns, name, new_st)
+                # Guarded by the resourceVersion read, as the real controller's update: a
+                # stale pass gets a Conflict and retries, so it never undoes a client's
+                # jobs/status write made in between (a cleared startTime).
+                with contextlib.suppress(status.ApiError):
+                    self.store.update(
+                        self.jobs_kind, ns, name, {**job, "status": new_st},
+                        subresource="status", api=False,
+                    )  # fmt: skip
 
     # ----- StatefulSet controller -------------------------------------------------------
     def _statefulsets(self) -> None:

@@ -5,6 +5,8 @@ Every step is one API request or one wait, named, with JSON-able args. The mutat
 while planning (``preview``): the server validates and authorizes them and answers the
 objects as they would be, which the plan carries in ``scope["dry_run"]``; so a preview shows
 exactly what would change, and a missing RBAC permission is reported before anything runs.
+A step the server would refuse in the state the plan starts from (a Job's template change
+while it runs, see ``jobs``) carries ``deferred`` and is shown as validated when reached.
 ``run_step`` re-validates every name it is given (a journal could be edited) before it
 reaches a URL. Values of the form ``$STEP.FIELD`` are filled in by the service.
 
@@ -26,7 +28,7 @@ import structlog
 from core import actions as catalogue
 from core import errors
 from core.backends.base import PlanDraft, ProgressFn
-from core.backends.kubernetes import ids, lineages
+from core.backends.kubernetes import ids, jobs, lineages
 from core.backends.kubernetes.connection import Op
 from core.backends.kubernetes.lineages import (
     CONTAINER_ANNOTATION,
@@ -163,12 +165,6 @@ def with_placement(spec: Obj, *, to: str | None, away_from: list[str]) -> Obj:
     return out
 
 
-def _job_placement_patch(raw: Obj, *, to: str | None, away_from: list[str]) -> Obj:
-    template = ((raw.get("spec") or {}).get("template") or {}).get("spec") or {}
-    placed = with_placement(template, to=to, away_from=away_from)
-    return {"spec": {"template": {"spec": {"affinity": placed.get("affinity")}}}}
-
-
 # ----- step builders ------------------------------------------------------------------------
 def checkpoint_step(b: KubernetesBackend, pod: Obj, *, stop: bool, prefix: str = "") -> PlanStep:
     lineage = _require_wrapped(pod)
@@ -267,7 +263,15 @@ def plan_preempt(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: O
     wrapped = [p for p in pods if lineage_of(p)]
     for p in wrapped:
         steps.append(checkpoint_step(b, p, stop=False, prefix=f"{meta(p)['name']}-"))
-    if kind in SUSPEND:
+    workload = jobs.kueue_workload(b, raw) if kind == "Job" else None
+    if workload is not None:
+        # Kueue owns the Job's spec.suspend: deactivate its Workload instead.
+        wl = jobs.kueue_ref(workload)
+        what = f"deactivate its Kueue Workload {wl.name} (Kueue evicts it and suspends the Job)"
+        steps.append(
+            patch_step("suspend", "Workload", wl.namespace, wl.name, SUSPEND["Workload"][0], what)
+        )
+    elif kind in SUSPEND:
         patch = SUSPEND[kind][0]
         what = "suspend it"
     elif kind in SCALED:
@@ -284,7 +288,8 @@ def plan_preempt(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: O
             f"a bare Pod cannot be suspended ({ref})",
             hint="migrate it, checkpoint it with stop, or run it as a Job",
         )
-    steps.append(patch_step("suspend", kind, ref.namespace, ref.name, patch, what))
+    if workload is None:
+        steps.append(patch_step("suspend", kind, ref.namespace, ref.name, patch, what))
     if pods and kind == "Job":
         steps.append(
             wait_pods_gone_step(
@@ -313,10 +318,25 @@ def plan_resume(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Ob
     kind = ref.kind.kind
     to = b.target_node(params.get("to"))
     steps: list[PlanStep] = []
-    if kind in SUSPEND:
+    workload = jobs.kueue_workload(b, raw) if kind == "Job" else None
+    patch_kind, patch_name = kind, ref.name
+    if workload is not None:
+        if to:
+            jobs.refuse_kueue_move(b, raw, f"resume it on {to}")
+        patch_kind, patch_name = "Workload", jobs.kueue_ref(workload).name
+        patch = copy.deepcopy(SUSPEND["Workload"][1])
+        what = f"reactivate its Kueue Workload {patch_name} (Kueue admits it again and unsuspends the Job)"
+    elif kind in SUSPEND:
         patch = copy.deepcopy(SUSPEND[kind][1])
         if kind == "Job" and to:
-            patch["spec"].update(_job_placement_patch(raw, to=to, away_from=[])["spec"])
+            if not jobs.suspended(raw):
+                raise errors.Conflict(
+                    f"{ref} runs: resume --to moves a suspended Job",
+                    hint=f"migrate it instead: {_cli(Action.MIGRATE)} {ref} --to {ids.PREFIX}{to}",
+                )
+            # The server takes a template change only while suspended and never started:
+            # clear startTime through jobs/status first, then place it, then unsuspend.
+            steps += jobs.retarget_steps(raw, to=to, away_from=[], prefix="", defer=False)
         what = "unsuspend it" + (f" on {to}" if to else "")
     elif kind in SCALED:
         replicas = int(
@@ -329,7 +349,7 @@ def plan_resume(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Ob
         what = f"scale it back to {replicas}"
     else:
         raise errors.NotSupported(f"{ref} cannot be resumed", hint="migrate a bare Pod instead")
-    steps.append(patch_step("resume", kind, ref.namespace, ref.name, patch, what))
+    steps.append(patch_step("resume", patch_kind, ref.namespace, patch_name, patch, what))
     if kind == "Job":
         steps += _job_restore_waits(b, ref, raw)
     return PlanDraft(
@@ -433,23 +453,11 @@ def _move_job_steps(
     away: list[str],
     prefix: str,
 ) -> list[PlanStep]:
-    """Checkpoint every running wrapped pod of the Job (each into its own lineage), suspend
-    it, place it, unsuspend it, and wait until each pod runs restored from its checkpoint."""
-    m = meta(job)
-    ns, name = m["namespace"], m["name"]
-    sel = f"batch.kubernetes.io/job-name={name}"
-    resume = {
-        "spec": {"suspend": False, **_job_placement_patch(job, to=to, away_from=away)["spec"]}
-    }
-    where = f"on {to}" if to else f"off {', '.join(away)}"
-    own = [(f"{prefix}{meta(p)['name']}-" if len(pods) > 1 else prefix, p) for p in pods]
-    return [
-        *(checkpoint_step(b, p, stop=False, prefix=pfx) for pfx, p in own),
-        patch_step(f"{prefix}suspend", "Job", ns, name, {"spec": {"suspend": True}}, f"suspend Job {ns}/{name} (its pods checkpoint again on SIGTERM)"),
-        wait_pods_gone_step(b, f"{prefix}wait_stopped", ns, sel, f"Job {ns}/{name}"),
-        patch_step(f"{prefix}place", "Job", ns, name, resume, f"set the Job's node affinity ({where}) and unsuspend it"),
-        *(wait_restored_step(b, f"{pfx}wait_restored", ns, sel, _require_wrapped(p), f"${pfx}checkpoint.seq") for pfx, p in own),
-    ]  # fmt: skip
+    """Suspend, wait, clear startTime, place, unsuspend, and wait until each pod runs
+    restored from its own checkpoint (``jobs``)."""
+    for p in pods:
+        _require_wrapped(p)
+    return jobs.move_steps(b, job, pods, to=to, away=away, prefix=prefix)
 
 
 def plan_migrate(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Obj) -> PlanDraft:
@@ -580,7 +588,12 @@ def plan_drain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
                 p for p in pods_of(b, job_ref, job)
                 if lineage_of(p) and (p.get("status") or {}).get("phase") == "Running"
             ] or [pod]  # fmt: skip
-            steps += _move_job_steps(b, job, job_pods, to=to, away=[node], prefix=prefix)
+            workload = jobs.kueue_workload(b, job)
+            if workload is not None and to is None:
+                # Through Kueue: the node is cordoned, so its new admission lands elsewhere.
+                steps += jobs.kueue_requeue_steps(b, job, workload, job_pods, prefix=prefix)
+            else:
+                steps += _move_job_steps(b, job, job_pods, to=to, away=[node], prefix=prefix)
             moved += 1
         else:
             evictions.append(
@@ -738,9 +751,13 @@ def mutate(b: KubernetesBackend, op: str, args: Obj, *, dry_run: bool) -> Obj:
             }[wk.kind]
             if sub == "scale":
                 method += "_scale"
-            return conn.call_json(
-                opn, getattr(conn.api(api_name), method), name, ns, patch, **extra
-            )
+            kw = dict(extra)
+            if sub == "status":
+                # jobs/status: clearing startTime before a move, as a JSON merge patch
+                # (RFC 7386: null removes the field), the same for every client and kind
+                method += "_status"
+                kw["_content_type"] = "application/merge-patch+json"
+            return conn.call_json(opn, getattr(conn.api(api_name), method), name, ns, patch, **kw)
         version = b.inventory.served_versions().get(wk.kind)
         if version is None:
             raise errors.NotFound(
@@ -808,6 +825,12 @@ def preview(b: KubernetesBackend, steps: list[PlanStep]) -> list[Obj]:
         if s.op not in MUTATING:
             continue
         entry: Obj = {"step": s.name, "op": s.op, "request": describe(s)}
+        if s.args.get("deferred"):
+            # The server would refuse it in the state the plan starts from (a running Job's
+            # template); it is validated when the steps before it have run.
+            entry["deferred"] = str(s.args["deferred"])
+            out.append(entry)
+            continue
         try:
             entry["object"] = _trim(mutate(b, s.op, s.args, dry_run=True))
         except errors.Conflict as exc:

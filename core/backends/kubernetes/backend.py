@@ -6,15 +6,18 @@ previewed with ``dryRun=All`` when the plan is made (``scope["dry_run"]``):
 
 - checkpoint: ``pods/exec`` into each wrapped pod of the workload; the wrapper (container
   entrypoint) writes the checkpoint to the checkpoint volume (a PVC).
-- preempt: checkpoint, then suspend (Job ``spec.suspend``; Kueue Workload ``spec.active``;
+- preempt: checkpoint, then suspend (Job ``spec.suspend``, or for a Job Kueue admitted its
+  Workload's ``spec.active``, as Kueue owns the Job's suspend; Kueue Workload ``spec.active``;
   Kubeflow ``runPolicy.suspend``; TrainJob / RayJob / RayCluster ``spec.suspend``; KServe's
   stop annotation) or scale a Deployment/StatefulSet to 0 (the count kept in an annotation).
   The pods' SIGTERM (grace period) makes the wrapper checkpoint once more.
 - resume: the inverse patch; a resumed Job's new pod restores its newest good checkpoint.
 - migrate: a bare wrapped Pod is checkpointed and stopped, recreated (new name) with required
   node affinity to ``to`` (or away from its node), and the old pod is deleted only after the
-  new one runs restored from that checkpoint. A Job: checkpoint, suspend, set its template's
-  node affinity (allowed while suspended), unsuspend; its next pod restores.
+  new one runs restored from that checkpoint. A Job: checkpoint, suspend, wait for its pod
+  to end, clear ``startTime`` through ``jobs/status``, set its template's node affinity,
+  unsuspend; its next pod restores (``jobs``: the server's rule; steps it would refuse on a
+  running Job are previewed as "validated when reached"). A Kueue-admitted Job is refused.
 - scale: replicas (``scale`` subresource) or Job parallelism; never below the floor
   (``k8s.min_replicas`` or the workload's ``clawpoint.io/min-replicas``).
 - drain_node: cordon; move every wrapped pod as migrate does; evict the rest through the
@@ -258,7 +261,9 @@ class KubernetesBackend:
         verdicts = {p["step"]: p for p in previews}
         for s in draft.steps:
             p = verdicts.get(s.name)
-            if p is not None:
+            if p is not None and p.get("deferred"):
+                s.description += f" [{p['request']}: {p['deferred']}]"
+            elif p is not None:
                 verdict = f"refused now: {p['refused']}" if p.get("refused") else "accepted"
                 s.description += f" [server dry run: {p['request']}: {verdict}]"
         return draft
