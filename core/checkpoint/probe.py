@@ -17,7 +17,12 @@ plan or dry-run says why it cannot work before anything is paused. It reads /pro
   namespace has no /proc of its own (the root mode shares the host's mount namespace): CRIU's
   parasite must open a /proc of the task's namespace and, unprivileged, cannot mount one
   (criu/pie/parasite.c ``get_proc_fd``: "can't dump unprivileged task whose /proc doesn't
-  belong to it").
+  belong to it");
+- System V shared memory (``shmat``: PostgreSQL keeps its interlock segment attached, even
+  with ``shared_memory_type = mmap``), once per tree: CRIU dumps such a mapping only when the
+  workload has an IPC namespace of its own ("doesn't live in IPC ns"), and an ordinary user's
+  CRIU cannot dump one at all (criu/ipc_ns.c stats ``/proc/self/map_files``, which the kernel
+  opens only for CAP_CHECKPOINT_RESTORE in the initial user namespace).
 
 Limits: a tree it cannot read (not root, process gone) yields no refusal: CRIU's own error
 at dump still names the problem. Unix-domain sockets to outside processes are left to CRIU's
@@ -31,7 +36,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.checkpoint import files
+from core.checkpoint import files, nsinit
 from core.checkpoint.criu import CriuOptions
 
 # Character devices CRIU dumps (criu/files.c dump_chrdev): the memory devices (major 1:
@@ -126,12 +131,58 @@ def _uid_refusal(pid: int) -> Refusal | None:
     )
 
 
+def _sysv_shm(pid: int) -> str | None:
+    """The first System V shared memory segment ``pid`` has attached (``/SYSVKEY``), or None."""
+    try:
+        text = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) == 6 and parts[5].startswith("/SYSV"):
+            return parts[5].removesuffix(" (deleted)")
+    return None
+
+
+def _sysv_refusal(pid: int, segment: str, unprivileged: bool) -> Refusal | None:
+    name = _status(pid).get("Name", "?").strip()
+    resource = f"process {pid} ({name}) attached System V shared memory {segment}"
+    if unprivileged:
+        return Refusal(
+            pid,
+            resource,
+            "CRIU run by an ordinary user cannot dump System V shared memory (it reads it "
+            "through /proc/PID/map_files, which the kernel opens only for "
+            "CAP_CHECKPOINT_RESTORE in the initial user namespace)",
+            "run the workload as root, in an IPC namespace of its own, or use "
+            "the cooperative engine",
+        )
+    try:
+        same_ipc = os.readlink(f"/proc/{pid}/ns/ipc") == os.readlink("/proc/self/ns/ipc")
+    except OSError:
+        return None
+    if not same_ipc:
+        return None
+    return Refusal(
+        pid,
+        resource,
+        "CRIU dumps System V shared memory only in an IPC namespace of the workload's own",
+        "start the program in one (`unshare --ipc -- PROGRAM ...`), or use the "
+        "cooperative engine",
+    )
+
+
 def refusals(root: int, options: CriuOptions) -> list[Refusal]:
     """What in the tree rooted at ``root`` makes a checkpoint impossible (empty: none found)."""
     out: list[Refusal] = []
     tcp: set[str] | None = None
     host_proc = _host_proc_in_own_pidns(root)
+    sysv_done = False
     for pid in files.tree_pids(root):
+        if not sysv_done and (segment := _sysv_shm(pid)) is not None:
+            sysv_done = True
+            if (sysv := _sysv_refusal(pid, segment, not nsinit.privileged())) is not None:
+                out.append(sysv)
         if host_proc and (uid := _uid_refusal(pid)) is not None:
             out.append(uid)
         for _fd, source, target in files.open_fds(pid):

@@ -395,3 +395,175 @@ def test_python_training_loop_metrics(cli: Cli, tmp_path: Path) -> None:
     rec = Record("Python training loop (numpy)", "metrics file steps 0..N, no gap or repeat, after each step")
     root_cycle(cli, rec, "ml", argv, pinger=None, write=write, check=check,
                failover_check=failover_check)  # fmt: skip
+
+
+# --- PostgreSQL, as an ordinary user ---------------------------------------------------------
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def pg_bin() -> Path:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"))
+    if not found:
+        pytest.skip("PostgreSQL is not installed (scripts/install-system-deps.sh installs it)")
+    return found[-1].parent
+
+
+class TenantCli:
+    """The installed CLI run as an ordinary user (tests/tenants), with its own CLAWPOINT_HOME;
+    the same calls as ``Cli``."""
+
+    def __init__(self, who: Any, home: Path) -> None:
+        self.who, self.home = who, home
+
+    def __call__(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+        done = self.who.run(
+            [self.who.clawpoint, *args], env=self.who.env(CLAWPOINT_HOME=str(self.home)), timeout=240
+        )
+        if ok:
+            assert done.returncode == 0, f"clawpoint {args} -> {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        return done
+
+    def workload(self, name: str) -> dict[str, Any]:
+        rows = json.loads(self("workloads", "--json").stdout)
+        return next(w for w in rows if w["name"] == name)  # type: ignore[no-any-return]
+
+    def log(self, name: str) -> str:
+        files = sorted((self.home / "logs").glob(f"{name}*"))
+        return "\n".join(p.read_text(errors="replace") for p in files)
+
+
+@pytest.fixture
+def alice_pg(tmp_path: Path) -> Iterator[tuple[Any, Path, TenantCli]]:
+    from tests.tenants import tenants
+
+    alice, _ = tenants()
+    work = alice.mkdtemp(alice.home, f"realsw-pg-{os.getpid()}")
+    cli = TenantCli(alice, work / "cphome")
+    yield alice, work, cli
+    done = cli("workloads", "--json", ok=False)
+    for w in json.loads(done.stdout or "[]"):
+        if w["state"] in LIVE:
+            cli("kill", w["id"], "--yes", ok=False)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def test_postgresql_as_an_ordinary_user(alice_pg: tuple[Any, Path, TenantCli]) -> None:
+    alice, work, cli = alice_pg
+    bindir = pg_bin()
+    data, sock = work / "pgdata", work / "sock"
+    done = alice.run([bindir / "initdb", "-D", data, "-A", "trust", "--no-sync", "-E", "UTF8"])
+    assert done.returncode == 0, done.stderr
+    alice.run(["mkdir", "-p", sock])
+    port = free_port()
+    # PostgreSQL keeps a small System V shared memory segment attached (its interlock, even
+    # with shared_memory_type=mmap), and CRIU dumps System V memory only inside an IPC
+    # namespace of the workload's own: ``unshare --ipc`` (allowed to the user inside the user
+    # namespace clawpoint gives it) execs the server in one.
+    server = [
+        "unshare", "--ipc", "--", str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(sock),
+        "-c", "listen_addresses=127.0.0.1", "-c", "dynamic_shared_memory_type=mmap",
+    ]  # fmt: skip
+
+    def sql(query: str, p: int = port) -> str:
+        out = alice.run(["psql", "-h", "127.0.0.1", "-p", str(p), "-d", "postgres", "-XAtqc", query])
+        assert out.returncode == 0, f"{query}: {out.stderr}"
+        return out.stdout.strip()
+
+    rows = [0]
+
+    def write(tag: str) -> None:
+        sql(f"INSERT INTO t SELECT '{tag}', g FROM generate_series(1, 500) g")
+        rows[0] += 500
+
+    def check(tag: str) -> None:
+        wait_for("postgres", lambda: sql("SELECT 1"), timeout_s=60)
+        assert int(sql("SELECT count(*) FROM t")) == rows[0], tag
+        assert int(sql("SELECT count(DISTINCT (tag, i)) FROM t")) == rows[0], tag  # no duplicates
+
+    cli("run", "--name", "pg", "--node", "node-a", "--detach", "--", *server)
+    wait_for("postgres", lambda: sql("SELECT 1"), timeout_s=60)
+    sql("CREATE TABLE t (tag text, i int)")
+    rec = Record("PostgreSQL 15 (as an ordinary user)", "row counts (psql) after each step, no duplicates; a fresh server recovers the same rows")
+    ops = Ops(cli, "pg", None)
+    with Pinger(pg_ping(port)) as pinger:
+        ops.pinger = pinger
+        write("checkpoint")
+        rec.add("checkpoint", ops.timed("checkpoint", ops.ref, "--yes"))
+        check("checkpoint")
+        write("migrate")
+        rec.add("migrate", ops.timed("migrate", ops.ref, "--to", "node-b", "--yes"))
+        assert cli.workload("pg")["node"] == "node-b"
+        check("migrate")
+        write("preempt")
+        with pinger.window() as w:
+            cli("preempt", ops.ref, "--yes")
+            assert cli.workload("pg")["state"] == "stopped"
+            cli("resume", ops.ref, "--yes")
+        rec.add("preempt/resume", w)
+        check("preempt")
+        write("failover")
+        cli("checkpoint", ops.ref, "--yes")
+        sql("INSERT INTO t SELECT 'lost', g FROM generate_series(1, 500) g")  # after it: lost
+        pid = int(cli.workload("pg")["pid"])
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while cli.workload("pg")["state"] != "failed":
+            assert time.monotonic() < deadline, cli.workload("pg")
+            time.sleep(0.2)
+        with pinger.window() as w:
+            cli("failover", ops.ref, "--yes")
+        rec.add("kill -9 + failover", w)
+        check("failover")
+        assert sql("SELECT count(*) FROM t WHERE tag = 'lost'") == "0"
+    # The restored server runs as alice, in a user namespace alice owns.
+    status = Path(f"/proc/{cli.workload('pg')['pid']}/status").read_text()
+    assert f"\t{alice.uid}\t" in next(x for x in status.splitlines() if x.startswith("Uid:"))
+    cli("kill", ops.ref, "--yes")
+    time.sleep(0.5)
+    # PostgreSQL's own recovery agrees: a fresh server on the data directory finds the rows.
+    port2 = free_port()
+    fresh = alice.popen([*server[3:7], str(port2), *server[8:]], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        wait_for("fresh postgres", lambda: sql("SELECT 1", port2), timeout_s=60)
+        assert int(sql("SELECT count(*) FROM t", port2)) == rows[0]
+    finally:
+        fresh.terminate()
+        fresh.wait(timeout=30)
+    rec.save()
+
+
+def test_root_mode_server_that_drops_to_another_uid_is_refused(cli: Cli, tmp_path: Path) -> None:
+    """PostgreSQL started as root through ``setpriv`` to the ``postgres`` user: its processes
+    run as that uid in a PID namespace without a /proc of its own, which CRIU cannot dump.
+    The checkpoint is refused before CRIU runs, naming the process and the uid."""
+    import pwd
+    import tempfile
+
+    bindir = pg_bin()
+    need("setpriv")
+    try:
+        pw = pwd.getpwnam("postgres")
+    except KeyError:
+        pytest.skip("no postgres user (the Debian package creates it)")
+    work = Path(tempfile.mkdtemp(prefix="clawpoint-pg-root-"))
+    try:
+        os.chown(work, pw.pw_uid, pw.pw_gid)
+        drop = ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups", "--"]
+        subprocess.run([*drop, str(bindir / "initdb"), "-D", str(work / "d"), "-A", "trust", "--no-sync"],  # noqa: S603
+                       check=True, capture_output=True)  # fmt: skip
+        port = free_port()
+        cli("run", "--name", "pgroot", "--node", "node-a", "--detach", "--", *drop,
+            str(bindir / "postgres"), "-D", str(work / "d"), "-p", str(port), "-k", str(work),
+            "-c", "listen_addresses=127.0.0.1")  # fmt: skip
+        wait_for("postgres", pg_ping(port), timeout_s=60)
+        done = cli("checkpoint", "local:pgroot", "--yes", ok=False)
+        assert done.returncode != 0
+        text = done.stdout + done.stderr
+        assert f"running as uid {pw.pw_uid}" in text, text
+        assert cli.workload("pgroot")["state"] == "running"  # refused, left as it was
+        assert not json.loads(cli("checkpoints", "local:pgroot", "--json").stdout)
+    finally:
+        cli("kill", "local:pgroot", "--yes", ok=False)
+        shutil.rmtree(work, ignore_errors=True)
