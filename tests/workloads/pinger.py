@@ -180,3 +180,17 @@ def pg_ping(port: int, timeout_s: float = 5.0) -> Callable[[], None]:
                 raise ValueError(f"postgres replied {reply!r}")
 
     return request
+
+
+def mysql_ping(port: int, timeout_s: float = 5.0) -> Callable[[], None]:
+    """A MySQL/MariaDB server speaks first: its handshake packet (protocol version 10) is
+    one round trip through the server's accept loop and a connection thread, without a
+    login."""
+
+    def request() -> None:
+        with _connect(port, timeout_s) as s:
+            head = _read_until(s, lambda b: len(b) >= 5)
+            if head[4] != 10:
+                raise ValueError(f"mariadb sent {head[:16]!r}")
+
+    return request
