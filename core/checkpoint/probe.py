@@ -167,8 +167,7 @@ def _sysv_refusal(pid: int, segment: str, unprivileged: bool) -> Refusal | None:
         pid,
         resource,
         "CRIU dumps System V shared memory only in an IPC namespace of the workload's own",
-        "start the program in one (`unshare --ipc -- PROGRAM ...`), or use the "
-        "cooperative engine",
+        "start the program in one (`unshare --ipc -- PROGRAM ...`), or use the cooperative engine",
     )
 
 

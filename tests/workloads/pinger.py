@@ -155,7 +155,11 @@ def http_fetch(port: int, path: str = "/", timeout_s: float = 5.0) -> bytes:
         if " 200 " not in lines[0] + " ":
             raise ValueError(f"HTTP status {lines[0]!r}")
         length = next(
-            (int(v) for k, _, v in (x.partition(":") for x in lines[1:]) if k.lower() == "content-length"),
+            (
+                int(v)
+                for k, _, v in (x.partition(":") for x in lines[1:])
+                if k.lower() == "content-length"
+            ),
             None,
         )
         if length is None:
