@@ -68,6 +68,7 @@ from tests.workloads.pinger import (
     pg_ping,
     redis_ping,
 )
+from tests.workloads.test_matrix import cycle
 
 pytestmark = [pytest.mark.criu, pytest.mark.timeout(300)]
 
@@ -639,3 +640,24 @@ def pg_bin() -> Path:
     if not found:
         pytest.skip("PostgreSQL is not installed")
     return found[-1].parent
+
+
+def test_system_v_shared_memory_needs_an_ipc_namespace_of_its_own(cli: Cli) -> None:
+    """A program that keeps a System V segment attached (as PostgreSQL does) is refused at
+    plan time in the root mode when it shares the host's IPC namespace (CRIU: "doesn't live
+    in IPC ns"), dry run and run alike, and left running; started through ``unshare --ipc``
+    it goes through every operation with the segment's contents (its own check: the
+    segment's counter and the process's agree after each restore)."""
+    if os.geteuid() != 0:
+        pytest.skip("the root mode: a payload started as root")
+    need("unshare")
+    argv = [sys.executable, str(PROGRAMS / "sysv_shm.py")]
+    cli("run", "--name", "shm-host", "--node", "node-a", "--detach", "--", *argv)
+    cli.wait_progress("shm-host", 1)
+    for extra in (["--dry-run"], []):
+        proc = cli("checkpoint", "local:shm-host", "--yes", "--json", *extra, ok=False)
+        assert proc.returncode == 8, proc.stdout + proc.stderr
+        text = json.dumps(json.loads(proc.stdout))
+        assert "System V shared memory /SYSV" in text and "unshare --ipc" in text, text
+    assert cli.workload("shm-host")["state"] == "running"  # left as it was
+    cycle(cli, "shm-ipcns", ["unshare", "--ipc", "--", *argv])
