@@ -41,6 +41,7 @@ bench: deps venv
 	$(BIN)/python bench/checkpoint.py
 	$(BIN)/python bench/migration.py
 	$(BIN)/python bench/unprivileged.py
+	$(BIN)/python bench/real_software.py
 	$(BIN)/python bench/spot_policy.py
 	$(BIN)/python bench/planner.py
 	$(BIN)/python bench/notice_to_safe.py

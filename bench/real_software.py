@@ -6,8 +6,9 @@ Each real program (Redis with AOF, nginx with 2 workers serving a 256 KiB file, 
 HTTP server counting with a 10 ms timer, MariaDB) is started with the installed ``clawpoint``
 CLI (local backend, private CLAWPOINT_HOME) and migrated node-a -> node-b -> node-a ...
 ``--reps`` times while the client of tests/workloads/pinger.py makes one request every
-10 ms (a fresh connection each, retried once 10 ms later). Per move: the longest gap between
-two answered requests and the requests that failed even after their retry.
+10 ms (a fresh connection each, retried once 10 ms later), and a second client the same way
+but retrying after ``--slow-retry-ms`` (250). Per move: the longest gap between two answered
+requests and the requests that failed even after their retry, for each client.
 
 Then the self-checking counter (``core.workloads.counter``, 10 ms steps) holding as many MiB
 as the program's checkpoint is migrated the same way, and its pause (the longest gap between
@@ -212,22 +213,32 @@ def moves(reps: int) -> Iterator[str]:
         yield "node-b" if i % 2 == 0 else "node-a"
 
 
-def bench_program(cli: Cli, prog: Program, reps: int) -> dict[str, Any]:
+def bench_program(cli: Cli, prog: Program, reps: int, slow_retry_s: float) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     with started(cli, prog.name, prog.argv):
         wait_ready(prog.request)
-        with Pinger(prog.request) as pinger:
+        with (
+            Pinger(prog.request) as pinger,
+            Pinger(prog.request, retry_after_s=slow_retry_s) as patient,
+        ):
             time.sleep(1.0)
             for node in moves(reps):
                 subprocess.run(["sync"], check=True)  # noqa: S607
-                with pinger.window() as w:
+                with pinger.window() as w, patient.window() as w2:
                     cli("migrate", f"local:{prog.name}", "--to", node, "--yes")
-                rows.append({**w.as_dict(), "size_bytes": cli.newest_size(prog.name)})
+                rows.append(
+                    {
+                        **w.as_dict(),
+                        "slow_retry_failed": w2.failed,
+                        "size_bytes": cli.newest_size(prog.name),
+                    }
+                )
                 time.sleep(0.5)
     return {
         "gap_ms": statistics.median(r["gap_ms"] for r in rows),
         "failed": sum(r["failed"] for r in rows),
         "retried": sum(r["retried"] for r in rows),
+        "slow_retry_failed": sum(r["slow_retry_failed"] for r in rows),
         "size_mib": statistics.median(r["size_bytes"] for r in rows) / 2**20,
         "runs": rows,
     }
@@ -256,6 +267,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--only", default="", help="comma-separated program names")
+    ap.add_argument("--slow-retry-ms", type=float, default=250.0)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "real_software.json")
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -264,6 +276,7 @@ def main() -> None:
     results: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
         "reps": args.reps,
+        "slow_retry_ms": args.slow_retry_ms,
         "programs": {},
     }
     try:
@@ -274,7 +287,7 @@ def main() -> None:
         for name, prog in programs(work).items():
             if wanted and name not in wanted:
                 continue
-            got = bench_program(cli, prog, args.reps)
+            got = bench_program(cli, prog, args.reps, args.slow_retry_ms / 1000)
             ref = bench_counter(cli, max(1, round(got["size_mib"])), args.reps)
             got["counter_gap_ms"] = ref["gap_ms"]
             got["counter_runs"] = ref["runs"]
@@ -283,7 +296,8 @@ def main() -> None:
             print(
                 f"{name:8} {got['size_mib']:7.1f} MiB  gap {got['gap_ms']:7.1f} ms  "
                 f"counter {ref['gap_ms']:7.1f} ms  ratio {got['ratio']}  "
-                f"failed {got['failed']} (retried ok {got['retried']}) of {args.reps} moves",
+                f"failed {got['failed']} (retried ok {got['retried']}; retrying after "
+                f"{args.slow_retry_ms:.0f} ms: {got['slow_retry_failed']}) in {args.reps} moves",
                 flush=True,
             )
     finally:

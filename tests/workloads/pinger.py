@@ -1,10 +1,10 @@
 """A client that pings a real server every 10 ms and records what a user of it would see.
 
 ``Pinger(request)`` runs ``request()`` (one round trip to the server: a Redis PING, an HTTP GET,
-a PostgreSQL SSLRequest) on a thread every ``interval_s``. A request that raises is retried
-once after ``interval_s`` (reconnecting: the request functions open a fresh connection each
-time, since a checkpoint restores TCP connections closed); a request whose retry also fails
-counts as failed. ``window()`` measures one operation: the longest gap between two successful
+a MariaDB greeting, a PostgreSQL SSLRequest) on a thread every ``interval_s``. A request that
+raises is retried once after ``retry_after_s`` (default ``interval_s``; reconnecting: the
+request functions open a fresh connection each time, since a checkpoint restores TCP
+connections closed); a request whose retry also fails counts as failed. ``window()`` measures one operation: the longest gap between two successful
 round trips, and the requests that failed, while it was open.
 
 Used by tests/workloads/test_real_software.py (which records the figures, never asserts on
@@ -44,9 +44,15 @@ class Window:
 
 
 class Pinger:
-    def __init__(self, request: Callable[[], None], interval_s: float = 0.01) -> None:
+    def __init__(
+        self,
+        request: Callable[[], None],
+        interval_s: float = 0.01,
+        retry_after_s: float | None = None,
+    ) -> None:
         self.request = request
         self.interval_s = interval_s
+        self.retry_after_s = interval_s if retry_after_s is None else retry_after_s
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._window: Window | None = None
@@ -73,7 +79,7 @@ class Pinger:
             err = self._attempt()
             retried = False
             if err is not None:
-                time.sleep(self.interval_s)
+                time.sleep(self.retry_after_s)
                 retried = True
                 err2 = self._attempt()
             now = time.monotonic()

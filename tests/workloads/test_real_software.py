@@ -201,7 +201,6 @@ def root_cycle(
         if pinger is not None:
             pinger.__exit__(None, None, None)
     assert "FAIL " not in cli.log(name), cli.log(name)[-3000:]
-    rec.save()
 
 
 def checkpoint_id(cli: Cli, name: str) -> str:
@@ -298,6 +297,7 @@ def test_redis_with_aof(cli: Cli, tmp_path: Path) -> None:
     finally:
         fresh.kill()
         fresh.wait()
+    rec.save()
 
 
 # --- nginx -----------------------------------------------------------------------------------
@@ -362,6 +362,7 @@ def test_nginx_workers_serving_a_file(cli: Cli, tmp_path: Path) -> None:
     ]
     assert sum(t.startswith("nginx: worker process") for t in titles) == 2, titles
     assert sum(t.startswith("nginx: master process") for t in titles) == 1, titles
+    rec.save()
 
 
 # --- Node.js ---------------------------------------------------------------------------------
@@ -404,6 +405,7 @@ def test_node_server_with_timers(cli: Cli, tmp_path: Path) -> None:
     )
     root_cycle(cli, rec, "node", argv, pinger=Pinger(http_get(port, "/")), write=write,
                check=check, failover_check=failover_check)  # fmt: skip
+    rec.save()
 
 
 # --- Python training loop --------------------------------------------------------------------
@@ -438,6 +440,7 @@ def test_python_training_loop_metrics(cli: Cli, tmp_path: Path) -> None:
     )
     root_cycle(cli, rec, "ml", argv, pinger=None, write=write, check=check,
                failover_check=failover_check)  # fmt: skip
+    rec.save()
 
 
 # --- Databases, as an ordinary user ----------------------------------------------------------
@@ -569,6 +572,7 @@ def test_mariadb_as_an_ordinary_user(tenant: tuple[Tenant, Path, TenantCli]) -> 
     finally:
         fresh.terminate()
         fresh.wait(timeout=60)
+    rec.save()
 
 
 def test_root_mode_database_that_drops_privileges_is_refused(cli: Cli, tmp_path: Path) -> None:
