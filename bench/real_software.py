@@ -136,7 +136,8 @@ def programs(work: Path) -> dict[str, Program]:
         d = work / "mariadb"
         subprocess.run(  # noqa: S603
             ["mariadb-install-db", "--no-defaults", f"--datadir={d}", "--user=root",
-             "--skip-test-db"], check=True, capture_output=True,
+             "--auth-root-authentication-method=normal", "--skip-test-db"],
+            check=True, capture_output=True,
         )  # fmt: skip
         argv = [
             "/usr/sbin/mariadbd", "--no-defaults", "--user=root", f"--datadir={d}",
