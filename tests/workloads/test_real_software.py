@@ -137,7 +137,7 @@ class Ops:
         return w
 
 
-def root_cycle(
+def real_cycle(
     cli: Cli | TenantCli,
     rec: Record,
     name: str,
@@ -278,7 +278,7 @@ def test_redis_with_aof(cli: Cli, tmp_path: Path) -> None:
         "keys present after each step (DBSIZE, GET); AOF reloaded by a fresh server",
     )
     pinger = Pinger(redis_ping(port))
-    root_cycle(cli, rec, "redis", argv, pinger=pinger, write=write, check=check,
+    real_cycle(cli, rec, "redis", argv, pinger=pinger, write=write, check=check,
                failover_check=failover_check)  # fmt: skip
 
     # Redis's own persistence agrees: a fresh server loading the AOF finds the same keys.
@@ -353,7 +353,7 @@ def test_nginx_workers_serving_a_file(cli: Cli, tmp_path: Path) -> None:
         "nginx 1.22 (master + 2 workers)",
         "256 KiB file byte-identical (sha256) after each step; access log's lost tail kept beside it",
     )
-    root_cycle(cli, rec, "nginx", argv, pinger=Pinger(http_get(port, "/blob.bin")), write=write,
+    real_cycle(cli, rec, "nginx", argv, pinger=Pinger(http_get(port, "/blob.bin")), write=write,
                check=check, failover_check=failover_check)  # fmt: skip
     # The restored tree is the master and its two workers.
     titles = [
@@ -403,7 +403,7 @@ def test_node_server_with_timers(cli: Cli, tmp_path: Path) -> None:
         "Node.js 20 (HTTP server, setInterval)",
         "timer counter never behind its checkpoint and still ticking after each step",
     )
-    root_cycle(cli, rec, "node", argv, pinger=Pinger(http_get(port, "/")), write=write,
+    real_cycle(cli, rec, "node", argv, pinger=Pinger(http_get(port, "/")), write=write,
                check=check, failover_check=failover_check)  # fmt: skip
     rec.save()
 
@@ -438,7 +438,7 @@ def test_python_training_loop_metrics(cli: Cli, tmp_path: Path) -> None:
     rec = Record(
         "Python training loop (numpy)", "metrics file steps 0..N, no gap or repeat, after each step"
     )
-    root_cycle(cli, rec, "ml", argv, pinger=None, write=write, check=check,
+    real_cycle(cli, rec, "ml", argv, pinger=None, write=write, check=check,
                failover_check=failover_check)  # fmt: skip
     rec.save()
 
@@ -448,7 +448,7 @@ def test_python_training_loop_metrics(cli: Cli, tmp_path: Path) -> None:
 
 class TenantCli:
     """The installed CLI run as an ordinary user (tests/tenants), with its own CLAWPOINT_HOME;
-    the calls ``root_cycle`` makes of ``Cli``."""
+    the calls ``real_cycle`` makes of ``Cli``."""
 
     def __init__(self, who: Tenant, home: Path) -> None:
         self.who, self.home = who, home
@@ -556,7 +556,7 @@ def test_mariadb_as_an_ordinary_user(tenant: tuple[Tenant, Path, TenantCli]) -> 
 
     rec = Record("MariaDB 10.11 (InnoDB, as an ordinary user)",
                  "row counts after each step, no duplicates; a fresh server recovers the same rows")  # fmt: skip
-    root_cycle(cli, rec, "mariadb", server(port), pinger=Pinger(mysql_ping(port)), write=write,
+    real_cycle(cli, rec, "mariadb", server(port), pinger=Pinger(mysql_ping(port)), write=write,
                check=check, failover_check=failover_check, start=start)  # fmt: skip
     # The restored server runs as alice, in a user namespace of hers.
     status = Path(f"/proc/{cli.workload('mariadb')['pid']}/status").read_text()
