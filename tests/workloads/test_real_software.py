@@ -16,22 +16,31 @@ every step the program's *own* data is checked:
   serves never goes back past its checkpoint and the timer keeps firing after each restore.
 - A Python training loop (numpy): its metrics file has steps 0..N with no gap and no repeat
   after every step, failover included (the file is rewound with the process).
-- PostgreSQL: as an ordinary user (``clawpoint-alice``, clawpoint's ordinary-user mode: the
-  server gets user, mount and PID namespaces and a /proc of its own); rows counted with
-  ``psql`` after each step; at the end a fresh server recovers the data directory and counts
-  the same rows. Root-mode start through ``setpriv`` to another uid is refused at plan time,
-  naming the uid (CRIU cannot dump a process that dropped its privileges without a /proc of
-  its namespace: core/checkpoint/probe.py).
+- MariaDB (InnoDB): as an ordinary user (``clawpoint-alice``, clawpoint's ordinary-user mode:
+  the server gets user, mount and PID namespaces and a /proc of its own); rows counted after
+  each step, none duplicated; on failover the rows committed after the checkpoint are gone;
+  at the end a fresh server recovers the data directory and counts the same rows. Started
+  by root with ``--user=mysql`` (a database that drops its privileges) it is refused at plan
+  time naming the uid (CRIU cannot dump a process that dropped its privileges without a
+  /proc of its namespace: core/checkpoint/probe.py).
+- PostgreSQL cannot be checkpointed by CRIU here and the tests pin why: as root it must drop
+  to another uid (refused as above), and as an ordinary user its System V interlock segment
+  cannot be dumped by an unprivileged CRIU; the checkpoint is refused at plan time naming
+  the segment. A program keeping a System V segment attached goes through every operation
+  in the root mode inside an IPC namespace of its own (``unshare --ipc``), and is refused
+  outside one.
 
 A client pings each server every 10 ms (tests/workloads/pinger.py) and the longest gap and
 failed requests of each operation are recorded (never asserted: they depend on the machine);
-with CLAWPOINT_REALSW_RESULTS=PATH each test appends its rows to PATH as JSON lines, which
-scripts/realsw-matrix.py renders for docs/checkpointing.md. The client only has to reach the
-server again on the same port after each step: established connections are restored closed
-(``criu_tcp = "close"``), so a client reconnects.
+with CLAWPOINT_REALSW_RESULTS=PATH each test appends its row to PATH as a JSON line once all
+its checks passed, which scripts/realsw-matrix.py renders for docs/checkpointing.md. The
+client reaches the server on the same port after each step on a fresh connection:
+established connections are restored closed (``criu_tcp = "close"``).
 
-Skipped, naming why, when CRIU or a program is missing. PostgreSQL needs root (to create the
-ordinary user; tests/tenants).
+Limits: one client; each program with one configuration (AOF always, 2 nginx workers, native
+AIO off in InnoDB). Skipped, naming why, when CRIU or a program is missing
+(``scripts/install-system-deps.sh --all`` installs them); the ordinary-user tests need root
+to create the user (tests/tenants).
 """
 
 from __future__ import annotations
