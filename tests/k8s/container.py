@@ -275,14 +275,24 @@ def init_pid(spec: ContainerSpec) -> int | None:
         return None
 
 
-def prepare_volume(path: Path, *, fs_group: int | None, empty_dir: bool) -> None:
+def prepare_volume(
+    path: Path, *, fs_group: int | None, empty_dir: bool, policy: str | None = None
+) -> None:
     """Volume ownership as the kubelet leaves it: an emptyDir is mode 0777
     (pkg/volume/emptydir: ``perm os.FileMode = 0777``); with ``fsGroup`` a volume's files
     belong to that group, group-writable, directories setgid (pkg/volume/volume_linux.go
-    SetVolumeOwnership, the ``Always`` policy)."""
+    SetVolumeOwnership), on every start (``fsGroupChangePolicy: Always``, the default) or
+    only while the volume's root does not match (``OnRootMismatch``)."""
     if empty_dir:
         os.chmod(path, 0o777)
     if fs_group is None:
+        return
+    st = os.stat(path)
+    if (
+        policy == "OnRootMismatch"
+        and st.st_gid == fs_group
+        and st.st_mode & 0o2070 == 0o2070
+    ):
         return
     for root, dirs, files in os.walk(path):
         for name in [root, *(os.path.join(root, d) for d in dirs)]:

@@ -16,7 +16,7 @@ exactly what tests/k8s/container.py resolved from its securityContext.
    that namespace into a user namespace of its own the kernel locks them, and then refuses a
    new procfs there (fs/namespace.c mount_too_revealing / mnt_already_visible): the failure
    a real pod shows.
-3. directories the process cannot search on this host but would have in its image or as
+3. a private ``/tmp`` (the image's, in a real pod); directories the process cannot search on this host but would have in its image or as
    volume mounts (``reachable``) are shown through a tmpfs over their first hidden ancestor.
 4. the bounding set is cut to the granted capabilities; seccomp is loaded now when
    no_new_privs is off (it needs CAP_SYS_ADMIN then, as in runc); groups, gid and uid are set;
@@ -109,6 +109,8 @@ def setup_mounts(spec: dict[str, Any]) -> None:
             if os.path.exists(path):
                 mount(path, path, None, MS_BIND | MS_REC)
                 mount(path, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC)
+    # The image's own /tmp: private to the container (a real pod does not share the node's).
+    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
     covered: set[str] = set()
     for path, _fd in reach:
         top = _hidden_ancestor(path)
@@ -135,7 +137,16 @@ def _hidden_ancestor(path: str) -> str | None:
 
 
 # ----- privileges -------------------------------------------------------------------------
-def drop_privileges(spec: dict[str, Any]) -> None:
+def build_filter(spec: dict[str, Any]) -> seccomp.Filter | None:
+    """Read the profile while the host's files are still in view."""
+    if spec["seccomp"] == "RuntimeDefault":
+        return seccomp.runtime_default(set(spec["caps"]))
+    if spec["seccomp"] != "Unconfined":
+        return seccomp.from_profile(Path(spec["seccomp"]))
+    return None
+
+
+def drop_privileges(spec: dict[str, Any], filt: seccomp.Filter | None) -> None:
     caps = set(spec["caps"])
     numbers = [_cap_number(c) for c in caps]
     with open("/proc/sys/kernel/cap_last_cap") as f:
@@ -143,11 +154,6 @@ def drop_privileges(spec: dict[str, Any]) -> None:
     for cap in range(last + 1):
         if cap not in numbers:
             check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
-    filt = None
-    if spec["seccomp"] == "RuntimeDefault":
-        filt = seccomp.runtime_default(caps)
-    elif spec["seccomp"] != "Unconfined":
-        filt = seccomp.from_profile(Path(spec["seccomp"]))
     if filt is not None and not spec["no_new_privs"]:
         filt.load()
     check(libc.prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0), "keepcaps")
@@ -177,11 +183,11 @@ def _cap_number(name: str) -> int:
     return container.CAP_NUMBERS[name]
 
 
-def become(spec: dict[str, Any]) -> None:
+def become(spec: dict[str, Any], filt: seccomp.Filter | None) -> None:
     """In the container's process: drop to what the spec grants and exec its command."""
     try:
         os.chdir(spec["cwd"])
-        drop_privileges(spec)
+        drop_privileges(spec, filt)
         os.execve(spec["argv"][0], spec["argv"], spec["env"])
     except (OSError, seccomp.SeccompError) as exc:
         print(f"container_init: cannot start {spec['argv'][:1]}: {exc}", file=sys.stderr)
@@ -235,12 +241,13 @@ def start(spec: dict[str, Any]) -> int:
             if first == 0:
                 libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
                 os.close(pid_w)
+                filt = build_filter(spec)
                 setup_mounts(spec)
-                become(spec)
+                become(spec, filt)
             os.write(pid_w, str(first).encode())
             os.close(pid_w)
             os._exit(_wait_as_child(first))
-        except OSError as exc:
+        except (OSError, seccomp.SeccompError) as exc:
             print(f"container_init: cannot create the container: {exc}", file=sys.stderr)
             os._exit(128)
     os.close(ready_w)
@@ -260,6 +267,7 @@ def start(spec: dict[str, Any]) -> int:
 
 
 def exec_in(pid: int, spec: dict[str, Any]) -> int:
+    filt = build_filter(spec)
     fds = {ns: os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY) for ns in ("user", "mnt", "pid")}
     own_user = os.readlink("/proc/self/ns/user")
     try:
@@ -275,7 +283,7 @@ def exec_in(pid: int, spec: dict[str, Any]) -> int:
     child = os.fork()
     if child == 0:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        become(spec)
+        become(spec, filt)
     return _wait_as_child(child)
 
 

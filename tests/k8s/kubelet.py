@@ -50,6 +50,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tests.k8s import container as ctr
 from tests.k8s.emulator import Emulator, status
 from tests.k8s.emulator.store import Obj
 
@@ -72,6 +73,7 @@ class _Proc:
     kill_at: float | None = None
     reported_exit: bool = False
     log: Path | None = None
+    spec: ctr.ContainerSpec | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -84,13 +86,18 @@ class FakeKubelet:
         nodes: list[str],
         volumes: dict[str, Path] | None = None,
         poll_s: float = 0.05,
+        seccomp_root: Path | None = None,
     ) -> None:
         self.emu, self.store = emu, emu.store
         self.root = root
         self.nodes = set(nodes)
         self.volumes = dict(volumes or {})
         self.poll_s = poll_s
+        # The node's seccomp directory (the kubelet's <root-dir>/seccomp): Localhost
+        # profiles are read from it.
+        self.seccomp_root = seccomp_root
         self.procs: dict[tuple[str, str, str], _Proc] = {}  # (ns, name, uid)
+        self._create_failed: set[tuple[str, str, str]] = set()
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -314,7 +321,7 @@ class FakeKubelet:
                 self._terminate(pod, key, proc)
                 continue
             if proc is None:
-                if phase in ("Succeeded", "Failed"):
+                if phase in ("Succeeded", "Failed") or key in self._create_failed:
                     continue
                 self._start(pod, key)
                 continue
@@ -356,6 +363,13 @@ class FakeKubelet:
             else:
                 host = home / "volumes" / str(m.get("name"))
             host.mkdir(parents=True, exist_ok=True)
+            psc = spec.get("securityContext") or {}
+            ctr.prepare_volume(
+                host,
+                fs_group=None if psc.get("fsGroup") is None else int(psc["fsGroup"]),
+                empty_dir="emptyDir" in vol,
+                policy=psc.get("fsGroupChangePolicy"),
+            )
             mounts.append((str(m["mountPath"]).rstrip("/"), str(host)))
         # longest mount path first, so /a/b wins over /a
         mounts.sort(key=lambda pair: len(pair[0]), reverse=True)
@@ -414,9 +428,24 @@ class FakeKubelet:
         )
         cwd = _rewrite(str(container.get("workingDir") or ROOT), mounts)
         log = home / "container.log"
+        # The container process gets exactly what its securityContext grants
+        # (tests/k8s/container.py); one it cannot be given fails the pod as CreateContainerError.
+        try:
+            cspec = ctr.ContainerSpec.from_pod(
+                pod,
+                argv=argv,
+                env=env,
+                cwd=cwd,
+                volumes=[host for _m, host in mounts],
+                seccomp_root=self.seccomp_root,
+                pidfile=home / "container.pid",
+            )
+        except ctr.SecurityContextError as exc:
+            self._create_error(pod, key, str(exc))
+            return
         with log.open("ab") as out:
             popen = subprocess.Popen(
-                argv,
+                ctr.launch_argv(cspec),
                 env=env,
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,
@@ -424,7 +453,7 @@ class FakeKubelet:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        self.procs[key] = _Proc(popen, spec["nodeName"], env, cwd, mounts, log=log)
+        self.procs[key] = _Proc(popen, spec["nodeName"], env, cwd, mounts, log=log, spec=cspec)
         started = _now()
         cname = container.get("name", "main")
         self.store.set_status(
@@ -456,6 +485,38 @@ class FakeKubelet:
                 ],
             },
         )
+
+    def _create_error(self, pod: Obj, key: tuple[str, str, str], message: str) -> None:
+        """The container cannot be created: the pod stays Pending, its container waiting
+        with ``CreateContainerConfigError`` (pkg/kubelet/kuberuntime/kuberuntime_container.go
+        startContainer), and the kubelet does not try again with the same spec."""
+        if key in self._create_failed:
+            return
+        self._create_failed.add(key)
+        meta = pod["metadata"]
+        container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
+        reason = {"reason": "CreateContainerConfigError", "message": message}
+        with contextlib.suppress(status.ApiError):
+            self.store.set_status(
+                self.pods_kind,
+                meta["namespace"],
+                meta["name"],
+                {
+                    "phase": "Pending",
+                    "conditions": [{"type": "PodScheduled", "status": "True"}],
+                    "containerStatuses": [
+                        {
+                            "name": container.get("name", "main"),
+                            "ready": False,
+                            "started": False,
+                            "restartCount": 0,
+                            "image": container.get("image", ""),
+                            "imageID": "",
+                            "state": {"waiting": reason},
+                        }
+                    ],
+                },
+            )
 
     def _report_exit(self, pod: Obj, code: int) -> None:
         meta = pod["metadata"]
@@ -510,9 +571,12 @@ class FakeKubelet:
         if not argv:
             return 1, b"", b"no command given\n"
         full = self._argv(argv, proc.env, proc.mounts)
+        pid = ctr.init_pid(proc.spec) if proc.spec is not None else None
+        if proc.spec is None or pid is None:
+            return 1, b"", f"container not running in pod {namespace}/{name}\n".encode()
         try:
             done = subprocess.run(  # noqa: S603 - argv list from the test's own exec call
-                full,
+                ctr.exec_argv(proc.spec, pid, full),
                 env=proc.env,
                 cwd=proc.cwd,
                 stdin=subprocess.DEVNULL,
