@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -90,9 +89,6 @@ KEY_MOUNT = "/var/lib/clawpoint-keys"
 # The key lies in a directory the wrapper creates (mode 0700, its own): the volume's root
 # belongs to root and the fsGroup, which the wrapper refuses to keep a key in.
 KEY_FILE = f"{KEY_MOUNT}/wrapper/store.key"
-SECCOMP_SOURCE = (
-    Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "seccomp" / "clawpoint-criu.json"
-)
 
 
 def node(
@@ -119,10 +115,11 @@ def node(
 
 
 # The documented privilege model (docs/kubernetes.md "securityContext for CRIU"): a pod user
-# namespace, an unmasked /proc, no capability at all, no privilege escalation, a non-root uid
-# and the seccomp profile we ship. It passes Pod Security "restricted".
+# namespace, an unmasked /proc, no capability at all, no privilege escalation, a non-root uid.
+# No seccomp profile: CRIU cannot stop a process under any seccomp filter without
+# CAP_SYS_ADMIN in the node's user namespace (PTRACE_O_SUSPEND_SECCOMP, kernel/ptrace.c), so
+# the pod passes Pod Security "baseline", not "restricted" (which requires a profile).
 RUN_AS = 1000
-SECCOMP_PROFILE = "profiles/clawpoint-criu.json"
 POD_SECURITY_CONTEXT: dict[str, Any] = {
     "runAsNonRoot": True,
     "runAsUser": RUN_AS,
@@ -247,10 +244,9 @@ def kubelet(emu: Emulator, tmp_path: Any, store_dir: Any) -> Iterator[Any]:
 
     key_dir = tmp_path / "keys"
     key_dir.mkdir(mode=0o700)
-    # The node's seccomp directory with the profile installed, as the node setup does.
+    # The node's seccomp directory (the kubelet's <root-dir>/seccomp), for Localhost profiles.
     seccomp_root = tmp_path / "seccomp"
     (seccomp_root / "profiles").mkdir(parents=True)
-    shutil.copy(SECCOMP_SOURCE, seccomp_root / SECCOMP_PROFILE)
 
     emu.seed(
         node("n1", labels={"karpenter.sh/capacity-type": "on-demand"}),

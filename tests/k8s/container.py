@@ -11,8 +11,8 @@ The rules, and where they come from:
 
 - Capabilities: the runtime's default set (containerd pkg/oci/spec.go
   ``defaultUnixCaps``... in CRI, pkg/cri/opts/spec_linux.go; the same 14 as moby), plus
-  ``add``, minus ``drop`` (``ALL`` drops everything; ``add`` is applied first, then ``drop``,
-  as the CRI plugin's ``WithCapabilities`` does). They fill the bounding, permitted and
+  ``add``, minus ``drop``, as the CRI plugin's ``WithCapabilities`` applies them: ``ALL``
+  first (add, then drop), then each named one (add, then drop). They fill the bounding, permitted and
   effective sets; the inheritable set stays empty (containerd >= 1.6.18 / runc after
   CVE-2022-24769). No ambient set: a non-root process therefore holds none of them after
   exec, only its bounding set keeps them (what a file capability could reach).
@@ -143,10 +143,11 @@ class ContainerSpec:
     user_namespace: bool = False
     masked: bool = True
     # Host directories the process must reach through directories it may not search
-    # (the interpreter under /root, volumes under pytest's 0700 temporary root): the
-    # container's mount namespace shows them at the same paths, as an image and its
-    # volume mounts would.
+    # (the interpreter under /root): the container's mount namespace shows them at the same
+    # paths, as an image would.
     reachable: list[str] = field(default_factory=list)
+    # (path in the container, host directory): the volumes, bind-mounted.
+    binds: list[tuple[str, str]] = field(default_factory=list)
     pidfile: str = ""
 
     @classmethod
@@ -157,7 +158,7 @@ class ContainerSpec:
         argv: list[str],
         env: dict[str, str],
         cwd: str,
-        volumes: list[str],
+        binds: list[tuple[str, str]],
         seccomp_root: Path | None,
         pidfile: Path,
     ) -> ContainerSpec:
@@ -184,7 +185,7 @@ class ContainerSpec:
         caps = _capabilities(csc.get("capabilities") or {}, privileged)
         ape = csc.get("allowPrivilegeEscalation")
         seccomp = "Unconfined" if privileged else _seccomp(pick("seccompProfile"), seccomp_root)
-        reachable = [sys.base_prefix, *volumes, cwd]
+        reachable = [sys.base_prefix, cwd]
         return cls(
             argv=argv,
             env=env,
@@ -198,6 +199,7 @@ class ContainerSpec:
             user_namespace=spec.get("hostUsers") is False,
             masked=privileged is False and csc.get("procMount") != "Unmasked",
             reachable=[p for p in reachable if _hidden(p)],
+            binds=binds,
             pidfile=str(pidfile),
         )
 
@@ -208,11 +210,17 @@ class ContainerSpec:
 def _capabilities(caps: dict[str, Any], privileged: bool) -> list[str]:
     if privileged:
         return sorted(CAP_NUMBERS)
-    norm = [_cap_name(c) for c in caps.get("add") or []]
+    add = [_cap_name(c) for c in caps.get("add") or []]
     drop = [_cap_name(c) for c in caps.get("drop") or []]
+    # containerd's CRI WithCapabilities: ALL first (add, then drop), then each named one
+    # (add, then drop); so drop ALL + add KILL leaves KILL.
     out = set(DEFAULT_CAPS)
-    out |= set(CAP_NUMBERS) if "CAP_ALL" in norm else set(norm)
-    out = set() if "CAP_ALL" in drop else out - set(drop)
+    if "CAP_ALL" in add:
+        out = set(CAP_NUMBERS)
+    if "CAP_ALL" in drop:
+        out = set()
+    out |= {c for c in add if c != "CAP_ALL"}
+    out -= set(drop)
     unknown = out - set(CAP_NUMBERS)
     if unknown:
         raise SecurityContextError(f"unknown capability {sorted(unknown)[0]}")

@@ -16,7 +16,8 @@ exactly what tests/k8s/container.py resolved from its securityContext.
    that namespace into a user namespace of its own the kernel locks them, and then refuses a
    new procfs there (fs/namespace.c mount_too_revealing / mnt_already_visible): the failure
    a real pod shows.
-3. a private ``/tmp`` (the image's, in a real pod); directories the process cannot search on this host but would have in its image or as
+3. a private ``/tmp`` (the image's, in a real pod), the volumes bind-mounted under it
+   (``binds``); directories the process cannot search on this host but would have in its image or as
    volume mounts (``reachable``) are shown through a tmpfs over their first hidden ancestor.
 4. the bounding set is cut to the granted capabilities; seccomp is loaded now when
    no_new_privs is off (it needs CAP_SYS_ADMIN then, as in runc); groups, gid and uid are set;
@@ -98,6 +99,7 @@ def mount(src: str | None, dst: str, fstype: str | None, flags: int, data: str |
 def setup_mounts(spec: dict[str, Any]) -> None:
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     reach = [(p, os.open(p, os.O_PATH)) for p in spec["reachable"]]
+    binds = [(view, os.open(host, os.O_PATH)) for view, host in spec["binds"]]
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     if spec["masked"]:
         for path in container.MASKED_PATHS:
@@ -117,7 +119,7 @@ def setup_mounts(spec: dict[str, Any]) -> None:
         if top and top not in covered and not any(top.startswith(c + "/") for c in covered):
             mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
             covered.add(top)
-    for path, fd in reach:
+    for path, fd in [*reach, *binds]:
         os.makedirs(path, exist_ok=True)
         mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
         os.close(fd)
@@ -162,7 +164,9 @@ def drop_privileges(spec: dict[str, Any], filt: seccomp.Filter | None) -> None:
     os.setresuid(spec["uid"], spec["uid"], spec["uid"])
     mask = 0
     for n in numbers:
-        mask |= 1 << n
+        if n <= last:
+            mask |= 1 << n
+    mask &= _bounding()  # a privileged container gets what the node has, no more
     header = _CapHeader(0x20080522, 0)
     data = (_CapData * 2)()
     for i in range(2):
@@ -177,6 +181,14 @@ def drop_privileges(spec: dict[str, Any], filt: seccomp.Filter | None) -> None:
             filt.load()
 
 
+
+
+def _bounding() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("CapBnd:"):
+                return int(line.split()[1], 16)
+    return 0
 
 
 def _cap_number(name: str) -> int:

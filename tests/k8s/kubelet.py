@@ -387,7 +387,7 @@ class FakeKubelet:
                     vol["configMap"]["name"],
                 )
                 for fname, text in (cm.get("data") or {}).items():
-                    (Path(host) / fname).write_text(_rewrite(str(text), mounts))
+                    (Path(host) / fname).write_text(_rewrite(str(text), _view(mounts)))
         return mounts
 
     def _container_env(self, pod: Obj, mounts: list[tuple[str, str]]) -> dict[str, str]:
@@ -421,7 +421,11 @@ class FakeKubelet:
         container = (spec.get("containers") or [{}])[0]
         home = self.root / f"{meta['namespace']}_{meta['name']}_{meta['uid'][:8]}"
         home.mkdir(parents=True, exist_ok=True)
-        mounts = self._mounts(pod, home)
+        # Each volume's host directory is bind-mounted in the container's mount namespace at
+        # the same path in every pod (VOLUME_VIEW + mountPath), and paths under a mountPath
+        # are rewritten to that view: a process restored in another pod finds its files.
+        binds = self._mounts(pod, home)
+        mounts = _view(binds)
         env = self._container_env(pod, mounts)
         argv = self._argv(
             [*(container.get("command") or []), *(container.get("args") or [])], env, mounts
@@ -436,7 +440,7 @@ class FakeKubelet:
                 argv=argv,
                 env=env,
                 cwd=cwd,
-                volumes=[host for _m, host in mounts],
+                binds=[(view, host) for (_m, view), (_m2, host) in zip(mounts, binds, strict=True)],
                 seccomp_root=self.seccomp_root,
                 pidfile=home / "container.pid",
             )
@@ -587,6 +591,14 @@ class FakeKubelet:
         except (OSError, subprocess.TimeoutExpired) as exc:
             return 126, b"", f"exec failed: {exc}\n".encode()
         return done.returncode, done.stdout, done.stderr
+
+
+# Where the container sees its volumes: inside its private /tmp (tests/k8s/container_init.py).
+VOLUME_VIEW = "/tmp/.volumes"
+
+
+def _view(mounts: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(mpath, VOLUME_VIEW + mpath) for mpath, _host in mounts]
 
 
 def _rewrite(text: str, mounts: list[tuple[str, str]]) -> str:

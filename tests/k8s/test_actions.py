@@ -88,7 +88,7 @@ def running(emu: Any, name: str) -> dict[str, Any] | None:
 def step_of(kubelet: Any, lineage: str) -> int:
     """The counter's newest reported step, across all pods that ran the lineage."""
     best = -1
-    for path in Path(kubelet.root).glob(f"*/volumes/home/run/{lineage}.progress.json"):
+    for path in Path(kubelet.root).glob(f"*/volumes/home/home/run/{lineage}.progress.json"):
         try:
             best = max(best, int(json.loads(path.read_text())["step"]))
         except (OSError, ValueError, KeyError):
@@ -99,7 +99,7 @@ def step_of(kubelet: Any, lineage: str) -> int:
 def outputs(kubelet: Any) -> str:
     texts = [p.read_text(errors="replace") for p in Path(kubelet.root).glob("*/container.log")]
     texts += [
-        p.read_text(errors="replace") for p in Path(kubelet.root).glob("*/volumes/home/logs/*")
+        p.read_text(errors="replace") for p in Path(kubelet.root).glob("*/volumes/home/home/logs/*")
     ]
     return "\n".join(texts)
 
