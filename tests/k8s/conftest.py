@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -256,9 +255,7 @@ def kubelet(emu: Emulator, tmp_path: Any, store_dir: Any) -> Iterator[Any]:
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": WRAPPER_CONFIG, "namespace": "default"},
-            "data": {
-                "config.toml": f'[store]\npath = "/checkpoints"\nkey = "{KEY_FILE}"\n'
-            },
+            "data": {"config.toml": f'[store]\npath = "/checkpoints"\nkey = "{KEY_FILE}"\n'},
         },
     )
     fake = FakeKubelet(

@@ -296,11 +296,7 @@ def prepare_volume(
     if fs_group is None:
         return
     st = os.stat(path)
-    if (
-        policy == "OnRootMismatch"
-        and st.st_gid == fs_group
-        and st.st_mode & 0o2070 == 0o2070
-    ):
+    if policy == "OnRootMismatch" and st.st_gid == fs_group and st.st_mode & 0o2070 == 0o2070:
         return
     for root, dirs, files in os.walk(path):
         for name in [root, *(os.path.join(root, d) for d in dirs)]:

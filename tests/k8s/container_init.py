@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import container  # noqa: E402 (beside this file; the container runs with -I)
-import seccomp  # noqa: E402
+import container  # type: ignore[import-not-found]  # noqa: E402 (beside this file; run with -I)
+import seccomp  # type: ignore[import-not-found]  # noqa: E402
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -82,7 +82,9 @@ def check(ret: int, what: str) -> None:
         raise OSError(ctypes.get_errno(), f"{what}: {os.strerror(ctypes.get_errno())}")
 
 
-def mount(src: str | None, dst: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+def mount(
+    src: str | None, dst: str, fstype: str | None, flags: int, data: str | None = None
+) -> None:
     check(
         libc.mount(
             src.encode() if src else None,
@@ -181,8 +183,6 @@ def drop_privileges(spec: dict[str, Any], filt: seccomp.Filter | None) -> None:
             filt.load()
 
 
-
-
 def _bounding() -> int:
     with open("/proc/self/status") as f:
         for line in f:
@@ -192,7 +192,7 @@ def _bounding() -> int:
 
 
 def _cap_number(name: str) -> int:
-    return container.CAP_NUMBERS[name]
+    return int(container.CAP_NUMBERS[name])
 
 
 def become(spec: dict[str, Any], filt: seccomp.Filter | None) -> None:
@@ -218,10 +218,10 @@ def _wait_as_child(pid: int) -> int:
         except InterruptedError:
             continue
     if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-        return 128 + sig
+        code = os.WTERMSIG(status)
+        signal.signal(code, signal.SIG_DFL)
+        os.kill(os.getpid(), code)
+        return 128 + code
     return os.waitstatus_to_exitcode(status)
 
 

@@ -98,6 +98,7 @@ class FakeKubelet:
         self.seccomp_root = seccomp_root
         self.procs: dict[tuple[str, str, str], _Proc] = {}  # (ns, name, uid)
         self._create_failed: set[tuple[str, str, str]] = set()
+        self.refused_pods: list[str] = []  # pod creations admission refused (FailedCreate)
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -303,7 +304,12 @@ class FakeKubelet:
             },
             "spec": dict(template.get("spec") or {}),
         }
-        self.store.create(self.pods_kind, meta["namespace"], pod, api=True)
+        try:
+            self.store.create(self.pods_kind, meta["namespace"], pod, api=True)
+        except status.ApiError as exc:
+            # Admission refused the pod (Pod Security): the real controller records a
+            # FailedCreate event and tries again later; the Job makes no pod.
+            self.refused_pods.append(exc.message)
 
     # ----- kubelet ----------------------------------------------------------------------
     def _pods(self) -> None:

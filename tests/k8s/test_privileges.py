@@ -68,7 +68,9 @@ def run_exec(core: Any, name: str, argv: list[str]) -> tuple[int, str, str]:
 
 
 def log_of(kubelet: Any, name: str) -> str:
-    return "".join(p.read_text() for p in Path(kubelet.root).glob(f"default_{name}_*/container.log"))
+    return "".join(
+        p.read_text() for p in Path(kubelet.root).glob(f"default_{name}_*/container.log")
+    )
 
 
 def status_fields(text: str) -> dict[str, str]:
@@ -116,7 +118,9 @@ def test_the_documented_model_checkpoints_and_restores_the_counter(
     code, out, _ = run_exec(core, "p1", ["cat", "/proc/self/uid_map"])
     assert out.split() != ["0", "0", "4294967295"], "hostUsers false: not the node's namespace"
     code, out, err = run_exec(
-        core, "p1", ["python", "-m", "core.backends.kubernetes.incontainer", "checkpoint", "priv-p1"]
+        core,
+        "p1",
+        ["python", "-m", "core.backends.kubernetes.incontainer", "checkpoint", "priv-p1"],
     )
     assert code == 0, (out, err)
     assert json.loads(out)["lineage"] == "priv-p1"
@@ -140,7 +144,9 @@ def test_a_masked_proc_stops_criu(need_criu: None, emu: Any, api: Any, kubelet: 
     wait_for("masked running", lambda: phase(core, "masked") == "Running")
     wait_for("progress", lambda: "counter started" in log_of(kubelet, "masked"))
     code, out, err = run_exec(
-        core, "masked", ["python", "-m", "core.backends.kubernetes.incontainer", "checkpoint", "masked"]
+        core,
+        "masked",
+        ["python", "-m", "core.backends.kubernetes.incontainer", "checkpoint", "masked"],
     )
     assert code != 0, out
     assert "proc" in (out + err).lower(), (out, err)

@@ -34,8 +34,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
+from tests.k8s.emulator import admission, patching, rbac, status, workloads
 from tests.k8s.emulator import kinds as kinds_mod
-from tests.k8s.emulator import patching, rbac, status, workloads
 from tests.k8s.emulator.selectors import parse_fields, parse_labels
 from tests.k8s.emulator.store import Obj, Watcher
 
@@ -57,6 +57,11 @@ VERSION = {
 
 def _json(body: Any, code: int = 200, headers: dict[str, str] | None = None) -> Response:
     return JSONResponse(body, status_code=code, headers=headers)
+
+
+def _warning(text: str) -> str:
+    """An RFC 7234 warning value, as kube-apiserver writes them (code 299, agent "-")."""
+    return '299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _error(err: status.ApiError) -> Response:
@@ -291,9 +296,14 @@ class App:
                     )
                 return self.list(t, match, q.get("limit"), q.get("continue"))
             if verb == "create":
-                return _json(
-                    self._present(kind, store.create(kind, ns, body, dry_run=dry_run)), 201
+                created = self._present(kind, store.create(kind, ns, body, dry_run=dry_run))
+                # Pod Security: a workload whose pod template would be refused is admitted
+                # with a warning (pod-security-admission/admission/admission.go).
+                warns = admission.template_warnings(
+                    store.objects[("", "namespaces")].get(("", ns)), created
                 )
+                headers = {"Warning": ", ".join(_warning(w) for w in warns)} if warns else None
+                return _json(created, 201, headers)
             if verb == "deletecollection":
                 match = self._matcher(q.get("labelSelector"), q.get("fieldSelector"), kind)
                 items, rv = store.list(kind, t.namespace, match)

@@ -23,7 +23,7 @@ from core.backends.kubernetes.connection import KubernetesConfig, Op
 from core.config import load_settings
 from core.model import Action, Principal, PrincipalKind
 from core.service.facade import Service, bootstrap
-from tests.k8s.conftest import KEY_CLAIM, KEY_FILE, KEY_MOUNT, wrapped_job, wrapped_pod
+from tests.k8s.conftest import KEY_CLAIM, KEY_FILE, wrapped_job, wrapped_pod
 
 pytestmark = pytest.mark.live_k8s
 PERSON = Principal(id="live-tester", kind=PrincipalKind.PERSON)
@@ -64,9 +64,7 @@ def backend() -> Iterator[KubernetesBackend]:
         NS,
         {
             "metadata": {"name": "clawpoint-wrapper"},
-            "data": {
-                "config.toml": f'[store]\npath = "/checkpoints"\nkey = "{KEY_FILE}"\n'
-            },
+            "data": {"config.toml": f'[store]\npath = "/checkpoints"\nkey = "{KEY_FILE}"\n'},
         },
     )
     yield b
