@@ -236,6 +236,9 @@ def start(spec: dict[str, Any]) -> int:
     ready_r, ready_w = os.pipe()
     mapped_r, mapped_w = os.pipe()
     pid_r, pid_w = os.pipe()
+    # Closed (close-on-exec) when the container's process execs its command: only then is
+    # the container started, with every mount in place, for pods/exec to join.
+    started_r, started_w = os.pipe2(os.O_CLOEXEC)
     child = os.fork()
     if child == 0:
         try:
@@ -256,6 +259,7 @@ def start(spec: dict[str, Any]) -> int:
                 filt = build_filter(spec)
                 setup_mounts(spec)
                 become(spec, filt)
+            os.close(started_w)
             os.write(pid_w, str(first).encode())
             os.close(pid_w)
             os._exit(_wait_as_child(first))
@@ -265,6 +269,7 @@ def start(spec: dict[str, Any]) -> int:
     os.close(ready_w)
     os.close(mapped_r)
     os.close(pid_w)
+    os.close(started_w)
     if spec["user_namespace"]:
         if os.read(ready_r, 1) == b"u":
             for name in ("uid_map", "gid_map"):
@@ -272,6 +277,8 @@ def start(spec: dict[str, Any]) -> int:
                     f.write(f"0 0 {ID_RANGE}\n")
             os.write(mapped_w, b"m")
     first_text = os.read(pid_r, 32).decode()
+    while os.read(started_r, 64):
+        pass
     if first_text and spec["pidfile"]:
         # The host PID of the container's first process: pods/exec joins its namespaces.
         Path(spec["pidfile"]).write_text(first_text)

@@ -464,6 +464,11 @@ class FakeKubelet:
                 start_new_session=True,
             )
         self.procs[key] = _Proc(popen, spec["nodeName"], env, cwd, mounts, log=log, spec=cspec)
+        # Running means the runtime has started the container's process (its namespaces
+        # exist, pods/exec can join them).
+        deadline = time.monotonic() + 10
+        while ctr.init_pid(cspec) is None and popen.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
         started = _now()
         cname = container.get("name", "main")
         self.store.set_status(
