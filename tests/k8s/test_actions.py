@@ -194,7 +194,9 @@ def test_drain_moves_wrapped_workloads_honours_a_pdb_and_cordons(
     guarded = pod("web", labels={"app": "web"}, node="n1")
     guarded["spec"]["containers"][0]["command"] = ["sleep", "600"]
     loose = pod("scratch", node="n1")
-    loose["spec"]["containers"][0]["command"] = ["sleep", "600"]
+    # The container's command is PID 1 of its PID namespace, which the kernel shields from
+    # a SIGTERM it has no handler for: it ends on the eviction's SIGTERM only with a trap.
+    loose["spec"]["containers"][0]["command"] = ["sh", "-c", "trap 'exit 0' TERM; sleep 600 & wait"]
     emu.seed(
         guarded,
         loose,

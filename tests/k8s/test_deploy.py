@@ -17,8 +17,8 @@ import yaml
 from core.backends.kubernetes.backend import KubernetesBackend
 from core.backends.kubernetes.connection import KubernetesConfig
 from core.model import Action
-from tests.k8s.conftest import node, pod
-from tests.k8s.emulator import crds
+from tests.k8s.conftest import CONTAINER_SECURITY_CONTEXT, POD_SECURITY_CONTEXT, node, pod
+from tests.k8s.emulator import admission, crds
 from tests.k8s.emulator.rbac import Rule
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
@@ -60,7 +60,15 @@ def test_example_job_runs_the_wrapper_with_the_checkpoint_volume_and_criu_capabi
     spec = job["spec"]["template"]["spec"]
     (c,) = spec["containers"]
     assert c["command"][:2] == ["clawpoint", "run"]
-    assert set(c["securityContext"]["capabilities"]["add"]) == {"CHECKPOINT_RESTORE", "SYS_PTRACE"}
+    # The documented privilege model, as the tests' wrapped pods use it (tests/k8s/conftest.py).
+    assert spec["hostUsers"] is False
+    assert c["securityContext"] == CONTAINER_SECURITY_CONTEXT
+    assert spec["securityContext"] == POD_SECURITY_CONTEXT
+    # ... and Pod Security admits it where the namespace says baseline.
+    (ns,) = [d for _, d in documents() if d["kind"] == "Namespace"]
+    level = ns["metadata"]["labels"][admission.ENFORCE]
+    assert level == "baseline"
+    assert admission.violations(spec, level, admission.LATEST) == []
     claims = {
         v["persistentVolumeClaim"]["claimName"]
         for v in spec["volumes"]
