@@ -23,7 +23,13 @@ from core.backends.kubernetes.connection import KubernetesConfig, Op
 from core.config import load_settings
 from core.model import Action, Principal, PrincipalKind
 from core.service.facade import Service, bootstrap
-from tests.k8s.conftest import KEY_CLAIM, KEY_FILE, wrapped_job, wrapped_pod
+from tests.k8s.conftest import (
+    KEY_CLAIM,
+    KEY_FILE,
+    OLD_CONTAINER_SECURITY_CONTEXT,
+    wrapped_job,
+    wrapped_pod,
+)
 
 pytestmark = pytest.mark.live_k8s
 PERSON = Principal(id="live-tester", kind=PrincipalKind.PERSON)
@@ -46,7 +52,12 @@ def backend() -> Iterator[KubernetesBackend]:
     )
     core = b.conn.api("CoreV1Api")
     try:
-        core.create_namespace({"metadata": {"name": NS}})
+        # The workload pods pass Pod Security baseline (docs/kubernetes.md).
+        labels = {
+            "pod-security.kubernetes.io/enforce": "baseline",
+            "pod-security.kubernetes.io/enforce-version": "latest",
+        }
+        core.create_namespace({"metadata": {"name": NS, "labels": labels}})
     except Exception as exc:  # already there
         if getattr(exc, "status", None) != 409:
             raise
@@ -213,3 +224,19 @@ def test_drain_honours_a_pdb(backend: KubernetesBackend, svc: Service) -> None:
         assert running_pods(backend, "app=guarded"), "never forced"
     finally:
         act(svc, Action.UNDRAIN_NODE, f"k8s:{target}")
+
+
+def test_pod_security_refuses_the_old_capabilities_and_admits_the_documented_spec(
+    backend: KubernetesBackend,
+) -> None:
+    """The real admission plugin agrees with the emulator's (tests/k8s/test_admission.py)."""
+    core = backend.conn.api("CoreV1Api")
+    old = live_spec(wrapped_pod("live-old-caps", "live-old-caps"))
+    old["spec"].pop("hostUsers")
+    old["spec"].pop("securityContext")
+    old["spec"]["containers"][0]["securityContext"] = dict(OLD_CONTAINER_SECURITY_CONTEXT)
+    with pytest.raises(Exception) as info:
+        core.create_namespaced_pod(NS, old, dry_run="All")
+    assert getattr(info.value, "status", None) == 403
+    assert "non-default capabilities" in str(getattr(info.value, "body", ""))
+    core.create_namespaced_pod(NS, live_spec(wrapped_pod("live-new", "live-new")), dry_run="All")
