@@ -20,6 +20,7 @@ import pytest
 from kubernetes import client
 from kubernetes.stream import stream
 
+from core.checkpoint import nsinit
 from core.checkpoint.criu import criu_status
 from core.errors import EngineUnavailable
 from tests.k8s.conftest import (
@@ -77,6 +78,9 @@ def status_fields(text: str) -> dict[str, str]:
     return dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
 
 
+NSINIT = str(Path(nsinit.__file__).resolve())
+
+
 def old_model(manifest: dict[str, Any]) -> dict[str, Any]:
     spec = manifest["spec"]
     spec.pop("hostUsers")
@@ -89,15 +93,23 @@ def test_the_old_documented_security_context_cannot_start_the_payload(
     need_criu: None, emu: Any, api: Any, kubelet: Any
 ) -> None:
     """Issue 21, what broke 1: with the runtime's default capabilities plus CHECKPOINT_RESTORE
-    and SYS_PTRACE and the runtime's seccomp profile, nsinit's unshare is refused (EPERM) and
-    ``clawpoint run`` fails: the fake refuses what the real runtime refuses."""
+    and SYS_PTRACE and the runtime's seccomp profile, the payload's namespaces cannot be
+    made (the profile refuses unshare without CAP_SYS_ADMIN) and ``clawpoint run`` exits 9.
+    The fake refuses what the real runtime refuses; the wrapper says why at once."""
     core = client.CoreV1Api(api)
     core.create_namespaced_pod("default", old_model(wrapped_pod("old", "old")))
     wait_for("the old-model pod to fail", lambda: phase(core, "old") == "Failed")
     log = log_of(kubelet, "old")
-    assert "unshare(user, mount): Operation not permitted" in log, log
+    assert "runs under a seccomp filter (Seccomp: 2)" in " ".join(log.split()), log
     status = core.read_namespaced_pod("old", "default").status.container_statuses[0]
     assert status.state.terminated.exit_code == EngineUnavailable.exit_code == 9
+    # What nsinit would meet: the same securityContext refuses the namespaces themselves.
+    probe = old_model(wrapped_pod("old-unshare", "old-unshare"))
+    probe["spec"]["containers"][0]["command"] = ["unshare", "--user", "--mount", "--pid"]
+    probe["spec"]["containers"][0]["args"] = ["--fork", "true"]
+    core.create_namespaced_pod("default", probe)
+    wait_for("the probe to fail", lambda: phase(core, "old-unshare") == "Failed")
+    assert "unshare failed: Operation not permitted" in log_of(kubelet, "old-unshare")
 
 
 def test_the_documented_model_checkpoints_and_restores_the_counter(
@@ -157,27 +169,53 @@ def test_any_seccomp_filter_stops_the_dump(
 ) -> None:
     """Why the documented model has no seccomp profile: CRIU suspends the payload's filter
     with PTRACE_O_SUSPEND_SECCOMP, which needs CAP_SYS_ADMIN in the node's user namespace
-    (kernel/ptrace.c ptrace_setoptions). Even a profile that refuses nothing stops the dump."""
+    (kernel/ptrace.c ptrace_setoptions). Even a profile that refuses nothing stops the dump;
+    the wrapper therefore refuses to start under a filter, naming it."""
     profile = tmp_path / "seccomp" / "profiles" / "allow-all.json"
     profile.write_text(json.dumps({"defaultAction": "SCMP_ACT_ALLOW"}))
+    localhost = {"type": "Localhost", "localhostProfile": "profiles/allow-all.json"}
     core = client.CoreV1Api(api)
-    manifest = wrapped_pod("filtered", "filtered")
-    manifest["spec"]["securityContext"]["seccompProfile"] = {
-        "type": "Localhost",
-        "localhostProfile": "profiles/allow-all.json",
-    }
-    core.create_namespaced_pod("default", manifest)
-    wait_for("filtered running", lambda: phase(core, "filtered") == "Running")
-    wait_for("progress", lambda: "counter started" in log_of(kubelet, "filtered"))
-    code, out, _ = run_exec(core, "filtered", ["grep", "^Seccomp:", "/proc/self/status"])
-    assert out.split() == ["Seccomp:", "2"]
-    code, out, err = run_exec(
-        core,
-        "filtered",
-        ["python", "-m", "core.backends.kubernetes.incontainer", "checkpoint", "filtered"],
+    wrapped = wrapped_pod("filtered", "filtered")
+    wrapped["spec"]["securityContext"]["seccompProfile"] = localhost
+    core.create_namespaced_pod("default", wrapped)
+    wait_for("the wrapper to refuse", lambda: phase(core, "filtered") == "Failed")
+    assert "runs under a seccomp filter (Seccomp: 2)" in " ".join(
+        log_of(kubelet, "filtered").split()
     )
-    assert code != 0, out
-    assert "seccomp" in (out + err), (out, err)
+
+    # The evidence underneath: the payload started by nsinit itself, and CRIU run the way
+    # the wrapper runs it; under the filter the dump fails on it and nothing else, and the
+    # same dump without the filter succeeds.
+    log = bare_dump(core, "bare-criu", localhost)
+    assert "suspending seccomp failed: Operation not permitted" in log, log[-2000:]
+    log = bare_dump(core, "bare-criu-unfiltered", None)  # (exit 0, asserted there)
+    assert "seccomp" not in log, log[-2000:]
+
+
+def bare_dump(core: Any, name: str, seccomp: dict[str, Any] | None) -> str:
+    """Start ``sleep`` under nsinit in a documented-model pod, ``criu dump`` it through
+    ``nsinit --join`` over pods/exec, and return CRIU's log."""
+    manifest = wrapped_pod(name, name)
+    if seccomp is not None:
+        manifest["spec"]["securityContext"]["seccompProfile"] = seccomp
+    c = manifest["spec"]["containers"][0]
+    # (under a shell: exec joins the namespaces of the container's PID 1, which must not be
+    # nsinit's own)
+    c["command"] = ["sh", "-c", f"python -I -S {NSINIT} sleep 600 2>&1 | cat; true"]
+    c["args"] = []
+    core.create_namespaced_pod("default", manifest)
+    wait_for(f"{name} running", lambda: phase(core, name) == "Running")
+    _, out, _ = run_exec(core, name, ["grep", "^Seccomp:", "/proc/self/status"])
+    assert out.split() == ["Seccomp:", "2" if seccomp else "0"]
+    pid = wait_for("the payload", lambda: run_exec(core, name, ["pgrep", "-x", "sleep"])[1])
+    pid = pid.split()[0]
+    argv = ["python", "-I", "-S", NSINIT, "--join", pid]
+    argv += ["criu", "dump", "-t", pid, "-D", "/tmp", "-o", "dump.log", "--unprivileged"]
+    argv += ["--leave-running", "--shell-job"]
+    code, _, _ = run_exec(core, name, argv)
+    _, log, _ = run_exec(core, name, ["cat", "/tmp/dump.log"])
+    assert (code == 0) == (seccomp is None), log[-2000:]
+    return log
 
 
 @pytest.mark.parametrize(
