@@ -271,6 +271,31 @@ def test_each_check_refuses_with_upstreams_message(
     assert admission.violations(spec, level, admission.LATEST) == [expected]
 
 
+def test_app_armor_fields_and_annotations() -> None:
+    """policy/check_appArmorProfile.go: both the field and the deprecated annotation."""
+    spec = spec_of(container_sc={"appArmorProfile": {"type": "Unconfined"}})
+    meta = {"annotations": {"container.apparmor.security.beta.kubernetes.io/main": "unconfined"}}
+    assert admission.violations(spec, "baseline", admission.LATEST, meta) == [
+        'forbidden AppArmor profiles (container "main" and annotation must not set AppArmor '
+        'profile type to "Unconfined", '
+        '"container.apparmor.security.beta.kubernetes.io/main="unconfined"")'
+    ]
+    ok = spec_of(container_sc={"appArmorProfile": {"type": "RuntimeDefault"}})
+    assert admission.violations(ok, "baseline", admission.LATEST) == []
+
+
+def test_se_linux_options() -> None:
+    """policy/check_seLinuxOptions.go"""
+    spec = spec_of(container_sc={"seLinuxOptions": {"type": "spc_t", "user": "root"}})
+    assert admission.violations(spec, "baseline", admission.LATEST) == [
+        'seLinuxOptions (container "main" set forbidden securityContext.seLinuxOptions: '
+        'type "spc_t"; user may not be set)'
+    ]
+    engine = spec_of(securityContext={"seLinuxOptions": {"type": "container_engine_t"}})
+    assert admission.violations(engine, "baseline", 31) == []
+    assert len(admission.violations(engine, "baseline", 30)) == 1
+
+
 def test_a_restricted_pod_passes_and_safe_sysctls_are_allowed() -> None:
     spec = spec_of(
         container_sc=RESTRICTED_OK_SC,

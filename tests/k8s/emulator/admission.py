@@ -18,8 +18,8 @@ behind the perma-alpha UserNamespacesPodSecurityStandards gate, off by default),
 is 1.35.
 
 Limits: ``enforce`` only (``audit`` and ``warn`` labels are not read); no exemptions; pod
-updates are not re-checked; AppArmor, SELinux, host probes, Windows and image-volume details
-are not modelled.
+updates are not re-checked; the host probe/lifecycle check (1.34), Windows host processes and
+ephemeral-container specifics are not modelled.
 """
 
 from __future__ import annotations
@@ -210,6 +210,86 @@ def sysctls(spec: Spec, v: int) -> Result:
     return ("forbidden sysctls", ", ".join(bad)) if bad else None
 
 
+_APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
+
+
+def app_armor(spec: Spec, _v: int, meta: Spec | None = None) -> Result:
+    """policy/check_appArmorProfile.go: the ``appArmorProfile`` fields RuntimeDefault or
+    Localhost; the deprecated annotations empty, ``runtime/default`` or ``localhost/...``."""
+    setters: list[str] = []
+    values: set[str] = set()
+    pod = ((spec.get("securityContext") or {}).get("appArmorProfile") or {}).get("type")
+    if pod is not None and pod not in ("RuntimeDefault", "Localhost"):
+        setters.append("pod")
+        values.add(str(pod))
+    bad: list[str] = []
+    for c in _containers(spec):
+        kind = (_sc(c).get("appArmorProfile") or {}).get("type")
+        if kind is not None and kind not in ("RuntimeDefault", "Localhost"):
+            bad.append(c["name"])
+            values.add(str(kind))
+    if bad:
+        setters.append(f"{_plural('container', 'containers', len(bad))} {_quote(bad)}")
+    annotations = sorted(
+        f'{k}="{v}"'
+        for k, v in ((meta or {}).get("annotations") or {}).items()
+        if k.startswith(_APPARMOR_ANNOTATION)
+        and not (not v or v == "runtime/default" or str(v).startswith("localhost/"))
+    )
+    listed = [*sorted(values), *annotations]
+    if annotations:
+        setters.append(_plural("annotation", "annotations", len(annotations)))
+    if setters:
+        return (
+            _plural("forbidden AppArmor profile", "forbidden AppArmor profiles", len(listed)),
+            f"{' and '.join(setters)} must not set AppArmor profile type to {_quote(listed)}",
+        )
+    return None
+
+
+def se_linux(spec: Spec, v: int) -> Result:
+    """policy/check_seLinuxOptions.go: type empty or a container type (container_engine_t
+    from 1.31), no user, no role. (Upstream names a user or role only next to a bad type.)"""
+    allowed = {"", "container_t", "container_init_t", "container_kvm_t"}
+    if v >= 31:
+        allowed.add("container_engine_t")
+    bad_types: set[str] = set()
+    flags = {"user": False, "role": False}
+
+    def valid(opts: Spec) -> bool:
+        ok = True
+        if str(opts.get("type") or "") not in allowed:
+            ok = False
+            bad_types.add(str(opts.get("type") or ""))
+        for key in ("user", "role"):
+            if opts.get(key):
+                ok = False
+                flags[key] = True
+        return ok
+
+    setters: list[str] = []
+    pod = (spec.get("securityContext") or {}).get("seLinuxOptions")
+    if pod is not None and not valid(pod):
+        setters.append("pod")
+    bad = [
+        c["name"]
+        for c in _containers(spec)
+        if _sc(c).get("seLinuxOptions") is not None and not valid(_sc(c)["seLinuxOptions"])
+    ]
+    if bad:
+        setters.append(f"{_plural('container', 'containers', len(bad))} {_quote(bad)}")
+    if not setters:
+        return None
+    data: list[str] = []
+    if bad_types:
+        data.append(f"{_plural('type', 'types', len(bad_types))} {_quote(sorted(bad_types))}")
+        data += [f"{k} may not be set" for k in ("user", "role") if flags[k]]
+    return (
+        "seLinuxOptions",
+        f"{' and '.join(setters)} set forbidden securityContext.seLinuxOptions: {'; '.join(data)}",
+    )
+
+
 # ----- restricted ---------------------------------------------------------------------------
 def allow_privilege_escalation(spec: Spec, _v: int) -> Result:
     """policy/check_allowPrivilegeEscalation.go: must be explicitly false."""
@@ -376,12 +456,14 @@ Check = Callable[[Spec, int], Result]
 # Upstream's order (policy files in name order, baseline before restricted); the restricted
 # level runs the overriding check in place of seccompProfile_baseline and procMount.
 BASELINE: list[tuple[str, Check]] = [
+    ("appArmorProfile", app_armor),
     ("capabilities_baseline", capabilities_baseline),
     ("hostNamespaces", host_namespaces),
     ("hostPathVolumes", host_path_volumes),
     ("hostPorts", host_ports),
     ("privileged", privileged),
     ("procMount", proc_mount_baseline),
+    ("seLinuxOptions", se_linux),
     ("seccompProfile_baseline", seccomp_baseline),
     ("sysctls", sysctls),
 ]
@@ -407,8 +489,9 @@ def _version(text: str | None) -> int:
         return LATEST  # upstream falls back to latest on an unparseable label (and warns)
 
 
-def violations(spec: Spec, level: str, version: int) -> list[str]:
-    """``reason (detail)`` for each check the pod spec fails at this level and version."""
+def violations(spec: Spec, level: str, version: int, meta: Spec | None = None) -> list[str]:
+    """``reason (detail)`` for each check the pod (spec, metadata) fails at this level and
+    version."""
     if level not in ("baseline", "restricted"):
         return []
     checks = list(BASELINE)
@@ -416,7 +499,7 @@ def violations(spec: Spec, level: str, version: int) -> list[str]:
         checks = [c for c in checks if c[0] not in _OVERRIDDEN] + RESTRICTED
     out = []
     for _id, check in checks:
-        got = check(spec, version)
+        got = app_armor(spec, version, meta) if check is app_armor else check(spec, version)
         if got is not None:
             out.append(f"{got[0]} ({got[1]})" if got[1] else got[0])
     return out
@@ -433,7 +516,7 @@ def namespace_policy(namespace: Spec | None) -> tuple[str, int, str]:
 def check_pod(namespace: Spec | None, pod: Spec) -> None:
     """Refuse a pod that violates its namespace's enforced level (403, upstream's text)."""
     level, version, text = namespace_policy(namespace)
-    found = violations(pod.get("spec") or {}, level, version)
+    found = violations(pod.get("spec") or {}, level, version, pod.get("metadata"))
     if found:
         name = (pod.get("metadata") or {}).get("name") or ""
         raise status.ApiError(
@@ -466,7 +549,7 @@ def template_warnings(namespace: Spec | None, obj: Spec) -> list[str]:
     for key in path:
         node = (node or {}).get(key) if isinstance(node, dict) else None
     level, version, text = namespace_policy(namespace)
-    found = violations((node or {}).get("spec") or {}, level, version)
+    found = violations((node or {}).get("spec") or {}, level, version, (node or {}).get("metadata"))
     if not found:
         return []
     return [f'would violate PodSecurity "{level}:{text}": ' + ", ".join(found)]
