@@ -18,12 +18,17 @@
   and is removed once its process is gone. ``pods/exec`` runs in the container's
   environment (``Emulator.exec_handler``).
 
-There is no mount namespace: each volume is a host directory (``persistentVolumeClaim``
-claims map to ``volumes[claimName]``, shared by every pod like a ReadWriteMany volume;
-``emptyDir`` is per pod; ``configMap`` files are written per pod), and every path under a
-volume's ``mountPath`` in the command, args, env values and configMap files is rewritten to
-that directory. ``PATH`` puts this checkout's ``.venv/bin`` first, so a container command
-``clawpoint run ...`` runs the installed wrapper and ``python`` the project's interpreter.
+Each container runs with exactly what its securityContext grants (capabilities, uid/gid,
+no_new_privs, seccomp, PID and mount namespaces with a masked or unmasked ``/proc``, a user
+namespace for ``hostUsers: false``): tests/k8s/container.py and container_init.py. Each
+volume is a host directory (``persistentVolumeClaim`` claims map to ``volumes[claimName]``,
+shared by every pod like a ReadWriteMany volume; ``emptyDir`` is per pod, mode 0777;
+``configMap`` files are written per pod; ``fsGroup`` applied), bind-mounted in the
+container's mount namespace at ``/tmp/.volumes<mountPath>`` (the same in every pod, so a
+process restored elsewhere finds its files), and every path under a volume's ``mountPath`` in
+the command, args, env values and configMap files is rewritten to that path. ``PATH`` puts
+this checkout's ``.venv/bin`` first, so a container command ``clawpoint run ...`` runs the
+installed wrapper and ``python`` the project's interpreter.
 
 State is read and written through the emulator's store directly (as its seeding does for
 controllers and kubelets), so the request recorder and RBAC rules see only the code under
