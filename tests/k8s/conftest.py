@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -241,6 +242,11 @@ def kubelet(emu: Emulator, tmp_path: Any, store_dir: Any) -> Iterator[Any]:
     """Nodes n1, n2, n3 (n2 a GPU spot node), the wrapper's ConfigMap, and the fake kubelet."""
     from tests.k8s.kubelet import FakeKubelet
 
+    if os.geteuid() != 0:
+        pytest.skip(
+            "the fake kubelet starts containers as a runtime does (namespaces, mounts, "
+            "privileges): run the tests as root (make test does)"
+        )
     key_dir = tmp_path / "keys"
     key_dir.mkdir(mode=0o700)
     # The node's seccomp directory (the kubelet's <root-dir>/seccomp), for Localhost profiles.
