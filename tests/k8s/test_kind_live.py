@@ -111,7 +111,7 @@ def test_the_kind_config_has_a_control_plane_two_labelled_workers_and_one_shared
         assert n["labels"] == {WORKER_LABEL: "true"}
     assert "labels" not in cfg["nodes"][0]  # the tests never select the control-plane
     # the label the tests select by is the one the workers get
-    assert f"CLAWPOINT_LIVE_NODE_LABEL=$WORKER_LABEL=true" in SCRIPT.read_text()
+    assert "CLAWPOINT_LIVE_NODE_LABEL=$WORKER_LABEL=true" in SCRIPT.read_text()
     assert f"WORKER_LABEL={WORKER_LABEL}\n" in SCRIPT.read_text()
 
 
