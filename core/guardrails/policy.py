@@ -40,7 +40,7 @@ from core.guardrail_settings import (
     TimeWindow,
     Weekday,
 )
-from core.model import Action, Plan, PrincipalKind, RiskClass, utcnow
+from core.model import Action, Plan, PrincipalKind, RiskClass, WorkloadState, utcnow
 
 # The [policy] section's models live in core.guardrail_settings (core.config gathers them);
 # they are imported above under their own names so callers keep importing them from here.
@@ -169,6 +169,13 @@ def _agent_checkpoints_exhausted(plan: Plan, limits: PolicyLimits, context: Poli
     )
 
 
+def _restores_service(plan: Plan) -> bool:
+    """A failover of a workload that is already down disrupts nothing that still runs: the
+    blast radius (how much of a pool is disrupted at once) does not hold it back. Execution
+    re-checks the recorded state first, so a workload that came back is never touched."""
+    return plan.action is Action.FAILOVER and plan.preconditions.state is WorkloadState.FAILED
+
+
 def _check_limits(
     plan: Plan, risk: RiskClass, limits: PolicyLimits, context: PolicyContext
 ) -> tuple[str, str] | None:
@@ -187,6 +194,8 @@ def _check_limits(
             f"{context.running_disruptive} disruptive executions are already running; the "
             f"limit is {limits.max_concurrent_disruptive} at a time.",
         )
+    if _restores_service(plan):
+        return None
     pool_name = pool_of(plan)
     pool = context.pools.get(pool_name)
     if pool is None:

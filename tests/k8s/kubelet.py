@@ -1,17 +1,19 @@
-"""A fake kubelet (plus the two controllers pods need) that makes emulated pods real.
+"""A fake kubelet (plus the controllers pods need) that makes emulated pods real.
 
 ``FakeKubelet(emu, root, nodes=[...])`` runs one background thread that, every ``poll_s``:
 
-- **Job controller**: a Job not suspended and not finished gets one pod from its template
-  (labels ``job-name`` / ``batch.kubernetes.io/job-name``, an ownerReference) when it has no
-  live pod; a suspended Job's pods are deleted (gracefully, so the container gets SIGTERM)
-  and its ``startTime`` cleared, as the real controller does; a pod that Succeeded completes
-  the Job (condition ``Complete``); ``status.active`` counts its live pods.
+- **Job controller**: a Job not suspended and not finished gets its pods from its template
+  (labels ``job-name`` / ``batch.kubernetes.io/job-name``, an ownerReference) by the rules of
+  ``controllers.sync_job``: ``parallelism``, ``completions``, Indexed Jobs, ``backoffLimit``;
+  a suspended Job's pods are deleted (gracefully, so the container gets SIGTERM) and its
+  ``startTime`` kept, reset when it is resumed, as the real controller does.
+- **StatefulSet controller**: pods ``NAME-ORDINAL`` in order (``controllers.sync_statefulset``).
 - **Scheduler**: binds a pod without ``nodeName`` to a managed node that is Ready, not
   cordoned, without NoSchedule/NoExecute taints, and matching the pod's ``nodeSelector`` and
   required node affinity (``In`` / ``NotIn`` / ``Exists``), fewest pods first.
 - **Kubelet**: a pod bound to a managed node runs its first container's ``command + args`` as
-  a real local process (its own session), with the container's ``env``, and reports
+  a real local process (its own session), with the container's ``env`` (values and the
+  downward API's ``fieldRef``), and reports
   ``phase``, ``conditions`` (Ready, ContainersReady, PodScheduled) and ``containerStatuses``
   (running, then terminated with the exit code). A pod being deleted gets SIGTERM, then
   SIGKILL after ``deletionGracePeriodSeconds`` (the wrapper checkpoints inside that budget),
@@ -38,9 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import signal
-import string
 import subprocess
 import sys
 import threading
@@ -50,6 +50,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tests.k8s import controllers
 from tests.k8s.emulator import Emulator, status
 from tests.k8s.emulator.store import Obj
 
@@ -98,6 +99,7 @@ class FakeKubelet:
         self.pods_kind = self.store.kinds[("", "pods")]
         self.nodes_kind = self.store.kinds[("", "nodes")]
         self.jobs_kind = self.store.kinds[("batch", "jobs")]
+        self.sts_kind = self.store.kinds[("apps", "statefulsets")]
 
     # ----- lifecycle --------------------------------------------------------------------
     def start(self) -> FakeKubelet:
@@ -130,6 +132,7 @@ class FakeKubelet:
             try:
                 with self._lock:
                     self._jobs()
+                    self._statefulsets()
                     self._schedule()
                     self._pods()
             except Exception as exc:  # keep running; the test reads .errors
@@ -243,60 +246,50 @@ class FakeKubelet:
                     if not p["metadata"].get("deletionTimestamp"):
                         with contextlib.suppress(status.ApiError):
                             self.store.delete(self.pods_kind, ns, p["metadata"]["name"])
-                new_st.pop("startTime", None)
+                # startTime is kept on suspend (a 1.34 controller; 1.35's KEP-5440 clears it):
+                # a client that changes the template clears it through jobs/status.
                 new_st["active"] = len([p for p in live])
                 conds = [c for c in conds if c["type"] != "Suspended"]
                 conds.append({"type": "Suspended", "status": "True", "reason": "JobSuspended"})
             else:
+                resumed = any(c["type"] == "Suspended" and c["status"] == "True" for c in conds)
                 conds = [c for c in conds if c["type"] != "Suspended"]
-                if any((p.get("status") or {}).get("phase") == "Succeeded" for p in pods):
-                    conds.append({"type": "Complete", "status": "True", "reason": "Completed"})
-                    new_st["succeeded"] = 1
+                if resumed:
+                    # pkg/controller/job/job_controller.go, syncJob: "Resumed jobs will always
+                    # reset StartTime to current time" (the ActiveDeadlineSeconds clock).
+                    new_st["startTime"] = _now()
+                counts, ended = controllers.sync_job(self.store, job, pods, st)
+                new_st.update(counts)
+                conds += ended
+                if any(c["type"] == "Complete" for c in ended):
                     new_st["completionTime"] = _now()
-                elif not [p for p in live if not p["metadata"].get("deletionTimestamp")]:
-                    self._job_pod(job)
-                    live = [*live, {}]
                 new_st.setdefault("startTime", _now())
-                new_st["active"] = len(live)
-                new_st["failed"] = len(
-                    [p for p in pods if (p.get("status") or {}).get("phase") == "Failed"]
-                )
             new_st["conditions"] = conds
             if new_st != st:
-                self.store.set_status(self.jobs_kind, ns, name, new_st)
+                # Guarded by the resourceVersion read, as the real controller's update: a
+                # stale pass gets a Conflict and retries, so it never undoes a client's
+                # jobs/status write made in between (a cleared startTime).
+                with contextlib.suppress(status.ApiError):
+                    self.store.update(
+                        self.jobs_kind, ns, name, {**job, "status": new_st},
+                        subresource="status", api=False,
+                    )  # fmt: skip
 
-    def _job_pod(self, job: Obj) -> None:
-        meta = job["metadata"]
-        template = (job.get("spec") or {}).get("template") or {}
-        tmeta = dict(template.get("metadata") or {})
-        suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
-        labels = {
-            **(tmeta.get("labels") or {}),
-            "job-name": meta["name"],
-            "batch.kubernetes.io/job-name": meta["name"],
-        }
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": f"{meta['name']}-{suffix}",
-                "namespace": meta["namespace"],
-                "labels": labels,
-                "annotations": dict(tmeta.get("annotations") or {}),
-                "ownerReferences": [
-                    {
-                        "apiVersion": "batch/v1",
-                        "kind": "Job",
-                        "name": meta["name"],
-                        "uid": meta["uid"],
-                        "controller": True,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
-            },
-            "spec": dict(template.get("spec") or {}),
-        }
-        self.store.create(self.pods_kind, meta["namespace"], pod, api=True)
+    # ----- StatefulSet controller -------------------------------------------------------
+    def _statefulsets(self) -> None:
+        for sts in self.store.list(self.sts_kind, None, lambda o: True)[0]:
+            meta = sts["metadata"]
+            pods, _ = self.store.list(
+                self.pods_kind,
+                meta["namespace"],
+                lambda p, uid=meta["uid"]: any(
+                    o.get("uid") == uid for o in p["metadata"].get("ownerReferences") or []
+                ),
+            )
+            st = controllers.sync_statefulset(self.store, sts, pods)
+            if {k: (sts.get("status") or {}).get(k) for k in st} != st:
+                new = {**(sts.get("status") or {}), **st}
+                self.store.set_status(self.sts_kind, meta["namespace"], meta["name"], new)
 
     # ----- kubelet ----------------------------------------------------------------------
     def _pods(self) -> None:
@@ -380,7 +373,9 @@ class FakeKubelet:
         container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
         env = {
             "PATH": f"{VENV_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "HOSTNAME": pod["metadata"]["name"],
+            # The pod's hostname is spec.hostname when set (Indexed Jobs, StatefulSets), else
+            # its name (pkg/kubelet/util GetPodHostnameAndDomain).
+            "HOSTNAME": (pod.get("spec") or {}).get("hostname") or pod["metadata"]["name"],
             "LANG": "C.UTF-8",
         }
         if os.environ.get("PYTHONPATH"):  # a test run against another checkout
@@ -388,6 +383,9 @@ class FakeKubelet:
         for e in container.get("env") or []:
             if "value" in e:
                 env[str(e["name"])] = _rewrite(str(e["value"]), mounts)
+            elif "fieldRef" in (e.get("valueFrom") or {}):
+                path = str(e["valueFrom"]["fieldRef"].get("fieldPath", ""))
+                env[str(e["name"])] = _field_ref(pod, path)
         return env
 
     def _argv(
@@ -533,6 +531,28 @@ def _rewrite(text: str, mounts: list[tuple[str, str]]) -> str:
         text = text.replace(f'"{mpath}/', f'"{host}/').replace(f'"{mpath}"', f'"{host}"')
         text = text.replace(f"={mpath}/", f"={host}/").replace(f"={mpath}\n", f"={host}\n")
     return text
+
+
+def _field_ref(pod: Obj, path: str) -> str:
+    """The downward API value of ``fieldPath`` (pkg/fieldpath ExtractFieldPathAsString): a
+    missing label or annotation is the empty string; a path the API server would have refused
+    is an error here (validation's validEnvDownwardAPIFieldPathExpressions)."""
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    for prefix, source in (("metadata.labels", "labels"), ("metadata.annotations", "annotations")):
+        if path.startswith(f"{prefix}['") and path.endswith("']"):
+            return str((meta.get(source) or {}).get(path[len(prefix) + 2 : -2], ""))
+    simple = {
+        "metadata.name": meta.get("name"),
+        "metadata.namespace": meta.get("namespace"),
+        "metadata.uid": meta.get("uid"),
+        "spec.nodeName": spec.get("nodeName"),
+        "spec.serviceAccountName": spec.get("serviceAccountName"),
+        "status.hostIP": "127.0.0.1",
+        "status.podIP": "127.0.0.1",
+    }
+    if path not in simple:
+        raise RuntimeError(f"unsupported downward API fieldPath {path!r}")
+    return str(simple[path] or "")
 
 
 def _term_matches(term: Obj, labels: dict[str, str]) -> bool:

@@ -5,6 +5,8 @@ Every step is one API request or one wait, named, with JSON-able args. The mutat
 while planning (``preview``): the server validates and authorizes them and answers the
 objects as they would be, which the plan carries in ``scope["dry_run"]``; so a preview shows
 exactly what would change, and a missing RBAC permission is reported before anything runs.
+A step the server would refuse in the state the plan starts from (a Job's template change
+while it runs, see ``jobs``) carries ``deferred`` and is shown as validated when reached.
 ``run_step`` re-validates every name it is given (a journal could be edited) before it
 reaches a URL. Values of the form ``$STEP.FIELD`` are filled in by the service.
 
@@ -26,8 +28,14 @@ import structlog
 from core import actions as catalogue
 from core import errors
 from core.backends.base import PlanDraft, ProgressFn
-from core.backends.kubernetes import ids
+from core.backends.kubernetes import ids, jobs, lineages
 from core.backends.kubernetes.connection import Op
+from core.backends.kubernetes.lineages import (
+    CONTAINER_ANNOTATION,
+    LINEAGE_ANNOTATION,
+    REPLICAS_ANNOTATION,
+    lineage_of,
+)
 from core.model import Action, PlanStep
 
 if TYPE_CHECKING:
@@ -36,9 +44,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("clawpoint.kubernetes")
 Obj = dict[str, Any]
 
-LINEAGE_ANNOTATION = "clawpoint.io/lineage"
-CONTAINER_ANNOTATION = "clawpoint.io/container"
-REPLICAS_ANNOTATION = "clawpoint.io/preempted-replicas"
+__all__ = ["CONTAINER_ANNOTATION", "LINEAGE_ANNOTATION", "REPLICAS_ANNOTATION", "lineage_of"]
 FLOOR_ANNOTATION = "clawpoint.io/min-replicas"
 MUTATING = frozenset({"patch", "create_pod", "delete_pod", "evict"})
 _TERMINAL = ("Succeeded", "Failed")
@@ -73,11 +79,6 @@ def step(step_name: str, op: str, description: str, /, **args: Any) -> PlanStep:
 # ----- reading pods -------------------------------------------------------------------------
 def meta(obj: Obj) -> Obj:
     return obj.get("metadata") or {}
-
-
-def lineage_of(pod: Obj) -> str | None:
-    value = (meta(pod).get("annotations") or {}).get(LINEAGE_ANNOTATION)
-    return ids.check_name(str(value), what="lineage") if value else None
 
 
 def container_of(pod: Obj) -> str:
@@ -162,12 +163,6 @@ def with_placement(spec: Obj, *, to: str | None, away_from: list[str]) -> Obj:
         "nodeSelectorTerms": [{"matchExpressions": [expr]}]
     }
     return out
-
-
-def _job_placement_patch(raw: Obj, *, to: str | None, away_from: list[str]) -> Obj:
-    template = ((raw.get("spec") or {}).get("template") or {}).get("spec") or {}
-    placed = with_placement(template, to=to, away_from=away_from)
-    return {"spec": {"template": {"spec": {"affinity": placed.get("affinity")}}}}
 
 
 # ----- step builders ------------------------------------------------------------------------
@@ -268,7 +263,15 @@ def plan_preempt(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: O
     wrapped = [p for p in pods if lineage_of(p)]
     for p in wrapped:
         steps.append(checkpoint_step(b, p, stop=False, prefix=f"{meta(p)['name']}-"))
-    if kind in SUSPEND:
+    workload = jobs.kueue_workload(b, raw) if kind == "Job" else None
+    if workload is not None:
+        # Kueue owns the Job's spec.suspend: deactivate its Workload instead.
+        wl = jobs.kueue_ref(workload)
+        what = f"deactivate its Kueue Workload {wl.name} (Kueue evicts it and suspends the Job)"
+        steps.append(
+            patch_step("suspend", "Workload", wl.namespace, wl.name, SUSPEND["Workload"][0], what)
+        )
+    elif kind in SUSPEND:
         patch = SUSPEND[kind][0]
         what = "suspend it"
     elif kind in SCALED:
@@ -285,7 +288,8 @@ def plan_preempt(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: O
             f"a bare Pod cannot be suspended ({ref})",
             hint="migrate it, checkpoint it with stop, or run it as a Job",
         )
-    steps.append(patch_step("suspend", kind, ref.namespace, ref.name, patch, what))
+    if workload is None:
+        steps.append(patch_step("suspend", kind, ref.namespace, ref.name, patch, what))
     if pods and kind == "Job":
         steps.append(
             wait_pods_gone_step(
@@ -314,10 +318,25 @@ def plan_resume(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Ob
     kind = ref.kind.kind
     to = b.target_node(params.get("to"))
     steps: list[PlanStep] = []
-    if kind in SUSPEND:
+    workload = jobs.kueue_workload(b, raw) if kind == "Job" else None
+    patch_kind, patch_name = kind, ref.name
+    if workload is not None:
+        if to:
+            jobs.refuse_kueue_move(b, raw, f"resume it on {to}")
+        patch_kind, patch_name = "Workload", jobs.kueue_ref(workload).name
+        patch = copy.deepcopy(SUSPEND["Workload"][1])
+        what = f"reactivate its Kueue Workload {patch_name} (Kueue admits it again and unsuspends the Job)"
+    elif kind in SUSPEND:
         patch = copy.deepcopy(SUSPEND[kind][1])
         if kind == "Job" and to:
-            patch["spec"].update(_job_placement_patch(raw, to=to, away_from=[])["spec"])
+            if not jobs.suspended(raw):
+                raise errors.Conflict(
+                    f"{ref} runs: resume --to moves a suspended Job",
+                    hint=f"migrate it instead: {_cli(Action.MIGRATE)} {ref} --to {ids.PREFIX}{to}",
+                )
+            # The server takes a template change only while suspended and never started:
+            # clear startTime through jobs/status first, then place it, then unsuspend.
+            steps += jobs.retarget_steps(raw, to=to, away_from=[], prefix="", defer=False)
         what = "unsuspend it" + (f" on {to}" if to else "")
     elif kind in SCALED:
         replicas = int(
@@ -330,15 +349,9 @@ def plan_resume(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Ob
         what = f"scale it back to {replicas}"
     else:
         raise errors.NotSupported(f"{ref} cannot be resumed", hint="migrate a bare Pod instead")
-    steps.append(patch_step("resume", kind, ref.namespace, ref.name, patch, what))
-    lineage = lineage_of(raw) or lineage_of((raw.get("spec") or {}).get("template") or {})
-    if kind == "Job" and lineage:
-        steps.append(
-            wait_restored_step(
-                b, "wait_restored", ref.namespace, f"batch.kubernetes.io/job-name={ref.name}",
-                lineage, b.newest_seq(lineage),
-            )
-        )  # fmt: skip
+    steps.append(patch_step("resume", patch_kind, ref.namespace, patch_name, patch, what))
+    if kind == "Job":
+        steps += _job_restore_waits(b, ref, raw)
     return PlanDraft(
         steps=steps,
         summary=f"resume {ref}: {what}",
@@ -346,6 +359,45 @@ def plan_resume(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Ob
         rollback=f"preempt it again: {_cli(Action.PREEMPT)} {ref}",
         scope=_scope(b, ref, to),
     )
+
+
+def restore_floor(b: KubernetesBackend, lineage: str) -> int | None:
+    """The seq a restored pod of ``lineage`` must restore at least: its newest good
+    checkpoint's (the wrapper skips bad ones); None when the volume holds none. Without the
+    checkpoint volume mounted here (no k8s.checkpoint_dir) nothing is known: 0."""
+    if b.store() is None:
+        return 0
+    good = b.newest_good(lineage)
+    return good.seq if good is not None else None
+
+
+def _job_restore_waits(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj) -> list[PlanStep]:
+    """A wait per pod the resumed Job starts (one per pending index of an Indexed Job), each
+    until that pod runs restored from its own lineage's newest good checkpoint. Refused when
+    some of those lineages have a checkpoint and others none: those pods would start from
+    scratch beside pods that restore, and the Job's state would be half lost."""
+    wanted = lineages.job_lineages_to_restore(raw)
+    floors = {lineage: restore_floor(b, lineage) for lineage in wanted}
+    missing = sorted(lineage for lineage, seq in floors.items() if seq is None)
+    if missing and len(missing) < len(wanted):
+        raise errors.Conflict(
+            f"{ref}: no good checkpoint of {', '.join(missing)} (the other pods of the Job "
+            "have one): resuming would start those pods from scratch",
+            hint="restore the missing checkpoints to the checkpoint volume, or delete and "
+            "recreate the Job to start every pod over; clawpoint checkpoints "
+            f"{ref} lists what is there",
+            details={"missing": missing},
+        )
+    sel = f"batch.kubernetes.io/job-name={ref.name}"
+    several = len(wanted) > 1
+    return [
+        wait_restored_step(
+            b, f"{lineage}-wait_restored" if several else "wait_restored", ref.namespace, sel,
+            lineage, seq,
+        )
+        for lineage, seq in floors.items()
+        if seq is not None
+    ]  # fmt: skip
 
 
 def _move_pod_steps(
@@ -393,23 +445,19 @@ def _move_pod_steps(
 
 
 def _move_job_steps(
-    b: KubernetesBackend, job: Obj, pod: Obj, *, to: str | None, away: list[str], prefix: str
+    b: KubernetesBackend,
+    job: Obj,
+    pods: list[Obj],
+    *,
+    to: str | None,
+    away: list[str],
+    prefix: str,
 ) -> list[PlanStep]:
-    m = meta(job)
-    ns, name = m["namespace"], m["name"]
-    lineage = _require_wrapped(pod)
-    sel = f"batch.kubernetes.io/job-name={name}"
-    resume = {
-        "spec": {"suspend": False, **_job_placement_patch(job, to=to, away_from=away)["spec"]}
-    }
-    where = f"on {to}" if to else f"off {', '.join(away)}"
-    return [
-        checkpoint_step(b, pod, stop=False, prefix=prefix),
-        patch_step(f"{prefix}suspend", "Job", ns, name, {"spec": {"suspend": True}}, f"suspend Job {ns}/{name} (its pod checkpoints again on SIGTERM)"),
-        wait_pods_gone_step(b, f"{prefix}wait_stopped", ns, sel, f"Job {ns}/{name}"),
-        patch_step(f"{prefix}place", "Job", ns, name, resume, f"set the Job's node affinity ({where}) and unsuspend it"),
-        wait_restored_step(b, f"{prefix}wait_restored", ns, sel, lineage, f"${prefix}checkpoint.seq"),
-    ]  # fmt: skip
+    """Suspend, wait, clear startTime, place, unsuspend, and wait until each pod runs
+    restored from its own checkpoint (``jobs``)."""
+    for p in pods:
+        _require_wrapped(p)
+    return jobs.move_steps(b, job, pods, to=to, away=away, prefix=prefix)
 
 
 def plan_migrate(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Obj) -> PlanDraft:
@@ -424,7 +472,8 @@ def plan_migrate(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: O
     if ref.kind.kind == "Pod":
         steps = _move_pod_steps(b, pod, to=to, away=[source], prefix="")
     elif ref.kind.kind == "Job":
-        steps = _move_job_steps(b, raw, pod, to=to, away=[source], prefix="")
+        wrapped = [p for p in pods if lineage_of(p)] or [pod]
+        steps = _move_job_steps(b, raw, wrapped, to=to, away=[source], prefix="")
     else:
         raise errors.NotSupported(
             f"migrate moves wrapped Pods and Jobs, not {ref.kind.kind}",
@@ -456,6 +505,7 @@ def plan_scale(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Obj
             f"scale needs replicas, a whole number >= 0 (got {replicas!r})",
             hint="pass --replicas N",
         )
+    lineages.check_identities(kind, raw, pods=replicas)
     floor = floor_of(b, raw)
     if replicas < floor:
         raise errors.PolicyDenied(
@@ -515,6 +565,7 @@ def plan_drain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
     steps: list[PlanStep] = [_cordon_step(node, reason, f"cordon {node}: nothing new lands there")]
     moved, evicted = 0, 0
     evictions: list[PlanStep] = []  # after the moves: a budget that blocks one moves nothing
+    jobs_moved: set[tuple[str, str]] = set()  # a Job moves once, with every pod it has
     for pod in b.list_pods(None, field_selector=f"spec.nodeName={node}"):
         if not live(pod) or owner_kind(pod) == "DaemonSet":
             continue
@@ -527,8 +578,22 @@ def plan_drain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
             job_name = next(
                 str(o["name"]) for o in m.get("ownerReferences") or [] if o.get("controller")
             )
-            job = b.read_raw(ids.WorkloadRef(ids.kind_named("Job"), m["namespace"], job_name))
-            steps += _move_job_steps(b, job, pod, to=to, away=[node], prefix=prefix)
+            if (m["namespace"], job_name) in jobs_moved:
+                continue
+            jobs_moved.add((m["namespace"], job_name))
+            job_ref = ids.WorkloadRef(ids.kind_named("Job"), m["namespace"], job_name)
+            job = b.read_raw(job_ref)
+            lineages.check_identities("Job", job)
+            job_pods = [
+                p for p in pods_of(b, job_ref, job)
+                if lineage_of(p) and (p.get("status") or {}).get("phase") == "Running"
+            ] or [pod]  # fmt: skip
+            workload = jobs.kueue_workload(b, job)
+            if workload is not None and to is None:
+                # Through Kueue: the node is cordoned, so its new admission lands elsewhere.
+                steps += jobs.kueue_requeue_steps(b, job, workload, job_pods, prefix=prefix)
+            else:
+                steps += _move_job_steps(b, job, job_pods, to=to, away=[node], prefix=prefix)
             moved += 1
         else:
             evictions.append(
@@ -623,10 +688,12 @@ def plan_failover(b: KubernetesBackend, node: str, only: set[str] | None, params
             job_name = next(
                 str(o["name"]) for o in m.get("ownerReferences") or [] if o.get("controller")
             )
+            job_ref = ids.WorkloadRef(ids.kind_named("Job"), m["namespace"], job_name)
+            lineages.check_identities("Job", b.read_raw(job_ref))
             steps += [
                 step(f"{prefix}delete_old", "delete_pod", f"delete pod {m['namespace']}/{m['name']} on the lost node (grace 0: its node is gone)",
                      namespace=m["namespace"], name=m["name"], grace_s=0),
-                wait_restored_step(b, f"{prefix}wait_restored", m["namespace"], f"batch.kubernetes.io/job-name={job_name}", lineage, b.newest_seq(lineage)),
+                wait_restored_step(b, f"{prefix}wait_restored", m["namespace"], f"batch.kubernetes.io/job-name={job_name}", lineage, restore_floor(b, lineage) or 0),
             ]  # fmt: skip
         elif owner_kind(pod) is None:
             steps += _move_pod_steps(
@@ -684,9 +751,13 @@ def mutate(b: KubernetesBackend, op: str, args: Obj, *, dry_run: bool) -> Obj:
             }[wk.kind]
             if sub == "scale":
                 method += "_scale"
-            return conn.call_json(
-                opn, getattr(conn.api(api_name), method), name, ns, patch, **extra
-            )
+            kw = dict(extra)
+            if sub == "status":
+                # jobs/status: clearing startTime before a move, as a JSON merge patch
+                # (RFC 7386: null removes the field), the same for every client and kind
+                method += "_status"
+                kw["_content_type"] = "application/merge-patch+json"
+            return conn.call_json(opn, getattr(conn.api(api_name), method), name, ns, patch, **kw)
         version = b.inventory.served_versions().get(wk.kind)
         if version is None:
             raise errors.NotFound(
@@ -754,6 +825,12 @@ def preview(b: KubernetesBackend, steps: list[PlanStep]) -> list[Obj]:
         if s.op not in MUTATING:
             continue
         entry: Obj = {"step": s.name, "op": s.op, "request": describe(s)}
+        if s.args.get("deferred"):
+            # The server would refuse it in the state the plan starts from (a running Job's
+            # template); it is validated when the steps before it have run.
+            entry["deferred"] = str(s.args["deferred"])
+            out.append(entry)
+            continue
         try:
             entry["object"] = _trim(mutate(b, s.op, s.args, dry_run=True))
         except errors.Conflict as exc:
@@ -904,6 +981,13 @@ def _seq_of(checkpoint_id: str) -> int:
     return -1
 
 
+def _pod_lineage(pod: Obj) -> str | None:
+    try:
+        return lineage_of(pod)
+    except errors.InvalidInput:
+        return None  # an index the wrapper refuses too: that pod restores nothing
+
+
 def _wait_restored(b: KubernetesBackend, args: Obj, progress: ProgressFn) -> Obj:
     ns, sel, lineage = (
         ids.check_namespace(str(args["namespace"])),
@@ -921,6 +1005,8 @@ def _wait_restored(b: KubernetesBackend, args: Obj, progress: ProgressFn) -> Obj
         for pod in pods:
             if (pod.get("status") or {}).get("phase") != "Running" or not live(pod):
                 continue
+            if _pod_lineage(pod) != lineage:
+                continue  # another pod of the workload: its wrapper serves its own lineage
             code, out, _err = exec_in(
                 b, ns, meta(pod)["name"], container_of(pod),
                 [*b.cfg.exec_python, "-m", "core.backends.kubernetes.incontainer", "status", lineage], 120,

@@ -6,15 +6,18 @@ previewed with ``dryRun=All`` when the plan is made (``scope["dry_run"]``):
 
 - checkpoint: ``pods/exec`` into each wrapped pod of the workload; the wrapper (container
   entrypoint) writes the checkpoint to the checkpoint volume (a PVC).
-- preempt: checkpoint, then suspend (Job ``spec.suspend``; Kueue Workload ``spec.active``;
+- preempt: checkpoint, then suspend (Job ``spec.suspend``, or for a Job Kueue admitted its
+  Workload's ``spec.active``, as Kueue owns the Job's suspend; Kueue Workload ``spec.active``;
   Kubeflow ``runPolicy.suspend``; TrainJob / RayJob / RayCluster ``spec.suspend``; KServe's
   stop annotation) or scale a Deployment/StatefulSet to 0 (the count kept in an annotation).
   The pods' SIGTERM (grace period) makes the wrapper checkpoint once more.
 - resume: the inverse patch; a resumed Job's new pod restores its newest good checkpoint.
 - migrate: a bare wrapped Pod is checkpointed and stopped, recreated (new name) with required
   node affinity to ``to`` (or away from its node), and the old pod is deleted only after the
-  new one runs restored from that checkpoint. A Job: checkpoint, suspend, set its template's
-  node affinity (allowed while suspended), unsuspend; its next pod restores.
+  new one runs restored from that checkpoint. A Job: checkpoint, suspend, wait for its pod
+  to end, clear ``startTime`` through ``jobs/status``, set its template's node affinity,
+  unsuspend; its next pod restores (``jobs``: the server's rule; steps it would refuse on a
+  running Job are previewed as "validated when reached"). A Kueue-admitted Job is refused.
 - scale: replicas (``scale`` subresource) or Job parallelism; never below the floor
   (``k8s.min_replicas`` or the workload's ``clawpoint.io/min-replicas``).
 - drain_node: cordon; move every wrapped pod as migrate does; evict the rest through the
@@ -40,7 +43,7 @@ import structlog
 from core import actions as catalogue
 from core import errors
 from core.backends.base import PlanDraft, ProgressFn, not_supported, poll_until
-from core.backends.kubernetes import actions, ids
+from core.backends.kubernetes import actions, ids, lineages
 from core.backends.kubernetes.connection import Connection, KubernetesConfig, Op
 from core.backends.kubernetes.inventory import Inventory, NodeDetail
 from core.backends.kubernetes.kubelet_api import CheckpointProbe, probe_checkpoint_api
@@ -166,15 +169,11 @@ class KubernetesBackend:
     def store(self) -> CheckpointStore | None:
         return CheckpointStore(Path(self.cfg.checkpoint_dir)) if self.cfg.checkpoint_dir else None
 
-    def _lineage(self, name: str) -> str | None:
-        raw = self.read_raw(ids.parse_workload_id(name))
-        pods = actions.pods_of(self, ids.parse_workload_id(name), raw)
-        template = ((raw.get("spec") or {}).get("template")) or {}
-        for obj in (raw, template, *pods):
-            lineage = actions.lineage_of(obj)
-            if lineage:
-                return lineage
-        return None
+    def _lineages(self, name: str) -> list[str]:
+        """Every lineage the workload's pods write (one per pod of a multi-pod workload)."""
+        ref = ids.parse_workload_id(name)
+        raw = self.read_raw(ref)
+        return lineages.workload_lineages(ref.kind.kind, raw, actions.pods_of(self, ref, raw))
 
     def checkpoints(self, workload: str | None = None) -> list[CheckpointInfo]:
         store = self.store()
@@ -182,8 +181,7 @@ class KubernetesBackend:
             return []
         if workload is None:
             return [_qualified(c) for c in store.list(None)]
-        lineage = self._lineage(workload)
-        return [_qualified(c) for c in store.list(lineage)] if lineage else []
+        return [_qualified(c) for lineage in self._lineages(workload) for c in store.list(lineage)]
 
     def newest_seq(self, lineage: str) -> int:
         store = self.store()
@@ -263,7 +261,9 @@ class KubernetesBackend:
         verdicts = {p["step"]: p for p in previews}
         for s in draft.steps:
             p = verdicts.get(s.name)
-            if p is not None:
+            if p is not None and p.get("deferred"):
+                s.description += f" [{p['request']}: {p['deferred']}]"
+            elif p is not None:
                 verdict = f"refused now: {p['refused']}" if p.get("refused") else "accepted"
                 s.description += f" [server dry run: {p['request']}: {verdict}]"
         return draft
@@ -281,6 +281,8 @@ class KubernetesBackend:
             return actions.plan_failover(self, node, None, params)
         ref = ids.parse_workload_id(target)
         raw = self.read_raw(ref)
+        if action is not Action.SCALE:  # scale checks the count it would set
+            lineages.check_identities(ref.kind.kind, raw)
         if action is Action.CHECKPOINT:
             return actions.plan_checkpoint(self, ref, raw, params)
         if action is Action.PREEMPT:
