@@ -234,12 +234,12 @@ def _check_limits(
 
 
 __all__ = [
+    "PERSON_ONLY_RULE",
     "WEEKDAYS",
     "ApprovalKind",
     "Decision",
     "Outcome",
     "PolicyConfig",
-    "PERSON_ONLY_RULE",
     "PolicyContext",
     "PolicyLimits",
     "PolicyRule",

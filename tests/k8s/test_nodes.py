@@ -55,7 +55,7 @@ def service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Service
 
 def use(svc: Service, kubeconfig: Path, store_dir: Path | None, **kw: Any) -> KubernetesBackend:
     backend = KubernetesBackend(k8s_config(kubeconfig, store_dir, eviction_wait_s=1, **kw))
-    svc.backends["k8s"] = backend  # type: ignore[assignment]
+    svc.backends["k8s"] = backend
     return backend
 
 
@@ -169,7 +169,7 @@ def test_drain_leaves_daemonset_and_mirror_pods_and_still_reports_drained(
     result = service.act(Action.DRAIN_NODE, "k8s:n1", {}, principal=PERSON, confirmed=True)
     assert result.status == "executed", result.message
     assert {"agent", "etcd-n1"} <= set(pods(emu)) and "web" not in pods(emu)
-    assert len(result.plan.scope["left"]) == 2
+    assert result.plan is not None and len(result.plan.scope["left"]) == 2
 
 
 # ----- fencing: the guardrail --------------------------------------------------------------
@@ -211,9 +211,7 @@ def partition(emu: Any, kubelet: Any, name: str) -> None:
 
     def renewed_after() -> bool:
         stamp = emu.store.get(leases, "kube-node-lease", name)["spec"]["renewTime"]
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")) > since + timedelta(
-            seconds=1.5
-        )
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")) > since + timedelta(seconds=1.5)
 
     wait_for("a lease renewal after NotReady", renewed_after, timeout_s=10)
 
@@ -290,7 +288,9 @@ def test_failover_with_a_persons_word_fences_then_restores(
     )
     assert result.status == "executed", result.message
     sent = [r for r in emu.requests[before:] if r.method in WRITES and not r.query.get("dryRun")]
-    fence = next(i for i, r in enumerate(sent) if r.method == "PATCH" and r.path.endswith("/nodes/n2"))
+    fence = next(
+        i for i, r in enumerate(sent) if r.method == "PATCH" and r.path.endswith("/nodes/n2")
+    )
     first_pod = next(i for i, r in enumerate(sent) if "/pods" in r.path)
     assert fence < first_pod, [(r.method, r.path) for r in sent]
     n2 = node_obj(emu, "n2")

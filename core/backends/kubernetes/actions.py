@@ -694,13 +694,18 @@ def plan_failover(b: KubernetesBackend, node: str, only: set[str] | None, params
         raise errors.Conflict(
             f"no wrapped workload to fail over on {node}", hint="list the workloads on it"
         )
+    back = (
+        ""
+        if detail.ready
+        else f"; once {node} is repaired, undrain it (removes the out-of-service taint, "
+        f"uncordons it): {_cli(Action.UNDRAIN_NODE)} {ids.PREFIX}{node}"
+    )
     return PlanDraft(
         steps=steps,
         summary=f"fail over the wrapped workloads of {node} ({'not Ready' if not detail.ready else 'interruption notice'}) "
         f"from their newest good checkpoints{f' onto {to}' if to else ''}; fencing: {fencing['why']}",
         saves="the newest good checkpoint of each; work since it is lost",
-        rollback="nothing to undo: the old pods were on a lost node"
-        + ("" if detail.ready else f"; once {node} is repaired, undrain it (removes the out-of-service taint and uncordons it): {_cli(Action.UNDRAIN_NODE)} {ids.PREFIX}{node}"),
+        rollback="nothing to undo: the old pods were on a lost node" + back,
         scope={"node": node, "fencing": fencing},
     )
 
