@@ -530,8 +530,11 @@ def plan_drain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
             continue
         m = meta(pod)
         prefix = f"{m['namespace']}-{m['name']}-"
-        # A wrapped pod saves itself (moved, or checkpointing on SIGTERM) while save holds.
-        why_force = None if (save and lineage_of(pod)) else nodes.needs_force(pod)
+        # A wrapped pod saves itself: moved through a checkpoint (a bare or Job pod, with
+        # save), or checkpointing on SIGTERM (its emptyDir is the wrapper's scratch).
+        wrapped = bool(lineage_of(pod))
+        moved_kind = owner_kind(pod) in (None, "Job")
+        why_force = nodes.needs_force(pod, wrapped=wrapped, moved=save and wrapped and moved_kind)
         if why_force:
             if not force:
                 unforced.append((nodes.name_of(pod), why_force))

@@ -9,9 +9,9 @@
   unless forced (``--force``): nothing recreates it, its work is gone; the same for a pod
   with ``emptyDir`` data (``--delete-emptydir-data``). clawpoint folds both flags into one
   ``force`` parameter, which makes the drain a destructive action (``core.actions``). A
-  wrapped pod is exempt from both while ``save`` holds: it is checkpointed and moved (a bare
-  or Job pod), or checkpoints itself on SIGTERM onto the checkpoint volume (the wrapper's
-  ``emptyDir`` is its scratch space);
+  wrapped pod is exempt from the ``emptyDir`` rule (it checkpoints itself on SIGTERM onto the
+  checkpoint volume; its ``emptyDir`` is the wrapper's scratch space), and from both while
+  ``save`` holds and the drain moves it through a checkpoint (a bare or Job pod);
 - pods of namespaces outside ``k8s.namespaces`` are not touched: the plan lists them as not
   handled, and the drain's last step (``check_node_drained``) fails while any of them (or
   anything else but DaemonSet and mirror pods) still runs there, so the drain is never
@@ -31,7 +31,8 @@ back). And one of:
 - its heartbeat Lease (``kube-node-lease/<node>``, ``renewTime + leaseDurationSeconds``,
   coordination.k8s.io/v1) has expired: its kubelet has not reached the API for a full lease;
   a lease that stopped before the node went NotReady but has not expired yet is waited on
-  (the step fails if the lease is renewed meanwhile);
+  (the step fails if the lease is renewed meanwhile); no lease at all counts as expired (a
+  running kubelet recreates it within a renew interval);
 - or a person says the node is fenced (``fenced``, a person-only parameter: see
   ``core.actions`` and ``core.guardrails.policy``; an agent cannot carry it by itself).
 
@@ -88,13 +89,16 @@ def left_alone(pod: Obj) -> str | None:
     return None
 
 
-def needs_force(pod: Obj) -> str | None:
+def needs_force(pod: Obj, *, wrapped: bool, moved: bool) -> str | None:
     """Why evicting this pod loses work (kubectl drain wants --force or
-    --delete-emptydir-data), or None."""
+    --delete-emptydir-data), or None. ``moved``: the drain moves it through a checkpoint;
+    ``wrapped``: its wrapper checkpoints on SIGTERM (its emptyDir is scratch)."""
+    if moved:
+        return None
     if owner_kind(pod) is None:
         return "no controller recreates it"
     volumes = (pod.get("spec") or {}).get("volumes") or []
-    if any("emptyDir" in v for v in volumes):
+    if not wrapped and any("emptyDir" in v for v in volumes):
         return "its emptyDir data is deleted"
     return None
 
@@ -241,8 +245,12 @@ def fence_steps(b: KubernetesBackend, node: str, fenced: bool) -> tuple[list[Pla
             f"failover proceeds, or {by_person}"
         )
         try:
-            lease = read_lease(b, node)
-        except (errors.NotFound, errors.OperationFailed) as exc:
+            lease: Obj | None = read_lease(b, node)
+        except errors.NotFound:
+            # A running kubelet recreates its lease within a renew interval (10 s by
+            # default): none at all says as much as an expired one.
+            lease = None
+        except errors.OperationFailed as exc:
             raise errors.Conflict(
                 f"cannot tell whether {node}'s kubelet is still alive: its heartbeat lease "
                 f"{LEASE_NAMESPACE}/{node} cannot be read ({exc.message})",
@@ -250,6 +258,10 @@ def fence_steps(b: KubernetesBackend, node: str, fenced: bool) -> tuple[list[Pla
                 f"or {by_person}",
                 code="kubernetes-node-unfenced",
             ) from exc
+        if lease is None:
+            info["by"] = "lease"
+            info["why"] = f"it has no heartbeat lease ({LEASE_NAMESPACE}/{node}) at all"
+            return [*steps, _fence_patch(node, node_obj, info)], info
         renewed, duration = lease_times(lease)
         now = datetime.now(UTC)
         if renewed is None or duration <= 0:
@@ -287,6 +299,12 @@ def fence_steps(b: KubernetesBackend, node: str, fenced: bool) -> tuple[list[Pla
                      f"wait until {node}'s heartbeat lease expires (stop if its kubelet renews it)",
                      node=node, renewed=renewed.isoformat(), timeout_s=wait_s + 30.0)
             )  # fmt: skip
+    return [*steps, _fence_patch(node, node_obj, info)], info
+
+
+def _fence_patch(node: str, node_obj: Obj, info: Obj) -> PlanStep:
+    """Cordon and taint out-of-service in one patch (taints are an atomic list: the whole
+    list is sent, the node's other taints kept)."""
     taints = [dict(t) for t in (node_obj.get("spec") or {}).get("taints") or []]
     if not any(t.get("key") == OUT_OF_SERVICE and t.get("effect") == "NoExecute" for t in taints):
         taints.append({"key": OUT_OF_SERVICE, "value": "nodeshutdown", "effect": "NoExecute"})
@@ -294,12 +312,10 @@ def fence_steps(b: KubernetesBackend, node: str, fenced: bool) -> tuple[list[Pla
         "spec": {"unschedulable": True, "taints": taints},
         "metadata": {"annotations": {REASON_ANNOTATION: f"fenced for failover: {info['why']}"}},
     }
-    steps.append(
-        patch_step("fence", "Node", "", node, patch,
-                   f"fence {node}: cordon it and taint it {OUT_OF_SERVICE}=nodeshutdown:NoExecute "
-                   f"(non-graceful node shutdown) before anything of it is restored elsewhere")
-    )  # fmt: skip
-    return steps, info
+    return patch_step("fence", "Node", "", node, patch,
+                      f"fence {node}: cordon it and taint it {OUT_OF_SERVICE}=nodeshutdown:"
+                      "NoExecute (non-graceful node shutdown) before anything of it is restored "
+                      "elsewhere")  # fmt: skip
 
 
 def run_wait_lease_expired(b: KubernetesBackend, args: Obj) -> Obj:
