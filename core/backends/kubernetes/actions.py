@@ -657,6 +657,11 @@ def plan_failover(b: KubernetesBackend, node: str, only: set[str] | None, params
     to = b.target_node(params.get("to"), away_from=node)
     steps: list[PlanStep] = []
     if detail.ready:
+        if params.get("fenced"):
+            raise errors.InvalidInput(
+                f"node {node} is Ready: fenced applies to a lost (NotReady) node only",
+                hint="leave out fenced: a Ready node with a notice is failed over as it is",
+            )
         # A spot notice on a Ready node: the node is alive, so it is not fenced (the
         # out-of-service taint would tell Kubernetes it is shut down and detach its volumes);
         # its pods are stopped through the API and their wrappers checkpoint on SIGTERM.

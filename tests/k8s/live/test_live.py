@@ -186,19 +186,26 @@ def test_migrate_wrapped_pod_to_another_node(backend: KubernetesBackend, svc: Se
 
 
 def test_drain_honours_a_pdb(backend: KubernetesBackend, svc: Service) -> None:
-    core = backend.conn.api("CoreV1Api")
     nodes = [n.name for n in backend.nodes() if n.schedulable]
     if len(nodes) < 2:
         pytest.skip("drain needs a second schedulable node")
     target = nodes[0]
+    # A controller's pod (a drain refuses a bare one without force, as kubectl drain does)
     guarded = {
         "metadata": {"name": "guarded", "labels": {"app": "guarded"}},
         "spec": {
-            "nodeName": target,
-            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "guarded"}},
+            "template": {
+                "metadata": {"labels": {"app": "guarded"}},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": target},
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                },
+            },
         },
     }
-    core.create_namespaced_pod(NS, guarded)
+    backend.conn.api("AppsV1Api").create_namespaced_deployment(NS, guarded)
     backend.conn.api("PolicyV1Api").create_namespaced_pod_disruption_budget(
         NS,
         {
