@@ -309,30 +309,32 @@ def test_failover_with_a_persons_word_fences_then_restores(
 # ----- the emulator's Lease (coordination.k8s.io/v1) ---------------------------------------
 def test_emulator_serves_leases_with_the_apis_validation(emu: Any, api: Any) -> None:
     from kubernetes import client
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.exceptions import ApiException
 
     emu.namespace("kube-node-lease")
     groups = {g.name: g for g in client.ApisApi(api).get_api_versions().groups}
-    assert groups["coordination.k8s.io"].preferred_version.version == "v1"
+    preferred = groups["coordination.k8s.io"].preferred_version
+    assert preferred is not None and preferred.version == "v1"
     resources = client.CoordinationV1Api(api).get_api_resources().resources
     (leases,) = [r for r in resources if r.name == "leases"]
     assert leases.namespaced and leases.kind == "Lease"
     assert {"get", "list", "watch", "update", "patch"} <= set(leases.verbs)
 
     leases_api = client.CoordinationV1Api(api)
-    body = {
+    spec: dict[str, Any] = {"holderIdentity": "n1", "leaseDurationSeconds": 0}
+    body: Any = {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
         "metadata": {"name": "n1"},
-        "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 0},
+        "spec": spec,
     }
     with pytest.raises(ApiException) as info:  # pkg/apis/coordination/validation
         leases_api.create_namespaced_lease("kube-node-lease", body)
-    assert info.value.status == 422 and "must be greater than 0" in info.value.body
-    body["spec"]["leaseDurationSeconds"] = 40
+    assert info.value.status == 422 and "must be greater than 0" in str(info.value.body)
+    spec["leaseDurationSeconds"] = 40
     leases_api.create_namespaced_lease("kube-node-lease", body)
     leases_api.patch_namespaced_lease(
         "n1", "kube-node-lease", {"spec": {"renewTime": "2026-12-01T10:00:00.000000Z"}}
     )
-    got = leases_api.read_namespaced_lease("n1", "kube-node-lease")
-    assert got.spec.lease_duration_seconds == 40 and got.spec.renew_time is not None
+    got = leases_api.read_namespaced_lease("n1", "kube-node-lease").spec
+    assert got is not None and got.lease_duration_seconds == 40 and got.renew_time is not None
