@@ -30,7 +30,15 @@ that directory. ``PATH`` puts this checkout's ``.venv/bin`` first, so a containe
 State is read and written through the emulator's store directly (as its seeding does for
 controllers and kubelets), so the request recorder and RBAC rules see only the code under
 test. ``crash_node(name)`` simulates a node dying: its processes are SIGKILLed, its Ready
-condition becomes Unknown and nothing on it is managed any more.
+condition becomes Unknown, its heartbeat Lease is no longer renewed and nothing on it is
+managed any more.
+
+**Node leases**: each managed node's ``kube-node-lease/<node>`` Lease (coordination.k8s.io/v1)
+is created and renewed every quarter of ``lease_s`` (``renewTime``, a MicroTime), as the
+kubelet's node lease controller does (kubernetes/kubernetes pkg/kubelet/kubelet.go,
+``nodeLeaseRenewIntervalFraction = 0.25``; the lease is named after the node, held by it
+and owned by the Node: staging/src/k8s.io/component-helpers/apimachinery/lease).
+``lease_s`` defaults to 2 s rather than the kubelet's 40 s so that tests see a lease expire.
 
 Limits: one container per pod (init containers and sidecars are ignored); no restarts
 (``restartPolicy`` is treated as Never); no image pulls, probes, resource limits or cgroups.
@@ -55,6 +63,7 @@ from tests.k8s.emulator import Emulator, status
 from tests.k8s.emulator.store import Obj
 
 ROOT = Path(__file__).resolve().parents[2]
+LEASE_NAMESPACE = "kube-node-lease"
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -85,6 +94,7 @@ class FakeKubelet:
         nodes: list[str],
         volumes: dict[str, Path] | None = None,
         poll_s: float = 0.05,
+        lease_s: int = 2,
     ) -> None:
         self.emu, self.store = emu, emu.store
         self.root = root
@@ -100,6 +110,9 @@ class FakeKubelet:
         self.nodes_kind = self.store.kinds[("", "nodes")]
         self.jobs_kind = self.store.kinds[("batch", "jobs")]
         self.sts_kind = self.store.kinds[("apps", "statefulsets")]
+        self.leases_kind = self.store.kinds[("coordination.k8s.io", "leases")]
+        self.lease_s = lease_s
+        self._renewed: dict[str, float] = {}  # node -> monotonic time of its last renewal
 
     # ----- lifecycle --------------------------------------------------------------------
     def start(self) -> FakeKubelet:
@@ -131,6 +144,7 @@ class FakeKubelet:
         while not self._stop.is_set():
             try:
                 with self._lock:
+                    self._leases()
                     self._jobs()
                     self._statefulsets()
                     self._schedule()
@@ -140,6 +154,39 @@ class FakeKubelet:
             self._stop.wait(self.poll_s)
 
     # ----- nodes ------------------------------------------------------------------------
+    def _leases(self) -> None:
+        """Renew the Lease of every managed node (a crashed node is no longer managed)."""
+        now = time.monotonic()
+        for name in sorted(self.nodes):
+            if now - self._renewed.get(name, -1e9) < self.lease_s * 0.25:
+                continue
+            self._renewed[name] = now
+            stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            try:
+                lease = self.store.get(self.leases_kind, LEASE_NAMESPACE, name)
+            except status.ApiError:
+                self._create_lease(name, stamp)
+                continue
+            lease["spec"]["renewTime"] = stamp
+            self.store.update(self.leases_kind, LEASE_NAMESPACE, name, lease, api=False)
+
+    def _create_lease(self, name: str, stamp: str) -> None:
+        if ("", LEASE_NAMESPACE) not in self.store.objects[("", "namespaces")]:
+            self.emu.namespace(LEASE_NAMESPACE)
+        node = self.store.get(self.nodes_kind, "", name)
+        owner = {"apiVersion": "v1", "kind": "Node", "name": name, "uid": node["metadata"]["uid"]}
+        self.store.create(
+            self.leases_kind,
+            LEASE_NAMESPACE,
+            {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": name, "namespace": LEASE_NAMESPACE, "ownerReferences": [owner]},
+                "spec": {"holderIdentity": name, "leaseDurationSeconds": self.lease_s, "renewTime": stamp},
+            },
+            api=False,
+        )  # fmt: skip
+
     def crash_node(self, name: str) -> None:
         """The node dies: processes killed, Ready Unknown, nothing on it managed any more."""
         with self._lock:

@@ -274,11 +274,26 @@ def test_the_deployed_rbac_allows_what_the_backend_does_and_no_more(emu: Any, ap
         backend.plan(Action.SCALE, f"Deployment/{NS}/api", {"replicas": 2}),
         backend.plan(Action.PREEMPT, f"Job/{NS}/j", {}),
         backend.plan(Action.PREEMPT, f"Deployment/{NS}/api", {}),
-        backend.plan(Action.DRAIN_NODE, "n1", {}),
+        backend.plan(Action.DRAIN_NODE, "n1", {"force": True}),  # "plain" has no controller
         backend.plan(Action.CORDON_NODE, "n1", {}),
     ]
     for p in plans:
         assert p.scope["dry_run"], p.summary  # each previewed through the API, allowed
+    # failover reads a node's heartbeat lease (fencing); the other namespaces' pods on a
+    # drained node are not listable with these rules, which the drain plan says
+    from core.backends.kubernetes import nodes
+
+    emu.namespace("kube-node-lease")
+    emu.seed(
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "n1", "namespace": "kube-node-lease"},
+            "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 40},
+        }
+    )
+    assert nodes.read_lease(backend, "n1")["spec"]["holderIdentity"] == "n1"
+    assert plans[3].scope["other_namespaces_visible"] is False
     # and the rules are no wider than that: other namespaces and kinds are refused
     from core import errors
 

@@ -559,18 +559,38 @@ def _cordon_step(node: str, reason: str, description: str) -> PlanStep:
 
 
 def plan_drain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
+    from core.backends.kubernetes import nodes  # builds on this module
+
     to = b.target_node(params.get("to"), away_from=node)
     save = params.get("save", True) is not False
+    force = bool(params.get("force"))
     reason = str(params.get("reason") or "")
     steps: list[PlanStep] = [_cordon_step(node, reason, f"cordon {node}: nothing new lands there")]
     moved, evicted = 0, 0
     evictions: list[PlanStep] = []  # after the moves: a budget that blocks one moves nothing
     jobs_moved: set[tuple[str, str]] = set()  # a Job moves once, with every pod it has
+    left: list[str] = []  # DaemonSet and mirror pods (kubectl drain leaves them too)
+    forced: list[str] = []  # evicted only because of force
+    unforced: list[tuple[str, str]] = []
     for pod in b.list_pods(None, field_selector=f"spec.nodeName={node}"):
-        if not live(pod) or owner_kind(pod) == "DaemonSet":
+        if not live(pod):
+            continue
+        why_left = nodes.left_alone(pod)
+        if why_left:
+            left.append(f"{nodes.name_of(pod)}: {why_left}")
             continue
         m = meta(pod)
         prefix = f"{m['namespace']}-{m['name']}-"
+        # A wrapped pod saves itself: moved through a checkpoint (a bare or Job pod, with
+        # save), or checkpointing on SIGTERM (its emptyDir is the wrapper's scratch).
+        wrapped = bool(lineage_of(pod))
+        moved_kind = owner_kind(pod) in (None, "Job")
+        why_force = nodes.needs_force(pod, wrapped=wrapped, moved=save and wrapped and moved_kind)
+        if why_force:
+            if not force:
+                unforced.append((nodes.name_of(pod), why_force))
+                continue
+            forced.append(f"{nodes.name_of(pod)}: {why_force}")
         if save and lineage_of(pod) and owner_kind(pod) is None:
             steps += _move_pod_steps(b, pod, to=to, away=[node], prefix=prefix)
             moved += 1
@@ -601,8 +621,26 @@ def plan_drain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
                      namespace=m["namespace"], name=m["name"], wait_s=b.cfg.eviction_wait_s)
             )  # fmt: skip
             evicted += 1
+    if unforced:
+        raise nodes.refuse_unforced(node, unforced)
     steps += evictions
+    not_handled, visible = nodes.outside_scope(b, node)
+    steps.append(nodes.check_drained_step(b, node, visible=visible))
     where = f" to {to}" if to else ""
+    scope_ns = ", ".join(b.conn.scoped_namespaces or [])
+    notes = ""
+    if not_handled:
+        notes += (
+            f"; NOT HANDLED (outside {scope_ns}): {', '.join(not_handled)}: the drain reports "
+            "the node not drained while they run"
+        )
+    if not visible:
+        notes += (
+            f"; these credentials cannot list pods outside {scope_ns}: pods of other "
+            "namespaces on the node are unknown, so the node cannot be reported drained"
+        )
+    if forced:
+        notes += f"; forced (their work is lost): {', '.join(forced)}"
     return PlanDraft(
         steps=steps,
         summary=f"drain {node}: cordon it, move {moved} wrapped workload(s){where} through "
@@ -611,12 +649,19 @@ def plan_drain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
             ""
             if save
             else " (save=false: wrapped pods are evicted too, without a checkpoint first)"
-        ),
+        )
+        + notes,
         saves="every wrapped workload's state (restored elsewhere); evicted pods restart per their controllers"
         if save
         else "only what each wrapper saves on SIGTERM within the grace period",
         rollback=f"undrain it: {_cli(Action.UNDRAIN_NODE)} {ids.PREFIX}{node}",
-        scope={"node": node},
+        scope={
+            "node": node,
+            "not_handled": not_handled,
+            "other_namespaces_visible": visible,
+            "left": left,
+            "forced": forced,
+        },
     )
 
 
@@ -641,10 +686,15 @@ def plan_undrain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
             f"node {node} is not cordoned or drained: nothing to undo",
             hint="undrain a node that was drained or cordoned",
         )
-    patch = {
+    patch: Obj = {
         "spec": {"unschedulable": None},
         "metadata": {"annotations": {REASON_ANNOTATION: None}},
     }
+    from core.backends.kubernetes import nodes  # builds on this module
+
+    kept = nodes.without_out_of_service(nodes.read_node(b, node))
+    if kept is not None:  # fenced by a failover: back in service once repaired (KEP-2268)
+        patch["spec"]["taints"] = kept
     return PlanDraft(
         steps=[patch_step("uncordon", "Node", "", node, patch, f"uncordon {node}")],
         summary=f"undrain {node}: it takes pods again",
@@ -671,6 +721,22 @@ def plan_failover(b: KubernetesBackend, node: str, only: set[str] | None, params
         )
     to = b.target_node(params.get("to"), away_from=node)
     steps: list[PlanStep] = []
+    if detail.ready:
+        if params.get("fenced"):
+            raise errors.InvalidInput(
+                f"node {node} is Ready: fenced applies to a lost (NotReady) node only",
+                hint="leave out fenced: a Ready node with a notice is failed over as it is",
+            )
+        # A spot notice on a Ready node: the node is alive, so it is not fenced (the
+        # out-of-service taint would tell Kubernetes it is shut down and detach its volumes);
+        # its pods are stopped through the API and their wrappers checkpoint on SIGTERM.
+        fencing: Obj = {"node": node, "by": "not needed", "why": "the node is Ready (a notice)"}
+    else:
+        from core.backends.kubernetes import nodes  # builds on this module
+
+        # Before any pod of it is deleted or recreated elsewhere (refused while it is alive).
+        steps, fencing = nodes.fence_steps(b, node, bool(params.get("fenced")))
+    fence_count = len(steps)
     for pod in b.list_pods(None, field_selector=f"spec.nodeName={node}"):
         m = meta(pod)
         if (pod.get("status") or {}).get("phase") in _TERMINAL or not lineage_of(pod):
@@ -699,17 +765,23 @@ def plan_failover(b: KubernetesBackend, node: str, only: set[str] | None, params
             steps += _move_pod_steps(
                 b, pod, to=to, away=[node], prefix=prefix, take_checkpoint=False
             )
-    if not steps:
+    if len(steps) == fence_count:
         raise errors.Conflict(
             f"no wrapped workload to fail over on {node}", hint="list the workloads on it"
         )
+    back = (
+        ""
+        if detail.ready
+        else f"; once {node} is repaired, undrain it (removes the out-of-service taint, "
+        f"uncordons it): {_cli(Action.UNDRAIN_NODE)} {ids.PREFIX}{node}"
+    )
     return PlanDraft(
         steps=steps,
         summary=f"fail over the wrapped workloads of {node} ({'not Ready' if not detail.ready else 'interruption notice'}) "
-        f"from their newest good checkpoints{f' onto {to}' if to else ''}",
+        f"from their newest good checkpoints{f' onto {to}' if to else ''}; fencing: {fencing['why']}",
         saves="the newest good checkpoint of each; work since it is lost",
-        rollback="nothing to undo: the old pods were on a lost node",
-        scope={"node": node},
+        rollback="nothing to undo: the old pods were on a lost node" + back,
+        scope={"node": node, "fencing": fencing},
     )
 
 
@@ -894,6 +966,12 @@ def run_step(b: KubernetesBackend, op: str, args: Obj, progress: ProgressFn) -> 
         return {"ended": True}
     if op == "wait_restored":
         return _wait_restored(b, args, progress)
+    if op in ("check_node_drained", "wait_lease_expired"):
+        from core.backends.kubernetes import nodes  # builds on this module
+
+        if op == "check_node_drained":
+            return nodes.run_check_drained(b, args)
+        return nodes.run_wait_lease_expired(b, args)
     raise errors.InvalidInput(f"unknown Kubernetes step {op!r}", hint="re-plan the action")
 
 

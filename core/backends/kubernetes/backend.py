@@ -22,9 +22,13 @@ previewed with ``dryRun=All`` when the plan is made (``scope["dry_run"]``):
   (``k8s.min_replicas`` or the workload's ``clawpoint.io/min-replicas``).
 - drain_node: cordon; move every wrapped pod as migrate does; evict the rest through the
   Eviction API, waiting up to ``eviction_wait_s`` on a PodDisruptionBudget, then reporting
-  it (never a delete instead). undrain_node: uncordon.
+  it (never a delete instead); pods nothing recreates need ``force``; pods of namespaces
+  out of scope are listed as not handled and the drain fails while they run (``nodes``).
+  undrain_node: uncordon (and remove a failover's out-of-service taint).
 - failover (a node, or a workload on it): the node must be NotReady or tainted for
-  interruption; each wrapped pod is restored from its newest good checkpoint elsewhere.
+  interruption; a NotReady node is fenced first (``nodes``: cordon, out-of-service taint,
+  and an expired lease or a person's word); each wrapped pod is then restored from its
+  newest good checkpoint elsewhere.
 
 Ids are validated before any request (``ids``). Limits: one wrapped container per pod;
 Deployment/StatefulSet pods are not moved one by one (preempt/resume or drain them);
@@ -62,10 +66,10 @@ _TAKES: dict[Action, frozenset[str]] = {
     Action.RESUME: frozenset({"to", "fresh", "reason"}),
     Action.MIGRATE: frozenset({"to", "reason"}),
     Action.SCALE: frozenset({"replicas", "down_without_save", "reason"}),
-    Action.DRAIN_NODE: frozenset({"to", "save", "reason"}),
+    Action.DRAIN_NODE: frozenset({"to", "save", "force", "reason"}),
     Action.UNDRAIN_NODE: frozenset({"reason"}),
     Action.CORDON_NODE: frozenset({"reason"}),
-    Action.FAILOVER: frozenset({"to", "fresh", "reason"}),
+    Action.FAILOVER: frozenset({"to", "fresh", "fenced", "reason"}),
 }
 
 

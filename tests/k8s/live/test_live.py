@@ -249,15 +249,25 @@ def test_migrate_wrapped_pod_to_another_node(backend: KubernetesBackend, svc: Se
 
 
 def test_drain_honours_a_pdb(backend: KubernetesBackend, svc: Service) -> None:
-    core = backend.conn.api("CoreV1Api")
     nodes = worker_nodes(backend)
     if len(nodes) < 2:
         pytest.skip("drain needs a second worker node")
     target = nodes[0]
-    guarded = sleeper({"app": "guarded"})
-    guarded["metadata"]["name"] = "guarded"
-    guarded["spec"]["nodeName"] = target  # a worker, never the control-plane
-    core.create_namespaced_pod(NS, guarded)
+    # A controller's pod (a drain refuses a bare one without force, as kubectl drain does)
+    template = sleeper({"app": "guarded"})
+    template["spec"]["nodeSelector"] = {
+        **template["spec"].get("nodeSelector", {}),
+        "kubernetes.io/hostname": target,  # a worker, never the control-plane
+    }
+    guarded = {
+        "metadata": {"name": "guarded", "labels": {"app": "guarded"}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "guarded"}},
+            "template": template,
+        },
+    }
+    backend.conn.api("AppsV1Api").create_namespaced_deployment(NS, guarded)
     backend.conn.api("PolicyV1Api").create_namespaced_pod_disruption_budget(
         NS,
         {
