@@ -25,6 +25,10 @@ def wait_for(what: str, check: Any, timeout_s: float = 30) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _core(api: Any) -> Any:
+    return client.CoreV1Api(api)
+
+
 def sleeper(name: str, **spec: Any) -> dict[str, Any]:
     body = pod(name)
     body["spec"]["containers"][0]["command"] = ["sleep", "600"]
@@ -52,7 +56,7 @@ def test_an_untolerated_taint_leaves_the_pod_pending_with_the_schedulers_reason(
     emu: Any, api: Any, kubelet: Any
 ) -> None:
     set_node(emu, "n1", taints=[{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}])
-    core = client.CoreV1Api(api)
+    core: Any = client.CoreV1Api(api)
     pinned = sleeper("pinned", nodeSelector={"kubernetes.io/hostname": "n1"})
     core.create_namespaced_pod("default", pinned)
     cond = wait_for("the scheduler's verdict", lambda: scheduled_condition(emu, "pinned"))
@@ -77,7 +81,7 @@ def test_an_untolerated_taint_leaves_the_pod_pending_with_the_schedulers_reason(
 def test_gpus_are_requests_against_allocatable_minus_what_runs(
     emu: Any, api: Any, kubelet: Any
 ) -> None:
-    core = client.CoreV1Api(api)
+    core: Any = client.CoreV1Api(api)
     first = pod("gpu-1", gpus=1)
     first["spec"]["containers"][0]["command"] = ["sleep", "600"]
     core.create_namespaced_pod("default", first)
@@ -99,7 +103,7 @@ def test_a_cordon_filters_unless_tolerated_and_prefer_noschedule_never_does(
     for n in ("n1", "n2"):
         set_node(emu, n, unschedulable=True)
     set_node(emu, "n3", taints=[{"key": "spot", "effect": "PreferNoSchedule"}])
-    core = client.CoreV1Api(api)
+    core: Any = client.CoreV1Api(api)
     core.create_namespaced_pod("default", sleeper("soft"))
     wait_for("soft on n3", lambda: get(emu, "soft")["spec"].get("nodeName") == "n3")
     set_node(emu, "n3", unschedulable=True)
@@ -117,7 +121,7 @@ def test_a_node_that_is_not_ready_carries_the_lifecycle_taint(
     kubelet.crash_node("n1")
     for n in ("n2", "n3"):
         set_node(emu, n, unschedulable=True)
-    client.CoreV1Api(api).create_namespaced_pod("default", sleeper("orphan"))
+    _core(api).create_namespaced_pod("default", sleeper("orphan"))
     cond = wait_for("orphan unschedulable", lambda: scheduled_condition(emu, "orphan"))
     assert cond["message"] == (
         "0/3 nodes are available: 1 node(s) had untolerated taint "
@@ -169,7 +173,7 @@ def test_requests_follow_pod_requests_init_containers_sidecars_and_limits() -> N
 
 # ----- restartPolicy ------------------------------------------------------------------------
 def test_the_api_server_defaults_restart_policy_to_always(emu: Any, api: Any) -> None:
-    core = client.CoreV1Api(api)
+    core: Any = client.CoreV1Api(api)
     body = pod("bare")
     core.create_namespaced_pod("default", body)
     assert core.read_namespaced_pod("bare", "default").spec.restart_policy == "Always"
@@ -193,7 +197,7 @@ def test_the_kubelet_restarts_containers_as_restart_policy_says(
     body["spec"]["containers"][0]["command"] = ["sh", "-c", f"sleep 0.2; exit {code}"]
     if policy:
         body["spec"]["restartPolicy"] = policy
-    client.CoreV1Api(api).create_namespaced_pod("default", body)
+    _core(api).create_namespaced_pod("default", body)
 
     def status() -> dict[str, Any]:
         return get(emu, "quitter").get("status") or {}
