@@ -137,14 +137,13 @@ def test_a_cordoned_or_not_ready_target_is_refused_with_every_reason(
     cordoned["spec"]["unschedulable"] = True
     emu.seed(node("n1"), cordoned, node("n3", ready=False), running_pod("mover", "n1"))
     with pytest.raises(errors.Conflict) as info:
-        backend.preflight(
-            emu.store.get(emu.store.kinds[("", "pods")], "default", "mover")["spec"],
-            to="n2", away=["n1"], what="mover",
-        )  # fmt: skip
+        migrate(backend, "k8s:Pod/default/mover", to="n2")
     assert info.value.details["reasons"] == [
         "cordoned (spec.unschedulable)",
         "taint x:NoSchedule not tolerated",
     ]
+    with pytest.raises(errors.Conflict, match="cannot run on node n3: not Ready"):
+        migrate(backend, "k8s:Pod/default/mover", to="n3")
     with pytest.raises(errors.Conflict) as nowhere:
         migrate(backend, "k8s:Pod/default/mover")
     assert nowhere.value.code == "kubernetes-no-node-fits"
