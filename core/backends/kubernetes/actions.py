@@ -714,6 +714,7 @@ def plan_failover(b: KubernetesBackend, node: str, only: set[str] | None, params
         )
     to = b.target_node(params.get("to"), away_from=node)
     steps: list[PlanStep] = []
+    warnings: list[str] = []
     for pod in b.list_pods(None, field_selector=f"spec.nodeName={node}"):
         m = meta(pod)
         if (pod.get("status") or {}).get("phase") in _TERMINAL or not lineage_of(pod):
@@ -728,8 +729,10 @@ def plan_failover(b: KubernetesBackend, node: str, only: set[str] | None, params
             )
         prefix = f"{m['namespace']}-{m['name']}-"
         if owner_kind(pod) in (None, "Job"):
-            b.preflight(_spec_to_move(b, pod), to=to, away=[node],
-                        what=f"pod {m['namespace']}/{m['name']}", pod=(m["namespace"], m["name"]))  # fmt: skip
+            spec = _spec_to_move(b, pod)
+            b.preflight(spec, to=to, away=[node], what=f"pod {m['namespace']}/{m['name']}",
+                        pod=(m["namespace"], m["name"]))  # fmt: skip
+            warnings += image_warnings(spec)
         if owner_kind(pod) == "Job":
             job_name = next(
                 str(o["name"]) for o in m.get("ownerReferences") or [] if o.get("controller")
@@ -750,10 +753,11 @@ def plan_failover(b: KubernetesBackend, node: str, only: set[str] | None, params
     return PlanDraft(
         steps=steps,
         summary=f"fail over the wrapped workloads of {node} ({'not Ready' if not detail.ready else 'interruption notice'}) "
-        f"from their newest good checkpoints{f' onto {to}' if to else ''}",
+        f"from their newest good checkpoints{f' onto {to}' if to else ''}"
+        + "".join(f". Warning: {w}" for w in warnings),
         saves="the newest good checkpoint of each; work since it is lost",
         rollback="nothing to undo: the old pods were on a lost node",
-        scope={"node": node},
+        scope={"node": node, "warnings": warnings},
     )
 
 
