@@ -7,13 +7,18 @@
   live pod; a suspended Job's pods are deleted (gracefully, so the container gets SIGTERM)
   and its ``startTime`` cleared, as the real controller does; a pod that Succeeded completes
   the Job (condition ``Complete``); ``status.active`` counts its live pods.
-- **Scheduler**: binds a pod without ``nodeName`` to a managed node that is Ready, not
-  cordoned, without NoSchedule/NoExecute taints, and matching the pod's ``nodeSelector`` and
-  required node affinity (``In`` / ``NotIn`` / ``Exists``), fewest pods first.
+- **Scheduler**: binds a pod without ``nodeName`` to a node that passes kube-scheduler's
+  filters (``tests/k8s/scheduler.py``: taints and tolerations, cordon, resource requests
+  including ``nvidia.com/gpu`` against allocatable, ``nodeSelector`` and required node
+  affinity; a node not Ready or not run here counts as tainted), fewest pods first; a pod
+  no node takes stays Pending with ``PodScheduled=False``, reason ``Unschedulable`` and the
+  scheduler's message.
 - **Kubelet**: a pod bound to a managed node runs its first container's ``command + args`` as
   a real local process (its own session), with the container's ``env``, and reports
   ``phase``, ``conditions`` (Ready, ContainersReady, PodScheduled) and ``containerStatuses``
-  (running, then terminated with the exit code). A pod being deleted gets SIGTERM, then
+  (running, then terminated with the exit code). ``restartPolicy`` is honoured: Always
+  restarts the container after any exit, OnFailure after a non-zero one (``restartCount``,
+  ``lastState``; the pod stays Running), with a short back-off (``restart_backoff_s``). A pod being deleted gets SIGTERM, then
   SIGKILL after ``deletionGracePeriodSeconds`` (the wrapper checkpoints inside that budget),
   and is removed once its process is gone. ``pods/exec`` runs in the container's
   environment (``Emulator.exec_handler``).
@@ -30,8 +35,9 @@ controllers and kubelets), so the request recorder and RBAC rules see only the c
 test. ``crash_node(name)`` simulates a node dying: its processes are SIGKILLed, its Ready
 condition becomes Unknown and nothing on it is managed any more.
 
-Limits: one container per pod (init containers and sidecars are ignored); no restarts
-(``restartPolicy`` is treated as Never); no image pulls, probes, resource limits or cgroups.
+Limits: one container per pod (init containers and sidecars are ignored); requests only
+schedule (no cgroups enforce them); the restart back-off is 0.2 s doubling to 1.6 s, not
+the kubelet's 10 s to 5 min; no image pulls or probes.
 """
 
 from __future__ import annotations
