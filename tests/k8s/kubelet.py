@@ -8,14 +8,19 @@
   a suspended Job's pods are deleted (gracefully, so the container gets SIGTERM) and its
   ``startTime`` kept, reset when it is resumed, as the real controller does.
 - **StatefulSet controller**: pods ``NAME-ORDINAL`` in order (``controllers.sync_statefulset``).
-- **Scheduler**: binds a pod without ``nodeName`` to a managed node that is Ready, not
-  cordoned, without NoSchedule/NoExecute taints, and matching the pod's ``nodeSelector`` and
-  required node affinity (``In`` / ``NotIn`` / ``Exists``), fewest pods first.
+- **Scheduler**: binds a pod without ``nodeName`` to a node that passes kube-scheduler's
+  filters (``tests/k8s/scheduler.py``: taints and tolerations, cordon, resource requests
+  including ``nvidia.com/gpu`` against allocatable, ``nodeSelector`` and required node
+  affinity; a node not Ready or not run here counts as tainted), fewest pods first; a pod
+  no node takes stays Pending with ``PodScheduled=False``, reason ``Unschedulable`` and the
+  scheduler's message.
 - **Kubelet**: a pod bound to a managed node runs its first container's ``command + args`` as
   a real local process (its own session), with the container's ``env`` (values and the
   downward API's ``fieldRef``), and reports
   ``phase``, ``conditions`` (Ready, ContainersReady, PodScheduled) and ``containerStatuses``
-  (running, then terminated with the exit code). A pod being deleted gets SIGTERM, then
+  (running, then terminated with the exit code). ``restartPolicy`` is honoured: Always
+  restarts the container after any exit, OnFailure after a non-zero one (``restartCount``,
+  ``lastState``; the pod stays Running), with a short back-off (``restart_backoff_s``). A pod being deleted gets SIGTERM, then
   SIGKILL after ``deletionGracePeriodSeconds`` (the wrapper checkpoints inside that budget),
   and is removed once its process is gone. ``pods/exec`` runs in the container's
   environment (``Emulator.exec_handler``).
@@ -40,8 +45,9 @@ kubelet's node lease controller does (kubernetes/kubernetes pkg/kubelet/kubelet.
 and owned by the Node: staging/src/k8s.io/component-helpers/apimachinery/lease).
 ``lease_s`` defaults to 2 s rather than the kubelet's 40 s so that tests see a lease expire.
 
-Limits: one container per pod (init containers and sidecars are ignored); no restarts
-(``restartPolicy`` is treated as Never); no image pulls, probes, resource limits or cgroups.
+Limits: one container per pod (init containers and sidecars are ignored); requests only
+schedule (no cgroups enforce them); the restart back-off is 0.2 s doubling to 1.6 s, not
+the kubelet's 10 s to 5 min; no image pulls or probes.
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tests.k8s import controllers
+from tests.k8s import controllers, scheduler
 from tests.k8s.emulator import Emulator, status
 from tests.k8s.emulator.store import Obj
 
@@ -95,12 +101,14 @@ class FakeKubelet:
         volumes: dict[str, Path] | None = None,
         poll_s: float = 0.05,
         lease_s: int = 2,
+        restart_backoff_s: float = 0.2,
     ) -> None:
         self.emu, self.store = emu, emu.store
         self.root = root
         self.nodes = set(nodes)
         self.volumes = dict(volumes or {})
         self.poll_s = poll_s
+        self.restart_backoff_s = restart_backoff_s
         self.procs: dict[tuple[str, str, str], _Proc] = {}  # (ns, name, uid)
         self.errors: list[str] = []
         self._stop = threading.Event()
@@ -216,54 +224,61 @@ class FakeKubelet:
                 self.nodes_kind, "", name, {**(node.get("status") or {}), "conditions": conds}
             )
 
-    def _node_ok(self, node: Obj, pod: Obj) -> bool:
-        meta, spec = node["metadata"], node.get("spec") or {}
-        if meta["name"] not in self.nodes or spec.get("unschedulable"):
-            return False
-        ready = next(
-            (c for c in (node.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"),
-            None,
-        )
-        if ready is None or ready.get("status") != "True":
-            return False
-        if any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or []):
-            return False
-        labels = {**(meta.get("labels") or {}), "kubernetes.io/hostname": meta["name"]}
-        pspec = pod.get("spec") or {}
-        for k, v in (pspec.get("nodeSelector") or {}).items():
-            if labels.get(k) != v:
-                return False
-        required = (
-            ((pspec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-                "requiredDuringSchedulingIgnoredDuringExecution"
-            )
-            or {}
-        ).get("nodeSelectorTerms") or []
-        if required and not any(_term_matches(t, labels) for t in required):
-            return False
-        return True
-
-    # ----- scheduler --------------------------------------------------------------------
+    # ----- scheduler (filter rules in tests/k8s/scheduler.py) ------------------------------
     def _schedule(self) -> None:
         pods, _ = self.store.list(self.pods_kind, None, lambda o: True)
         nodes, _ = self.store.list(self.nodes_kind, None, lambda o: True)
-        load: dict[str, int] = {}
+        bound: dict[str, list[Obj]] = {}
         for p in pods:
             n = (p.get("spec") or {}).get("nodeName")
             if n:
-                load[n] = load.get(n, 0) + 1
+                bound.setdefault(n, []).append(p)
         for pod in pods:
             spec, meta = pod.get("spec") or {}, pod["metadata"]
             if spec.get("nodeName") or meta.get("deletionTimestamp"):
                 continue
-            fits = [n["metadata"]["name"] for n in nodes if self._node_ok(n, pod)]
+            why = {
+                n["metadata"]["name"]: scheduler.unschedulable_reasons(
+                    pod,
+                    n,
+                    bound.get(n["metadata"]["name"], []),
+                    n["metadata"]["name"] in self.nodes,
+                )
+                for n in nodes
+            }
+            fits = [n for n, reasons in why.items() if not reasons]
             if not fits:
+                self._unschedulable(pod, scheduler.fit_error(len(nodes), why))
                 continue
-            target = min(fits, key=lambda n: (load.get(n, 0), n))
-            load[target] = load.get(target, 0) + 1
+            target = min(fits, key=lambda n: (len(bound.get(n, [])), n))
+            bound.setdefault(target, []).append(pod)
             current = self.store.get(self.pods_kind, meta["namespace"], meta["name"])
             current["spec"]["nodeName"] = target
             self.store.update(self.pods_kind, meta["namespace"], meta["name"], current, api=False)
+
+    def _unschedulable(self, pod: Obj, message: str) -> None:
+        """The pod stays Pending with the scheduler's condition (as kube-scheduler's
+        failure handler records it: PodScheduled=False, reason Unschedulable)."""
+        st = dict(pod.get("status") or {})
+        old: Obj = next(
+            (c for c in st.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
+        )
+        if old.get("reason") == "Unschedulable" and old.get("message") == message:
+            return
+        conds = [c for c in st.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        conds.append(
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+                "lastTransitionTime": _now(),
+            }
+        )
+        st.update(phase=st.get("phase") or "Pending", conditions=conds)
+        meta = pod["metadata"]
+        with contextlib.suppress(status.ApiError):
+            self.store.set_status(self.pods_kind, meta["namespace"], meta["name"], st)
 
     # ----- Job controller ---------------------------------------------------------------
     def _jobs(self) -> None:
@@ -361,7 +376,13 @@ class FakeKubelet:
             code = proc.popen.poll()
             if code is not None and not proc.reported_exit:
                 proc.reported_exit = True
-                self._report_exit(pod, code)
+                if _restarts(pod, code):
+                    self._report_restarting(pod, proc, code)
+                else:
+                    self._report_exit(pod, code)
+            elif code is not None and "restart_at" in proc.extra:
+                if time.monotonic() >= proc.extra["restart_at"]:
+                    self._restart(pod, key, proc)
         for key in [k for k in self.procs if k not in seen]:
             proc = self.procs.pop(key)
             self._kill(proc, signal.SIGKILL)
@@ -502,6 +523,59 @@ class FakeKubelet:
             },
         )
 
+    # ----- restartPolicy ----------------------------------------------------------------
+    def _report_restarting(self, pod: Obj, proc: _Proc, code: int) -> None:
+        """The container exited and will be started again: the pod stays Running, the
+        container waits in CrashLoopBackOff with its last state terminated (kubelet
+        pkg/kubelet/kuberuntime; the pod phase only ends when no container will restart,
+        pkg/kubelet/kubelet_pods.go getPhase). The real back-off starts at 10 s and doubles
+        up to 5 min (pkg/kubelet/kubelet.go); the fake's starts at ``restart_backoff_s``
+        and doubles up to 8 times that, so tests do not wait minutes."""
+        restarts = int(proc.extra.get("restarts", 0))
+        proc.extra["restart_at"] = time.monotonic() + self.restart_backoff_s * min(2**restarts, 8)
+        meta = pod["metadata"]
+        st = dict(pod.get("status") or {})
+        exit_code = code if code >= 0 else 128 - code
+        cs = [dict(c) for c in st.get("containerStatuses") or []]
+        for c in cs:
+            c.update(ready=False, started=False)
+            c["lastState"] = {
+                "terminated": {
+                    "exitCode": exit_code,
+                    "reason": "Completed" if code == 0 else "Error",
+                    "finishedAt": _now(),
+                }
+            }
+            c["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
+        st["containerStatuses"] = cs
+        with contextlib.suppress(status.ApiError):
+            self.store.set_status(self.pods_kind, meta["namespace"], meta["name"], st)
+
+    def _restart(self, pod: Obj, key: tuple[str, str, str], proc: _Proc) -> None:
+        """Start the container again in the same pod (same home, volumes and name);
+        ``restartCount`` goes up by one."""
+        restarts = int(proc.extra.get("restarts", 0)) + 1
+        last = [
+            dict(c).get("lastState")
+            for c in (pod.get("status") or {}).get("containerStatuses") or []
+        ]
+        del self.procs[key]
+        self._start(pod, key)
+        new = self.procs.get(key)
+        if new is not None:
+            new.extra["restarts"] = restarts
+        meta = pod["metadata"]
+        with contextlib.suppress(status.ApiError):
+            current = self.store.get(self.pods_kind, meta["namespace"], meta["name"])
+            st = dict(current.get("status") or {})
+            cs = [dict(c) for c in st.get("containerStatuses") or []]
+            for i, c in enumerate(cs):
+                c["restartCount"] = restarts
+                if i < len(last) and last[i]:
+                    c["lastState"] = last[i]
+            st["containerStatuses"] = cs
+            self.store.set_status(self.pods_kind, meta["namespace"], meta["name"], st)
+
     def _report_exit(self, pod: Obj, code: int) -> None:
         meta = pod["metadata"]
         st = dict(pod.get("status") or {})
@@ -602,15 +676,11 @@ def _field_ref(pod: Obj, path: str) -> str:
     return str(simple[path] or "")
 
 
-def _term_matches(term: Obj, labels: dict[str, str]) -> bool:
-    for expr in term.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and labels.get(key) in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-    return bool(term.get("matchExpressions")) or not term.get("matchFields")
+def _restarts(pod: Obj, code: int) -> bool:
+    """Whether the kubelet starts an exited container again (pod restartPolicy: Always after
+    any exit, OnFailure after a non-zero one, Never not at all; pkg/kubelet/container
+    ShouldContainerBeRestarted). A pod being deleted is never restarted."""
+    policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
+    if pod["metadata"].get("deletionTimestamp"):
+        return False
+    return policy == "Always" or (policy == "OnFailure" and code != 0)

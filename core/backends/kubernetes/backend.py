@@ -47,7 +47,7 @@ import structlog
 from core import actions as catalogue
 from core import errors
 from core.backends.base import PlanDraft, ProgressFn, not_supported, poll_until
-from core.backends.kubernetes import actions, ids, lineages
+from core.backends.kubernetes import actions, ids, lineages, placement
 from core.backends.kubernetes.connection import Connection, KubernetesConfig, Op
 from core.backends.kubernetes.inventory import Inventory, NodeDetail
 from core.backends.kubernetes.kubelet_api import CheckpointProbe, probe_checkpoint_api
@@ -218,7 +218,9 @@ class KubernetesBackend:
         return [p for ns in scope for p in self.list_pods(ns, **selectors)]
 
     def target_node(self, wanted: Any, *, away_from: str | None = None) -> str | None:
-        """The node named by ``to`` (``n2`` or ``k8s:n2``), checked to exist and take pods."""
+        """The node named by ``to`` (``n2`` or ``k8s:n2``), checked to exist; whether it takes
+        the pod (Ready, not cordoned, tolerated, fitting) is ``preflight``'s, with every
+        reason at once."""
         if wanted is None:
             return None
         name = ids.parse_node_id(str(wanted))
@@ -227,13 +229,43 @@ class KubernetesBackend:
                 f"the workload is already on {ids.PREFIX}{name}",
                 hint="pass another node with --to, or omit it to let the scheduler pick one",
             )
-        node = self.get_node(name)
-        if not node.schedulable or node.health.value == "down":
-            raise errors.Conflict(
-                f"node {node.id} is {node.state} and takes no pods",
-                hint="pick a node that is Ready and not cordoned (clawpoint nodes --backend k8s)",
-            )
+        self.get_node(name)  # NotFound
         return name
+
+    def preflight(
+        self,
+        spec: Obj,
+        *,
+        to: str | None,
+        away: list[str],
+        what: str,
+        pod: tuple[str, str] | None = None,
+    ) -> list[str]:
+        """Before anything stops: the nodes the pod ``spec`` (as it would be created there)
+        would be scheduled on, by the scheduler's filter rules (``placement``). With ``to``,
+        that node must fit (Conflict naming it and each reason); without, at least one node
+        off ``away`` must (Conflict naming every node's reasons). ``pod``: (namespace, name)
+        of the pod being moved, whose own requests do not count against its target."""
+        placed = actions.with_placement(spec, to=to, away_from=away)
+        nodes = [
+            n
+            for n in self.inventory.raw_nodes()
+            if str(n["metadata"]["name"]) not in away
+            and (to is None or n["metadata"]["name"] == to)
+        ]
+        pods = self.inventory.raw_pods(
+            field_selector="status.phase!=Succeeded,status.phase!=Failed"
+        )
+        fits = placement.check_nodes(placed, nodes, pods, skip_pod=pod)
+        if to is not None:
+            (fit,) = fits or [placement.Fit(to, ["not found"])]
+            if not fit.ok:
+                raise placement.refuse_target(fit, what)
+            return [to]
+        good = [f.node for f in fits if f.ok]
+        if not good:
+            raise placement.refuse_nowhere(fits, what)
+        return good
 
     def next_pod_name(self, old: str) -> str:
         """A new name for a recreated pod: ``NAME-cpN`` (a previous ``-cpN`` replaced)."""
