@@ -440,8 +440,8 @@ def _job_restore_waits(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj) -> 
             f"{ref}: no good checkpoint of {', '.join(missing)} (the other pods of the Job "
             "have one): resuming would start those pods from scratch",
             hint="restore the missing checkpoints to the checkpoint volume, or delete and "
-            "recreate the Job to start every pod over; clawpoint checkpoints "
-            f"{ref} lists what is there",
+            "recreate the Job to start every pod over; to see what is there: clawpoint "
+            f"checkpoints {ref}",
             details={"missing": missing},
         )
     sel = f"batch.kubernetes.io/job-name={ref.name}"

@@ -168,7 +168,8 @@ def run_check_drained(b: KubernetesBackend, args: Obj) -> Obj:
             "credentials cannot list pods of other namespaces: the node is not known to be "
             "drained",
             hint=f"check with 'kubectl get pods -A --field-selector spec.nodeName={node}' and "
-            "drain the rest with rights there, or grant clawpoint list on pods cluster-wide",
+            "drain the rest with rights there, or let clawpoint's service account list pods "
+            "cluster-wide (deploy/kubernetes/rbac.yaml)",
             code="kubernetes-drain-unconfirmed",
             details={"node": node},
         )

@@ -268,8 +268,8 @@ def refuse_target(fit: Fit, what: str) -> errors.Conflict:
     return errors.Conflict(
         f"{what} cannot run on node {fit.node}: {'; '.join(fit.reasons)}",
         code="kubernetes-node-does-not-fit",
-        hint="pick a node that tolerates, fits and matches the pod (clawpoint nodes --backend "
-        "k8s shows taints and free GPUs), or change the pod's tolerations, requests or "
+        hint="pick a node that tolerates, fits and matches the pod (taints and free GPUs: "
+        "clawpoint nodes --backend k8s), or change the pod's tolerations, requests or "
         "selectors; nothing was stopped",
         details={"node": fit.node, "reasons": list(fit.reasons)},
     )
