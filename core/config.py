@@ -86,6 +86,12 @@ class CheckpointConfig(_Section):
     # (/dev/shm segments) are copied into each checkpoint, smallest first, up to this many MiB,
     # and put back on restore; beyond it they are listed in the manifest, not copied.
     file_budget_mib: int = Field(default=256, ge=0, le=1_048_576)
+    # What a restore does with each such file (shell-style patterns of absolute paths, first
+    # match wins; unmatched = "rewind"): "rewind" puts back its copy (memory and file agree;
+    # what was written after the checkpoint is kept beside it as PATH.after-LINEAGE@SEQ),
+    # "keep" leaves a file opened for appending as it is (a server's access log keeps the
+    # requests it really served). core/checkpoint/files.py.
+    file_policy: dict[str, Literal["rewind", "keep"]] = Field(default_factory=dict)
     cooperative_timeout_s: float = Field(default=60.0, gt=0)
     cooperative_signal: str = "SIGUSR1"
 

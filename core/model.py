@@ -265,6 +265,15 @@ class WorkloadInfo(BaseModel):
     exit_status: str | None = None
     message: str = ""
 
+    def died(self) -> bool:
+        """Failed on its own (signal, node loss), so a failover is what it needs. A workload a
+        person killed (``exit_status`` "killed") is failed too, but nothing restores it on
+        its own: only a person's explicit failover does."""
+        return self.state is WorkloadState.FAILED and self.exit_status != KILLED
+
+
+KILLED = "killed"  # exit_status of a workload stopped on purpose without saving (``kill``)
+
 
 class CheckpointFile(BaseModel):
     name: str

@@ -355,18 +355,20 @@ def dump(
     if proc.returncode != 0:
         if follower is not None:
             follower.cancel()
+        # The pending checkpoint is aborted after this error; the store keeps its logs there.
+        kept = pending.kept_logs_dir / logfile.name
         refused = _refusal(logfile, options)
         if refused is not None:
             raise errors.CheckpointError(
                 f"criu dump of pid {pid} refused: {refused[0]}",
                 hint=refused[1],
-                details={"log": str(logfile)},
+                details={"log": str(kept)},
             )
         raise errors.CheckpointError(
             f"criu dump of pid {pid} failed (exit {proc.returncode}): {_log_tail(logfile)}",
-            hint=f"see {logfile}; the previous checkpoints are untouched"
+            hint=f"see {kept}; the previous checkpoints are untouched"
             + ("" if leave_running else "; CRIU does not stop a tree whose dump failed"),
-            details={"log": str(logfile)},
+            details={"log": str(kept)},
         )
     try:
         if follower is not None:
@@ -650,7 +652,7 @@ class CriuEngine:
     def prepare_restore(self, req: engine.RestoreRequest) -> None:
         # The files the workload wrote, back as they were at the checkpoint (digests checked
         # first): CRIU refuses files whose size changed, and memory must match their contents.
-        files.put_back(req.info, req.images)
+        req.files = files.put_back(req.info, req.images, req.cfg.file_policy)
 
     def restore(self, req: engine.RestoreRequest) -> engine.Restored:
         return restore(

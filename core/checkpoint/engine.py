@@ -97,15 +97,19 @@ class RestoreRequest:
     inherit_pipes: Mapping[int, int] = field(default_factory=dict)
     abort: threading.Event = field(default_factory=threading.Event)
     lazy: bool = False  # post-copy where the engine can; others restore as usual
+    # Filled by ``prepare_restore``: what it did to the workload's files (files.put_back).
+    files: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
 class Restored:
     """A restored tree (``pid``, still stopped), or ``pid`` None: start the command afresh
-    with ``env`` added (an engine whose application reloads its own state)."""
+    with ``env`` added (an engine whose application reloads its own state). ``files``: the
+    files put back, rewound or kept (``files.put_back``'s report)."""
 
     pid: int | None
     timings: dict[str, float] = field(default_factory=dict)
+    files: list[dict[str, Any]] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
 
 

@@ -16,7 +16,9 @@ them), smallest first, up to ``checkpoint.file_budget_mib``. The manifest's ``ex
 under ``FILES_KEY``, where each copy goes back to (path, mode, owner) and which files were not
 covered. ``put_back`` (before CRIU restores) checks the copies' digests and writes each to its
 original path atomically (temporary file in the same directory, then rename), so memory and
-files agree.
+files agree; what the file held since is first kept beside it (``PATH.after-ID``) and
+reported. ``[checkpoint] file_policy`` may instead keep a file opened for appending as it is
+(a server's access log), since CRIU does not size-check those.
 
 Limits: deleted-but-open files are CRIU's (``--ghost-limit``) and skipped here; files under
 /proc, /sys and /dev (except /dev/shm) and excluded paths (the checkpoint store) are skipped.
@@ -29,9 +31,10 @@ it after the checkpoint, which is the point: the restored program's memory is fr
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -51,6 +54,8 @@ _O_APPEND = 0o2000
 _SKIP_DIRS = ("/proc/", "/sys/", "/dev/")
 _ALLOWED_DEV = ("/dev/shm/",)
 DELETED = " (deleted)"
+REWIND, KEEP = "rewind", "keep"  # ``[checkpoint] file_policy`` values
+AFTER = ".after-"  # a rewound file's later content is kept as PATH.after-CHECKPOINT_ID
 
 
 @dataclass(frozen=True)
@@ -277,18 +282,110 @@ def _write_atomic(path: Path, data_from: Path, *, mode: int, uid: int, gid: int)
         raise
 
 
-def put_back(info: CheckpointInfo, images_dir: Path) -> list[str]:
-    """Put the checkpoint's files back before CRIU restores; returns the paths written.
+def policy_for(path: str, policy: Mapping[str, str]) -> str:
+    """``rewind`` or ``keep`` for ``path``: the first pattern of ``[checkpoint] file_policy``
+    that matches it (shell-style, ``*`` crosses ``/``), else ``rewind``."""
+    for pattern, what in policy.items():
+        if fnmatch.fnmatchcase(path, pattern):
+            return what
+    return REWIND
+
+
+def plan_note(info: CheckpointInfo, policy: Mapping[str, str]) -> str:
+    """What a restore of ``info`` will do to the workload's files, for a plan's text ("" when
+    it carries none)."""
+    record = info.extra.get(FILES_KEY)
+    saved = record.get("saved", []) if isinstance(record, dict) else []
+    back = [str(e["path"]) for e in saved if _decide(e, policy) == REWIND]
+    kept = [str(e["path"]) for e in saved if _decide(e, policy) == KEEP]
+    parts = []
+    if back:
+        parts.append(
+            f"puts back {_names(back)} as at the checkpoint (anything written since is kept "
+            f"beside each as NAME{AFTER}{info.id})"
+        )
+    if kept:
+        parts.append(f"keeps {_names(kept)} as they are (file_policy keep)")
+    return "; ".join(parts)
+
+
+def _names(paths: list[str], most: int = 4) -> str:
+    shown = ", ".join(paths[:most])
+    return shown if len(paths) <= most else f"{shown} and {len(paths) - most} more"
+
+
+def _decide(entry: Mapping[str, Any], policy: Mapping[str, str]) -> str:
+    """``keep`` applies only to a file opened for appending (not a shared mapping): CRIU
+    restores any other file at its recorded size, so that one must be rewound."""
+    wanted = policy_for(str(entry["path"]), policy)
+    if wanted == KEEP and entry.get("append") and not entry.get("shared_map"):
+        return KEEP
+    return REWIND
+
+
+def _same_prefix(a: Path, b: Path, length: int) -> bool:
+    """The first ``length`` bytes of ``a`` and ``b`` are equal."""
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        left = length
+        while left > 0:
+            n = min(left, 1 << 20)
+            if fa.read(n) != fb.read(n):
+                return False
+            left -= n
+    return True
+
+
+def _keep_aside(
+    path: Path, copy: Path, info: CheckpointInfo, entry: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """Before ``path`` is rewound to ``copy``: keep what would be lost beside it (the bytes
+    appended since the checkpoint, or the whole file when it was rewritten). None when the
+    file is missing or unchanged."""
+    try:
+        now = path.stat().st_size
+    except FileNotFoundError:
+        return None
+    saved = copy.stat().st_size
+    grew = now >= saved and _same_prefix(path, copy, saved)
+    if grew and now == saved:
+        return None  # unchanged
+    start = saved if grew else 0
+    aside = path.with_name(f"{path.name}{AFTER}{info.id}")
+    n = 1
+    while aside.exists():  # a second restore of the same checkpoint keeps both
+        aside = path.with_name(f"{path.name}{AFTER}{info.id}.{n}")
+        n += 1
+    with open(path, "rb") as src:
+        src.seek(start)
+        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, int(entry["mode"]) & 0o7777)
+        with os.fdopen(fd, "wb") as out:
+            while chunk := src.read(1 << 20):
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+    return {"path": str(path), "action": "rewound", "bytes_after": now - start,
+            "whole_file": not grew, "kept_at": str(aside)}  # fmt: skip
+
+
+def put_back(
+    info: CheckpointInfo, images_dir: Path, policy: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Put the checkpoint's files back before CRIU restores, as ``policy``
+    (``[checkpoint] file_policy``) says; returns what it did to each file that had changed
+    since the checkpoint: ``rewound`` (with ``bytes_after`` and where those bytes were kept)
+    or ``kept``. Nothing is lost silently: a rewound file's later content is kept beside it.
 
     Raises CorruptCheckpoint when a copy fails its digest (nothing written for it), and
     CheckpointError naming a file the checkpoint did not cover whose state makes CRIU's
     restore impossible (missing, or a different size for a file not opened for appending).
     """
+    policy = policy or {}
     record = info.extra.get(FILES_KEY)
     if not isinstance(record, dict):
         return []
     digests = {f.name: f for f in info.files}
     written: list[str] = []
+    report: list[dict[str, Any]] = []
     for entry in record.get("saved", []):
         name = str(entry["name"])
         expected = digests.get(name)
@@ -308,7 +405,17 @@ def put_back(info: CheckpointInfo, images_dir: Path) -> list[str]:
             )
     for entry in record.get("saved", []):
         path = Path(str(entry["path"]))
+        copy = images_dir / str(entry["name"])
+        if _decide(entry, policy) == KEEP and path.exists():
+            grown = path.stat().st_size - int(entry["size"])
+            if grown:
+                report.append({"path": str(path), "action": KEEP, "bytes_after": grown})
+            continue
         try:
+            if not entry.get("shared_map"):
+                aside = _keep_aside(path, copy, info, entry)
+                if aside is not None:
+                    report.append(aside)
             _write_atomic(
                 path,
                 images_dir / str(entry["name"]),
@@ -338,8 +445,8 @@ def put_back(info: CheckpointInfo, images_dir: Path) -> list[str]:
                 details={"checkpoint": info.id, "file": str(path)},
             )
     if written:
-        log.info("files.put_back", checkpoint=info.id, files=written)
-    return written
+        log.info("files.put_back", checkpoint=info.id, files=written, changed=report)
+    return report
 
 
 def _uncovered_problem(path: Path, size: int, *, append: bool) -> str | None:

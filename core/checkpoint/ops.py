@@ -276,6 +276,7 @@ def restore_verified(
         if verdict[0] is not None:
             raise verdict[0] from None  # the real cause: the images are bad
         raise
+    restored.files = req.files
     t1 = time.perf_counter()
     if resume_early:
         if restored.pid is not None:

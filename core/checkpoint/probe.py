@@ -11,7 +11,13 @@ plan or dry-run says why it cannot work before anything is paused. It reads /pro
 - established TCP connections when ``checkpoint.criu_tcp = "refuse"``;
 - deleted-but-open files larger than ``checkpoint.criu_ghost_limit_mib``;
 - writable shared file mappings (shared memory) that do not fit in
-  ``checkpoint.file_budget_mib`` (they would be restored with newer contents).
+  ``checkpoint.file_budget_mib`` (they would be restored with newer contents);
+- a process without CAP_SYS_ADMIN (one that dropped to another uid: a database server
+  started through ``setpriv``/``runuser``, a web server's workers) in a payload whose PID
+  namespace has no /proc of its own (the root mode shares the host's mount namespace): CRIU's
+  parasite must open a /proc of the task's namespace and, unprivileged, cannot mount one
+  (criu/pie/parasite.c ``get_proc_fd``: "can't dump unprivileged task whose /proc doesn't
+  belong to it").
 
 Limits: a tree it cannot read (not root, process gone) yields no refusal: CRIU's own error
 at dump still names the problem. Unix-domain sockets to outside processes are left to CRIU's
@@ -79,11 +85,55 @@ def _device_reason(path: str, st: os.stat_result) -> str | None:
     return f"a character device ({major}:{minor}) CRIU cannot carry"
 
 
+_CAP_SYS_ADMIN = 21
+
+
+def _status(pid: int) -> dict[str, str]:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return {}
+    return dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
+
+
+def _host_proc_in_own_pidns(pid: int) -> bool:
+    """``pid`` lives in a PID namespace below ours while sharing our mount namespace, so the
+    only /proc it can see is ours (the root mode's payload)."""
+    try:
+        same_mnt = os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        return False
+    return same_mnt and len(_status(pid).get("NSpid", "").split()) > 1
+
+
+def _uid_refusal(pid: int) -> Refusal | None:
+    status = _status(pid)
+    try:
+        caps = int(status.get("CapEff", "0"), 16)
+        uid = int(status.get("Uid", "0").split()[1])  # effective
+    except (ValueError, IndexError):
+        return None
+    if caps >> _CAP_SYS_ADMIN & 1:
+        return None
+    name = status.get("Name", "?").strip()
+    return Refusal(
+        pid,
+        f"process {pid} ({name}) running as uid {uid}",
+        "it dropped its privileges inside a workload whose PID namespace has no /proc of "
+        "its own, and CRIU cannot dump such a process (it needs a /proc of that namespace)",
+        "start the workload as the user its processes run as (clawpoint run as that user "
+        "gives the workload a /proc of its own), or keep every process of it privileged",
+    )
+
+
 def refusals(root: int, options: CriuOptions) -> list[Refusal]:
     """What in the tree rooted at ``root`` makes a checkpoint impossible (empty: none found)."""
     out: list[Refusal] = []
     tcp: set[str] | None = None
+    host_proc = _host_proc_in_own_pidns(root)
     for pid in files.tree_pids(root):
+        if host_proc and (uid := _uid_refusal(pid)) is not None:
+            out.append(uid)
         for _fd, source, target in files.open_fds(pid):
             if target in _ANON_UNSUPPORTED:
                 out.append(Refusal(pid, target, f"{_ANON_UNSUPPORTED[target]} CRIU cannot dump"))

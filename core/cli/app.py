@@ -44,6 +44,7 @@ from core.model import (
     validate_name,
 )
 from core.service.facade import ActionResult, Service, bootstrap
+from core.wrapper.lineage import pod_lineage
 from core.wrapper.spec import RunSpec
 
 app = typer.Typer(
@@ -369,7 +370,11 @@ def _stdin_has_input() -> bool:
 def run(
     command: Annotated[list[str], typer.Argument(help="The command to run, after --")],
     name: Annotated[
-        str | None, typer.Option(help="Workload name (its checkpoint lineage).")
+        str | None,
+        typer.Option(
+            help="Workload name (its checkpoint lineage); NAME-INDEX when CLAWPOINT_POD_INDEX "
+            "or JOB_COMPLETION_INDEX is set (one lineage per pod of a multi-pod workload)."
+        ),
     ] = None,
     node: Annotated[str | None, typer.Option(help="Local node to place it on.")] = None,
     engine: Annotated[
@@ -402,7 +407,13 @@ def run(
     settings = _settings()
     engine = engine or settings.checkpoint.default_engine
     get_engine(engine)  # an unknown name is refused here, naming the known ones
-    workload_name = validate_name(name, what="workload name") if name else _default_name(command[0])
+    # In a pod of a multi-pod workload (an Indexed Job, a StatefulSet) every pod runs the same
+    # --name: the pod's index from its environment makes its lineage its own (NAME-INDEX).
+    workload_name = (
+        pod_lineage(validate_name(name, what="workload name"), os.environ)
+        if name
+        else _default_name(command[0])
+    )
     if _stdin_has_input():
         output.plain(
             "warning: the workload's stdin is /dev/null: input piped or redirected into "

@@ -13,7 +13,12 @@ sentence saying why and the id of the rule or limit that decided. Order of evalu
 4. limits (concurrent disruptive executions, rate per risk class per hour, blast radius)
    -> deny while exceeded;
 5. the ordered ``rules``: the first that matches decides;
-6. ``defaults`` per risk class.
+6. ``defaults`` per risk class;
+7. a plan that sets a person-only parameter (``core.actions.ActionSpec.person_only``, e.g.
+   failover's ``fenced``: a fact about the world only a person can vouch for) is never
+   allowed outright: an "allow" or "approve" becomes "approve" by a person out of band (the
+   agent's own client cannot answer it, and ``core.guardrails.guard`` spends no grant on it);
+   a "deny" stays a deny.
 
 Standing approvals (grants) are applied on top by ``core.guardrails.guard``; they can turn
 "approve" into "allow", never "deny" into anything else. Limits: scope matching reads the
@@ -29,7 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from core.actions import risk_of
+from core.actions import person_claims, risk_of
 from core.guardrail_settings import (
     WEEKDAYS,
     ApprovalKind,
@@ -40,7 +45,7 @@ from core.guardrail_settings import (
     TimeWindow,
     Weekday,
 )
-from core.model import Action, Plan, PrincipalKind, RiskClass, utcnow
+from core.model import Action, Plan, PrincipalKind, RiskClass, WorkloadState, utcnow
 
 # The [policy] section's models live in core.guardrail_settings (core.config gathers them);
 # they are imported above under their own names so callers keep importing them from here.
@@ -99,7 +104,28 @@ def pool_of(plan: Plan) -> str:
     return plan.backend
 
 
+PERSON_ONLY_RULE = "person-only"
+
+
 def evaluate(plan: Plan, policy: PolicyConfig, context: PolicyContext) -> Decision:
+    decision = _evaluate(plan, policy, context)
+    claims = person_claims(plan.action, plan.params)
+    if not claims or decision.outcome is Outcome.DENY:
+        return decision
+    said = ", ".join(claims)
+    return decision.model_copy(
+        update={
+            "outcome": Outcome.APPROVE,
+            "approval": "out-of-band",
+            "rule_id": f"{PERSON_ONLY_RULE}:{said}",
+            "reason": f"The {plan.action.value} of {plan.target} rests on {said}, which only "
+            "a person can vouch for, so a person must approve it out of band (without it: "
+            f"{decision.reason})",
+        }
+    )
+
+
+def _evaluate(plan: Plan, policy: PolicyConfig, context: PolicyContext) -> Decision:
     risk = effective_risk(plan)
 
     def decide(
@@ -169,6 +195,13 @@ def _agent_checkpoints_exhausted(plan: Plan, limits: PolicyLimits, context: Poli
     )
 
 
+def _restores_service(plan: Plan) -> bool:
+    """A failover of a workload that is already down disrupts nothing that still runs: the
+    blast radius (how much of a pool is disrupted at once) does not hold it back. Execution
+    re-checks the recorded state first, so a workload that came back is never touched."""
+    return plan.action is Action.FAILOVER and plan.preconditions.state is WorkloadState.FAILED
+
+
 def _check_limits(
     plan: Plan, risk: RiskClass, limits: PolicyLimits, context: PolicyContext
 ) -> tuple[str, str] | None:
@@ -187,6 +220,8 @@ def _check_limits(
             f"{context.running_disruptive} disruptive executions are already running; the "
             f"limit is {limits.max_concurrent_disruptive} at a time.",
         )
+    if _restores_service(plan):
+        return None
     pool_name = pool_of(plan)
     pool = context.pools.get(pool_name)
     if pool is None:
@@ -208,6 +243,7 @@ def _check_limits(
 
 
 __all__ = [
+    "PERSON_ONLY_RULE",
     "WEEKDAYS",
     "ApprovalKind",
     "Decision",

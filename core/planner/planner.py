@@ -213,7 +213,7 @@ class _Planner:
         dest = self.place.best(backend=w.backend, gpus=w.gpus, exclude=src)
         secs, steps = self._at_risk(w)
         sla = self.sla.get(w.id)
-        dead = w.state is WorkloadState.FAILED
+        dead = w.died()
         effect = Effect(
             work_at_risk_s=secs, work_at_risk_steps=steps, pause_s=self._pause(w),
             cost_per_hour_before=self._price(self.place.node(src)), cost_per_hour_after=self._price(dest),
@@ -235,7 +235,7 @@ class _Planner:
         for nid, gpu in self.gpu_failed.items():
             why = f"GPU {gpu.index} on {nid} failed ({'; '.join(gpu.reasons) or 'NVML verdict failed'})"
             for w in self.on_node.get(nid, []):
-                if w.state in LIVE or w.state is WorkloadState.FAILED:
+                if w.state in LIVE or w.died():
                     self._evacuate(w, "gpu-failure", why, None)
 
     def interruptions(self) -> None:
@@ -261,7 +261,7 @@ class _Planner:
     def dead_nodes(self) -> None:
         for nid in self.down:
             for w in self.on_node.get(nid, []):
-                if w.state is WorkloadState.FAILED:
+                if w.died():
                     self._evacuate(
                         w, "node-down", f"node {nid} is down and {w.id} died with it", None
                     )

@@ -73,6 +73,7 @@ UNVERIFIED_REASON = "unverified_reason"
 ON_REQUEST = "on_request"
 FORMAT = 1
 _TMP = ".tmp-"
+FAILED_LOGS = ".last-failed"  # per lineage: the engine logs of the last aborted checkpoint
 _DEL = ".del-"
 _WRITER_LOCK = ".writer.lock"
 _SEQ_RE = re.compile(r"^[0-9]{8}$")
@@ -118,6 +119,13 @@ class PendingCheckpoint:
     def work_dir(self) -> Path:
         """Scratch space outside the images (engine logs); published along, not hashed."""
         return self.tmp_dir
+
+    @property
+    def kept_logs_dir(self) -> Path:
+        """Where ``abort`` keeps the engine's logs of the lineage's last failed checkpoint (the
+        pending directory itself is removed, and an error's hint must name a file that
+        exists)."""
+        return self.tmp_dir.parent / FAILED_LOGS
 
 
 def _fsync_path(path: Path, *, directory: bool = False) -> None:
@@ -359,10 +367,29 @@ class CheckpointStore:
         _fsync_path(images, directory=True)
 
     def abort(self, pending: PendingCheckpoint) -> None:
-        """Throw away a pending checkpoint (idempotent)."""
+        """Throw away a pending checkpoint (idempotent), keeping its engine logs (``*.log``
+        in the work dir) in ``kept_logs_dir`` in place of the previous failure's."""
+        self._keep_logs(pending)
         shutil.rmtree(pending.tmp_dir, ignore_errors=True)
         self._release(pending)
         log.info("checkpoint.aborted", id=pending.id)
+
+    def _keep_logs(self, pending: PendingCheckpoint) -> None:
+        try:
+            logs = [p for p in pending.work_dir.glob("*.log") if p.is_file()]
+        except OSError:
+            return
+        if not logs:
+            return
+        kept = pending.kept_logs_dir
+        try:
+            shutil.rmtree(kept, ignore_errors=True)
+            perms.make_dir(kept, self.modes)
+            for p in logs:
+                os.chmod(p, self.modes.file)  # CRIU writes its log with the umask's mode
+                os.replace(p, kept / p.name)  # same filesystem: the lineage directory
+        except OSError as exc:  # never let keeping a log turn an abort into a failure
+            log.warning("checkpoint.logs_not_kept", id=pending.id, error=str(exc))
 
     @staticmethod
     def _release(pending: PendingCheckpoint) -> None:

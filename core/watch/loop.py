@@ -57,7 +57,6 @@ from core.model import (
     NodeHealth,
     Principal,
     PrincipalKind,
-    WorkloadState,
     utcnow,
 )
 from core.planner.planner import PlannerConfig, Proposal
@@ -400,7 +399,7 @@ def _unfixable(plans: PlanReport, nodes: Sequence[Any], workloads: Sequence[Any]
     health = {n.id: n.health for n in nodes}
     for w in workloads:
         node = f"{w.backend}:{w.node}" if w.node else None
-        if (w.state is WorkloadState.FAILED and node is not None
+        if (w.died() and node is not None
                 and health.get(node) is NodeHealth.DEGRADED and w.id not in proposed):  # fmt: skip
             out.append(Finding(
                 key=f"dead:{w.id}", level="attention", kind="dead", subject=w.id,

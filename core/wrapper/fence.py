@@ -40,15 +40,18 @@ def write_identity(
     wrapper: int,
     payload: int | None,
     restored_from: str | None = None,
+    files: list[dict[str, Any]] | None = None,
 ) -> None:
     """``restored_from``: the checkpoint this incarnation started from (None: fresh), which
-    the caller that asked for a restore checks against the one it asked for."""
+    the caller that asked for a restore checks against the one it asked for; ``files``: what
+    that restore did to the workload's files (rewound or kept), which the caller reports."""
     data: dict[str, Any] = {
         "wrapper_pid": wrapper,
         "wrapper_start": engine.start_time(wrapper),
         "payload_pid": payload,
         "payload_start": engine.start_time(payload) if payload else None,
         "restored_from": restored_from,
+        **({"files": files} if files else {}),
     }
     path = pids_path(settings, name)
     tmp = path.with_name(path.name + ".tmp")

@@ -121,10 +121,15 @@ class Pipes:
         self.output = output
         self._targets = ((self.out_r, 1), (self.err_r, 2))
         self._threads: list[threading.Thread] = []
+        # Read once, now: a pump closes its read end at end-of-file (a restored program that
+        # pointed stdout or stderr elsewhere never held this incarnation's write end), and a
+        # later fstat would fail (EBADF) or, once the number is reused, describe another file.
+        self._inodes = (os.fstat(self.out_r).st_ino, os.fstat(self.err_r).st_ino)
 
     @property
     def inodes(self) -> tuple[int, int]:
-        return os.fstat(self.out_r).st_ino, os.fstat(self.err_r).st_ino
+        """The pipes' inodes (what a dump declares external), valid for the object's life."""
+        return self._inodes
 
     def start(self) -> None:
         """Close our write ends (the payload holds its own) and pump the read ends."""

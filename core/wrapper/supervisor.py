@@ -130,6 +130,8 @@ class Supervisor:
         self._no_dump.set()
         self.last_checkpoint: str | None = None
         self.restore_info: dict[str, Any] = {}
+        # What the restore did to the workload's files (rewound / kept), for the caller.
+        self.restored_files: list[dict[str, Any]] = []
         self._lock_fd = -1
         self._server: socket.socket | None = None
         self._answers = threading.Condition()
@@ -252,6 +254,7 @@ class Supervisor:
             wrapper=os.getpid(),
             payload=self.payload.pid,
             restored_from=self.last_checkpoint,
+            files=self.restored_files,
         )
         self.registry.upsert(
             WorkloadRecord(
@@ -457,6 +460,9 @@ class Supervisor:
             self._note_handoff(order, restored, mark)
         else:
             self.restore_info = {"from": cid, "timings": restored.timings}
+        if restored.files:
+            self.restore_info["files"] = restored.files
+            self.restored_files = restored.files
         self.payload = payload.restored(restored.pid)
         self.pipes.start()
 

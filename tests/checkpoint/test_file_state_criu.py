@@ -265,3 +265,90 @@ def test_beyond_the_budget_the_checkpoint_is_kept_and_the_restore_says_why(
     assert str(state) in out and "file budget" in out, out
     assert cli.workload("big")["state"] != "running"
     assert json.loads(cli("checkpoints", "local:big", "--json").stdout)[0]["id"] == listed[0]["id"]
+
+
+ACCESS_LOG_PROGRAM = textwrap.dedent(
+    """
+    import os, sys, time
+    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)  # a server's log
+    n = 0
+    while True:
+        os.write(fd, f"request {n}\\n".encode())
+        n += 1
+        time.sleep(0.02)
+    """
+)
+
+
+def _served(path: Path) -> list[int]:
+    return [int(line.split()[1]) for line in path.read_text().splitlines()]
+
+
+def _files_step_output(out: str) -> list[dict[str, object]]:
+    steps = json.loads(out)["execution"]["steps"]
+    return [f for s in steps for f in (s.get("output") or {}).get("files", [])]
+
+
+def test_an_append_only_log_is_never_rewound_silently(cli: Cli, tmp_path: Path) -> None:
+    program = tmp_path / "server.py"
+    program.write_text(ACCESS_LOG_PROGRAM)
+    log = tmp_path / "work" / "access.log"
+    log.parent.mkdir()
+
+    def serve_then_crash(name: str) -> tuple[int, list[int], str, str]:
+        cli("run", "--name", name, "--node", "node-a", "--detach", "--",
+            sys.executable, str(program), str(log))  # fmt: skip
+        wait_for(lambda: log.exists() and len(_served(log)) > 10, "the first requests")
+        cli("checkpoint", f"local:{name}", "--yes")
+        at_checkpoint = log.stat().st_size
+        wait_for(lambda: log.stat().st_size > at_checkpoint + 200, "requests after it")
+        pid = cli.workload(name)["pid"]
+        os.kill(pid, signal.SIGKILL)
+        cli.wait_state(name, "failed")
+        before_failover = _served(log)
+        plan = cli("failover", f"local:{name}", "--dry-run", "--json").stdout
+        out = cli("failover", f"local:{name}", "--yes", "--json").stdout
+        return at_checkpoint, before_failover, plan, out
+
+    # Default (rewind): the log goes back to the checkpoint, with its tail kept beside it,
+    # and the plan and the result say so.
+    at_checkpoint, served, plan, out = serve_then_crash("web")
+    [changed] = _files_step_output(out)
+    assert changed["action"] == "rewound" and changed["path"] == str(log)
+    kept = Path(str(changed["kept_at"]))
+    assert kept.name.startswith("access.log.after-web@") and changed["bytes_after"] > 0
+    assert "puts back" in plan and str(log) in plan  # the dry run listed it
+    # What the killed server wrote = the log as put back + the tail kept beside it.
+    tail = _served(kept)
+    head = len(served) - len(tail)
+    assert tail and served[head:] == tail and head * 10 < at_checkpoint
+    assert _served(log)[:head] == served[:head]
+    cli("kill", "local:web", "--yes")
+
+    # file_policy keep: the log is left as the killed server left it, and keeps growing.
+    log.unlink()
+    kept.unlink()
+    cli.config(f'[checkpoint]\nfile_policy = {{ "{log.parent}/*.log" = "keep" }}\n')
+    at_checkpoint, served, plan, out = serve_then_crash("web2")
+    [changed] = _files_step_output(out)
+    assert changed["action"] == "keep" and changed["bytes_after"] > 0
+    assert "keeps" in plan
+    wait_for(lambda: len(_served(log)) > len(served) + 10, "requests after the failover")
+    assert _served(log)[: len(served)] == served  # nothing the server wrote was lost
+    assert not list(log.parent.glob("access.log.after-*"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the root mode: a payload started as root")
+def test_a_process_that_dropped_to_another_uid_is_refused_at_plan_time(cli: Cli) -> None:
+    # A server started by root that drops to an unprivileged user (PostgreSQL through
+    # setpriv/runuser): in the root mode its /proc is the host's, and CRIU cannot dump it.
+    cli("run", "--name", "drop", "--node", "node-a", "--detach", "--", "/usr/bin/setpriv",
+        "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/sleep", "600")  # fmt: skip
+    pid = cli.wait_state("drop", "running")["pid"]
+    for extra in (["--dry-run"], []):
+        proc = cli("checkpoint", "local:drop", "--yes", "--json", *extra, ok=False)
+        assert proc.returncode == 8, proc.stdout + proc.stderr
+        err = json.dumps(json.loads(proc.stdout))
+        assert "uid 65534" in err and "sleep" in err, err
+    assert cli.workload("drop")["pid"] == pid and cli.workload("drop")["state"] == "running"
+    assert json.loads(cli("checkpoints", "local:drop", "--json").stdout) == []

@@ -343,8 +343,9 @@ def test_unix_connection_to_an_outside_process_is_refused(cli: Cli, tmp_path: Pa
             pid = cli.workload("ux")["pid"]
             proc = cli("checkpoint", "local:ux", "--yes", "--json", ok=False)
             assert proc.returncode == 8, proc.stdout + proc.stderr
-            assert (
-                "Unix-domain socket connected to a process outside"
-                in json.loads(proc.stdout)["message"]
-            )
+            err = json.loads(proc.stdout)
+            assert "Unix-domain socket connected to a process outside" in err["message"]
+            # The log the error points at outlives the aborted checkpoint.
+            log = Path(err["execution"]["result"]["error"]["details"]["log"])
+            assert log.parent.name == ".last-failed" and "Error" in log.read_text()
             assert cli.workload("ux")["pid"] == pid and cli.workload("ux")["state"] == "running"

@@ -14,7 +14,7 @@ from core.guardrails.policy import (
     PoolLoad,
     evaluate,
 )
-from core.model import Action, RiskClass
+from core.model import Action, Preconditions, RiskClass, WorkloadState
 from tests.guardrails.conftest import make_plan
 
 # A Wednesday, 14:30 UTC.
@@ -160,6 +160,16 @@ def test_limits_deny_even_when_a_rule_allows() -> None:
     assert evaluate(drain, policy, small).outcome is Outcome.ALLOW
     small_busy = ctx(pools={"gpu": PoolLoad(nodes=2, nodes_drained=1)})
     assert evaluate(drain, policy, small_busy).rule_id == "limit:blast-radius"
+    # Restoring a workload that is already down disrupts nothing: not held back by the
+    # blast radius (its recorded state is re-checked before the first step).
+    dead = make_plan(Action.FAILOVER, scope={"partition": "gpu"}).model_copy(
+        update={
+            "preconditions": Preconditions(workload="local:train-1", state=WorkloadState.FAILED)
+        }
+    )
+    assert evaluate(dead.sealed(), policy, two).outcome is Outcome.ALLOW
+    alive = make_plan(Action.FAILOVER, scope={"partition": "gpu"})  # a spot notice's failover
+    assert evaluate(alive, policy, two).rule_id == "limit:blast-radius"
     # Safe checkpoints are not held back by the disruptive limits.
     safe = make_plan(Action.CHECKPOINT, scope={"partition": "gpu"})
     assert evaluate(safe, policy, ctx(running_disruptive=5)).outcome is Outcome.ALLOW

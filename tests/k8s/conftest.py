@@ -10,14 +10,22 @@ from typing import Any
 import pytest
 
 from tests.k8s.emulator import Emulator
+from tests.k8s.emulator.schema import KUBERNETES_VERSION
 
 
 @pytest.fixture
 def emu() -> Iterator[Emulator]:
-    with Emulator() as server:
+    # Every object a test's client creates, replaces or patches is checked against the schema
+    # of the Kubernetes version the docs name (emulator/schema.py); a violation fails the
+    # request and, below, the test, even where the test expected the request to fail.
+    with Emulator(schema_version=KUBERNETES_VERSION) as server:
         server.namespace("default", "team-a")
         yield server
         assert not server.crashes, f"the emulator failed inside: {server.crashes}"
+        assert not server.schema_violations, (
+            f"objects sent that the Kubernetes {KUBERNETES_VERSION} schema refuses: "
+            f"{server.schema_violations}"
+        )
 
 
 @pytest.fixture

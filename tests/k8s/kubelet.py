@@ -1,19 +1,26 @@
-"""A fake kubelet (plus the two controllers pods need) that makes emulated pods real.
+"""A fake kubelet (plus the controllers pods need) that makes emulated pods real.
 
 ``FakeKubelet(emu, root, nodes=[...])`` runs one background thread that, every ``poll_s``:
 
-- **Job controller**: a Job not suspended and not finished gets one pod from its template
-  (labels ``job-name`` / ``batch.kubernetes.io/job-name``, an ownerReference) when it has no
-  live pod; a suspended Job's pods are deleted (gracefully, so the container gets SIGTERM)
-  and its ``startTime`` cleared, as the real controller does; a pod that Succeeded completes
-  the Job (condition ``Complete``); ``status.active`` counts its live pods.
-- **Scheduler**: binds a pod without ``nodeName`` to a managed node that is Ready, not
-  cordoned, without NoSchedule/NoExecute taints, and matching the pod's ``nodeSelector`` and
-  required node affinity (``In`` / ``NotIn`` / ``Exists``), fewest pods first.
+- **Job controller**: a Job not suspended and not finished gets its pods from its template
+  (labels ``job-name`` / ``batch.kubernetes.io/job-name``, an ownerReference) by the rules of
+  ``controllers.sync_job``: ``parallelism``, ``completions``, Indexed Jobs, ``backoffLimit``;
+  a suspended Job's pods are deleted (gracefully, so the container gets SIGTERM) and its
+  ``startTime`` kept, reset when it is resumed, as the real controller does.
+- **StatefulSet controller**: pods ``NAME-ORDINAL`` in order (``controllers.sync_statefulset``).
+- **Scheduler**: binds a pod without ``nodeName`` to a node that passes kube-scheduler's
+  filters (``tests/k8s/scheduler.py``: taints and tolerations, cordon, resource requests
+  including ``nvidia.com/gpu`` against allocatable, ``nodeSelector`` and required node
+  affinity; a node not Ready or not run here counts as tainted), fewest pods first; a pod
+  no node takes stays Pending with ``PodScheduled=False``, reason ``Unschedulable`` and the
+  scheduler's message.
 - **Kubelet**: a pod bound to a managed node runs its first container's ``command + args`` as
-  a real local process (its own session), with the container's ``env``, and reports
+  a real local process (its own session), with the container's ``env`` (values and the
+  downward API's ``fieldRef``), and reports
   ``phase``, ``conditions`` (Ready, ContainersReady, PodScheduled) and ``containerStatuses``
-  (running, then terminated with the exit code). A pod being deleted gets SIGTERM, then
+  (running, then terminated with the exit code). ``restartPolicy`` is honoured: Always
+  restarts the container after any exit, OnFailure after a non-zero one (``restartCount``,
+  ``lastState``; the pod stays Running), with a short back-off (``restart_backoff_s``). A pod being deleted gets SIGTERM, then
   SIGKILL after ``deletionGracePeriodSeconds`` (the wrapper checkpoints inside that budget),
   and is removed once its process is gone. ``pods/exec`` runs in the container's
   environment (``Emulator.exec_handler``).
@@ -33,19 +40,26 @@ installed wrapper and ``python`` the project's interpreter.
 State is read and written through the emulator's store directly (as its seeding does for
 controllers and kubelets), so the request recorder and RBAC rules see only the code under
 test. ``crash_node(name)`` simulates a node dying: its processes are SIGKILLed, its Ready
-condition becomes Unknown and nothing on it is managed any more.
+condition becomes Unknown, its heartbeat Lease is no longer renewed and nothing on it is
+managed any more.
 
-Limits: one container per pod (init containers and sidecars are ignored); no restarts
-(``restartPolicy`` is treated as Never); no image pulls, probes, resource limits or cgroups.
+**Node leases**: each managed node's ``kube-node-lease/<node>`` Lease (coordination.k8s.io/v1)
+is created and renewed every quarter of ``lease_s`` (``renewTime``, a MicroTime), as the
+kubelet's node lease controller does (kubernetes/kubernetes pkg/kubelet/kubelet.go,
+``nodeLeaseRenewIntervalFraction = 0.25``; the lease is named after the node, held by it
+and owned by the Node: staging/src/k8s.io/component-helpers/apimachinery/lease).
+``lease_s`` defaults to 2 s rather than the kubelet's 40 s so that tests see a lease expire.
+
+Limits: one container per pod (init containers and sidecars are ignored); requests only
+schedule (no cgroups enforce them); the restart back-off is 0.2 s doubling to 1.6 s, not
+the kubelet's 10 s to 5 min; no image pulls or probes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import random
 import signal
-import string
 import subprocess
 import sys
 import threading
@@ -56,10 +70,12 @@ from pathlib import Path
 from typing import Any
 
 from tests.k8s import container as ctr
+from tests.k8s import controllers, scheduler
 from tests.k8s.emulator import Emulator, status
 from tests.k8s.emulator.store import Obj
 
 ROOT = Path(__file__).resolve().parents[2]
+LEASE_NAMESPACE = "kube-node-lease"
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -91,6 +107,8 @@ class FakeKubelet:
         nodes: list[str],
         volumes: dict[str, Path] | None = None,
         poll_s: float = 0.05,
+        lease_s: int = 2,
+        restart_backoff_s: float = 0.2,
         seccomp_root: Path | None = None,
     ) -> None:
         self.emu, self.store = emu, emu.store
@@ -98,6 +116,7 @@ class FakeKubelet:
         self.nodes = set(nodes)
         self.volumes = dict(volumes or {})
         self.poll_s = poll_s
+        self.restart_backoff_s = restart_backoff_s
         # The node's seccomp directory (the kubelet's <root-dir>/seccomp): Localhost
         # profiles are read from it.
         self.seccomp_root = seccomp_root
@@ -111,6 +130,10 @@ class FakeKubelet:
         self.pods_kind = self.store.kinds[("", "pods")]
         self.nodes_kind = self.store.kinds[("", "nodes")]
         self.jobs_kind = self.store.kinds[("batch", "jobs")]
+        self.sts_kind = self.store.kinds[("apps", "statefulsets")]
+        self.leases_kind = self.store.kinds[("coordination.k8s.io", "leases")]
+        self.lease_s = lease_s
+        self._renewed: dict[str, float] = {}  # node -> monotonic time of its last renewal
 
     # ----- lifecycle --------------------------------------------------------------------
     def start(self) -> FakeKubelet:
@@ -142,7 +165,9 @@ class FakeKubelet:
         while not self._stop.is_set():
             try:
                 with self._lock:
+                    self._leases()
                     self._jobs()
+                    self._statefulsets()
                     self._schedule()
                     self._pods()
             except Exception as exc:  # keep running; the test reads .errors
@@ -150,6 +175,39 @@ class FakeKubelet:
             self._stop.wait(self.poll_s)
 
     # ----- nodes ------------------------------------------------------------------------
+    def _leases(self) -> None:
+        """Renew the Lease of every managed node (a crashed node is no longer managed)."""
+        now = time.monotonic()
+        for name in sorted(self.nodes):
+            if now - self._renewed.get(name, -1e9) < self.lease_s * 0.25:
+                continue
+            self._renewed[name] = now
+            stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            try:
+                lease = self.store.get(self.leases_kind, LEASE_NAMESPACE, name)
+            except status.ApiError:
+                self._create_lease(name, stamp)
+                continue
+            lease["spec"]["renewTime"] = stamp
+            self.store.update(self.leases_kind, LEASE_NAMESPACE, name, lease, api=False)
+
+    def _create_lease(self, name: str, stamp: str) -> None:
+        if ("", LEASE_NAMESPACE) not in self.store.objects[("", "namespaces")]:
+            self.emu.namespace(LEASE_NAMESPACE)
+        node = self.store.get(self.nodes_kind, "", name)
+        owner = {"apiVersion": "v1", "kind": "Node", "name": name, "uid": node["metadata"]["uid"]}
+        self.store.create(
+            self.leases_kind,
+            LEASE_NAMESPACE,
+            {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": name, "namespace": LEASE_NAMESPACE, "ownerReferences": [owner]},
+                "spec": {"holderIdentity": name, "leaseDurationSeconds": self.lease_s, "renewTime": stamp},
+            },
+            api=False,
+        )  # fmt: skip
+
     def crash_node(self, name: str) -> None:
         """The node dies: processes killed, Ready Unknown, nothing on it managed any more."""
         with self._lock:
@@ -179,54 +237,61 @@ class FakeKubelet:
                 self.nodes_kind, "", name, {**(node.get("status") or {}), "conditions": conds}
             )
 
-    def _node_ok(self, node: Obj, pod: Obj) -> bool:
-        meta, spec = node["metadata"], node.get("spec") or {}
-        if meta["name"] not in self.nodes or spec.get("unschedulable"):
-            return False
-        ready = next(
-            (c for c in (node.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"),
-            None,
-        )
-        if ready is None or ready.get("status") != "True":
-            return False
-        if any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or []):
-            return False
-        labels = {**(meta.get("labels") or {}), "kubernetes.io/hostname": meta["name"]}
-        pspec = pod.get("spec") or {}
-        for k, v in (pspec.get("nodeSelector") or {}).items():
-            if labels.get(k) != v:
-                return False
-        required = (
-            ((pspec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-                "requiredDuringSchedulingIgnoredDuringExecution"
-            )
-            or {}
-        ).get("nodeSelectorTerms") or []
-        if required and not any(_term_matches(t, labels) for t in required):
-            return False
-        return True
-
-    # ----- scheduler --------------------------------------------------------------------
+    # ----- scheduler (filter rules in tests/k8s/scheduler.py) ------------------------------
     def _schedule(self) -> None:
         pods, _ = self.store.list(self.pods_kind, None, lambda o: True)
         nodes, _ = self.store.list(self.nodes_kind, None, lambda o: True)
-        load: dict[str, int] = {}
+        bound: dict[str, list[Obj]] = {}
         for p in pods:
             n = (p.get("spec") or {}).get("nodeName")
             if n:
-                load[n] = load.get(n, 0) + 1
+                bound.setdefault(n, []).append(p)
         for pod in pods:
             spec, meta = pod.get("spec") or {}, pod["metadata"]
             if spec.get("nodeName") or meta.get("deletionTimestamp"):
                 continue
-            fits = [n["metadata"]["name"] for n in nodes if self._node_ok(n, pod)]
+            why = {
+                n["metadata"]["name"]: scheduler.unschedulable_reasons(
+                    pod,
+                    n,
+                    bound.get(n["metadata"]["name"], []),
+                    n["metadata"]["name"] in self.nodes,
+                )
+                for n in nodes
+            }
+            fits = [n for n, reasons in why.items() if not reasons]
             if not fits:
+                self._unschedulable(pod, scheduler.fit_error(len(nodes), why))
                 continue
-            target = min(fits, key=lambda n: (load.get(n, 0), n))
-            load[target] = load.get(target, 0) + 1
+            target = min(fits, key=lambda n: (len(bound.get(n, [])), n))
+            bound.setdefault(target, []).append(pod)
             current = self.store.get(self.pods_kind, meta["namespace"], meta["name"])
             current["spec"]["nodeName"] = target
             self.store.update(self.pods_kind, meta["namespace"], meta["name"], current, api=False)
+
+    def _unschedulable(self, pod: Obj, message: str) -> None:
+        """The pod stays Pending with the scheduler's condition (as kube-scheduler's
+        failure handler records it: PodScheduled=False, reason Unschedulable)."""
+        st = dict(pod.get("status") or {})
+        old: Obj = next(
+            (c for c in st.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
+        )
+        if old.get("reason") == "Unschedulable" and old.get("message") == message:
+            return
+        conds = [c for c in st.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        conds.append(
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+                "lastTransitionTime": _now(),
+            }
+        )
+        st.update(phase=st.get("phase") or "Pending", conditions=conds)
+        meta = pod["metadata"]
+        with contextlib.suppress(status.ApiError):
+            self.store.set_status(self.pods_kind, meta["namespace"], meta["name"], st)
 
     # ----- Job controller ---------------------------------------------------------------
     def _jobs(self) -> None:
@@ -256,65 +321,64 @@ class FakeKubelet:
                     if not p["metadata"].get("deletionTimestamp"):
                         with contextlib.suppress(status.ApiError):
                             self.store.delete(self.pods_kind, ns, p["metadata"]["name"])
-                new_st.pop("startTime", None)
+                # startTime is kept on suspend (a 1.34 controller; 1.35's KEP-5440 clears it):
+                # a client that changes the template clears it through jobs/status.
                 new_st["active"] = len([p for p in live])
                 conds = [c for c in conds if c["type"] != "Suspended"]
                 conds.append({"type": "Suspended", "status": "True", "reason": "JobSuspended"})
             else:
+                resumed = any(c["type"] == "Suspended" and c["status"] == "True" for c in conds)
                 conds = [c for c in conds if c["type"] != "Suspended"]
-                if any((p.get("status") or {}).get("phase") == "Succeeded" for p in pods):
-                    conds.append({"type": "Complete", "status": "True", "reason": "Completed"})
-                    new_st["succeeded"] = 1
+                if resumed:
+                    # pkg/controller/job/job_controller.go, syncJob: "Resumed jobs will always
+                    # reset StartTime to current time" (the ActiveDeadlineSeconds clock).
+                    new_st["startTime"] = _now()
+                try:
+                    counts, ended = controllers.sync_job(self.store, job, pods, st)
+                except status.ApiError as exc:
+                    # Admission refused a pod (Pod Security): the real controller records a
+                    # FailedCreate event and tries again later; the Job gets no pod.
+                    self._refused(exc)
+                    continue
+                new_st.update(counts)
+                conds += ended
+                if any(c["type"] == "Complete" for c in ended):
                     new_st["completionTime"] = _now()
-                elif not [p for p in live if not p["metadata"].get("deletionTimestamp")]:
-                    self._job_pod(job)
-                    live = [*live, {}]
                 new_st.setdefault("startTime", _now())
-                new_st["active"] = len(live)
-                new_st["failed"] = len(
-                    [p for p in pods if (p.get("status") or {}).get("phase") == "Failed"]
-                )
             new_st["conditions"] = conds
             if new_st != st:
-                self.store.set_status(self.jobs_kind, ns, name, new_st)
+                # Guarded by the resourceVersion read, as the real controller's update: a
+                # stale pass gets a Conflict and retries, so it never undoes a client's
+                # jobs/status write made in between (a cleared startTime).
+                with contextlib.suppress(status.ApiError):
+                    self.store.update(
+                        self.jobs_kind, ns, name, {**job, "status": new_st},
+                        subresource="status", api=False,
+                    )  # fmt: skip
 
-    def _job_pod(self, job: Obj) -> None:
-        meta = job["metadata"]
-        template = (job.get("spec") or {}).get("template") or {}
-        tmeta = dict(template.get("metadata") or {})
-        suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
-        labels = {
-            **(tmeta.get("labels") or {}),
-            "job-name": meta["name"],
-            "batch.kubernetes.io/job-name": meta["name"],
-        }
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": f"{meta['name']}-{suffix}",
-                "namespace": meta["namespace"],
-                "labels": labels,
-                "annotations": dict(tmeta.get("annotations") or {}),
-                "ownerReferences": [
-                    {
-                        "apiVersion": "batch/v1",
-                        "kind": "Job",
-                        "name": meta["name"],
-                        "uid": meta["uid"],
-                        "controller": True,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
-            },
-            "spec": dict(template.get("spec") or {}),
-        }
-        try:
-            self.store.create(self.pods_kind, meta["namespace"], pod, api=True)
-        except status.ApiError as exc:
-            # Admission refused the pod (Pod Security): the real controller records a
-            # FailedCreate event and tries again later; the Job makes no pod.
+    def _refused(self, exc: status.ApiError) -> None:
+        if exc.message not in self.refused_pods:
             self.refused_pods.append(exc.message)
+
+    # ----- StatefulSet controller -------------------------------------------------------
+    def _statefulsets(self) -> None:
+        for sts in self.store.list(self.sts_kind, None, lambda o: True)[0]:
+            meta = sts["metadata"]
+            pods, _ = self.store.list(
+                self.pods_kind,
+                meta["namespace"],
+                lambda p, uid=meta["uid"]: any(
+                    o.get("uid") == uid for o in p["metadata"].get("ownerReferences") or []
+                ),
+            )
+            try:
+                st = controllers.sync_statefulset(self.store, sts, pods)
+            except status.ApiError as exc:  # a pod refused at admission, as for Jobs
+                self._refused(exc)
+                continue
+            if {k: (sts.get("status") or {}).get(k) for k in st} != st:
+                new = {**(sts.get("status") or {}), **st}
+                self.store.set_status(self.sts_kind, meta["namespace"], meta["name"], new)
 
     # ----- kubelet ----------------------------------------------------------------------
     def _pods(self) -> None:
@@ -339,7 +403,13 @@ class FakeKubelet:
             code = proc.popen.poll()
             if code is not None and not proc.reported_exit:
                 proc.reported_exit = True
-                self._report_exit(pod, code)
+                if _restarts(pod, code):
+                    self._report_restarting(pod, proc, code)
+                else:
+                    self._report_exit(pod, code)
+            elif code is not None and "restart_at" in proc.extra:
+                if time.monotonic() >= proc.extra["restart_at"]:
+                    self._restart(pod, key, proc)
         for key in [k for k in self.procs if k not in seen]:
             proc = self.procs.pop(key)
             self._kill(proc, signal.SIGKILL)
@@ -405,7 +475,9 @@ class FakeKubelet:
         container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
         env = {
             "PATH": f"{VENV_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "HOSTNAME": pod["metadata"]["name"],
+            # The pod's hostname is spec.hostname when set (Indexed Jobs, StatefulSets), else
+            # its name (pkg/kubelet/util GetPodHostnameAndDomain).
+            "HOSTNAME": (pod.get("spec") or {}).get("hostname") or pod["metadata"]["name"],
             "LANG": "C.UTF-8",
         }
         if os.environ.get("PYTHONPATH"):  # a test run against another checkout
@@ -413,6 +485,9 @@ class FakeKubelet:
         for e in container.get("env") or []:
             if "value" in e:
                 env[str(e["name"])] = _rewrite(str(e["value"]), mounts)
+            elif "fieldRef" in (e.get("valueFrom") or {}):
+                path = str(e["valueFrom"]["fieldRef"].get("fieldPath", ""))
+                env[str(e["name"])] = _field_ref(pod, path)
         return env
 
     def _argv(
@@ -458,6 +533,7 @@ class FakeKubelet:
         except ctr.SecurityContextError as exc:
             self._create_error(pod, key, str(exc))
             return
+        Path(cspec.pidfile).unlink(missing_ok=True)  # a restart's: the old one is gone
         with log.open("ab") as out:
             popen = subprocess.Popen(
                 ctr.launch_argv(cspec),
@@ -537,6 +613,59 @@ class FakeKubelet:
                     ],
                 },
             )
+
+    # ----- restartPolicy ----------------------------------------------------------------
+    def _report_restarting(self, pod: Obj, proc: _Proc, code: int) -> None:
+        """The container exited and will be started again: the pod stays Running, the
+        container waits in CrashLoopBackOff with its last state terminated (kubelet
+        pkg/kubelet/kuberuntime; the pod phase only ends when no container will restart,
+        pkg/kubelet/kubelet_pods.go getPhase). The real back-off starts at 10 s and doubles
+        up to 5 min (pkg/kubelet/kubelet.go); the fake's starts at ``restart_backoff_s``
+        and doubles up to 8 times that, so tests do not wait minutes."""
+        restarts = int(proc.extra.get("restarts", 0))
+        proc.extra["restart_at"] = time.monotonic() + self.restart_backoff_s * min(2**restarts, 8)
+        meta = pod["metadata"]
+        st = dict(pod.get("status") or {})
+        exit_code = code if code >= 0 else 128 - code
+        cs = [dict(c) for c in st.get("containerStatuses") or []]
+        for c in cs:
+            c.update(ready=False, started=False)
+            c["lastState"] = {
+                "terminated": {
+                    "exitCode": exit_code,
+                    "reason": "Completed" if code == 0 else "Error",
+                    "finishedAt": _now(),
+                }
+            }
+            c["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
+        st["containerStatuses"] = cs
+        with contextlib.suppress(status.ApiError):
+            self.store.set_status(self.pods_kind, meta["namespace"], meta["name"], st)
+
+    def _restart(self, pod: Obj, key: tuple[str, str, str], proc: _Proc) -> None:
+        """Start the container again in the same pod (same home, volumes and name);
+        ``restartCount`` goes up by one."""
+        restarts = int(proc.extra.get("restarts", 0)) + 1
+        last = [
+            dict(c).get("lastState")
+            for c in (pod.get("status") or {}).get("containerStatuses") or []
+        ]
+        del self.procs[key]
+        self._start(pod, key)
+        new = self.procs.get(key)
+        if new is not None:
+            new.extra["restarts"] = restarts
+        meta = pod["metadata"]
+        with contextlib.suppress(status.ApiError):
+            current = self.store.get(self.pods_kind, meta["namespace"], meta["name"])
+            st = dict(current.get("status") or {})
+            cs = [dict(c) for c in st.get("containerStatuses") or []]
+            for i, c in enumerate(cs):
+                c["restartCount"] = restarts
+                if i < len(last) and last[i]:
+                    c["lastState"] = last[i]
+            st["containerStatuses"] = cs
+            self.store.set_status(self.pods_kind, meta["namespace"], meta["name"], st)
 
     def _report_exit(self, pod: Obj, code: int) -> None:
         meta = pod["metadata"]
@@ -627,15 +756,33 @@ def _rewrite(text: str, mounts: list[tuple[str, str]]) -> str:
     return text
 
 
-def _term_matches(term: Obj, labels: dict[str, str]) -> bool:
-    for expr in term.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and labels.get(key) in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-    return bool(term.get("matchExpressions")) or not term.get("matchFields")
+def _field_ref(pod: Obj, path: str) -> str:
+    """The downward API value of ``fieldPath`` (pkg/fieldpath ExtractFieldPathAsString): a
+    missing label or annotation is the empty string; a path the API server would have refused
+    is an error here (validation's validEnvDownwardAPIFieldPathExpressions)."""
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    for prefix, source in (("metadata.labels", "labels"), ("metadata.annotations", "annotations")):
+        if path.startswith(f"{prefix}['") and path.endswith("']"):
+            return str((meta.get(source) or {}).get(path[len(prefix) + 2 : -2], ""))
+    simple = {
+        "metadata.name": meta.get("name"),
+        "metadata.namespace": meta.get("namespace"),
+        "metadata.uid": meta.get("uid"),
+        "spec.nodeName": spec.get("nodeName"),
+        "spec.serviceAccountName": spec.get("serviceAccountName"),
+        "status.hostIP": "127.0.0.1",
+        "status.podIP": "127.0.0.1",
+    }
+    if path not in simple:
+        raise RuntimeError(f"unsupported downward API fieldPath {path!r}")
+    return str(simple[path] or "")
+
+
+def _restarts(pod: Obj, code: int) -> bool:
+    """Whether the kubelet starts an exited container again (pod restartPolicy: Always after
+    any exit, OnFailure after a non-zero one, Never not at all; pkg/kubelet/container
+    ShouldContainerBeRestarted). A pod being deleted is never restarted."""
+    policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
+    if pod["metadata"].get("deletionTimestamp"):
+        return False
+    return policy == "Always" or (policy == "OnFailure" and code != 0)

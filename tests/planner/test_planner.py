@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from core.model import Action, NodeHealth, NodeInfo, WorkloadInfo, WorkloadState
+from core.model import KILLED, Action, NodeHealth, NodeInfo, WorkloadInfo, WorkloadState
 from core.planner.planner import PlannerInput, plan_actions
 from core.signals.model import InterruptionAction, InterruptionNotice, Provider
 from core.signals.nvml import NvmlMonitor
@@ -152,6 +152,13 @@ def test_dead_node_fails_over_dead_workloads() -> None:
     work = [wl("x", "gone", state=WorkloadState.FAILED)]
     [p] = plan_actions(PlannerInput(nodes=nodes, workloads=work), now=NOW)
     assert (p.action, p.trigger, p.params) == (Action.FAILOVER, "node-down", {"to": "b"})
+
+
+def test_a_workload_a_person_killed_is_never_failed_over_on_its_own() -> None:
+    nodes = [node("gone", health=NodeHealth.DOWN), node("b")]
+    killed = wl("x", "gone", state=WorkloadState.FAILED).model_copy(update={"exit_status": KILLED})
+    assert not killed.died()
+    assert plan_actions(PlannerInput(nodes=nodes, workloads=[killed]), now=NOW) == []
 
 
 def test_queue_depth_model_and_backlog_preempts_low_priority_work() -> None:

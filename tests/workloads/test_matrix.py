@@ -5,7 +5,7 @@ step and printed no FAIL).
 
 Rows (docs/checkpointing.md, "Compatibility matrix"): threads, a multiprocessing pool, a
 deleted-but-open file, eventfd/timerfd/inotify, stdin from /dev/null and from a pipe inside
-the workload, heavy stdout, a numpy job with periodic checkpoints, a program run from a
+the workload, stderr pointed at /dev/null (a daemon's habit), heavy stdout, a numpy job with periodic checkpoints, a program run from a
 venv, Unix-domain sockets (path and abstract). The TCP server row is
 tests/checkpoint/test_sockets_criu.py; shared memory and files written without O_APPEND are
 covered with the file-state contract.
@@ -72,6 +72,7 @@ SHAPES = {
     "stdin-pipe": lambda tmp: [sys.executable, program("stdin_reader.py"), "pipe"],
     "unix-path": lambda tmp: [sys.executable, program("unix_echo.py"), "path", str(tmp)],
     "unix-abstract": lambda tmp: [sys.executable, program("unix_echo.py"), "abstract"],
+    "quiet-stderr": lambda tmp: [sys.executable, program("quiet_stderr.py")],
 }
 
 

@@ -6,7 +6,8 @@ config, namespaces in scope, retries, API failures translated into ``core.errors
 (validated before any request), ``inventory`` (nodes and workloads, operators where their
 CRDs are served), ``queue`` (pending pods by reason, Kueue queues), ``backend`` (the
 ``Backend`` protocol, registered in ``core.backends.registry``), ``actions`` (plans and
-steps, each mutating request previewed with ``dryRun=All``), ``kubelet_api`` (the kubelet
+steps, each mutating request previewed with ``dryRun=All``), ``jobs`` (Job moves the API
+server accepts, and Kueue-admitted Jobs through their Workloads), ``kubelet_api`` (the kubelet
 checkpoint API probe) and ``incontainer`` (what ``pods/exec`` runs inside a wrapped
 container). See docs/kubernetes.md.
 """

@@ -5,6 +5,8 @@ Every step is one API request or one wait, named, with JSON-able args. The mutat
 while planning (``preview``): the server validates and authorizes them and answers the
 objects as they would be, which the plan carries in ``scope["dry_run"]``; so a preview shows
 exactly what would change, and a missing RBAC permission is reported before anything runs.
+A step the server would refuse in the state the plan starts from (a Job's template change
+while it runs, see ``jobs``) carries ``deferred`` and is shown as validated when reached.
 ``run_step`` re-validates every name it is given (a journal could be edited) before it
 reaches a URL. Values of the form ``$STEP.FIELD`` are filled in by the service.
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +29,14 @@ import structlog
 from core import actions as catalogue
 from core import errors
 from core.backends.base import PlanDraft, ProgressFn
-from core.backends.kubernetes import ids
+from core.backends.kubernetes import ids, jobs, lineages
 from core.backends.kubernetes.connection import Op
+from core.backends.kubernetes.lineages import (
+    CONTAINER_ANNOTATION,
+    LINEAGE_ANNOTATION,
+    REPLICAS_ANNOTATION,
+    lineage_of,
+)
 from core.model import Action, PlanStep
 
 if TYPE_CHECKING:
@@ -36,9 +45,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("clawpoint.kubernetes")
 Obj = dict[str, Any]
 
-LINEAGE_ANNOTATION = "clawpoint.io/lineage"
-CONTAINER_ANNOTATION = "clawpoint.io/container"
-REPLICAS_ANNOTATION = "clawpoint.io/preempted-replicas"
+__all__ = ["CONTAINER_ANNOTATION", "LINEAGE_ANNOTATION", "REPLICAS_ANNOTATION", "lineage_of"]
 FLOOR_ANNOTATION = "clawpoint.io/min-replicas"
 MUTATING = frozenset({"patch", "create_pod", "delete_pod", "evict"})
 _TERMINAL = ("Succeeded", "Failed")
@@ -73,11 +80,6 @@ def step(step_name: str, op: str, description: str, /, **args: Any) -> PlanStep:
 # ----- reading pods -------------------------------------------------------------------------
 def meta(obj: Obj) -> Obj:
     return obj.get("metadata") or {}
-
-
-def lineage_of(pod: Obj) -> str | None:
-    value = (meta(pod).get("annotations") or {}).get(LINEAGE_ANNOTATION)
-    return ids.check_name(str(value), what="lineage") if value else None
 
 
 def container_of(pod: Obj) -> str:
@@ -124,16 +126,56 @@ def pods_of(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj) -> list[Obj]:
     return [p for p in b.list_pods(ref.namespace, label_selector=sel) if live(p)]
 
 
+_WRAPPER_ARGV = re.compile(r"(^|[\s/])clawpoint\s+run(\s|$)|-m\s+core\.cli\s+run(\s|$)")
+
+
+def runs_wrapper(pod: Obj) -> bool | None:
+    """Whether the wrapped container's ``command``/``args`` start clawpoint's wrapper
+    (``clawpoint run`` or ``python -m core.cli run``, also inside a shell line); None when
+    the spec sets neither, so the image's entrypoint decides and only the container knows."""
+    spec = pod.get("spec") or {}
+    name = container_of(pod) if spec.get("containers") else ""
+    container: Obj = next((c for c in spec.get("containers") or [] if c.get("name") == name), {})
+    argv = [str(a) for a in [*(container.get("command") or []), *(container.get("args") or [])]]
+    if not container.get("command"):
+        return None  # the image's ENTRYPOINT runs (args, if any, are its arguments)
+    return bool(_WRAPPER_ARGV.search(" ".join(argv)))
+
+
 def _require_wrapped(pod: Obj) -> str:
     lineage = lineage_of(pod)
+    where = f"pod {meta(pod).get('namespace')}/{meta(pod).get('name')}"
     if not lineage:
         raise errors.NotSupported(
-            f"pod {meta(pod).get('namespace')}/{meta(pod).get('name')} does not run under the "
-            "clawpoint wrapper (no clawpoint.io/lineage annotation)",
+            f"{where} does not run under the clawpoint wrapper (no clawpoint.io/lineage "
+            "annotation)",
             hint="run its container with the wrapper as entrypoint and a checkpoint volume "
             "(deploy/kubernetes/example-job.yaml), or make it a cooperative app",
         )
+    if runs_wrapper(pod) is False:
+        # Annotated as wrapped, but the command shown is something else: the exec into it
+        # would find no wrapper to ask. Refused here instead of failing after the wait.
+        raise errors.NotSupported(
+            f"{where} is annotated {LINEAGE_ANNOTATION}={lineage} but its container "
+            f"{container_of(pod)!r} does not run the wrapper (its command is not "
+            "`clawpoint run ...` or `python -m core.cli run ...`)",
+            code="kubernetes-wrapper-missing",
+            hint="start the container with `clawpoint run --name LINEAGE -- <your command>` "
+            "(spec.containers[].command), or remove the annotation",
+        )
     return lineage
+
+
+def image_warnings(spec: Obj) -> list[str]:
+    """A warning per container whose image is not pinned by digest: the target node may
+    pull another image, and CRIU restores files by path and checks them."""
+    return [
+        f"container {c.get('name')!r} runs image {c.get('image')!r}, not pinned by digest "
+        "(name@sha256:...): the target node may pull a different image than the one "
+        "checkpointed, and the restore fails if files the process had open differ"
+        for c in spec.get("containers") or []
+        if "@sha256:" not in str(c.get("image") or "")
+    ]
 
 
 # ----- affinity -----------------------------------------------------------------------------
@@ -158,16 +200,21 @@ def with_placement(spec: Obj, *, to: str | None, away_from: list[str]) -> Obj:
         return out
     affinity = out.setdefault("affinity", {})
     node_aff = affinity.setdefault("nodeAffinity", {})
-    node_aff["requiredDuringSchedulingIgnoredDuringExecution"] = {
-        "nodeSelectorTerms": [{"matchExpressions": [expr]}]
-    }
+    # The pod's own required terms stay (terms are ORed, a term's expressions ANDed: the
+    # placement is ANDed into each); only their hostname expressions are replaced.
+    own = (node_aff.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
+        "nodeSelectorTerms"
+    ) or [{}]
+    terms = []
+    for term in own:
+        kept = [
+            e
+            for e in term.get("matchExpressions") or []
+            if e.get("key") != "kubernetes.io/hostname"
+        ]
+        terms.append({**term, "matchExpressions": [*kept, expr]})
+    node_aff["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": terms}
     return out
-
-
-def _job_placement_patch(raw: Obj, *, to: str | None, away_from: list[str]) -> Obj:
-    template = ((raw.get("spec") or {}).get("template") or {}).get("spec") or {}
-    placed = with_placement(template, to=to, away_from=away_from)
-    return {"spec": {"template": {"spec": {"affinity": placed.get("affinity")}}}}
 
 
 # ----- step builders ------------------------------------------------------------------------
@@ -268,7 +315,15 @@ def plan_preempt(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: O
     wrapped = [p for p in pods if lineage_of(p)]
     for p in wrapped:
         steps.append(checkpoint_step(b, p, stop=False, prefix=f"{meta(p)['name']}-"))
-    if kind in SUSPEND:
+    workload = jobs.kueue_workload(b, raw) if kind == "Job" else None
+    if workload is not None:
+        # Kueue owns the Job's spec.suspend: deactivate its Workload instead.
+        wl = jobs.kueue_ref(workload)
+        what = f"deactivate its Kueue Workload {wl.name} (Kueue evicts it and suspends the Job)"
+        steps.append(
+            patch_step("suspend", "Workload", wl.namespace, wl.name, SUSPEND["Workload"][0], what)
+        )
+    elif kind in SUSPEND:
         patch = SUSPEND[kind][0]
         what = "suspend it"
     elif kind in SCALED:
@@ -285,7 +340,8 @@ def plan_preempt(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: O
             f"a bare Pod cannot be suspended ({ref})",
             hint="migrate it, checkpoint it with stop, or run it as a Job",
         )
-    steps.append(patch_step("suspend", kind, ref.namespace, ref.name, patch, what))
+    if workload is None:
+        steps.append(patch_step("suspend", kind, ref.namespace, ref.name, patch, what))
     if pods and kind == "Job":
         steps.append(
             wait_pods_gone_step(
@@ -314,10 +370,29 @@ def plan_resume(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Ob
     kind = ref.kind.kind
     to = b.target_node(params.get("to"))
     steps: list[PlanStep] = []
-    if kind in SUSPEND:
+    workload = jobs.kueue_workload(b, raw) if kind == "Job" else None
+    patch_kind, patch_name = kind, ref.name
+    if kind == "Job" and to and workload is None:
+        # Pre-flight: the Job's next pods would be scheduled there.
+        template = ((raw.get("spec") or {}).get("template") or {}).get("spec") or {}
+        b.preflight(template, to=to, away=[], what=str(ref))
+    if workload is not None:
+        if to:
+            jobs.refuse_kueue_move(b, raw, f"resume it on {to}")
+        patch_kind, patch_name = "Workload", jobs.kueue_ref(workload).name
+        patch = copy.deepcopy(SUSPEND["Workload"][1])
+        what = f"reactivate its Kueue Workload {patch_name} (Kueue admits it again and unsuspends the Job)"
+    elif kind in SUSPEND:
         patch = copy.deepcopy(SUSPEND[kind][1])
         if kind == "Job" and to:
-            patch["spec"].update(_job_placement_patch(raw, to=to, away_from=[])["spec"])
+            if not jobs.suspended(raw):
+                raise errors.Conflict(
+                    f"{ref} runs: resume --to moves a suspended Job",
+                    hint=f"migrate it instead: {_cli(Action.MIGRATE)} {ref} --to {ids.PREFIX}{to}",
+                )
+            # The server takes a template change only while suspended and never started:
+            # clear startTime through jobs/status first, then place it, then unsuspend.
+            steps += jobs.retarget_steps(raw, to=to, away_from=[], prefix="", defer=False)
         what = "unsuspend it" + (f" on {to}" if to else "")
     elif kind in SCALED:
         replicas = int(
@@ -330,15 +405,9 @@ def plan_resume(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Ob
         what = f"scale it back to {replicas}"
     else:
         raise errors.NotSupported(f"{ref} cannot be resumed", hint="migrate a bare Pod instead")
-    steps.append(patch_step("resume", kind, ref.namespace, ref.name, patch, what))
-    lineage = lineage_of(raw) or lineage_of((raw.get("spec") or {}).get("template") or {})
-    if kind == "Job" and lineage:
-        steps.append(
-            wait_restored_step(
-                b, "wait_restored", ref.namespace, f"batch.kubernetes.io/job-name={ref.name}",
-                lineage, b.newest_seq(lineage),
-            )
-        )  # fmt: skip
+    steps.append(patch_step("resume", patch_kind, ref.namespace, patch_name, patch, what))
+    if kind == "Job":
+        steps += _job_restore_waits(b, ref, raw)
     return PlanDraft(
         steps=steps,
         summary=f"resume {ref}: {what}",
@@ -346,6 +415,52 @@ def plan_resume(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Ob
         rollback=f"preempt it again: {_cli(Action.PREEMPT)} {ref}",
         scope=_scope(b, ref, to),
     )
+
+
+def restore_floor(b: KubernetesBackend, lineage: str) -> int | None:
+    """The seq a restored pod of ``lineage`` must restore at least: its newest good
+    checkpoint's (the wrapper skips bad ones); None when the volume holds none. Without the
+    checkpoint volume mounted here (no k8s.checkpoint_dir) nothing is known: 0."""
+    if b.store() is None:
+        return 0
+    good = b.newest_good(lineage)
+    return good.seq if good is not None else None
+
+
+def _job_restore_waits(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj) -> list[PlanStep]:
+    """A wait per pod the resumed Job starts (one per pending index of an Indexed Job), each
+    until that pod runs restored from its own lineage's newest good checkpoint. Refused when
+    some of those lineages have a checkpoint and others none: those pods would start from
+    scratch beside pods that restore, and the Job's state would be half lost."""
+    wanted = lineages.job_lineages_to_restore(raw)
+    floors = {lineage: restore_floor(b, lineage) for lineage in wanted}
+    missing = sorted(lineage for lineage, seq in floors.items() if seq is None)
+    if missing and len(missing) < len(wanted):
+        raise errors.Conflict(
+            f"{ref}: no good checkpoint of {', '.join(missing)} (the other pods of the Job "
+            "have one): resuming would start those pods from scratch",
+            hint="restore the missing checkpoints to the checkpoint volume, or delete and "
+            "recreate the Job to start every pod over; to see what is there: clawpoint "
+            f"checkpoints {ref}",
+            details={"missing": missing},
+        )
+    sel = f"batch.kubernetes.io/job-name={ref.name}"
+    several = len(wanted) > 1
+    return [
+        wait_restored_step(
+            b, f"{lineage}-wait_restored" if several else "wait_restored", ref.namespace, sel,
+            lineage, seq,
+        )
+        for lineage, seq in floors.items()
+        if seq is not None
+    ]  # fmt: skip
+
+
+def restarts(pod: Obj) -> bool:
+    """Whether the kubelet starts the pod's containers again after they exit: restartPolicy
+    Always (the API default of a pod) or OnFailure (the wrapper's exit code after a stop is
+    not promised to be 0)."""
+    return ((pod.get("spec") or {}).get("restartPolicy") or "Always") != "Never"
 
 
 def _move_pod_steps(
@@ -376,6 +491,21 @@ def _move_pod_steps(
     }
     steps: list[PlanStep] = []
     after: str | int = b.newest_seq(lineage)
+    where = f"on {to}" if to else f"off {', '.join(away)}"
+    if take_checkpoint and restarts(pod):
+        # restartPolicy Always/OnFailure: a payload stopped in place is started again by the
+        # kubelet (and its wrapper would restore the checkpoint right there), so the old pod
+        # is never waited on to end: checkpoint it running, then delete it (deletion never
+        # restarts; its SIGTERM makes the wrapper checkpoint once more within the grace
+        # period), and only once it is gone create the copy, which restores the newest.
+        policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
+        return [
+            checkpoint_step(b, pod, stop=False, prefix=prefix),
+            step(f"{prefix}delete_old", "delete_pod", f"delete pod {ns}/{old} (restartPolicy {policy}: stopping it in place would restart it; its wrapper checkpoints again on SIGTERM)", namespace=ns, name=old, grace_s=None),
+            step(f"{prefix}wait_ended", "wait_pod_ended", f"wait until pod {ns}/{old} is gone", namespace=ns, name=old, timeout_s=b.cfg.checkpoint_timeout_s),
+            step(f"{prefix}create", "create_pod", f"create pod {ns}/{new_name} {where} (same spec; its wrapper restores {lineage})", namespace=ns, body=body),
+            wait_restored_step(b, f"{prefix}wait_restored", ns, f"metadata.name={new_name}", lineage, f"${prefix}checkpoint.seq"),
+        ]  # fmt: skip
     if take_checkpoint:
         steps.append(checkpoint_step(b, pod, stop=True, prefix=prefix))
         steps.append(
@@ -383,7 +513,6 @@ def _move_pod_steps(
                  namespace=ns, name=old, timeout_s=b.cfg.checkpoint_timeout_s)
         )  # fmt: skip
         after = f"${prefix}checkpoint.seq"
-    where = f"on {to}" if to else f"off {', '.join(away)}"
     steps += [
         step(f"{prefix}create", "create_pod", f"create pod {ns}/{new_name} {where} (same spec; its wrapper restores {lineage})", namespace=ns, body=body),
         wait_restored_step(b, f"{prefix}wait_restored", ns, f"metadata.name={new_name}", lineage, after),
@@ -393,23 +522,19 @@ def _move_pod_steps(
 
 
 def _move_job_steps(
-    b: KubernetesBackend, job: Obj, pod: Obj, *, to: str | None, away: list[str], prefix: str
+    b: KubernetesBackend,
+    job: Obj,
+    pods: list[Obj],
+    *,
+    to: str | None,
+    away: list[str],
+    prefix: str,
 ) -> list[PlanStep]:
-    m = meta(job)
-    ns, name = m["namespace"], m["name"]
-    lineage = _require_wrapped(pod)
-    sel = f"batch.kubernetes.io/job-name={name}"
-    resume = {
-        "spec": {"suspend": False, **_job_placement_patch(job, to=to, away_from=away)["spec"]}
-    }
-    where = f"on {to}" if to else f"off {', '.join(away)}"
-    return [
-        checkpoint_step(b, pod, stop=False, prefix=prefix),
-        patch_step(f"{prefix}suspend", "Job", ns, name, {"spec": {"suspend": True}}, f"suspend Job {ns}/{name} (its pod checkpoints again on SIGTERM)"),
-        wait_pods_gone_step(b, f"{prefix}wait_stopped", ns, sel, f"Job {ns}/{name}"),
-        patch_step(f"{prefix}place", "Job", ns, name, resume, f"set the Job's node affinity ({where}) and unsuspend it"),
-        wait_restored_step(b, f"{prefix}wait_restored", ns, sel, lineage, f"${prefix}checkpoint.seq"),
-    ]  # fmt: skip
+    """Suspend, wait, clear startTime, place, unsuspend, and wait until each pod runs
+    restored from its own checkpoint (``jobs``)."""
+    for p in pods:
+        _require_wrapped(p)
+    return jobs.move_steps(b, job, pods, to=to, away=away, prefix=prefix)
 
 
 def plan_migrate(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Obj) -> PlanDraft:
@@ -421,22 +546,36 @@ def plan_migrate(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: O
     pod = pods[0]
     source = str((pod.get("spec") or {}).get("nodeName") or "")
     to = b.target_node(params.get("to"), away_from=source)
-    if ref.kind.kind == "Pod":
-        steps = _move_pod_steps(b, pod, to=to, away=[source], prefix="")
-    elif ref.kind.kind == "Job":
-        steps = _move_job_steps(b, raw, pod, to=to, away=[source], prefix="")
-    else:
+    if ref.kind.kind not in ("Pod", "Job"):
         raise errors.NotSupported(
             f"migrate moves wrapped Pods and Jobs, not {ref.kind.kind}",
             hint="preempt and resume it, or drain its node",
         )
+    _require_wrapped(pod)
+    # Pre-flight, before any step stops anything: the target tolerates and fits the pod.
+    spec = (
+        pod.get("spec") or {}
+        if ref.kind.kind == "Pod"
+        else ((raw.get("spec") or {}).get("template") or {}).get("spec") or {}
+    )
+    fits = b.preflight(
+        spec, to=to, away=[source], what=str(ref), pod=(meta(pod)["namespace"], meta(pod)["name"])
+    )
+    if ref.kind.kind == "Pod":
+        steps = _move_pod_steps(b, pod, to=to, away=[source], prefix="")
+    else:
+        wrapped = [p for p in pods if lineage_of(p)] or [pod]
+        steps = _move_job_steps(b, raw, wrapped, to=to, away=[source], prefix="")
+    warnings = image_warnings(spec)
     return PlanDraft(
         steps=steps,
-        summary=f"migrate {ref} from {source} to {to or 'another node'} through a checkpoint",
+        summary=f"migrate {ref} from {source} to {to or 'another node'} through a checkpoint"
+        + ("" if to else f" (nodes that fit: {', '.join(fits)})")
+        + "".join(f". Warning: {w}" for w in warnings),
         expected_pause_s=None,
         saves="the pod's full state: the new pod's wrapper restores the checkpoint just taken",
         rollback=f"migrate it back: {_cli(Action.MIGRATE)} {ref} --to {ids.PREFIX}{source}",
-        scope=_scope(b, ref, source),
+        scope={**_scope(b, ref, source), "fits": fits, "warnings": warnings},
     )
 
 
@@ -456,6 +595,7 @@ def plan_scale(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Obj
             f"scale needs replicas, a whole number >= 0 (got {replicas!r})",
             hint="pass --replicas N",
         )
+    lineages.check_identities(kind, raw, pods=replicas)
     floor = floor_of(b, raw)
     if replicas < floor:
         raise errors.PolicyDenied(
@@ -509,17 +649,45 @@ def _cordon_step(node: str, reason: str, description: str) -> PlanStep:
 
 
 def plan_drain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
+    from core.backends.kubernetes import nodes  # builds on this module
+
     to = b.target_node(params.get("to"), away_from=node)
     save = params.get("save", True) is not False
+    force = bool(params.get("force"))
     reason = str(params.get("reason") or "")
     steps: list[PlanStep] = [_cordon_step(node, reason, f"cordon {node}: nothing new lands there")]
     moved, evicted = 0, 0
+    warnings: list[str] = []
     evictions: list[PlanStep] = []  # after the moves: a budget that blocks one moves nothing
+    jobs_moved: set[tuple[str, str]] = set()  # a Job moves once, with every pod it has
+    left: list[str] = []  # DaemonSet and mirror pods (kubectl drain leaves them too)
+    forced: list[str] = []  # evicted only because of force
+    unforced: list[tuple[str, str]] = []
     for pod in b.list_pods(None, field_selector=f"spec.nodeName={node}"):
-        if not live(pod) or owner_kind(pod) == "DaemonSet":
+        if not live(pod):
+            continue
+        why_left = nodes.left_alone(pod)
+        if why_left:
+            left.append(f"{nodes.name_of(pod)}: {why_left}")
             continue
         m = meta(pod)
         prefix = f"{m['namespace']}-{m['name']}-"
+        # A wrapped pod saves itself: moved through a checkpoint (a bare or Job pod, with
+        # save), or checkpointing on SIGTERM (its emptyDir is the wrapper's scratch).
+        wrapped = bool(lineage_of(pod))
+        moved_kind = owner_kind(pod) in (None, "Job")
+        why_force = nodes.needs_force(pod, wrapped=wrapped, moved=save and wrapped and moved_kind)
+        if why_force:
+            if not force:
+                unforced.append((nodes.name_of(pod), why_force))
+                continue
+            forced.append(f"{nodes.name_of(pod)}: {why_force}")
+        if save and lineage_of(pod) and owner_kind(pod) in (None, "Job"):
+            _require_wrapped(pod)
+            spec = _spec_to_move(b, pod)
+            b.preflight(spec, to=to, away=[node], what=f"pod {m['namespace']}/{m['name']}",
+                        pod=(m["namespace"], m["name"]))  # fmt: skip
+            warnings += image_warnings(spec)
         if save and lineage_of(pod) and owner_kind(pod) is None:
             steps += _move_pod_steps(b, pod, to=to, away=[node], prefix=prefix)
             moved += 1
@@ -527,8 +695,22 @@ def plan_drain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
             job_name = next(
                 str(o["name"]) for o in m.get("ownerReferences") or [] if o.get("controller")
             )
-            job = b.read_raw(ids.WorkloadRef(ids.kind_named("Job"), m["namespace"], job_name))
-            steps += _move_job_steps(b, job, pod, to=to, away=[node], prefix=prefix)
+            if (m["namespace"], job_name) in jobs_moved:
+                continue
+            jobs_moved.add((m["namespace"], job_name))
+            job_ref = ids.WorkloadRef(ids.kind_named("Job"), m["namespace"], job_name)
+            job = b.read_raw(job_ref)
+            lineages.check_identities("Job", job)
+            job_pods = [
+                p for p in pods_of(b, job_ref, job)
+                if lineage_of(p) and (p.get("status") or {}).get("phase") == "Running"
+            ] or [pod]  # fmt: skip
+            workload = jobs.kueue_workload(b, job)
+            if workload is not None and to is None:
+                # Through Kueue: the node is cordoned, so its new admission lands elsewhere.
+                steps += jobs.kueue_requeue_steps(b, job, workload, job_pods, prefix=prefix)
+            else:
+                steps += _move_job_steps(b, job, job_pods, to=to, away=[node], prefix=prefix)
             moved += 1
         else:
             evictions.append(
@@ -536,8 +718,26 @@ def plan_drain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
                      namespace=m["namespace"], name=m["name"], wait_s=b.cfg.eviction_wait_s)
             )  # fmt: skip
             evicted += 1
+    if unforced:
+        raise nodes.refuse_unforced(node, unforced)
     steps += evictions
+    not_handled, visible = nodes.outside_scope(b, node)
+    steps.append(nodes.check_drained_step(b, node, visible=visible))
     where = f" to {to}" if to else ""
+    scope_ns = ", ".join(b.conn.scoped_namespaces or [])
+    notes = ""
+    if not_handled:
+        notes += (
+            f"; NOT HANDLED (outside {scope_ns}): {', '.join(not_handled)}: the drain reports "
+            "the node not drained while they run"
+        )
+    if not visible:
+        notes += (
+            f"; these credentials cannot list pods outside {scope_ns}: pods of other "
+            "namespaces on the node are unknown, so the node cannot be reported drained"
+        )
+    if forced:
+        notes += f"; forced (their work is lost): {', '.join(forced)}"
     return PlanDraft(
         steps=steps,
         summary=f"drain {node}: cordon it, move {moved} wrapped workload(s){where} through "
@@ -546,13 +746,33 @@ def plan_drain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
             ""
             if save
             else " (save=false: wrapped pods are evicted too, without a checkpoint first)"
-        ),
+        )
+        + notes
+        + "".join(f". Warning: {w}" for w in warnings),
         saves="every wrapped workload's state (restored elsewhere); evicted pods restart per their controllers"
         if save
         else "only what each wrapper saves on SIGTERM within the grace period",
         rollback=f"undrain it: {_cli(Action.UNDRAIN_NODE)} {ids.PREFIX}{node}",
-        scope={"node": node},
+        scope={
+            "node": node,
+            "not_handled": not_handled,
+            "other_namespaces_visible": visible,
+            "left": left,
+            "forced": forced,
+            "warnings": warnings,
+        },
     )
+
+
+def _spec_to_move(b: KubernetesBackend, pod: Obj) -> Obj:
+    """The spec the moved pod's copy is made from: its own (a bare pod) or its Job's
+    template (the Job controller makes the next pod from it)."""
+    if owner_kind(pod) != "Job":
+        return pod.get("spec") or {}
+    m = meta(pod)
+    job_name = next(str(o["name"]) for o in m.get("ownerReferences") or [] if o.get("controller"))
+    job = b.read_raw(ids.WorkloadRef(ids.kind_named("Job"), m["namespace"], job_name))
+    return ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
 
 
 def plan_cordon(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
@@ -576,10 +796,15 @@ def plan_undrain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
             f"node {node} is not cordoned or drained: nothing to undo",
             hint="undrain a node that was drained or cordoned",
         )
-    patch = {
+    patch: Obj = {
         "spec": {"unschedulable": None},
         "metadata": {"annotations": {REASON_ANNOTATION: None}},
     }
+    from core.backends.kubernetes import nodes  # builds on this module
+
+    kept = nodes.without_out_of_service(nodes.read_node(b, node))
+    if kept is not None:  # fenced by a failover: back in service once repaired (KEP-2268)
+        patch["spec"]["taints"] = kept
     return PlanDraft(
         steps=[patch_step("uncordon", "Node", "", node, patch, f"uncordon {node}")],
         summary=f"undrain {node}: it takes pods again",
@@ -606,6 +831,23 @@ def plan_failover(b: KubernetesBackend, node: str, only: set[str] | None, params
         )
     to = b.target_node(params.get("to"), away_from=node)
     steps: list[PlanStep] = []
+    warnings: list[str] = []
+    if detail.ready:
+        if params.get("fenced"):
+            raise errors.InvalidInput(
+                f"node {node} is Ready: fenced applies to a lost (NotReady) node only",
+                hint="leave out fenced: a Ready node with a notice is failed over as it is",
+            )
+        # A spot notice on a Ready node: the node is alive, so it is not fenced (the
+        # out-of-service taint would tell Kubernetes it is shut down and detach its volumes);
+        # its pods are stopped through the API and their wrappers checkpoint on SIGTERM.
+        fencing: Obj = {"node": node, "by": "not needed", "why": "the node is Ready (a notice)"}
+    else:
+        from core.backends.kubernetes import nodes  # builds on this module
+
+        # Before any pod of it is deleted or recreated elsewhere (refused while it is alive).
+        steps, fencing = nodes.fence_steps(b, node, bool(params.get("fenced")))
+    fence_count = len(steps)
     for pod in b.list_pods(None, field_selector=f"spec.nodeName={node}"):
         m = meta(pod)
         if (pod.get("status") or {}).get("phase") in _TERMINAL or not lineage_of(pod):
@@ -619,30 +861,44 @@ def plan_failover(b: KubernetesBackend, node: str, only: set[str] | None, params
                 hint="it can only be restarted from scratch (resume with fresh)",
             )
         prefix = f"{m['namespace']}-{m['name']}-"
+        if owner_kind(pod) in (None, "Job"):
+            spec = _spec_to_move(b, pod)
+            b.preflight(spec, to=to, away=[node], what=f"pod {m['namespace']}/{m['name']}",
+                        pod=(m["namespace"], m["name"]))  # fmt: skip
+            warnings += image_warnings(spec)
         if owner_kind(pod) == "Job":
             job_name = next(
                 str(o["name"]) for o in m.get("ownerReferences") or [] if o.get("controller")
             )
+            job_ref = ids.WorkloadRef(ids.kind_named("Job"), m["namespace"], job_name)
+            lineages.check_identities("Job", b.read_raw(job_ref))
             steps += [
                 step(f"{prefix}delete_old", "delete_pod", f"delete pod {m['namespace']}/{m['name']} on the lost node (grace 0: its node is gone)",
                      namespace=m["namespace"], name=m["name"], grace_s=0),
-                wait_restored_step(b, f"{prefix}wait_restored", m["namespace"], f"batch.kubernetes.io/job-name={job_name}", lineage, b.newest_seq(lineage)),
+                wait_restored_step(b, f"{prefix}wait_restored", m["namespace"], f"batch.kubernetes.io/job-name={job_name}", lineage, restore_floor(b, lineage) or 0),
             ]  # fmt: skip
         elif owner_kind(pod) is None:
             steps += _move_pod_steps(
                 b, pod, to=to, away=[node], prefix=prefix, take_checkpoint=False
             )
-    if not steps:
+    if len(steps) == fence_count:
         raise errors.Conflict(
             f"no wrapped workload to fail over on {node}", hint="list the workloads on it"
         )
+    back = (
+        ""
+        if detail.ready
+        else f"; once {node} is repaired, undrain it (removes the out-of-service taint, "
+        f"uncordons it): {_cli(Action.UNDRAIN_NODE)} {ids.PREFIX}{node}"
+    )
     return PlanDraft(
         steps=steps,
         summary=f"fail over the wrapped workloads of {node} ({'not Ready' if not detail.ready else 'interruption notice'}) "
-        f"from their newest good checkpoints{f' onto {to}' if to else ''}",
+        f"from their newest good checkpoints{f' onto {to}' if to else ''}; fencing: {fencing['why']}"
+        + "".join(f". Warning: {w}" for w in warnings),
         saves="the newest good checkpoint of each; work since it is lost",
-        rollback="nothing to undo: the old pods were on a lost node",
-        scope={"node": node},
+        rollback="nothing to undo: the old pods were on a lost node" + back,
+        scope={"node": node, "fencing": fencing, "warnings": warnings},
     )
 
 
@@ -684,9 +940,13 @@ def mutate(b: KubernetesBackend, op: str, args: Obj, *, dry_run: bool) -> Obj:
             }[wk.kind]
             if sub == "scale":
                 method += "_scale"
-            return conn.call_json(
-                opn, getattr(conn.api(api_name), method), name, ns, patch, **extra
-            )
+            kw = dict(extra)
+            if sub == "status":
+                # jobs/status: clearing startTime before a move, as a JSON merge patch
+                # (RFC 7386: null removes the field), the same for every client and kind
+                method += "_status"
+                kw["_content_type"] = "application/merge-patch+json"
+            return conn.call_json(opn, getattr(conn.api(api_name), method), name, ns, patch, **kw)
         version = b.inventory.served_versions().get(wk.kind)
         if version is None:
             raise errors.NotFound(
@@ -754,6 +1014,12 @@ def preview(b: KubernetesBackend, steps: list[PlanStep]) -> list[Obj]:
         if s.op not in MUTATING:
             continue
         entry: Obj = {"step": s.name, "op": s.op, "request": describe(s)}
+        if s.args.get("deferred"):
+            # The server would refuse it in the state the plan starts from (a running Job's
+            # template); it is validated when the steps before it have run.
+            entry["deferred"] = str(s.args["deferred"])
+            out.append(entry)
+            continue
         try:
             entry["object"] = _trim(mutate(b, s.op, s.args, dry_run=True))
         except errors.Conflict as exc:
@@ -817,6 +1083,12 @@ def run_step(b: KubernetesBackend, op: str, args: Obj, progress: ProgressFn) -> 
         return {"ended": True}
     if op == "wait_restored":
         return _wait_restored(b, args, progress)
+    if op in ("check_node_drained", "wait_lease_expired"):
+        from core.backends.kubernetes import nodes  # builds on this module
+
+        if op == "check_node_drained":
+            return nodes.run_check_drained(b, args)
+        return nodes.run_wait_lease_expired(b, args)
     raise errors.InvalidInput(f"unknown Kubernetes step {op!r}", hint="re-plan the action")
 
 
@@ -904,6 +1176,13 @@ def _seq_of(checkpoint_id: str) -> int:
     return -1
 
 
+def _pod_lineage(pod: Obj) -> str | None:
+    try:
+        return lineage_of(pod)
+    except errors.InvalidInput:
+        return None  # an index the wrapper refuses too: that pod restores nothing
+
+
 def _wait_restored(b: KubernetesBackend, args: Obj, progress: ProgressFn) -> Obj:
     ns, sel, lineage = (
         ids.check_namespace(str(args["namespace"])),
@@ -921,6 +1200,8 @@ def _wait_restored(b: KubernetesBackend, args: Obj, progress: ProgressFn) -> Obj
         for pod in pods:
             if (pod.get("status") or {}).get("phase") != "Running" or not live(pod):
                 continue
+            if _pod_lineage(pod) != lineage:
+                continue  # another pod of the workload: its wrapper serves its own lineage
             code, out, _err = exec_in(
                 b, ns, meta(pod)["name"], container_of(pod),
                 [*b.cfg.exec_python, "-m", "core.backends.kubernetes.incontainer", "status", lineage], 120,

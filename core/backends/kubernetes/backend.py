@@ -6,22 +6,29 @@ previewed with ``dryRun=All`` when the plan is made (``scope["dry_run"]``):
 
 - checkpoint: ``pods/exec`` into each wrapped pod of the workload; the wrapper (container
   entrypoint) writes the checkpoint to the checkpoint volume (a PVC).
-- preempt: checkpoint, then suspend (Job ``spec.suspend``; Kueue Workload ``spec.active``;
+- preempt: checkpoint, then suspend (Job ``spec.suspend``, or for a Job Kueue admitted its
+  Workload's ``spec.active``, as Kueue owns the Job's suspend; Kueue Workload ``spec.active``;
   Kubeflow ``runPolicy.suspend``; TrainJob / RayJob / RayCluster ``spec.suspend``; KServe's
   stop annotation) or scale a Deployment/StatefulSet to 0 (the count kept in an annotation).
   The pods' SIGTERM (grace period) makes the wrapper checkpoint once more.
 - resume: the inverse patch; a resumed Job's new pod restores its newest good checkpoint.
 - migrate: a bare wrapped Pod is checkpointed and stopped, recreated (new name) with required
   node affinity to ``to`` (or away from its node), and the old pod is deleted only after the
-  new one runs restored from that checkpoint. A Job: checkpoint, suspend, set its template's
-  node affinity (allowed while suspended), unsuspend; its next pod restores.
+  new one runs restored from that checkpoint. A Job: checkpoint, suspend, wait for its pod
+  to end, clear ``startTime`` through ``jobs/status``, set its template's node affinity,
+  unsuspend; its next pod restores (``jobs``: the server's rule; steps it would refuse on a
+  running Job are previewed as "validated when reached"). A Kueue-admitted Job is refused.
 - scale: replicas (``scale`` subresource) or Job parallelism; never below the floor
   (``k8s.min_replicas`` or the workload's ``clawpoint.io/min-replicas``).
 - drain_node: cordon; move every wrapped pod as migrate does; evict the rest through the
   Eviction API, waiting up to ``eviction_wait_s`` on a PodDisruptionBudget, then reporting
-  it (never a delete instead). undrain_node: uncordon.
+  it (never a delete instead); pods nothing recreates need ``force``; pods of namespaces
+  out of scope are listed as not handled and the drain fails while they run (``nodes``).
+  undrain_node: uncordon (and remove a failover's out-of-service taint).
 - failover (a node, or a workload on it): the node must be NotReady or tainted for
-  interruption; each wrapped pod is restored from its newest good checkpoint elsewhere.
+  interruption; a NotReady node is fenced first (``nodes``: cordon, out-of-service taint,
+  and an expired lease or a person's word); each wrapped pod is then restored from its
+  newest good checkpoint elsewhere.
 
 Ids are validated before any request (``ids``). Limits: one wrapped container per pod;
 Deployment/StatefulSet pods are not moved one by one (preempt/resume or drain them);
@@ -40,7 +47,7 @@ import structlog
 from core import actions as catalogue
 from core import errors
 from core.backends.base import PlanDraft, ProgressFn, not_supported, poll_until
-from core.backends.kubernetes import actions, ids
+from core.backends.kubernetes import actions, ids, lineages, placement
 from core.backends.kubernetes.connection import Connection, KubernetesConfig, Op
 from core.backends.kubernetes.inventory import Inventory, NodeDetail
 from core.backends.kubernetes.kubelet_api import CheckpointProbe, probe_checkpoint_api
@@ -59,10 +66,10 @@ _TAKES: dict[Action, frozenset[str]] = {
     Action.RESUME: frozenset({"to", "fresh", "reason"}),
     Action.MIGRATE: frozenset({"to", "reason"}),
     Action.SCALE: frozenset({"replicas", "down_without_save", "reason"}),
-    Action.DRAIN_NODE: frozenset({"to", "save", "reason"}),
+    Action.DRAIN_NODE: frozenset({"to", "save", "force", "reason"}),
     Action.UNDRAIN_NODE: frozenset({"reason"}),
     Action.CORDON_NODE: frozenset({"reason"}),
-    Action.FAILOVER: frozenset({"to", "fresh", "reason"}),
+    Action.FAILOVER: frozenset({"to", "fresh", "fenced", "reason"}),
 }
 
 
@@ -166,15 +173,11 @@ class KubernetesBackend:
     def store(self) -> CheckpointStore | None:
         return CheckpointStore(Path(self.cfg.checkpoint_dir)) if self.cfg.checkpoint_dir else None
 
-    def _lineage(self, name: str) -> str | None:
-        raw = self.read_raw(ids.parse_workload_id(name))
-        pods = actions.pods_of(self, ids.parse_workload_id(name), raw)
-        template = ((raw.get("spec") or {}).get("template")) or {}
-        for obj in (raw, template, *pods):
-            lineage = actions.lineage_of(obj)
-            if lineage:
-                return lineage
-        return None
+    def _lineages(self, name: str) -> list[str]:
+        """Every lineage the workload's pods write (one per pod of a multi-pod workload)."""
+        ref = ids.parse_workload_id(name)
+        raw = self.read_raw(ref)
+        return lineages.workload_lineages(ref.kind.kind, raw, actions.pods_of(self, ref, raw))
 
     def checkpoints(self, workload: str | None = None) -> list[CheckpointInfo]:
         store = self.store()
@@ -182,8 +185,7 @@ class KubernetesBackend:
             return []
         if workload is None:
             return [_qualified(c) for c in store.list(None)]
-        lineage = self._lineage(workload)
-        return [_qualified(c) for c in store.list(lineage)] if lineage else []
+        return [_qualified(c) for lineage in self._lineages(workload) for c in store.list(lineage)]
 
     def newest_seq(self, lineage: str) -> int:
         store = self.store()
@@ -216,7 +218,9 @@ class KubernetesBackend:
         return [p for ns in scope for p in self.list_pods(ns, **selectors)]
 
     def target_node(self, wanted: Any, *, away_from: str | None = None) -> str | None:
-        """The node named by ``to`` (``n2`` or ``k8s:n2``), checked to exist and take pods."""
+        """The node named by ``to`` (``n2`` or ``k8s:n2``), checked to exist; whether it takes
+        the pod (Ready, not cordoned, tolerated, fitting) is ``preflight``'s, with every
+        reason at once."""
         if wanted is None:
             return None
         name = ids.parse_node_id(str(wanted))
@@ -225,13 +229,43 @@ class KubernetesBackend:
                 f"the workload is already on {ids.PREFIX}{name}",
                 hint="pass another node with --to, or omit it to let the scheduler pick one",
             )
-        node = self.get_node(name)
-        if not node.schedulable or node.health.value == "down":
-            raise errors.Conflict(
-                f"node {node.id} is {node.state} and takes no pods",
-                hint="pick a node that is Ready and not cordoned (clawpoint nodes --backend k8s)",
-            )
+        self.get_node(name)  # NotFound
         return name
+
+    def preflight(
+        self,
+        spec: Obj,
+        *,
+        to: str | None,
+        away: list[str],
+        what: str,
+        pod: tuple[str, str] | None = None,
+    ) -> list[str]:
+        """Before anything stops: the nodes the pod ``spec`` (as it would be created there)
+        would be scheduled on, by the scheduler's filter rules (``placement``). With ``to``,
+        that node must fit (Conflict naming it and each reason); without, at least one node
+        off ``away`` must (Conflict naming every node's reasons). ``pod``: (namespace, name)
+        of the pod being moved, whose own requests do not count against its target."""
+        placed = actions.with_placement(spec, to=to, away_from=away)
+        nodes = [
+            n
+            for n in self.inventory.raw_nodes()
+            if str(n["metadata"]["name"]) not in away
+            and (to is None or n["metadata"]["name"] == to)
+        ]
+        pods = self.inventory.raw_pods(
+            field_selector="status.phase!=Succeeded,status.phase!=Failed"
+        )
+        fits = placement.check_nodes(placed, nodes, pods, skip_pod=pod)
+        if to is not None:
+            (fit,) = fits or [placement.Fit(to, ["not found"])]
+            if not fit.ok:
+                raise placement.refuse_target(fit, what)
+            return [to]
+        good = [f.node for f in fits if f.ok]
+        if not good:
+            raise placement.refuse_nowhere(fits, what)
+        return good
 
     def next_pod_name(self, old: str) -> str:
         """A new name for a recreated pod: ``NAME-cpN`` (a previous ``-cpN`` replaced)."""
@@ -263,7 +297,9 @@ class KubernetesBackend:
         verdicts = {p["step"]: p for p in previews}
         for s in draft.steps:
             p = verdicts.get(s.name)
-            if p is not None:
+            if p is not None and p.get("deferred"):
+                s.description += f" [{p['request']}: {p['deferred']}]"
+            elif p is not None:
                 verdict = f"refused now: {p['refused']}" if p.get("refused") else "accepted"
                 s.description += f" [server dry run: {p['request']}: {verdict}]"
         return draft
@@ -281,6 +317,8 @@ class KubernetesBackend:
             return actions.plan_failover(self, node, None, params)
         ref = ids.parse_workload_id(target)
         raw = self.read_raw(ref)
+        if action is not Action.SCALE:  # scale checks the count it would set
+            lineages.check_identities(ref.kind.kind, raw)
         if action is Action.CHECKPOINT:
             return actions.plan_checkpoint(self, ref, raw, params)
         if action is Action.PREEMPT:

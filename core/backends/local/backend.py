@@ -38,6 +38,7 @@ from core.backends.local.planning import LocalPlanning
 from core.checkpoint import engine
 from core.config import Settings
 from core.model import (
+    KILLED,
     Action,
     CheckpointInfo,
     NodeCondition,
@@ -260,7 +261,7 @@ class LocalBackend(LocalPlanning):
             self.registry.update(
                 rec.name,
                 state=WorkloadState.FAILED,
-                exit_status="killed",
+                exit_status=KILLED,
                 message="killed by clawpoint",
             )
             return {"terminated": True}
@@ -322,7 +323,7 @@ class LocalBackend(LocalPlanning):
             if not fencing.fence(self.settings, rec):
                 return None
             self.registry.update(
-                rec.name, state=WorkloadState.FAILED, exit_status="killed",
+                rec.name, state=WorkloadState.FAILED, exit_status=KILLED,
                 message="killed by clawpoint",
             )  # fmt: skip
             return {"terminated": True, "recovered": True}
@@ -431,6 +432,9 @@ class LocalBackend(LocalPlanning):
             started, restore_from=restore_from, fresh=fresh, previous=before
         )
         seen = None if restored is None else self._watch_restored(started, restored, mark)
+        # Files the restore rewound (their later content kept beside them) or kept: said in
+        # the result, never silently.
+        changed = fencing.read_identity(self.settings, name).get("files") or []
         return {
             "workload": f"{NAME}:{name}",
             "node": started.node,
@@ -438,6 +442,7 @@ class LocalBackend(LocalPlanning):
             "restored_from": restored,
             **({"fresh": True} if fresh else {}),
             **({"verified": seen.model_dump(mode="json")} if seen is not None else {}),
+            **({"files": changed} if changed else {}),
         }
 
     def _spec(self, rec: WorkloadRecord, node: str, **how: Any) -> RunSpec:

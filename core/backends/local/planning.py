@@ -14,7 +14,7 @@ from core.backends.base import PlanDraft, not_supported
 from core.backends.local import moves
 from core.backends.local.common import _CAPABILITIES, _LIVE, NAME, _resident_bytes
 from core.backends.local.config import LocalNodeConfig
-from core.checkpoint import engine
+from core.checkpoint import engine, files
 from core.config import Settings
 from core.model import (
     Action,
@@ -318,7 +318,7 @@ class LocalPlanning:
                     ),
                 ],
                 summary=f"Fail over {ref} from {rec.node} to {dest}, restoring checkpoint {NAME}:{good.id}",
-                saves=f"resumes from {NAME}:{good.id}; {lost}",
+                saves=self._with_files(f"resumes from {NAME}:{good.id}; {lost}", good),
                 rollback=f"migrate it back: clawpoint migrate {ref} --to {rec.node}",
                 cost_effect=self._cost_effect(rec.node, dest),
                 scope=self._move_scope(rec, dest),
@@ -502,10 +502,17 @@ class LocalPlanning:
                 ),
             ],
             summary=f"Restore {NAME}:{ckpt.lineage} on {dest} from checkpoint {NAME}:{ckpt.id}",
-            saves=f"restores the state saved at {ckpt.created_at:%Y-%m-%d %H:%M:%S} UTC",
+            saves=self._with_files(
+                f"restores the state saved at {ckpt.created_at:%Y-%m-%d %H:%M:%S} UTC", ckpt
+            ),
             rollback=f"preempt it: clawpoint preempt {NAME}:{ckpt.lineage}",
             scope=self._move_scope(rec, dest),
         )
+
+    def _with_files(self, saves: str, ckpt: CheckpointInfo) -> str:
+        """``saves`` plus what the restore will do to the files the workload wrote."""
+        note = files.plan_note(ckpt, self.settings.checkpoint.file_policy)
+        return f"{saves}; {note}" if note else saves
 
     def _plan_delete(self, checkpoint_id: str) -> PlanDraft:
         ckpt = self.store.get(checkpoint_id)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.k8s.emulator import admission, status, validation
+from tests.k8s.emulator import admission, jobrules, status, validation
 from tests.k8s.emulator import kinds as kinds_mod
 from tests.k8s.emulator.kinds import Kind
 from tests.k8s.emulator.selectors import Matcher
@@ -339,6 +339,12 @@ class Store:
             new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
             validation.defaults(kind, new)
             validation.check(kind, new)
+            if kind.builtin and kind.kind == "Job" and api:
+                # Before the dry-run return: a dry run is validated as a real write.
+                if subresource == "status":
+                    jobrules.check_status_update(name, current, new)
+                else:
+                    jobrules.check_update(name, current, new)
             if "generation" in new["metadata"] and _spec_part(new) != _spec_part(current):
                 new["metadata"]["generation"] = current["metadata"]["generation"] + 1
             if new == current:

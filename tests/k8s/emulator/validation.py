@@ -3,7 +3,8 @@
 Covered: object names (RFC 1123 subdomain or label, by kind), ``generateName``, label keys
 and values, and a few kind rules clawpoint can trip over: pods need containers with names
 and images; Deployments and StatefulSets need a selector that matches their template and
-non-negative replicas; Jobs need ``restartPolicy`` Never or OnFailure. Defaults: those the
+non-negative replicas; Jobs need ``restartPolicy`` Never or OnFailure (and an Indexed Job
+``completions``). Defaults: those the
 server fills in and code reads back (pod phase Pending, replicas 1, Job parallelism,
 completions, backoffLimit and suspend, the namespace name label). Everything else is stored
 as sent (no OpenAPI schema validation; no pruning of unknown fields).
@@ -129,6 +130,7 @@ def check(kind: Kind, obj: dict[str, Any]) -> None:
                     )
                 )
         else:
+            causes += _completion_mode(spec)
             policy = (template.get("spec") or {}).get("restartPolicy")
             if policy not in ("Never", "OnFailure"):
                 causes.append(
@@ -138,8 +140,34 @@ def check(kind: Kind, obj: dict[str, Any]) -> None:
                         f'"{policy or "Always"}": supported values: "OnFailure", "Never"',
                     )
                 )
+    if kind.builtin and kind.kind == "Lease":
+        # kubernetes/kubernetes pkg/apis/coordination/validation/validation.go ValidateLeaseSpec
+        for key, low, msg in (
+            ("leaseDurationSeconds", 1, "must be greater than 0"),
+            ("leaseTransitions", 0, "must be greater than or equal to 0"),
+        ):
+            value = spec.get(key)
+            if isinstance(value, int) and value < low:
+                causes.append((f"spec.{key}", "Invalid value", f"{value}: {msg}"))
     if causes:
         raise status.invalid(kind.kind, name, kind.group, causes)
+
+
+def _completion_mode(spec: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """A Job's completion mode (kubernetes/kubernetes pkg/apis/batch/validation/validation.go
+    validateJobSpec): NonIndexed or Indexed; Indexed needs ``completions`` (after defaulting)
+    and at most 100000 ``parallelism``."""
+    mode = spec.get("completionMode")
+    if mode is not None and mode not in ("NonIndexed", "Indexed"):
+        return [("spec.completionMode", "Unsupported value", f'"{mode}": supported values: "NonIndexed", "Indexed"')]  # fmt: skip
+    if mode != "Indexed":
+        return []
+    if spec.get("completions") is None:
+        return [("spec.completions", "Required value", "when completion mode is Indexed")]
+    parallelism = spec.get("parallelism")
+    if isinstance(parallelism, int) and parallelism > 100000:
+        return [("spec.parallelism", "Invalid value", f"{parallelism}: must be less than or equal to 100000 when completion mode is Indexed")]  # fmt: skip
+    return []
 
 
 def defaults(kind: Kind, obj: dict[str, Any]) -> None:
