@@ -89,9 +89,18 @@ render_config() {
         containerPath: /var/lib/kubelet/seccomp/profiles
         readOnly: true"
   fi
+  # Pod Security baseline admits the workloads' procMount: Unmasked in a user-namespaced pod
+  # from policy 1.35 on; a 1.29-1.34 API server does so only with this (alpha) gate, which
+  # 1.35 removed (docs/kubernetes.md, "securityContext for CRIU").
+  local gates=""
+  if [[ $NODE_IMAGE =~ :v1\.(29|3[0-4])\. ]]; then
+    gates="featureGates:
+  UserNamespacesPodSecurityStandards: true"
+  fi
   cat <<EOF
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
+$gates
 nodes:
   - role: control-plane
     image: $NODE_IMAGE

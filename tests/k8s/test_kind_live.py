@@ -115,6 +115,16 @@ def test_the_kind_config_has_a_control_plane_two_labelled_workers_and_one_shared
     assert f"WORKER_LABEL={WORKER_LABEL}\n" in SCRIPT.read_text()
 
 
+def test_a_1_34_cluster_lets_pod_security_baseline_admit_the_workload_pods(tmp_path: Path) -> None:
+    """Baseline admits procMount: Unmasked with hostUsers: false from policy 1.35; a 1.34 API
+    server needs the UserNamespacesPodSecurityStandards gate, which 1.35 removed."""
+    cfg = kind_config(tmp_path, None)
+    if KUBERNETES_VERSION in ("1.29", "1.30", "1.31", "1.32", "1.33", "1.34"):
+        assert cfg["featureGates"] == {"UserNamespacesPodSecurityStandards": True}
+    else:
+        assert "featureGates" not in cfg
+
+
 def test_the_seccomp_profiles_are_mounted_where_the_kubelet_reads_them(tmp_path: Path) -> None:
     profiles = tmp_path / "seccomp"
     profiles.mkdir()
