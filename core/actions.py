@@ -142,8 +142,7 @@ class DrainParams(MoveParams):
     )
     force: bool = Field(
         default=False,
-        description="Also evict pods no controller recreates and pods with local scratch "
-        "data, which a drain otherwise refuses (destructive: their work is lost)",
+        description="Also evict pods nothing recreates or with scratch data (destructive)",
     )
     reason: str = Field(default="", max_length=500, description="Recorded on the node")
 
@@ -153,10 +152,8 @@ class FailoverParams(StartParams):
 
     fenced: bool = Field(
         default=False,
-        description="A person confirms the lost node is fenced (powered off, or cut off from "
-        "the network and the checkpoint storage), so its workloads may be restored elsewhere "
-        "before its heartbeat lease expires; only a person's out-of-band approval can carry it "
-        "(destructive)",
+        description="A person vouches the lost node is fenced (off, or cut from network and "
+        "storage); needs a person's approval (destructive)",
     )
 
 
