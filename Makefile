@@ -10,7 +10,7 @@ STAMP   = $(VENV)/.installed
 # and the tests pass with them (TESTS="tests/cli" limits the tests it runs).
 LOCK    = constraints.txt
 
-.PHONY: demo test lint typecheck bench reliability deps venv docs clean slurm-up slurm-down refresh-lock
+.PHONY: demo test lint typecheck bench reliability deps venv docs clean slurm-up slurm-down refresh-lock live-k8s live-k8s-down
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml $(LOCK)
@@ -56,6 +56,15 @@ reliability: deps venv
 
 docs: venv
 	$(BIN)/python scripts/gen-mcp-docs.py > docs/mcp-tools.md
+
+# The live Kubernetes suite on a local kind cluster (needs kind, docker and kubectl; see
+# docs/kubernetes.md, "The live suite"). Re-running is safe; live-k8s-down removes it all.
+live-k8s: venv
+	scripts/kind-live.sh up
+	scripts/kind-live.sh test
+
+live-k8s-down:
+	scripts/kind-live.sh down
 
 slurm-up:
 	scripts/slurm-cluster.sh up

@@ -53,6 +53,7 @@ __all__ = [
     "ActionSpec",
     "CordonParams",
     "DrainParams",
+    "FailoverParams",
     "Interface",
     "MoveParams",
     "NoParams",
@@ -65,6 +66,7 @@ __all__ = [
     "expect",
     "params_for",
     "parse",
+    "person_claims",
     "risk_of",
     "spec",
 ]
@@ -138,7 +140,21 @@ class DrainParams(MoveParams):
         default=True,
         description="Checkpoint and move each workload (false kills them: destructive)",
     )
+    force: bool = Field(
+        default=False,
+        description="Also evict pods nothing recreates or with scratch data (destructive)",
+    )
     reason: str = Field(default="", max_length=500, description="Recorded on the node")
+
+
+class FailoverParams(StartParams):
+    """Fail over: ``StartParams``, plus a person's word that the lost node is fenced."""
+
+    fenced: bool = Field(
+        default=False,
+        description="A person vouches the lost node is fenced (off, or cut from network and "
+        "storage); needs a person's approval (destructive)",
+    )
 
 
 class CordonParams(ActionParams):
@@ -175,8 +191,16 @@ def _start_risk(params: Mapping[str, Any]) -> RiskClass:
     return RiskClass.DESTRUCTIVE if params.get("fresh") else RiskClass.DISRUPTIVE
 
 
+def _failover_risk(params: Mapping[str, Any]) -> RiskClass:
+    # A wrong "the node is fenced" lets two copies write one lineage: as bad as losing it.
+    return RiskClass.DESTRUCTIVE if params.get("fenced") else _start_risk(params)
+
+
 def _drain_risk(params: Mapping[str, Any]) -> RiskClass:
-    return RiskClass.DISRUPTIVE if params.get("save", True) else RiskClass.DESTRUCTIVE
+    # ``force`` evicts pods nothing recreates (kubectl drain --force): their work is gone.
+    if params.get("force") or not params.get("save", True):
+        return RiskClass.DESTRUCTIVE
+    return RiskClass.DISRUPTIVE
 
 
 def _scale_risk(params: Mapping[str, Any]) -> RiskClass:
@@ -200,6 +224,10 @@ class ActionSpec:
     cli: tuple[str, ...]  # command words: ("drain",) or ("nodes", "cordon")
     runbook_call: str
     redirects: Mapping[str, Action] = field(default_factory=dict)
+    # Parameters that state a fact only a person can vouch for (``fenced``): a true value
+    # makes the plan need a person's out-of-band approval, whatever rules or grants say
+    # (``core.guardrails.policy``); an agent cannot carry it by itself.
+    person_only: frozenset[str] = frozenset()
 
     @property
     def cli_command(self) -> str:
@@ -220,10 +248,11 @@ def _spec(
     tool: str,
     cli: tuple[str, ...],
     redirects: Mapping[str, Action] | None = None,
+    person_only: frozenset[str] = frozenset(),
 ) -> ActionSpec:
     # Runbooks name MCP tools: the runbook call of an action is its MCP tool name.
     return ActionSpec(action, target, params, risk, title, description, tool, cli, tool,
-                      dict(redirects or {}))  # fmt: skip
+                      dict(redirects or {}), person_only)  # fmt: skip
 
 
 CATALOGUE: dict[Action, ActionSpec] = {
@@ -273,12 +302,13 @@ CATALOGUE: dict[Action, ActionSpec] = {
         _spec(
             Action.FAILOVER,
             Target.WORKLOAD,
-            StartParams,
-            _start_risk,
+            FailoverParams,
+            _failover_risk,
             "Fail over a workload",
             "A workload died: restore its newest good checkpoint on another node (disruptive).",
             "failover_workload",
             ("failover",),
+            person_only=frozenset({"fenced"}),
         ),
         _spec(
             Action.REQUEUE,
@@ -421,6 +451,12 @@ def args_of(action: Action, interface: Interface = Interface.MCP) -> list[str]:
         return [s.target.value.upper(), *(_arg(n, interface) for n in s.fields()),
                 "--reason", "--dry-run", "--yes", "--json"]  # fmt: skip
     return [s.target.value, *s.fields(), *common]
+
+
+def person_claims(action: Action, params: Mapping[str, Any] | ActionParams) -> list[str]:
+    """The person-only parameters ``params`` sets to a true value (see ``ActionSpec``)."""
+    raw = params.model_dump() if isinstance(params, ActionParams) else params
+    return sorted(n for n in CATALOGUE[action].person_only if raw.get(n))
 
 
 def risk_of(action: Action, params: Mapping[str, Any] | ActionParams) -> RiskClass:

@@ -29,6 +29,7 @@ if (( want_all )); then
   command -v chromium >/dev/null || need chromium
   command -v sqlite3 >/dev/null || need sqlite3
   command -v systemd-analyze >/dev/null || need systemd   # verifies contrib/systemd units
+  command -v shellcheck >/dev/null || need shellcheck     # checks scripts/kind-live.sh
   # tests/workloads/test_real_software.py
   command -v redis-server >/dev/null || need redis-server
   [[ -x /usr/sbin/nginx ]] || need nginx-light

@@ -166,6 +166,22 @@ def criu_status(criu_path: str = "criu") -> engine.EngineStatus:
             f"{'.'.join(map(str, needed))}, which this kernel ({os.uname().release}) needs: "
             f"{_INSTALL_HINT}",
         )
+    # Under a seccomp filter (a container's RuntimeDefault or Localhost profile) CRIU cannot
+    # checkpoint anything: it must suspend the filter the payload inherits, which the kernel
+    # allows only to a tracer outside any filter with CAP_SYS_ADMIN in the host's user
+    # namespace (kernel/ptrace.c ptrace_setoptions, PTRACE_O_SUSPEND_SECCOMP). Say so now,
+    # not at the first dump.
+    mode = nsinit.seccomp_mode()
+    if mode:
+        return engine.EngineStatus(
+            name=name,
+            available=False,
+            version=version,
+            reason=f"this process runs under a seccomp filter (Seccomp: {mode}), and CRIU "
+            "cannot suspend a filter from inside one: in Kubernetes leave the pod's "
+            "seccompProfile unset and the kubelet's seccompDefault off (docs/kubernetes.md, "
+            "'securityContext for CRIU')",
+        )
     # Without privilege CRIU runs inside user namespaces the user owns (core.checkpoint.nsinit).
     # ``criu check`` is no gate there: it also tests TCP repair, which needs CAP_NET_ADMIN
     # over the host's network namespace and which a dump without established connections

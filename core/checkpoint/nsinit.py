@@ -99,6 +99,18 @@ def effective_caps(pid: str = "self") -> int:
     return 0
 
 
+def seccomp_mode(pid: str = "self") -> int:
+    """The seccomp mode of a process (0 none, 1 strict, 2 filter; 0 when unreadable)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Seccomp:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def privileged() -> bool:
     """Root with CAP_SYS_ADMIN: CRIU runs as root and the payload needs no user namespace.
     Everyone else (an ordinary user, or root in a container without CAP_SYS_ADMIN) uses the

@@ -36,6 +36,7 @@ from core.guardrails.audit import AuditLog
 from core.guardrails.grants import Grant, GrantStore
 from core.guardrails.notify import Notifier, NotifyConfig, build_payload
 from core.guardrails.policy import (
+    PERSON_ONLY_RULE,
     ApprovalKind,
     Decision,
     Outcome,
@@ -103,7 +104,7 @@ class Guard:
         only claimed when the plan really runs (``decide``), and may by then be gone."""
         _require_sealed(plan)
         decision = self._policy(plan, principal, context)
-        if decision.outcome is Outcome.APPROVE:
+        if decision.outcome is Outcome.APPROVE and _grantable(decision):
             grant = self.grants.match(plan, trigger)
             if grant is not None:
                 decision = _covered(decision, grant, uses=grant.used_last_hour + 1)
@@ -129,7 +130,7 @@ class Guard:
             decision = self.preview(plan, principal, context, trigger=trigger)
         else:
             decision = self._policy(plan, principal, context)
-            if decision.outcome is Outcome.APPROVE and not approved:
+            if decision.outcome is Outcome.APPROVE and not approved and _grantable(decision):
                 grant = self.grants.claim(plan, principal, trigger)
                 if grant is not None:
                     decision = _covered(decision, grant, uses=grant.used_last_hour)
@@ -238,6 +239,11 @@ class Guard:
         """Use an approval for this exact plan, once; call right before executing."""
         _require_sealed(plan)
         return self.approvals.consume(approval_id, plan.hash, principal)
+
+
+def _grantable(decision: Decision) -> bool:
+    """A standing grant may cover it: not when a person must vouch for a fact each time."""
+    return not decision.rule_id.startswith(f"{PERSON_ONLY_RULE}:")
 
 
 def _covered(decision: Decision, grant: Grant, *, uses: int) -> Decision:

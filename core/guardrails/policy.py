@@ -13,7 +13,12 @@ sentence saying why and the id of the rule or limit that decided. Order of evalu
 4. limits (concurrent disruptive executions, rate per risk class per hour, blast radius)
    -> deny while exceeded;
 5. the ordered ``rules``: the first that matches decides;
-6. ``defaults`` per risk class.
+6. ``defaults`` per risk class;
+7. a plan that sets a person-only parameter (``core.actions.ActionSpec.person_only``, e.g.
+   failover's ``fenced``: a fact about the world only a person can vouch for) is never
+   allowed outright: an "allow" or "approve" becomes "approve" by a person out of band (the
+   agent's own client cannot answer it, and ``core.guardrails.guard`` spends no grant on it);
+   a "deny" stays a deny.
 
 Standing approvals (grants) are applied on top by ``core.guardrails.guard``; they can turn
 "approve" into "allow", never "deny" into anything else. Limits: scope matching reads the
@@ -29,7 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from core.actions import risk_of
+from core.actions import person_claims, risk_of
 from core.guardrail_settings import (
     WEEKDAYS,
     ApprovalKind,
@@ -99,7 +104,28 @@ def pool_of(plan: Plan) -> str:
     return plan.backend
 
 
+PERSON_ONLY_RULE = "person-only"
+
+
 def evaluate(plan: Plan, policy: PolicyConfig, context: PolicyContext) -> Decision:
+    decision = _evaluate(plan, policy, context)
+    claims = person_claims(plan.action, plan.params)
+    if not claims or decision.outcome is Outcome.DENY:
+        return decision
+    said = ", ".join(claims)
+    return decision.model_copy(
+        update={
+            "outcome": Outcome.APPROVE,
+            "approval": "out-of-band",
+            "rule_id": f"{PERSON_ONLY_RULE}:{said}",
+            "reason": f"The {plan.action.value} of {plan.target} rests on {said}, which only "
+            "a person can vouch for, so a person must approve it out of band (without it: "
+            f"{decision.reason})",
+        }
+    )
+
+
+def _evaluate(plan: Plan, policy: PolicyConfig, context: PolicyContext) -> Decision:
     risk = effective_risk(plan)
 
     def decide(
@@ -217,6 +243,7 @@ def _check_limits(
 
 
 __all__ = [
+    "PERSON_ONLY_RULE",
     "WEEKDAYS",
     "ApprovalKind",
     "Decision",

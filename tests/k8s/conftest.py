@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
+import copy
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.k8s.emulator import Emulator
+from tests.k8s.emulator.schema import KUBERNETES_VERSION
 
 
 @pytest.fixture
 def emu() -> Iterator[Emulator]:
-    with Emulator() as server:
+    # Every object a test's client creates, replaces or patches is checked against the schema
+    # of the Kubernetes version the docs name (emulator/schema.py); a violation fails the
+    # request and, below, the test, even where the test expected the request to fail.
+    with Emulator(schema_version=KUBERNETES_VERSION) as server:
         server.namespace("default", "team-a")
         yield server
         assert not server.crashes, f"the emulator failed inside: {server.crashes}"
+        assert not server.schema_violations, (
+            f"objects sent that the Kubernetes {KUBERNETES_VERSION} schema refuses: "
+            f"{server.schema_violations}"
+        )
 
 
 @pytest.fixture
@@ -84,6 +94,9 @@ CHECKPOINT_CLAIM = "clawpoint-checkpoints"
 # the workload (each pod's wrapper signs and verifies with it) and lie outside the store.
 KEY_CLAIM = "clawpoint-keys"
 KEY_MOUNT = "/var/lib/clawpoint-keys"
+# The key lies in a directory the wrapper creates (mode 0700, its own): the volume's root
+# belongs to root and the fsGroup, which the wrapper refuses to keep a key in.
+KEY_FILE = f"{KEY_MOUNT}/wrapper/store.key"
 
 
 def node(
@@ -109,18 +122,52 @@ def node(
     }
 
 
+# The documented privilege model (docs/kubernetes.md "securityContext for CRIU"): a pod user
+# namespace, an unmasked /proc, no capability at all, no privilege escalation, a non-root uid.
+# No seccomp profile: CRIU cannot stop a process under any seccomp filter without
+# CAP_SYS_ADMIN in the node's user namespace (PTRACE_O_SUSPEND_SECCOMP, kernel/ptrace.c), so
+# the pod passes Pod Security "baseline", not "restricted" (which requires a profile).
+RUN_AS = 1000
+POD_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": RUN_AS,
+    "runAsGroup": RUN_AS,
+    "fsGroup": RUN_AS,
+    # Set the volumes' group once, not at every start: a recursive change would make the
+    # wrapper's 0600 key group-readable, which it refuses (pkg/volume/volume_linux.go).
+    "fsGroupChangePolicy": "OnRootMismatch",
+}
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "procMount": "Unmasked",
+}
+# What the docs said before: root, the runtime's default capabilities plus these two, the
+# runtime's default seccomp profile. A real runtime refuses the wrapper's namespaces there.
+OLD_CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "capabilities": {"add": ["CHECKPOINT_RESTORE", "SYS_PTRACE"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
 def wrapped_spec(lineage: str, *, mb: int = 8, grace_s: int = 30) -> dict[str, Any]:
     """A pod spec running the self-checking counter under the clawpoint wrapper, with the
     checkpoint volume (a PVC) mounted at /checkpoints and the wrapper's config from a
-    ConfigMap; the securityContext CRIU needs in a container."""
+    ConfigMap; the documented securityContext (``hostUsers: false`` and the rest above)."""
     return {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": grace_s,
+        "hostUsers": False,
+        "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
         "containers": [
             {
                 "name": "main",
                 "image": "ghcr.io/example/clawpoint-job:latest",
                 "command": ["clawpoint", "run", "--name", lineage, "--"],
+                # CRIU's parasite makes its /proc mount point in the payload's working
+                # directory (criu/pie/parasite.c get_proc_fd): it must be writable by the
+                # pod's user.
+                "workingDir": "/tmp",
                 "args": [
                     "python",
                     "-m",
@@ -131,10 +178,12 @@ def wrapped_spec(lineage: str, *, mb: int = 8, grace_s: int = 30) -> dict[str, A
                     "0.02",
                 ],
                 "env": [
-                    {"name": "CLAWPOINT_HOME", "value": "/var/lib/clawpoint"},
+                    # A directory of its own inside the emptyDir: the wrapper makes its home 0700,
+                    # which it may do only to a directory it owns (the emptyDir is root's, 0777).
+                    {"name": "CLAWPOINT_HOME", "value": "/var/lib/clawpoint/home"},
                     {"name": "CLAWPOINT_CONFIG", "value": "/etc/clawpoint/config.toml"},
                 ],
-                "securityContext": {"capabilities": {"add": ["CHECKPOINT_RESTORE", "SYS_PTRACE"]}},
+                "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
                 "volumeMounts": [
                     {"name": "checkpoints", "mountPath": "/checkpoints"},
                     {"name": "config", "mountPath": "/etc/clawpoint"},
@@ -201,8 +250,16 @@ def kubelet(emu: Emulator, tmp_path: Any, store_dir: Any) -> Iterator[Any]:
     """Nodes n1, n2, n3 (n2 a GPU spot node), the wrapper's ConfigMap, and the fake kubelet."""
     from tests.k8s.kubelet import FakeKubelet
 
+    if os.geteuid() != 0:
+        pytest.skip(
+            "the fake kubelet starts containers as a runtime does (namespaces, mounts, "
+            "privileges): run the tests as root (make test does)"
+        )
     key_dir = tmp_path / "keys"
     key_dir.mkdir(mode=0o700)
+    # The node's seccomp directory (the kubelet's <root-dir>/seccomp), for Localhost profiles.
+    seccomp_root = tmp_path / "seccomp"
+    (seccomp_root / "profiles").mkdir(parents=True)
 
     emu.seed(
         node("n1", labels={"karpenter.sh/capacity-type": "on-demand"}),
@@ -212,9 +269,7 @@ def kubelet(emu: Emulator, tmp_path: Any, store_dir: Any) -> Iterator[Any]:
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": WRAPPER_CONFIG, "namespace": "default"},
-            "data": {
-                "config.toml": f'[store]\npath = "/checkpoints"\nkey = "{KEY_MOUNT}/store.key"\n'
-            },
+            "data": {"config.toml": f'[store]\npath = "/checkpoints"\nkey = "{KEY_FILE}"\n'},
         },
     )
     fake = FakeKubelet(
@@ -222,6 +277,7 @@ def kubelet(emu: Emulator, tmp_path: Any, store_dir: Any) -> Iterator[Any]:
         tmp_path / "pods",
         nodes=["n1", "n2", "n3"],
         volumes={CHECKPOINT_CLAIM: store_dir, KEY_CLAIM: key_dir},
+        seccomp_root=seccomp_root,
     )
     with fake:
         yield fake

@@ -8,32 +8,51 @@
   a suspended Job's pods are deleted (gracefully, so the container gets SIGTERM) and its
   ``startTime`` kept, reset when it is resumed, as the real controller does.
 - **StatefulSet controller**: pods ``NAME-ORDINAL`` in order (``controllers.sync_statefulset``).
-- **Scheduler**: binds a pod without ``nodeName`` to a managed node that is Ready, not
-  cordoned, without NoSchedule/NoExecute taints, and matching the pod's ``nodeSelector`` and
-  required node affinity (``In`` / ``NotIn`` / ``Exists``), fewest pods first.
+- **Scheduler**: binds a pod without ``nodeName`` to a node that passes kube-scheduler's
+  filters (``tests/k8s/scheduler.py``: taints and tolerations, cordon, resource requests
+  including ``nvidia.com/gpu`` against allocatable, ``nodeSelector`` and required node
+  affinity; a node not Ready or not run here counts as tainted), fewest pods first; a pod
+  no node takes stays Pending with ``PodScheduled=False``, reason ``Unschedulable`` and the
+  scheduler's message.
 - **Kubelet**: a pod bound to a managed node runs its first container's ``command + args`` as
   a real local process (its own session), with the container's ``env`` (values and the
   downward API's ``fieldRef``), and reports
   ``phase``, ``conditions`` (Ready, ContainersReady, PodScheduled) and ``containerStatuses``
-  (running, then terminated with the exit code). A pod being deleted gets SIGTERM, then
+  (running, then terminated with the exit code). ``restartPolicy`` is honoured: Always
+  restarts the container after any exit, OnFailure after a non-zero one (``restartCount``,
+  ``lastState``; the pod stays Running), with a short back-off (``restart_backoff_s``). A pod being deleted gets SIGTERM, then
   SIGKILL after ``deletionGracePeriodSeconds`` (the wrapper checkpoints inside that budget),
   and is removed once its process is gone. ``pods/exec`` runs in the container's
   environment (``Emulator.exec_handler``).
 
-There is no mount namespace: each volume is a host directory (``persistentVolumeClaim``
-claims map to ``volumes[claimName]``, shared by every pod like a ReadWriteMany volume;
-``emptyDir`` is per pod; ``configMap`` files are written per pod), and every path under a
-volume's ``mountPath`` in the command, args, env values and configMap files is rewritten to
-that directory. ``PATH`` puts this checkout's ``.venv/bin`` first, so a container command
-``clawpoint run ...`` runs the installed wrapper and ``python`` the project's interpreter.
+Each container runs with exactly what its securityContext grants (capabilities, uid/gid,
+no_new_privs, seccomp, PID and mount namespaces with a masked or unmasked ``/proc``, a user
+namespace for ``hostUsers: false``): tests/k8s/container.py and container_init.py. Each
+volume is a host directory (``persistentVolumeClaim`` claims map to ``volumes[claimName]``,
+shared by every pod like a ReadWriteMany volume; ``emptyDir`` is per pod, mode 0777;
+``configMap`` files are written per pod; ``fsGroup`` applied), bind-mounted in the
+container's mount namespace at ``/tmp/.volumes<mountPath>`` (the same in every pod, so a
+process restored elsewhere finds its files), and every path under a volume's ``mountPath`` in
+the command, args, env values and configMap files is rewritten to that path. ``PATH`` puts
+this checkout's ``.venv/bin`` first, so a container command ``clawpoint run ...`` runs the
+installed wrapper and ``python`` the project's interpreter.
 
 State is read and written through the emulator's store directly (as its seeding does for
 controllers and kubelets), so the request recorder and RBAC rules see only the code under
 test. ``crash_node(name)`` simulates a node dying: its processes are SIGKILLed, its Ready
-condition becomes Unknown and nothing on it is managed any more.
+condition becomes Unknown, its heartbeat Lease is no longer renewed and nothing on it is
+managed any more.
 
-Limits: one container per pod (init containers and sidecars are ignored); no restarts
-(``restartPolicy`` is treated as Never); no image pulls, probes, resource limits or cgroups.
+**Node leases**: each managed node's ``kube-node-lease/<node>`` Lease (coordination.k8s.io/v1)
+is created and renewed every quarter of ``lease_s`` (``renewTime``, a MicroTime), as the
+kubelet's node lease controller does (kubernetes/kubernetes pkg/kubelet/kubelet.go,
+``nodeLeaseRenewIntervalFraction = 0.25``; the lease is named after the node, held by it
+and owned by the Node: staging/src/k8s.io/component-helpers/apimachinery/lease).
+``lease_s`` defaults to 2 s rather than the kubelet's 40 s so that tests see a lease expire.
+
+Limits: one container per pod (init containers and sidecars are ignored); requests only
+schedule (no cgroups enforce them); the restart back-off is 0.2 s doubling to 1.6 s, not
+the kubelet's 10 s to 5 min; no image pulls or probes.
 """
 
 from __future__ import annotations
@@ -50,11 +69,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tests.k8s import controllers
+from tests.k8s import container as ctr
+from tests.k8s import controllers, scheduler
 from tests.k8s.emulator import Emulator, status
 from tests.k8s.emulator.store import Obj
 
 ROOT = Path(__file__).resolve().parents[2]
+LEASE_NAMESPACE = "kube-node-lease"
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -73,6 +94,7 @@ class _Proc:
     kill_at: float | None = None
     reported_exit: bool = False
     log: Path | None = None
+    spec: ctr.ContainerSpec | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -85,13 +107,22 @@ class FakeKubelet:
         nodes: list[str],
         volumes: dict[str, Path] | None = None,
         poll_s: float = 0.05,
+        lease_s: int = 2,
+        restart_backoff_s: float = 0.2,
+        seccomp_root: Path | None = None,
     ) -> None:
         self.emu, self.store = emu, emu.store
         self.root = root
         self.nodes = set(nodes)
         self.volumes = dict(volumes or {})
         self.poll_s = poll_s
+        self.restart_backoff_s = restart_backoff_s
+        # The node's seccomp directory (the kubelet's <root-dir>/seccomp): Localhost
+        # profiles are read from it.
+        self.seccomp_root = seccomp_root
         self.procs: dict[tuple[str, str, str], _Proc] = {}  # (ns, name, uid)
+        self._create_failed: set[tuple[str, str, str]] = set()
+        self.refused_pods: list[str] = []  # pod creations admission refused (FailedCreate)
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -100,6 +131,9 @@ class FakeKubelet:
         self.nodes_kind = self.store.kinds[("", "nodes")]
         self.jobs_kind = self.store.kinds[("batch", "jobs")]
         self.sts_kind = self.store.kinds[("apps", "statefulsets")]
+        self.leases_kind = self.store.kinds[("coordination.k8s.io", "leases")]
+        self.lease_s = lease_s
+        self._renewed: dict[str, float] = {}  # node -> monotonic time of its last renewal
 
     # ----- lifecycle --------------------------------------------------------------------
     def start(self) -> FakeKubelet:
@@ -131,6 +165,7 @@ class FakeKubelet:
         while not self._stop.is_set():
             try:
                 with self._lock:
+                    self._leases()
                     self._jobs()
                     self._statefulsets()
                     self._schedule()
@@ -140,6 +175,39 @@ class FakeKubelet:
             self._stop.wait(self.poll_s)
 
     # ----- nodes ------------------------------------------------------------------------
+    def _leases(self) -> None:
+        """Renew the Lease of every managed node (a crashed node is no longer managed)."""
+        now = time.monotonic()
+        for name in sorted(self.nodes):
+            if now - self._renewed.get(name, -1e9) < self.lease_s * 0.25:
+                continue
+            self._renewed[name] = now
+            stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            try:
+                lease = self.store.get(self.leases_kind, LEASE_NAMESPACE, name)
+            except status.ApiError:
+                self._create_lease(name, stamp)
+                continue
+            lease["spec"]["renewTime"] = stamp
+            self.store.update(self.leases_kind, LEASE_NAMESPACE, name, lease, api=False)
+
+    def _create_lease(self, name: str, stamp: str) -> None:
+        if ("", LEASE_NAMESPACE) not in self.store.objects[("", "namespaces")]:
+            self.emu.namespace(LEASE_NAMESPACE)
+        node = self.store.get(self.nodes_kind, "", name)
+        owner = {"apiVersion": "v1", "kind": "Node", "name": name, "uid": node["metadata"]["uid"]}
+        self.store.create(
+            self.leases_kind,
+            LEASE_NAMESPACE,
+            {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": name, "namespace": LEASE_NAMESPACE, "ownerReferences": [owner]},
+                "spec": {"holderIdentity": name, "leaseDurationSeconds": self.lease_s, "renewTime": stamp},
+            },
+            api=False,
+        )  # fmt: skip
+
     def crash_node(self, name: str) -> None:
         """The node dies: processes killed, Ready Unknown, nothing on it managed any more."""
         with self._lock:
@@ -169,54 +237,61 @@ class FakeKubelet:
                 self.nodes_kind, "", name, {**(node.get("status") or {}), "conditions": conds}
             )
 
-    def _node_ok(self, node: Obj, pod: Obj) -> bool:
-        meta, spec = node["metadata"], node.get("spec") or {}
-        if meta["name"] not in self.nodes or spec.get("unschedulable"):
-            return False
-        ready = next(
-            (c for c in (node.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"),
-            None,
-        )
-        if ready is None or ready.get("status") != "True":
-            return False
-        if any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or []):
-            return False
-        labels = {**(meta.get("labels") or {}), "kubernetes.io/hostname": meta["name"]}
-        pspec = pod.get("spec") or {}
-        for k, v in (pspec.get("nodeSelector") or {}).items():
-            if labels.get(k) != v:
-                return False
-        required = (
-            ((pspec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-                "requiredDuringSchedulingIgnoredDuringExecution"
-            )
-            or {}
-        ).get("nodeSelectorTerms") or []
-        if required and not any(_term_matches(t, labels) for t in required):
-            return False
-        return True
-
-    # ----- scheduler --------------------------------------------------------------------
+    # ----- scheduler (filter rules in tests/k8s/scheduler.py) ------------------------------
     def _schedule(self) -> None:
         pods, _ = self.store.list(self.pods_kind, None, lambda o: True)
         nodes, _ = self.store.list(self.nodes_kind, None, lambda o: True)
-        load: dict[str, int] = {}
+        bound: dict[str, list[Obj]] = {}
         for p in pods:
             n = (p.get("spec") or {}).get("nodeName")
             if n:
-                load[n] = load.get(n, 0) + 1
+                bound.setdefault(n, []).append(p)
         for pod in pods:
             spec, meta = pod.get("spec") or {}, pod["metadata"]
             if spec.get("nodeName") or meta.get("deletionTimestamp"):
                 continue
-            fits = [n["metadata"]["name"] for n in nodes if self._node_ok(n, pod)]
+            why = {
+                n["metadata"]["name"]: scheduler.unschedulable_reasons(
+                    pod,
+                    n,
+                    bound.get(n["metadata"]["name"], []),
+                    n["metadata"]["name"] in self.nodes,
+                )
+                for n in nodes
+            }
+            fits = [n for n, reasons in why.items() if not reasons]
             if not fits:
+                self._unschedulable(pod, scheduler.fit_error(len(nodes), why))
                 continue
-            target = min(fits, key=lambda n: (load.get(n, 0), n))
-            load[target] = load.get(target, 0) + 1
+            target = min(fits, key=lambda n: (len(bound.get(n, [])), n))
+            bound.setdefault(target, []).append(pod)
             current = self.store.get(self.pods_kind, meta["namespace"], meta["name"])
             current["spec"]["nodeName"] = target
             self.store.update(self.pods_kind, meta["namespace"], meta["name"], current, api=False)
+
+    def _unschedulable(self, pod: Obj, message: str) -> None:
+        """The pod stays Pending with the scheduler's condition (as kube-scheduler's
+        failure handler records it: PodScheduled=False, reason Unschedulable)."""
+        st = dict(pod.get("status") or {})
+        old: Obj = next(
+            (c for c in st.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
+        )
+        if old.get("reason") == "Unschedulable" and old.get("message") == message:
+            return
+        conds = [c for c in st.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        conds.append(
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+                "lastTransitionTime": _now(),
+            }
+        )
+        st.update(phase=st.get("phase") or "Pending", conditions=conds)
+        meta = pod["metadata"]
+        with contextlib.suppress(status.ApiError):
+            self.store.set_status(self.pods_kind, meta["namespace"], meta["name"], st)
 
     # ----- Job controller ---------------------------------------------------------------
     def _jobs(self) -> None:
@@ -258,7 +333,13 @@ class FakeKubelet:
                     # pkg/controller/job/job_controller.go, syncJob: "Resumed jobs will always
                     # reset StartTime to current time" (the ActiveDeadlineSeconds clock).
                     new_st["startTime"] = _now()
-                counts, ended = controllers.sync_job(self.store, job, pods, st)
+                try:
+                    counts, ended = controllers.sync_job(self.store, job, pods, st)
+                except status.ApiError as exc:
+                    # Admission refused a pod (Pod Security): the real controller records a
+                    # FailedCreate event and tries again later; the Job gets no pod.
+                    self._refused(exc)
+                    continue
                 new_st.update(counts)
                 conds += ended
                 if any(c["type"] == "Complete" for c in ended):
@@ -275,6 +356,10 @@ class FakeKubelet:
                         subresource="status", api=False,
                     )  # fmt: skip
 
+    def _refused(self, exc: status.ApiError) -> None:
+        if exc.message not in self.refused_pods:
+            self.refused_pods.append(exc.message)
+
     # ----- StatefulSet controller -------------------------------------------------------
     def _statefulsets(self) -> None:
         for sts in self.store.list(self.sts_kind, None, lambda o: True)[0]:
@@ -286,7 +371,11 @@ class FakeKubelet:
                     o.get("uid") == uid for o in p["metadata"].get("ownerReferences") or []
                 ),
             )
-            st = controllers.sync_statefulset(self.store, sts, pods)
+            try:
+                st = controllers.sync_statefulset(self.store, sts, pods)
+            except status.ApiError as exc:  # a pod refused at admission, as for Jobs
+                self._refused(exc)
+                continue
             if {k: (sts.get("status") or {}).get(k) for k in st} != st:
                 new = {**(sts.get("status") or {}), **st}
                 self.store.set_status(self.sts_kind, meta["namespace"], meta["name"], new)
@@ -307,14 +396,20 @@ class FakeKubelet:
                 self._terminate(pod, key, proc)
                 continue
             if proc is None:
-                if phase in ("Succeeded", "Failed"):
+                if phase in ("Succeeded", "Failed") or key in self._create_failed:
                     continue
                 self._start(pod, key)
                 continue
             code = proc.popen.poll()
             if code is not None and not proc.reported_exit:
                 proc.reported_exit = True
-                self._report_exit(pod, code)
+                if _restarts(pod, code):
+                    self._report_restarting(pod, proc, code)
+                else:
+                    self._report_exit(pod, code)
+            elif code is not None and "restart_at" in proc.extra:
+                if time.monotonic() >= proc.extra["restart_at"]:
+                    self._restart(pod, key, proc)
         for key in [k for k in self.procs if k not in seen]:
             proc = self.procs.pop(key)
             self._kill(proc, signal.SIGKILL)
@@ -349,6 +444,13 @@ class FakeKubelet:
             else:
                 host = home / "volumes" / str(m.get("name"))
             host.mkdir(parents=True, exist_ok=True)
+            psc = spec.get("securityContext") or {}
+            ctr.prepare_volume(
+                host,
+                fs_group=None if psc.get("fsGroup") is None else int(psc["fsGroup"]),
+                empty_dir="emptyDir" in vol,
+                policy=psc.get("fsGroupChangePolicy"),
+            )
             mounts.append((str(m["mountPath"]).rstrip("/"), str(host)))
         # longest mount path first, so /a/b wins over /a
         mounts.sort(key=lambda pair: len(pair[0]), reverse=True)
@@ -366,7 +468,7 @@ class FakeKubelet:
                     vol["configMap"]["name"],
                 )
                 for fname, text in (cm.get("data") or {}).items():
-                    (Path(host) / fname).write_text(_rewrite(str(text), mounts))
+                    (Path(host) / fname).write_text(_rewrite(str(text), _view(mounts)))
         return mounts
 
     def _container_env(self, pod: Obj, mounts: list[tuple[str, str]]) -> dict[str, str]:
@@ -405,16 +507,36 @@ class FakeKubelet:
         container = (spec.get("containers") or [{}])[0]
         home = self.root / f"{meta['namespace']}_{meta['name']}_{meta['uid'][:8]}"
         home.mkdir(parents=True, exist_ok=True)
-        mounts = self._mounts(pod, home)
+        # Each volume's host directory is bind-mounted in the container's mount namespace at
+        # the same path in every pod (VOLUME_VIEW + mountPath), and paths under a mountPath
+        # are rewritten to that view: a process restored in another pod finds its files.
+        binds = self._mounts(pod, home)
+        mounts = _view(binds)
         env = self._container_env(pod, mounts)
         argv = self._argv(
             [*(container.get("command") or []), *(container.get("args") or [])], env, mounts
         )
         cwd = _rewrite(str(container.get("workingDir") or ROOT), mounts)
         log = home / "container.log"
+        # The container process gets exactly what its securityContext grants
+        # (tests/k8s/container.py); one it cannot be given fails the pod as CreateContainerError.
+        try:
+            cspec = ctr.ContainerSpec.from_pod(
+                pod,
+                argv=argv,
+                env=env,
+                cwd=cwd,
+                binds=[(view, host) for (_m, view), (_m2, host) in zip(mounts, binds, strict=True)],
+                seccomp_root=self.seccomp_root,
+                pidfile=home / "container.pid",
+            )
+        except ctr.SecurityContextError as exc:
+            self._create_error(pod, key, str(exc))
+            return
+        Path(cspec.pidfile).unlink(missing_ok=True)  # a restart's: the old one is gone
         with log.open("ab") as out:
             popen = subprocess.Popen(
-                argv,
+                ctr.launch_argv(cspec),
                 env=env,
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,
@@ -422,7 +544,12 @@ class FakeKubelet:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        self.procs[key] = _Proc(popen, spec["nodeName"], env, cwd, mounts, log=log)
+        self.procs[key] = _Proc(popen, spec["nodeName"], env, cwd, mounts, log=log, spec=cspec)
+        # Running means the runtime has started the container's process (its namespaces
+        # exist, pods/exec can join them).
+        deadline = time.monotonic() + 10
+        while ctr.init_pid(cspec) is None and popen.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
         started = _now()
         cname = container.get("name", "main")
         self.store.set_status(
@@ -454,6 +581,91 @@ class FakeKubelet:
                 ],
             },
         )
+
+    def _create_error(self, pod: Obj, key: tuple[str, str, str], message: str) -> None:
+        """The container cannot be created: the pod stays Pending, its container waiting
+        with ``CreateContainerConfigError`` (pkg/kubelet/kuberuntime/kuberuntime_container.go
+        startContainer), and the kubelet does not try again with the same spec."""
+        if key in self._create_failed:
+            return
+        self._create_failed.add(key)
+        meta = pod["metadata"]
+        container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
+        reason = {"reason": "CreateContainerConfigError", "message": message}
+        with contextlib.suppress(status.ApiError):
+            self.store.set_status(
+                self.pods_kind,
+                meta["namespace"],
+                meta["name"],
+                {
+                    "phase": "Pending",
+                    "conditions": [{"type": "PodScheduled", "status": "True"}],
+                    "containerStatuses": [
+                        {
+                            "name": container.get("name", "main"),
+                            "ready": False,
+                            "started": False,
+                            "restartCount": 0,
+                            "image": container.get("image", ""),
+                            "imageID": "",
+                            "state": {"waiting": reason},
+                        }
+                    ],
+                },
+            )
+
+    # ----- restartPolicy ----------------------------------------------------------------
+    def _report_restarting(self, pod: Obj, proc: _Proc, code: int) -> None:
+        """The container exited and will be started again: the pod stays Running, the
+        container waits in CrashLoopBackOff with its last state terminated (kubelet
+        pkg/kubelet/kuberuntime; the pod phase only ends when no container will restart,
+        pkg/kubelet/kubelet_pods.go getPhase). The real back-off starts at 10 s and doubles
+        up to 5 min (pkg/kubelet/kubelet.go); the fake's starts at ``restart_backoff_s``
+        and doubles up to 8 times that, so tests do not wait minutes."""
+        restarts = int(proc.extra.get("restarts", 0))
+        proc.extra["restart_at"] = time.monotonic() + self.restart_backoff_s * min(2**restarts, 8)
+        meta = pod["metadata"]
+        st = dict(pod.get("status") or {})
+        exit_code = code if code >= 0 else 128 - code
+        cs = [dict(c) for c in st.get("containerStatuses") or []]
+        for c in cs:
+            c.update(ready=False, started=False)
+            c["lastState"] = {
+                "terminated": {
+                    "exitCode": exit_code,
+                    "reason": "Completed" if code == 0 else "Error",
+                    "finishedAt": _now(),
+                }
+            }
+            c["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
+        st["containerStatuses"] = cs
+        with contextlib.suppress(status.ApiError):
+            self.store.set_status(self.pods_kind, meta["namespace"], meta["name"], st)
+
+    def _restart(self, pod: Obj, key: tuple[str, str, str], proc: _Proc) -> None:
+        """Start the container again in the same pod (same home, volumes and name);
+        ``restartCount`` goes up by one."""
+        restarts = int(proc.extra.get("restarts", 0)) + 1
+        last = [
+            dict(c).get("lastState")
+            for c in (pod.get("status") or {}).get("containerStatuses") or []
+        ]
+        del self.procs[key]
+        self._start(pod, key)
+        new = self.procs.get(key)
+        if new is not None:
+            new.extra["restarts"] = restarts
+        meta = pod["metadata"]
+        with contextlib.suppress(status.ApiError):
+            current = self.store.get(self.pods_kind, meta["namespace"], meta["name"])
+            st = dict(current.get("status") or {})
+            cs = [dict(c) for c in st.get("containerStatuses") or []]
+            for i, c in enumerate(cs):
+                c["restartCount"] = restarts
+                if i < len(last) and last[i]:
+                    c["lastState"] = last[i]
+            st["containerStatuses"] = cs
+            self.store.set_status(self.pods_kind, meta["namespace"], meta["name"], st)
 
     def _report_exit(self, pod: Obj, code: int) -> None:
         meta = pod["metadata"]
@@ -508,9 +720,12 @@ class FakeKubelet:
         if not argv:
             return 1, b"", b"no command given\n"
         full = self._argv(argv, proc.env, proc.mounts)
+        pid = ctr.init_pid(proc.spec) if proc.spec is not None else None
+        if proc.spec is None or pid is None:
+            return 1, b"", f"container not running in pod {namespace}/{name}\n".encode()
         try:
             done = subprocess.run(  # noqa: S603 - argv list from the test's own exec call
-                full,
+                ctr.exec_argv(proc.spec, pid, full),
                 env=proc.env,
                 cwd=proc.cwd,
                 stdin=subprocess.DEVNULL,
@@ -521,6 +736,14 @@ class FakeKubelet:
         except (OSError, subprocess.TimeoutExpired) as exc:
             return 126, b"", f"exec failed: {exc}\n".encode()
         return done.returncode, done.stdout, done.stderr
+
+
+# Where the container sees its volumes: inside its private /tmp (tests/k8s/container_init.py).
+VOLUME_VIEW = "/tmp/.volumes"
+
+
+def _view(mounts: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(mpath, VOLUME_VIEW + mpath) for mpath, _host in mounts]
 
 
 def _rewrite(text: str, mounts: list[tuple[str, str]]) -> str:
@@ -555,15 +778,11 @@ def _field_ref(pod: Obj, path: str) -> str:
     return str(simple[path] or "")
 
 
-def _term_matches(term: Obj, labels: dict[str, str]) -> bool:
-    for expr in term.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and labels.get(key) in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-    return bool(term.get("matchExpressions")) or not term.get("matchFields")
+def _restarts(pod: Obj, code: int) -> bool:
+    """Whether the kubelet starts an exited container again (pod restartPolicy: Always after
+    any exit, OnFailure after a non-zero one, Never not at all; pkg/kubelet/container
+    ShouldContainerBeRestarted). A pod being deleted is never restarted."""
+    policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
+    if pod["metadata"].get("deletionTimestamp"):
+        return False
+    return policy == "Always" or (policy == "OnFailure" and code != 0)

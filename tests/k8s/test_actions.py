@@ -88,7 +88,7 @@ def running(emu: Any, name: str) -> dict[str, Any] | None:
 def step_of(kubelet: Any, lineage: str) -> int:
     """The counter's newest reported step, across all pods that ran the lineage."""
     best = -1
-    for path in Path(kubelet.root).glob(f"*/volumes/home/run/{lineage}.progress.json"):
+    for path in Path(kubelet.root).glob(f"*/volumes/home/home/run/{lineage}.progress.json"):
         try:
             best = max(best, int(json.loads(path.read_text())["step"]))
         except (OSError, ValueError, KeyError):
@@ -99,7 +99,7 @@ def step_of(kubelet: Any, lineage: str) -> int:
 def outputs(kubelet: Any) -> str:
     texts = [p.read_text(errors="replace") for p in Path(kubelet.root).glob("*/container.log")]
     texts += [
-        p.read_text(errors="replace") for p in Path(kubelet.root).glob("*/volumes/home/logs/*")
+        p.read_text(errors="replace") for p in Path(kubelet.root).glob("*/volumes/home/home/logs/*")
     ]
     return "\n".join(texts)
 
@@ -107,6 +107,16 @@ def outputs(kubelet: Any) -> str:
 def assert_intact(kubelet: Any) -> None:
     text = outputs(kubelet)
     assert "STATE CHECK FAILED" not in text, text[-2000:]
+
+
+def owned(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` owned by a ReplicaSet: a controller recreates it, so a drain may evict it."""
+    name = body["metadata"]["name"]
+    body["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{name}-rs", "uid": f"rs-{name}",
+         "controller": True}
+    ]  # fmt: skip
+    return body
 
 
 def act(svc: Service, action: Action, target: str, **params: Any) -> Any:
@@ -190,11 +200,14 @@ def test_drain_moves_wrapped_workloads_honours_a_pdb_and_cordons(
     set_unschedulable("n2", True)
     set_unschedulable("n3", True)
     emu.seed(bare, job)
-    # plain pods (not wrapped): one protected by a budget that allows no disruption
-    guarded = pod("web", labels={"app": "web"}, node="n1")
+    # plain pods (not wrapped, a controller's): one protected by a budget that allows no
+    # disruption
+    guarded = owned(pod("web", labels={"app": "web"}, node="n1"))
     guarded["spec"]["containers"][0]["command"] = ["sleep", "600"]
-    loose = pod("scratch", node="n1")
-    loose["spec"]["containers"][0]["command"] = ["sleep", "600"]
+    loose = owned(pod("scratch", node="n1"))
+    # The container's command is PID 1 of its PID namespace, which the kernel shields from
+    # a SIGTERM it has no handler for: it ends on the eviction's SIGTERM only with a trap.
+    loose["spec"]["containers"][0]["command"] = ["sh", "-c", "trap 'exit 0' TERM; sleep 600 & wait"]
     emu.seed(
         guarded,
         loose,
@@ -260,7 +273,20 @@ def test_failover_restores_from_the_newest_good_checkpoint_elsewhere(
         svc.plan(Action.FAILOVER, "k8s:n2", {})  # nothing wrong with n2 yet
     kubelet.crash_node("n2")
 
+    before = len(emu.requests)
     result = act(svc, Action.FAILOVER, "k8s:n2")
+    assert result.plan.scope["fencing"]["by"] == "lease"
+    # Fenced (cordoned, tainted out-of-service) before any pod is deleted or created.
+    sent = [r for r in emu.requests[before:] if r.method != "GET" and not r.query.get("dryRun")]
+    fence = next(i for i, r in enumerate(sent) if r.path.endswith("/nodes/n2"))
+    assert all("/pods" not in r.path for r in sent[:fence]), [(r.method, r.path) for r in sent]
+    assert any("/pods" in r.path for r in sent[fence:])
+    n2 = emu.store.get(emu.store.kinds[("", "nodes")], "", "n2")
+    assert n2["spec"]["unschedulable"] is True
+    assert any(
+        t["key"] == "node.kubernetes.io/out-of-service" and t["effect"] == "NoExecute"
+        for t in n2["spec"]["taints"]
+    )
     now = pods(emu)
     assert "fragile" not in now
     (name,) = now
@@ -462,7 +488,7 @@ def test_drain_waits_on_a_budget_until_it_allows_the_eviction(
     emu.seed(
         node("n1"),
         node("n2"),
-        pod("web", labels={"app": "web"}, node="n1", phase="Running", ready=True),
+        owned(pod("web", labels={"app": "web"}, node="n1", phase="Running", ready=True)),
         {
             "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",

@@ -266,7 +266,7 @@ def test_drain_moves_a_kueue_jobs_pod_through_its_workload(emu: Any, svc: Servic
     assert names == ["cordon"] + [
         prefix + n
         for n in ("checkpoint", "deactivate", "wait_stopped", "reactivate", "wait_restored")
-    ]
+    ] + ["check_drained"]
     assert not [r for r in writes(emu, since) if "/jobs/" in r.path]
     with pytest.raises(errors.NotSupported, match="Kueue"):
         svc.plan(Action.DRAIN_NODE, "k8s:n1", {"to": "k8s:n3"})

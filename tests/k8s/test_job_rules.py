@@ -56,7 +56,15 @@ def job(name: str, *, suspend: bool = False, started: bool = True) -> dict[str, 
                 "metadata": {"labels": {"app": name}},
                 "spec": {
                     "restartPolicy": "Never",
-                    "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "600"]}],
+                    # A container's PID 1 ignores a SIGTERM it has no handler for (the
+                    # kernel shields a PID namespace's init): trap it, so a suspend ends it.
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "busybox",
+                            "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 600 & wait"],
+                        }
+                    ],
                 },
             },
         },

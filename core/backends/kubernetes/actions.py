@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -125,16 +126,56 @@ def pods_of(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj) -> list[Obj]:
     return [p for p in b.list_pods(ref.namespace, label_selector=sel) if live(p)]
 
 
+_WRAPPER_ARGV = re.compile(r"(^|[\s/])clawpoint\s+run(\s|$)|-m\s+core\.cli\s+run(\s|$)")
+
+
+def runs_wrapper(pod: Obj) -> bool | None:
+    """Whether the wrapped container's ``command``/``args`` start clawpoint's wrapper
+    (``clawpoint run`` or ``python -m core.cli run``, also inside a shell line); None when
+    the spec sets neither, so the image's entrypoint decides and only the container knows."""
+    spec = pod.get("spec") or {}
+    name = container_of(pod) if spec.get("containers") else ""
+    container: Obj = next((c for c in spec.get("containers") or [] if c.get("name") == name), {})
+    argv = [str(a) for a in [*(container.get("command") or []), *(container.get("args") or [])]]
+    if not container.get("command"):
+        return None  # the image's ENTRYPOINT runs (args, if any, are its arguments)
+    return bool(_WRAPPER_ARGV.search(" ".join(argv)))
+
+
 def _require_wrapped(pod: Obj) -> str:
     lineage = lineage_of(pod)
+    where = f"pod {meta(pod).get('namespace')}/{meta(pod).get('name')}"
     if not lineage:
         raise errors.NotSupported(
-            f"pod {meta(pod).get('namespace')}/{meta(pod).get('name')} does not run under the "
-            "clawpoint wrapper (no clawpoint.io/lineage annotation)",
+            f"{where} does not run under the clawpoint wrapper (no clawpoint.io/lineage "
+            "annotation)",
             hint="run its container with the wrapper as entrypoint and a checkpoint volume "
             "(deploy/kubernetes/example-job.yaml), or make it a cooperative app",
         )
+    if runs_wrapper(pod) is False:
+        # Annotated as wrapped, but the command shown is something else: the exec into it
+        # would find no wrapper to ask. Refused here instead of failing after the wait.
+        raise errors.NotSupported(
+            f"{where} is annotated {LINEAGE_ANNOTATION}={lineage} but its container "
+            f"{container_of(pod)!r} does not run the wrapper (its command is not "
+            "`clawpoint run ...` or `python -m core.cli run ...`)",
+            code="kubernetes-wrapper-missing",
+            hint="start the container with `clawpoint run --name LINEAGE -- <your command>` "
+            "(spec.containers[].command), or remove the annotation",
+        )
     return lineage
+
+
+def image_warnings(spec: Obj) -> list[str]:
+    """A warning per container whose image is not pinned by digest: the target node may
+    pull another image, and CRIU restores files by path and checks them."""
+    return [
+        f"container {c.get('name')!r} runs image {c.get('image')!r}, not pinned by digest "
+        "(name@sha256:...): the target node may pull a different image than the one "
+        "checkpointed, and the restore fails if files the process had open differ"
+        for c in spec.get("containers") or []
+        if "@sha256:" not in str(c.get("image") or "")
+    ]
 
 
 # ----- affinity -----------------------------------------------------------------------------
@@ -159,9 +200,20 @@ def with_placement(spec: Obj, *, to: str | None, away_from: list[str]) -> Obj:
         return out
     affinity = out.setdefault("affinity", {})
     node_aff = affinity.setdefault("nodeAffinity", {})
-    node_aff["requiredDuringSchedulingIgnoredDuringExecution"] = {
-        "nodeSelectorTerms": [{"matchExpressions": [expr]}]
-    }
+    # The pod's own required terms stay (terms are ORed, a term's expressions ANDed: the
+    # placement is ANDed into each); only their hostname expressions are replaced.
+    own = (node_aff.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
+        "nodeSelectorTerms"
+    ) or [{}]
+    terms = []
+    for term in own:
+        kept = [
+            e
+            for e in term.get("matchExpressions") or []
+            if e.get("key") != "kubernetes.io/hostname"
+        ]
+        terms.append({**term, "matchExpressions": [*kept, expr]})
+    node_aff["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": terms}
     return out
 
 
@@ -320,6 +372,10 @@ def plan_resume(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Ob
     steps: list[PlanStep] = []
     workload = jobs.kueue_workload(b, raw) if kind == "Job" else None
     patch_kind, patch_name = kind, ref.name
+    if kind == "Job" and to and workload is None:
+        # Pre-flight: the Job's next pods would be scheduled there.
+        template = ((raw.get("spec") or {}).get("template") or {}).get("spec") or {}
+        b.preflight(template, to=to, away=[], what=str(ref))
     if workload is not None:
         if to:
             jobs.refuse_kueue_move(b, raw, f"resume it on {to}")
@@ -384,8 +440,8 @@ def _job_restore_waits(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj) -> 
             f"{ref}: no good checkpoint of {', '.join(missing)} (the other pods of the Job "
             "have one): resuming would start those pods from scratch",
             hint="restore the missing checkpoints to the checkpoint volume, or delete and "
-            "recreate the Job to start every pod over; clawpoint checkpoints "
-            f"{ref} lists what is there",
+            "recreate the Job to start every pod over; to see what is there: clawpoint "
+            f"checkpoints {ref}",
             details={"missing": missing},
         )
     sel = f"batch.kubernetes.io/job-name={ref.name}"
@@ -398,6 +454,13 @@ def _job_restore_waits(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj) -> 
         for lineage, seq in floors.items()
         if seq is not None
     ]  # fmt: skip
+
+
+def restarts(pod: Obj) -> bool:
+    """Whether the kubelet starts the pod's containers again after they exit: restartPolicy
+    Always (the API default of a pod) or OnFailure (the wrapper's exit code after a stop is
+    not promised to be 0)."""
+    return ((pod.get("spec") or {}).get("restartPolicy") or "Always") != "Never"
 
 
 def _move_pod_steps(
@@ -428,6 +491,21 @@ def _move_pod_steps(
     }
     steps: list[PlanStep] = []
     after: str | int = b.newest_seq(lineage)
+    where = f"on {to}" if to else f"off {', '.join(away)}"
+    if take_checkpoint and restarts(pod):
+        # restartPolicy Always/OnFailure: a payload stopped in place is started again by the
+        # kubelet (and its wrapper would restore the checkpoint right there), so the old pod
+        # is never waited on to end: checkpoint it running, then delete it (deletion never
+        # restarts; its SIGTERM makes the wrapper checkpoint once more within the grace
+        # period), and only once it is gone create the copy, which restores the newest.
+        policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
+        return [
+            checkpoint_step(b, pod, stop=False, prefix=prefix),
+            step(f"{prefix}delete_old", "delete_pod", f"delete pod {ns}/{old} (restartPolicy {policy}: stopping it in place would restart it; its wrapper checkpoints again on SIGTERM)", namespace=ns, name=old, grace_s=None),
+            step(f"{prefix}wait_ended", "wait_pod_ended", f"wait until pod {ns}/{old} is gone", namespace=ns, name=old, timeout_s=b.cfg.checkpoint_timeout_s),
+            step(f"{prefix}create", "create_pod", f"create pod {ns}/{new_name} {where} (same spec; its wrapper restores {lineage})", namespace=ns, body=body),
+            wait_restored_step(b, f"{prefix}wait_restored", ns, f"metadata.name={new_name}", lineage, f"${prefix}checkpoint.seq"),
+        ]  # fmt: skip
     if take_checkpoint:
         steps.append(checkpoint_step(b, pod, stop=True, prefix=prefix))
         steps.append(
@@ -435,7 +513,6 @@ def _move_pod_steps(
                  namespace=ns, name=old, timeout_s=b.cfg.checkpoint_timeout_s)
         )  # fmt: skip
         after = f"${prefix}checkpoint.seq"
-    where = f"on {to}" if to else f"off {', '.join(away)}"
     steps += [
         step(f"{prefix}create", "create_pod", f"create pod {ns}/{new_name} {where} (same spec; its wrapper restores {lineage})", namespace=ns, body=body),
         wait_restored_step(b, f"{prefix}wait_restored", ns, f"metadata.name={new_name}", lineage, after),
@@ -469,23 +546,36 @@ def plan_migrate(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: O
     pod = pods[0]
     source = str((pod.get("spec") or {}).get("nodeName") or "")
     to = b.target_node(params.get("to"), away_from=source)
-    if ref.kind.kind == "Pod":
-        steps = _move_pod_steps(b, pod, to=to, away=[source], prefix="")
-    elif ref.kind.kind == "Job":
-        wrapped = [p for p in pods if lineage_of(p)] or [pod]
-        steps = _move_job_steps(b, raw, wrapped, to=to, away=[source], prefix="")
-    else:
+    if ref.kind.kind not in ("Pod", "Job"):
         raise errors.NotSupported(
             f"migrate moves wrapped Pods and Jobs, not {ref.kind.kind}",
             hint="preempt and resume it, or drain its node",
         )
+    _require_wrapped(pod)
+    # Pre-flight, before any step stops anything: the target tolerates and fits the pod.
+    spec = (
+        pod.get("spec") or {}
+        if ref.kind.kind == "Pod"
+        else ((raw.get("spec") or {}).get("template") or {}).get("spec") or {}
+    )
+    fits = b.preflight(
+        spec, to=to, away=[source], what=str(ref), pod=(meta(pod)["namespace"], meta(pod)["name"])
+    )
+    if ref.kind.kind == "Pod":
+        steps = _move_pod_steps(b, pod, to=to, away=[source], prefix="")
+    else:
+        wrapped = [p for p in pods if lineage_of(p)] or [pod]
+        steps = _move_job_steps(b, raw, wrapped, to=to, away=[source], prefix="")
+    warnings = image_warnings(spec)
     return PlanDraft(
         steps=steps,
-        summary=f"migrate {ref} from {source} to {to or 'another node'} through a checkpoint",
+        summary=f"migrate {ref} from {source} to {to or 'another node'} through a checkpoint"
+        + ("" if to else f" (nodes that fit: {', '.join(fits)})")
+        + "".join(f". Warning: {w}" for w in warnings),
         expected_pause_s=None,
         saves="the pod's full state: the new pod's wrapper restores the checkpoint just taken",
         rollback=f"migrate it back: {_cli(Action.MIGRATE)} {ref} --to {ids.PREFIX}{source}",
-        scope=_scope(b, ref, source),
+        scope={**_scope(b, ref, source), "fits": fits, "warnings": warnings},
     )
 
 
@@ -559,18 +649,45 @@ def _cordon_step(node: str, reason: str, description: str) -> PlanStep:
 
 
 def plan_drain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
+    from core.backends.kubernetes import nodes  # builds on this module
+
     to = b.target_node(params.get("to"), away_from=node)
     save = params.get("save", True) is not False
+    force = bool(params.get("force"))
     reason = str(params.get("reason") or "")
     steps: list[PlanStep] = [_cordon_step(node, reason, f"cordon {node}: nothing new lands there")]
     moved, evicted = 0, 0
+    warnings: list[str] = []
     evictions: list[PlanStep] = []  # after the moves: a budget that blocks one moves nothing
     jobs_moved: set[tuple[str, str]] = set()  # a Job moves once, with every pod it has
+    left: list[str] = []  # DaemonSet and mirror pods (kubectl drain leaves them too)
+    forced: list[str] = []  # evicted only because of force
+    unforced: list[tuple[str, str]] = []
     for pod in b.list_pods(None, field_selector=f"spec.nodeName={node}"):
-        if not live(pod) or owner_kind(pod) == "DaemonSet":
+        if not live(pod):
+            continue
+        why_left = nodes.left_alone(pod)
+        if why_left:
+            left.append(f"{nodes.name_of(pod)}: {why_left}")
             continue
         m = meta(pod)
         prefix = f"{m['namespace']}-{m['name']}-"
+        # A wrapped pod saves itself: moved through a checkpoint (a bare or Job pod, with
+        # save), or checkpointing on SIGTERM (its emptyDir is the wrapper's scratch).
+        wrapped = bool(lineage_of(pod))
+        moved_kind = owner_kind(pod) in (None, "Job")
+        why_force = nodes.needs_force(pod, wrapped=wrapped, moved=save and wrapped and moved_kind)
+        if why_force:
+            if not force:
+                unforced.append((nodes.name_of(pod), why_force))
+                continue
+            forced.append(f"{nodes.name_of(pod)}: {why_force}")
+        if save and lineage_of(pod) and owner_kind(pod) in (None, "Job"):
+            _require_wrapped(pod)
+            spec = _spec_to_move(b, pod)
+            b.preflight(spec, to=to, away=[node], what=f"pod {m['namespace']}/{m['name']}",
+                        pod=(m["namespace"], m["name"]))  # fmt: skip
+            warnings += image_warnings(spec)
         if save and lineage_of(pod) and owner_kind(pod) is None:
             steps += _move_pod_steps(b, pod, to=to, away=[node], prefix=prefix)
             moved += 1
@@ -601,8 +718,26 @@ def plan_drain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
                      namespace=m["namespace"], name=m["name"], wait_s=b.cfg.eviction_wait_s)
             )  # fmt: skip
             evicted += 1
+    if unforced:
+        raise nodes.refuse_unforced(node, unforced)
     steps += evictions
+    not_handled, visible = nodes.outside_scope(b, node)
+    steps.append(nodes.check_drained_step(b, node, visible=visible))
     where = f" to {to}" if to else ""
+    scope_ns = ", ".join(b.conn.scoped_namespaces or [])
+    notes = ""
+    if not_handled:
+        notes += (
+            f"; NOT HANDLED (outside {scope_ns}): {', '.join(not_handled)}: the drain reports "
+            "the node not drained while they run"
+        )
+    if not visible:
+        notes += (
+            f"; these credentials cannot list pods outside {scope_ns}: pods of other "
+            "namespaces on the node are unknown, so the node cannot be reported drained"
+        )
+    if forced:
+        notes += f"; forced (their work is lost): {', '.join(forced)}"
     return PlanDraft(
         steps=steps,
         summary=f"drain {node}: cordon it, move {moved} wrapped workload(s){where} through "
@@ -611,13 +746,33 @@ def plan_drain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
             ""
             if save
             else " (save=false: wrapped pods are evicted too, without a checkpoint first)"
-        ),
+        )
+        + notes
+        + "".join(f". Warning: {w}" for w in warnings),
         saves="every wrapped workload's state (restored elsewhere); evicted pods restart per their controllers"
         if save
         else "only what each wrapper saves on SIGTERM within the grace period",
         rollback=f"undrain it: {_cli(Action.UNDRAIN_NODE)} {ids.PREFIX}{node}",
-        scope={"node": node},
+        scope={
+            "node": node,
+            "not_handled": not_handled,
+            "other_namespaces_visible": visible,
+            "left": left,
+            "forced": forced,
+            "warnings": warnings,
+        },
     )
+
+
+def _spec_to_move(b: KubernetesBackend, pod: Obj) -> Obj:
+    """The spec the moved pod's copy is made from: its own (a bare pod) or its Job's
+    template (the Job controller makes the next pod from it)."""
+    if owner_kind(pod) != "Job":
+        return pod.get("spec") or {}
+    m = meta(pod)
+    job_name = next(str(o["name"]) for o in m.get("ownerReferences") or [] if o.get("controller"))
+    job = b.read_raw(ids.WorkloadRef(ids.kind_named("Job"), m["namespace"], job_name))
+    return ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
 
 
 def plan_cordon(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
@@ -641,10 +796,15 @@ def plan_undrain(b: KubernetesBackend, node: str, params: Obj) -> PlanDraft:
             f"node {node} is not cordoned or drained: nothing to undo",
             hint="undrain a node that was drained or cordoned",
         )
-    patch = {
+    patch: Obj = {
         "spec": {"unschedulable": None},
         "metadata": {"annotations": {REASON_ANNOTATION: None}},
     }
+    from core.backends.kubernetes import nodes  # builds on this module
+
+    kept = nodes.without_out_of_service(nodes.read_node(b, node))
+    if kept is not None:  # fenced by a failover: back in service once repaired (KEP-2268)
+        patch["spec"]["taints"] = kept
     return PlanDraft(
         steps=[patch_step("uncordon", "Node", "", node, patch, f"uncordon {node}")],
         summary=f"undrain {node}: it takes pods again",
@@ -671,6 +831,23 @@ def plan_failover(b: KubernetesBackend, node: str, only: set[str] | None, params
         )
     to = b.target_node(params.get("to"), away_from=node)
     steps: list[PlanStep] = []
+    warnings: list[str] = []
+    if detail.ready:
+        if params.get("fenced"):
+            raise errors.InvalidInput(
+                f"node {node} is Ready: fenced applies to a lost (NotReady) node only",
+                hint="leave out fenced: a Ready node with a notice is failed over as it is",
+            )
+        # A spot notice on a Ready node: the node is alive, so it is not fenced (the
+        # out-of-service taint would tell Kubernetes it is shut down and detach its volumes);
+        # its pods are stopped through the API and their wrappers checkpoint on SIGTERM.
+        fencing: Obj = {"node": node, "by": "not needed", "why": "the node is Ready (a notice)"}
+    else:
+        from core.backends.kubernetes import nodes  # builds on this module
+
+        # Before any pod of it is deleted or recreated elsewhere (refused while it is alive).
+        steps, fencing = nodes.fence_steps(b, node, bool(params.get("fenced")))
+    fence_count = len(steps)
     for pod in b.list_pods(None, field_selector=f"spec.nodeName={node}"):
         m = meta(pod)
         if (pod.get("status") or {}).get("phase") in _TERMINAL or not lineage_of(pod):
@@ -684,6 +861,11 @@ def plan_failover(b: KubernetesBackend, node: str, only: set[str] | None, params
                 hint="it can only be restarted from scratch (resume with fresh)",
             )
         prefix = f"{m['namespace']}-{m['name']}-"
+        if owner_kind(pod) in (None, "Job"):
+            spec = _spec_to_move(b, pod)
+            b.preflight(spec, to=to, away=[node], what=f"pod {m['namespace']}/{m['name']}",
+                        pod=(m["namespace"], m["name"]))  # fmt: skip
+            warnings += image_warnings(spec)
         if owner_kind(pod) == "Job":
             job_name = next(
                 str(o["name"]) for o in m.get("ownerReferences") or [] if o.get("controller")
@@ -699,17 +881,24 @@ def plan_failover(b: KubernetesBackend, node: str, only: set[str] | None, params
             steps += _move_pod_steps(
                 b, pod, to=to, away=[node], prefix=prefix, take_checkpoint=False
             )
-    if not steps:
+    if len(steps) == fence_count:
         raise errors.Conflict(
             f"no wrapped workload to fail over on {node}", hint="list the workloads on it"
         )
+    back = (
+        ""
+        if detail.ready
+        else f"; once {node} is repaired, undrain it (removes the out-of-service taint, "
+        f"uncordons it): {_cli(Action.UNDRAIN_NODE)} {ids.PREFIX}{node}"
+    )
     return PlanDraft(
         steps=steps,
         summary=f"fail over the wrapped workloads of {node} ({'not Ready' if not detail.ready else 'interruption notice'}) "
-        f"from their newest good checkpoints{f' onto {to}' if to else ''}",
+        f"from their newest good checkpoints{f' onto {to}' if to else ''}; fencing: {fencing['why']}"
+        + "".join(f". Warning: {w}" for w in warnings),
         saves="the newest good checkpoint of each; work since it is lost",
-        rollback="nothing to undo: the old pods were on a lost node",
-        scope={"node": node},
+        rollback="nothing to undo: the old pods were on a lost node" + back,
+        scope={"node": node, "fencing": fencing, "warnings": warnings},
     )
 
 
@@ -894,6 +1083,12 @@ def run_step(b: KubernetesBackend, op: str, args: Obj, progress: ProgressFn) -> 
         return {"ended": True}
     if op == "wait_restored":
         return _wait_restored(b, args, progress)
+    if op in ("check_node_drained", "wait_lease_expired"):
+        from core.backends.kubernetes import nodes  # builds on this module
+
+        if op == "check_node_drained":
+            return nodes.run_check_drained(b, args)
+        return nodes.run_wait_lease_expired(b, args)
     raise errors.InvalidInput(f"unknown Kubernetes step {op!r}", hint="re-plan the action")
 
 

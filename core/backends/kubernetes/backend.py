@@ -22,9 +22,13 @@ previewed with ``dryRun=All`` when the plan is made (``scope["dry_run"]``):
   (``k8s.min_replicas`` or the workload's ``clawpoint.io/min-replicas``).
 - drain_node: cordon; move every wrapped pod as migrate does; evict the rest through the
   Eviction API, waiting up to ``eviction_wait_s`` on a PodDisruptionBudget, then reporting
-  it (never a delete instead). undrain_node: uncordon.
+  it (never a delete instead); pods nothing recreates need ``force``; pods of namespaces
+  out of scope are listed as not handled and the drain fails while they run (``nodes``).
+  undrain_node: uncordon (and remove a failover's out-of-service taint).
 - failover (a node, or a workload on it): the node must be NotReady or tainted for
-  interruption; each wrapped pod is restored from its newest good checkpoint elsewhere.
+  interruption; a NotReady node is fenced first (``nodes``: cordon, out-of-service taint,
+  and an expired lease or a person's word); each wrapped pod is then restored from its
+  newest good checkpoint elsewhere.
 
 Ids are validated before any request (``ids``). Limits: one wrapped container per pod;
 Deployment/StatefulSet pods are not moved one by one (preempt/resume or drain them);
@@ -43,7 +47,7 @@ import structlog
 from core import actions as catalogue
 from core import errors
 from core.backends.base import PlanDraft, ProgressFn, not_supported, poll_until
-from core.backends.kubernetes import actions, ids, lineages
+from core.backends.kubernetes import actions, ids, lineages, placement
 from core.backends.kubernetes.connection import Connection, KubernetesConfig, Op
 from core.backends.kubernetes.inventory import Inventory, NodeDetail
 from core.backends.kubernetes.kubelet_api import CheckpointProbe, probe_checkpoint_api
@@ -62,10 +66,10 @@ _TAKES: dict[Action, frozenset[str]] = {
     Action.RESUME: frozenset({"to", "fresh", "reason"}),
     Action.MIGRATE: frozenset({"to", "reason"}),
     Action.SCALE: frozenset({"replicas", "down_without_save", "reason"}),
-    Action.DRAIN_NODE: frozenset({"to", "save", "reason"}),
+    Action.DRAIN_NODE: frozenset({"to", "save", "force", "reason"}),
     Action.UNDRAIN_NODE: frozenset({"reason"}),
     Action.CORDON_NODE: frozenset({"reason"}),
-    Action.FAILOVER: frozenset({"to", "fresh", "reason"}),
+    Action.FAILOVER: frozenset({"to", "fresh", "fenced", "reason"}),
 }
 
 
@@ -214,7 +218,9 @@ class KubernetesBackend:
         return [p for ns in scope for p in self.list_pods(ns, **selectors)]
 
     def target_node(self, wanted: Any, *, away_from: str | None = None) -> str | None:
-        """The node named by ``to`` (``n2`` or ``k8s:n2``), checked to exist and take pods."""
+        """The node named by ``to`` (``n2`` or ``k8s:n2``), checked to exist; whether it takes
+        the pod (Ready, not cordoned, tolerated, fitting) is ``preflight``'s, with every
+        reason at once."""
         if wanted is None:
             return None
         name = ids.parse_node_id(str(wanted))
@@ -223,13 +229,43 @@ class KubernetesBackend:
                 f"the workload is already on {ids.PREFIX}{name}",
                 hint="pass another node with --to, or omit it to let the scheduler pick one",
             )
-        node = self.get_node(name)
-        if not node.schedulable or node.health.value == "down":
-            raise errors.Conflict(
-                f"node {node.id} is {node.state} and takes no pods",
-                hint="pick a node that is Ready and not cordoned (clawpoint nodes --backend k8s)",
-            )
+        self.get_node(name)  # NotFound
         return name
+
+    def preflight(
+        self,
+        spec: Obj,
+        *,
+        to: str | None,
+        away: list[str],
+        what: str,
+        pod: tuple[str, str] | None = None,
+    ) -> list[str]:
+        """Before anything stops: the nodes the pod ``spec`` (as it would be created there)
+        would be scheduled on, by the scheduler's filter rules (``placement``). With ``to``,
+        that node must fit (Conflict naming it and each reason); without, at least one node
+        off ``away`` must (Conflict naming every node's reasons). ``pod``: (namespace, name)
+        of the pod being moved, whose own requests do not count against its target."""
+        placed = actions.with_placement(spec, to=to, away_from=away)
+        nodes = [
+            n
+            for n in self.inventory.raw_nodes()
+            if str(n["metadata"]["name"]) not in away
+            and (to is None or n["metadata"]["name"] == to)
+        ]
+        pods = self.inventory.raw_pods(
+            field_selector="status.phase!=Succeeded,status.phase!=Failed"
+        )
+        fits = placement.check_nodes(placed, nodes, pods, skip_pod=pod)
+        if to is not None:
+            (fit,) = fits or [placement.Fit(to, ["not found"])]
+            if not fit.ok:
+                raise placement.refuse_target(fit, what)
+            return [to]
+        good = [f.node for f in fits if f.ok]
+        if not good:
+            raise placement.refuse_nowhere(fits, what)
+        return good
 
     def next_pod_name(self, old: str) -> str:
         """A new name for a recreated pod: ``NAME-cpN`` (a previous ``-cpN`` replaced)."""

@@ -8,11 +8,14 @@ JSON line on stderr (``{"error": CODE, "message", "hint"}``) and the error's exi
 
 It talks to the wrapper directly, not through the service: the container's own clawpoint
 has no policy of its own to consult; the guardrails already ran where the plan was made.
-Limits: the wrapper must run in this container (it is the container's entrypoint).
+Limits: the wrapper must run in this container (it is the container's entrypoint); when none
+holds the lineage's lock for a few seconds, the exec fails at once (code
+``kubernetes-wrapper-missing``) instead of waiting the whole socket wait.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sys
@@ -24,6 +27,54 @@ from core.model import validate_name
 from core.wrapper.control import ControlClient
 
 SOCKET_WAIT_S = 60.0
+# How long a container may go without a wrapper holding the lineage's lock before the exec
+# concludes none runs here: the interpreter's start, or a restart after an exit.
+NO_WRAPPER_S = 5.0
+
+
+def wrapper_holds_lock(run: Path, lineage: str) -> bool:
+    """Whether a wrapper of ``lineage`` runs in this container: it takes ``LINEAGE.lock``
+    (an exclusive flock) first thing and keeps it until it exits."""
+    try:
+        fd = os.open(run / f"{lineage}.lock", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing drops a lock taken here
+    return False
+
+
+def wait_for_socket(run: Path, lineage: str) -> Path:
+    """The wrapper's control socket. A wrapper still starting or restoring (it holds its
+    lock) has none yet: wait for it up to ``SOCKET_WAIT_S``. When no wrapper holds the lock
+    for ``NO_WRAPPER_S``, the container does not run one (say its image's entrypoint is not
+    the wrapper): refuse at once rather than after the whole wait."""
+    sock = run / f"{lineage}.sock"
+    start = time.monotonic()
+    last_seen = start
+    while not sock.exists():
+        now = time.monotonic()
+        if wrapper_holds_lock(run, lineage):
+            last_seen = now
+        elif now - last_seen >= NO_WRAPPER_S:
+            raise errors.NotSupported(
+                f"no clawpoint wrapper runs {lineage} in this container (no lock held in "
+                f"{run} after {NO_WRAPPER_S:g}s)",
+                code="kubernetes-wrapper-missing",
+                hint="start the container with `clawpoint run --name LINEAGE -- <command>` as "
+                "its command (or the image's entrypoint), with CLAWPOINT_HOME set the same "
+                "for the container and exec",
+            )
+        if now - start >= SOCKET_WAIT_S:
+            break  # the client's connect reports the missing socket
+        time.sleep(0.1)
+    return sock
 
 
 def run_dir() -> Path:
@@ -48,11 +99,7 @@ def main(argv: list[str]) -> int:
         extra = argv[2:]
         if extra not in ([], ["--stop"]) or (extra and argv[0] != "checkpoint"):
             raise errors.InvalidInput(f"unexpected arguments {extra!r}", hint="see --help")
-        sock = run_dir() / f"{lineage}.sock"
-        # A wrapper still starting (or restoring) has no socket yet: give it a moment.
-        deadline = time.monotonic() + SOCKET_WAIT_S
-        while not sock.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        sock = wait_for_socket(run_dir(), lineage)
         client = ControlClient(sock)
         if argv[0] == "status":
             print(json.dumps(client.status(), default=str))

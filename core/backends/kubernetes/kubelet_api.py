@@ -11,7 +11,10 @@ on that node: a forensic / export copy, not something clawpoint restores from.
 - 404: off (the ``ContainerCheckpoint`` feature gate is disabled on the kubelet) or no such
   pod/container;
 - 500: the container runtime refused (containerd/CRI-O without checkpoint support, or CRIU
-  missing on the node).
+  missing on the node);
+- 403: not permitted: clawpoint's identity lacks ``nodes/proxy`` (deliberately left out of
+  deploy/kubernetes/rbac.yaml; the opt-in ClusterRole is
+  deploy/kubernetes/optional/checkpoint-probe-rbac.yaml). Nothing reached the kubelet.
 
 Restoring a container from such an archive (containerd's experimental restore-via-create,
 CRI-O) and KEP-5823 pod restore are never offered here: ``restore_supported`` stays False.
@@ -32,7 +35,7 @@ from core.backends.kubernetes.connection import Connection, Op, translate
 
 class CheckpointProbe(BaseModel):
     node: str
-    state: Literal["available", "off", "refused"]
+    state: Literal["available", "off", "refused", "not_permitted"]
     message: str
     archive: str | None = None
     restore_supported: bool = False  # no probe of restore exists that we trust; see above
@@ -65,6 +68,16 @@ def probe_checkpoint_api(
                 message=f"the kubelet checkpoint API is off on {node} (404: the "
                 "ContainerCheckpoint feature gate is disabled, or there is no container "
                 f"{namespace}/{pod}/{container}): {text}",
+            )
+        if code == 403:
+            # The probe is optional and its RBAC opt-in: an answer, not a failure.
+            return CheckpointProbe(
+                node=node,
+                state="not_permitted",
+                message=f"not permitted to probe the kubelet checkpoint API on {node}: the "
+                "clawpoint identity lacks nodes/proxy (create), which the default RBAC leaves "
+                "out; apply deploy/kubernetes/optional/checkpoint-probe-rbac.yaml to allow it "
+                f"({text})",
             )
         if code == 500:
             return CheckpointProbe(

@@ -15,7 +15,8 @@ authentication (bearer token, when one is set), then RBAC, in that order.
 
 Differs from a real server (kept out on purpose): no protobuf/CBOR or YAML bodies, no
 server-side apply, no bookmarks, no ``resourceVersionMatch`` (lists always read the
-latest state), no OpenAPI schema, no garbage collection of dependents, no admission
+latest state), OpenAPI schema checks only when ``Emulator.schema_version`` is set
+(module ``schema``; 422 for every violation), no garbage collection of dependents, no admission
 webhooks. An immediate delete answers the deleted object for pods and custom resources and a
 Success ``Status`` for the other built-in kinds, as the published API declares.
 """
@@ -34,8 +35,9 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
+from tests.k8s.emulator import admission, patching, rbac, status, workloads
 from tests.k8s.emulator import kinds as kinds_mod
-from tests.k8s.emulator import patching, rbac, status, workloads
+from tests.k8s.emulator import schema as schema_mod
 from tests.k8s.emulator.selectors import parse_fields, parse_labels
 from tests.k8s.emulator.store import Obj, Watcher
 
@@ -57,6 +59,11 @@ VERSION = {
 
 def _json(body: Any, code: int = 200, headers: dict[str, str] | None = None) -> Response:
     return JSONResponse(body, status_code=code, headers=headers)
+
+
+def _warning(text: str) -> str:
+    """An RFC 7234 warning value, as kube-apiserver writes them (code 299, agent "-")."""
+    return '299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _error(err: status.ApiError) -> Response:
@@ -291,9 +298,15 @@ class App:
                     )
                 return self.list(t, match, q.get("limit"), q.get("continue"))
             if verb == "create":
-                return _json(
-                    self._present(kind, store.create(kind, ns, body, dry_run=dry_run)), 201
+                self._schema_check(request, kind, body)
+                created = self._present(kind, store.create(kind, ns, body, dry_run=dry_run))
+                # Pod Security: a workload whose pod template would be refused is admitted
+                # with a warning (pod-security-admission/admission/admission.go).
+                warns = admission.template_warnings(
+                    store.objects[("", "namespaces")].get(("", ns)), created
                 )
+                headers = {"Warning": ", ".join(_warning(w) for w in warns)} if warns else None
+                return _json(created, 201, headers)
             if verb == "deletecollection":
                 match = self._matcher(q.get("labelSelector"), q.get("fieldSelector"), kind)
                 items, rv = store.list(kind, t.namespace, match)
@@ -306,6 +319,7 @@ class App:
         if verb == "get":
             return _json(self._present(kind, store.get(kind, ns, name)))
         if verb == "update":
+            self._schema_check(request, kind, body, name)
             return _json(
                 self._present(
                     kind, store.update(kind, ns, name, body, subresource=t.sub, dry_run=dry_run)
@@ -317,6 +331,7 @@ class App:
                 patched = patching.apply(
                     kind.builtin, request.headers.get("content-type", ""), current, body
                 )
+                self._schema_check(request, kind, patched, name)
                 new = store.update(
                     kind, ns, name, patched, subresource=t.sub, dry_run=dry_run, require_rv=False
                 )
@@ -354,6 +369,32 @@ class App:
                 )
             return _json(obj)
         raise status.method_not_allowed()
+
+    def _schema_check(
+        self, request: Request, kind: kinds_mod.Kind, body: Any, name: str | None = None
+    ) -> None:
+        """With ``Emulator.schema_version`` set: the object as it would be stored (the body
+        of a create or replace, the result of a patch) must conform to that version's schema
+        (``schema``); else 422, recorded in ``Emulator.schema_violations``."""
+        version = self.emu.schema_version
+        if version is None or not kind.builtin or not isinstance(body, dict):
+            return
+        # The server takes kind and apiVersion from the URL when the body leaves them out.
+        obj = {**body, "apiVersion": kind.api_version, "kind": kind.kind}
+        found = schema_mod.violations(version, obj)
+        if not found:
+            return
+        name = name or str((body.get("metadata") or {}).get("name") or "")
+        for field, message in found:
+            self.emu.schema_violations.append(
+                f"{request.method} {request.url.path}: {field}: {message}"
+            )
+        raise status.invalid(
+            kind.kind,
+            name,
+            kind.group,
+            [(f, "Invalid value", f"schema of Kubernetes {version}: {m}") for f, m in found],
+        )
 
     def _present(self, kind: kinds_mod.Kind, obj: Obj) -> Obj:
         if kind.key == ("policy", "poddisruptionbudgets") and obj.get("metadata", {}).get("uid"):

@@ -3,8 +3,8 @@
 A ``Kind`` holds what the API server knows about a resource: group/version, plural and
 kind names, scope, subresources, which field selectors it accepts, how its names are
 validated. Built-ins cover what the clawpoint backend relies on (namespaces, nodes, pods,
-apps/v1 deployments and statefulsets, batch/v1 jobs, policy/v1 PodDisruptionBudgets, CRDs
-themselves). Custom kinds appear when a CustomResourceDefinition is created (see
+apps/v1 deployments and statefulsets, batch/v1 jobs, policy/v1 PodDisruptionBudgets,
+coordination.k8s.io/v1 Leases, CRDs themselves). Custom kinds appear when a CustomResourceDefinition is created (see
 ``from_crd``); only the CRD's storage version is served.
 """
 
@@ -142,6 +142,9 @@ BUILTIN: tuple[Kind, ...] = (
         short_names=("pdb",),
         subresources=frozenset({"status"}),
     ),
+    # Node heartbeats: each kubelet renews ``kube-node-lease/<node>`` (coordination.k8s.io/v1,
+    # namespaced; kubernetes/kubernetes pkg/apis/coordination/types.go). No status subresource.
+    _k("coordination.k8s.io", "v1", "leases", "Lease", True),
     _k(
         "apiextensions.k8s.io",
         "v1",
@@ -154,7 +157,7 @@ BUILTIN: tuple[Kind, ...] = (
 )
 
 # Where the apiserver's preferred version of each built-in group lives (discovery order).
-BUILTIN_GROUPS = ("apps", "batch", "policy", "apiextensions.k8s.io")
+BUILTIN_GROUPS = ("apps", "batch", "policy", "coordination.k8s.io", "apiextensions.k8s.io")
 
 
 def from_crd(crd: dict[str, Any]) -> Kind:

@@ -2,7 +2,7 @@
 
 ``Emulator`` owns the state (``store``), the knobs a test turns (RBAC ``rules`` and
 ``user``, a bearer ``token``, injected ``faults``, the kubelet checkpoint answer per node,
-``graceful_pod_deletion``) and the request recorder. The official ``kubernetes`` client
+``graceful_pod_deletion``, schema validation of what clients send) and the request recorder. The official ``kubernetes`` client
 talks to ``url`` unchanged (``api_client()``, or a kubeconfig file from ``kubeconfig()``).
 
 Seeding (``seed``, ``set_status``) writes state directly, as a controller or the kubelet
@@ -67,9 +67,19 @@ def _fault_error(f: Fault) -> status.ApiError:
 
 
 class Emulator:
-    def __init__(self, *, user: str = "system:serviceaccount:clawpoint:clawpoint") -> None:
+    def __init__(
+        self,
+        *,
+        user: str = "system:serviceaccount:clawpoint:clawpoint",
+        schema_version: str | None = None,
+    ) -> None:
         self.store = Store()
         self.user = user
+        # Schema validation (``schema``): with a Kubernetes version, every object a client
+        # creates, replaces or patches is checked against that version's schema; a violation
+        # is answered 422 and kept here, "METHOD path: field: message".
+        self.schema_version = schema_version
+        self.schema_violations: list[str] = []
         self.rules: list[Rule] | None = None
         self.token: str | None = None
         self.requests: list[Recorded] = []

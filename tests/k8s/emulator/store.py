@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.k8s.emulator import jobrules, status, validation
+from tests.k8s.emulator import admission, jobrules, status, validation
 from tests.k8s.emulator import kinds as kinds_mod
 from tests.k8s.emulator.kinds import Kind
 from tests.k8s.emulator.selectors import Matcher
@@ -227,6 +227,10 @@ class Store:
             if kind.kind == "CustomResourceDefinition":
                 self._check_crd(obj)
             validation.check(kind, obj)
+            if api and kind.key == ("", "pods"):
+                # Pod Security admission runs on every pod an API client creates, a
+                # controller included (dry runs too); seeded state bypasses it.
+                admission.check_pod(self.objects[("", "namespaces")].get(("", namespace)), obj)
             if api:
                 initial = validation.initial_status(kind, obj)
                 if initial is not None:

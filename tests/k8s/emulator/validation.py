@@ -140,6 +140,15 @@ def check(kind: Kind, obj: dict[str, Any]) -> None:
                         f'"{policy or "Always"}": supported values: "OnFailure", "Never"',
                     )
                 )
+    if kind.builtin and kind.kind == "Lease":
+        # kubernetes/kubernetes pkg/apis/coordination/validation/validation.go ValidateLeaseSpec
+        for key, low, msg in (
+            ("leaseDurationSeconds", 1, "must be greater than 0"),
+            ("leaseTransitions", 0, "must be greater than or equal to 0"),
+        ):
+            value = spec.get(key)
+            if isinstance(value, int) and value < low:
+                causes.append((f"spec.{key}", "Invalid value", f"{value}: {msg}"))
     if causes:
         raise status.invalid(kind.kind, name, kind.group, causes)
 

@@ -23,20 +23,83 @@ from core.backends.kubernetes.connection import KubernetesConfig, Op
 from core.config import load_settings
 from core.model import Action, Principal, PrincipalKind
 from core.service.facade import Service, bootstrap
-from tests.k8s.conftest import KEY_CLAIM, KEY_MOUNT, wrapped_job, wrapped_pod
+from tests.k8s.conftest import (
+    KEY_CLAIM,
+    KEY_FILE,
+    OLD_CONTAINER_SECURITY_CONTEXT,
+    wrapped_job,
+    wrapped_pod,
+)
 
 pytestmark = pytest.mark.live_k8s
 PERSON = Principal(id="live-tester", kind=PrincipalKind.PERSON)
 NS = os.environ.get("CLAWPOINT_LIVE_NAMESPACE", "clawpoint-live")
 IMAGE = os.environ.get("CLAWPOINT_LIVE_IMAGE", "")
+# The longest single wait (a pod starting, progress showing): short, so a stuck test fails
+# in minutes rather than hanging.
+WAIT_S = float(os.environ.get("CLAWPOINT_LIVE_WAIT_S", "120"))
+# "key=value": only nodes with this label take test pods (kind-live.sh labels its workers);
+# without it, every schedulable node without a NoSchedule/NoExecute taint.
+NODE_LABEL = os.environ.get("CLAWPOINT_LIVE_NODE_LABEL", "")
 
 
 def live_spec(obj: dict[str, Any]) -> dict[str, Any]:
-    """The emulator tests' wrapped manifests, with the live image and namespace."""
+    """The emulator tests' wrapped manifests, with the live image and namespace, on workers."""
     obj["metadata"]["namespace"] = NS
     spec = obj["spec"]["template"]["spec"] if obj["kind"] == "Job" else obj["spec"]
     spec["containers"][0]["image"] = IMAGE
+    # `kind load` puts the image on the nodes; never pull it (a registry has no such tag).
+    spec["containers"][0]["imagePullPolicy"] = "IfNotPresent"
+    if NODE_LABEL:
+        key, _, value = NODE_LABEL.partition("=")
+        spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), key: value}
     return obj
+
+
+def sleeper(labels: dict[str, str]) -> dict[str, Any]:
+    """A pod template that only sleeps, from the live image (nothing to pull)."""
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "c",
+                "image": IMAGE,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sleep", "infinity"],
+            }
+        ],
+        "terminationGracePeriodSeconds": 5,
+    }
+    if NODE_LABEL:
+        key, _, value = NODE_LABEL.partition("=")
+        spec["nodeSelector"] = {key: value}
+    return {"metadata": {"labels": labels}, "spec": spec}
+
+
+def worker_nodes(b: KubernetesBackend) -> list[str]:
+    """Nodes a test may put pods on: schedulable, no NoSchedule/NoExecute taint (kind's
+    control-plane has one), and the NODE_LABEL when set."""
+    out = []
+    for n in b.conn.api("CoreV1Api").list_node().items:
+        labels = n.metadata.labels or {}
+        if n.spec.unschedulable or "node-role.kubernetes.io/control-plane" in labels:
+            continue
+        if any(t.effect in ("NoSchedule", "NoExecute") for t in n.spec.taints or []):
+            continue
+        if NODE_LABEL:
+            key, _, value = NODE_LABEL.partition("=")
+            if labels.get(key) != value:
+                continue
+        out.append(n.metadata.name)
+    return sorted(out)
+
+
+def ignore_conflict(create: Any, *args: Any) -> None:
+    """Create, or keep what is there (409): setup is safe to repeat."""
+    try:
+        create(*args)
+    except Exception as exc:
+        if getattr(exc, "status", None) != 409:
+            raise
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +108,20 @@ def backend() -> Iterator[KubernetesBackend]:
         KubernetesConfig(enabled=True, namespaces=[NS], poll_interval_s=1, retry_total_s=30)
     )
     core = b.conn.api("CoreV1Api")
-    try:
-        core.create_namespace({"metadata": {"name": NS}})
-    except Exception as exc:  # already there
-        if getattr(exc, "status", None) != 409:
-            raise
+    # A namespace still terminating from an earlier run refuses new objects: wait it out.
+    wait_for(
+        f"namespace {NS} from an earlier run to go",
+        lambda: not [
+            n for n in core.list_namespace().items
+            if n.metadata.name == NS and n.metadata.deletion_timestamp
+        ],
+    )  # fmt: skip
+    # The workload pods pass Pod Security baseline (docs/kubernetes.md).
+    labels = {
+        "pod-security.kubernetes.io/enforce": "baseline",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    }
+    ignore_conflict(core.create_namespace, {"metadata": {"name": NS, "labels": labels}})
     sc = os.environ.get("CLAWPOINT_LIVE_STORAGE_CLASS")
     pvc: dict[str, Any] = {
         "metadata": {"name": "clawpoint-checkpoints"},
@@ -57,20 +129,23 @@ def backend() -> Iterator[KubernetesBackend]:
     }
     if sc:
         pvc["spec"]["storageClassName"] = sc
-    core.create_namespaced_persistent_volume_claim(NS, pvc)
+    ignore_conflict(core.create_namespaced_persistent_volume_claim, NS, pvc)
     keys = {**pvc, "metadata": {"name": KEY_CLAIM}}  # the wrappers' manifest key, outside the store
-    core.create_namespaced_persistent_volume_claim(NS, keys)
-    core.create_namespaced_config_map(
+    ignore_conflict(core.create_namespaced_persistent_volume_claim, NS, keys)
+    ignore_conflict(
+        core.create_namespaced_config_map,
         NS,
         {
             "metadata": {"name": "clawpoint-wrapper"},
-            "data": {
-                "config.toml": f'[store]\npath = "/checkpoints"\nkey = "{KEY_MOUNT}/store.key"\n'
-            },
+            "data": {"config.toml": f'[store]\npath = "/checkpoints"\nkey = "{KEY_FILE}"\n'},
         },
     )
     yield b
-    core.delete_namespace(NS)
+    try:
+        core.delete_namespace(NS)
+    except Exception as exc:  # already gone
+        if getattr(exc, "status", None) != 404:
+            raise
     b.close()
 
 
@@ -82,7 +157,7 @@ def svc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: KubernetesBack
     return service
 
 
-def wait_for(what: str, check: Any, timeout_s: float = 300) -> Any:
+def wait_for(what: str, check: Any, timeout_s: float = WAIT_S) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         got = check()
@@ -135,10 +210,7 @@ def test_scale_with_floor_and_dry_run(backend: KubernetesBackend, svc: Service) 
             "spec": {
                 "replicas": 2,
                 "selector": {"matchLabels": {"app": "floor"}},
-                "template": {
-                    "metadata": {"labels": {"app": "floor"}},
-                    "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
-                },
+                "template": sleeper({"app": "floor"}),
             },
         },
     )
@@ -176,7 +248,7 @@ def test_migrate_wrapped_pod_to_another_node(backend: KubernetesBackend, svc: Se
     before = wait_for(
         "progress", lambda: (s := step_of(backend, "app=live-mover", "live-mover")) > 50 and s
     )
-    others = [n.name for n in backend.nodes() if n.schedulable and n.name != source]
+    others = [n for n in worker_nodes(backend) if n != source]
     if not others:
         pytest.skip("migrate needs a second schedulable node")
     act(svc, Action.MIGRATE, f"k8s:Pod/{NS}/live-mover", to=others[0])
@@ -186,19 +258,25 @@ def test_migrate_wrapped_pod_to_another_node(backend: KubernetesBackend, svc: Se
 
 
 def test_drain_honours_a_pdb(backend: KubernetesBackend, svc: Service) -> None:
-    core = backend.conn.api("CoreV1Api")
-    nodes = [n.name for n in backend.nodes() if n.schedulable]
+    nodes = worker_nodes(backend)
     if len(nodes) < 2:
-        pytest.skip("drain needs a second schedulable node")
+        pytest.skip("drain needs a second worker node")
     target = nodes[0]
+    # A controller's pod (a drain refuses a bare one without force, as kubectl drain does)
+    template = sleeper({"app": "guarded"})
+    template["spec"]["nodeSelector"] = {
+        **template["spec"].get("nodeSelector", {}),
+        "kubernetes.io/hostname": target,  # a worker, never the control-plane
+    }
     guarded = {
         "metadata": {"name": "guarded", "labels": {"app": "guarded"}},
         "spec": {
-            "nodeName": target,
-            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "guarded"}},
+            "template": template,
         },
     }
-    core.create_namespaced_pod(NS, guarded)
+    backend.conn.api("AppsV1Api").create_namespaced_deployment(NS, guarded)
     backend.conn.api("PolicyV1Api").create_namespaced_pod_disruption_budget(
         NS,
         {
@@ -215,3 +293,19 @@ def test_drain_honours_a_pdb(backend: KubernetesBackend, svc: Service) -> None:
         assert running_pods(backend, "app=guarded"), "never forced"
     finally:
         act(svc, Action.UNDRAIN_NODE, f"k8s:{target}")
+
+
+def test_pod_security_refuses_the_old_capabilities_and_admits_the_documented_spec(
+    backend: KubernetesBackend,
+) -> None:
+    """The real admission plugin agrees with the emulator's (tests/k8s/test_admission.py)."""
+    core = backend.conn.api("CoreV1Api")
+    old = live_spec(wrapped_pod("live-old-caps", "live-old-caps"))
+    old["spec"].pop("hostUsers")
+    old["spec"].pop("securityContext")
+    old["spec"]["containers"][0]["securityContext"] = dict(OLD_CONTAINER_SECURITY_CONTEXT)
+    with pytest.raises(Exception) as info:
+        core.create_namespaced_pod(NS, old, dry_run="All")
+    assert getattr(info.value, "status", None) == 403
+    assert "non-default capabilities" in str(getattr(info.value, "body", ""))
+    core.create_namespaced_pod(NS, live_spec(wrapped_pod("live-new", "live-new")), dry_run="All")

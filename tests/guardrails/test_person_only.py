@@ -1,0 +1,42 @@
+"""Person-only parameters (``core.actions.ActionSpec.person_only``, failover's ``fenced``):
+a fact only a person can vouch for. Whatever the rules and standing grants say, a plan that
+sets one needs a person's out-of-band approval; the agent's own client cannot give it."""
+
+from __future__ import annotations
+
+import pytest
+
+from core import errors
+from core.guardrails.approvals import ApprovalStore
+from core.guardrails.audit import AuditLog
+from core.guardrails.grants import GrantStore
+from core.guardrails.guard import Guard
+from core.guardrails.policy import Outcome, PolicyConfig, PolicyContext, PolicyRule
+from core.model import Action, Principal, PrincipalKind, RiskClass
+from tests.guardrails.conftest import ALICE, make_plan
+
+AGENT = Principal(id="agent-1", kind=PrincipalKind.AGENT)
+CLIENT = Principal(id="elicitation:client@agent-1", kind=PrincipalKind.CLIENT_USER)
+
+
+def test_a_grant_covers_failover_but_never_a_fenced_one(
+    approvals: ApprovalStore, grants: GrantStore, audit: AuditLog
+) -> None:
+    rules = [PolicyRule(id="failover-ok", outcome=Outcome.ALLOW, actions=[Action.FAILOVER])]
+    guard = Guard(policy=PolicyConfig(), approvals=approvals, grants=grants, audit=audit)
+    grants.grant(Action.FAILOVER, {}, max_per_hour=5, expires="1h", reason="lost nodes",
+                 granted_by=ALICE)  # fmt: skip
+    plain = make_plan(Action.FAILOVER, target="k8s:n2", backend="k8s")
+    fenced = make_plan(Action.FAILOVER, target="k8s:n2", backend="k8s", params={"fenced": True})
+    assert fenced.risk is RiskClass.DESTRUCTIVE
+
+    assert guard.decide(plain, AGENT, PolicyContext()).outcome is Outcome.ALLOW  # the grant
+    decision = guard.decide(fenced, AGENT, PolicyContext())
+    assert decision.outcome is Outcome.APPROVE and decision.grant_id is None
+    assert decision.approval == "out-of-band"
+    guard.policy = PolicyConfig(rules=rules)
+    assert guard.decide(fenced, AGENT, PolicyContext()).outcome is Outcome.APPROVE
+
+    view, _paths = guard.request_approval(fenced, AGENT, "n2 is off", needs=decision.approval)
+    with pytest.raises(errors.PolicyDenied):
+        approvals.confirm_by_client(view.id, CLIENT, approved=True, note="sure")
