@@ -234,11 +234,18 @@ def require(criu_path: str = "criu") -> str:
     return shutil.which(criu_path) or criu_path
 
 
+# Error lines CRIU logs on every run where it lacks a capability it can do without (root in a
+# container without CAP_SYS_RESOURCE: criu/util.c rlimit_unlimit_nofile): never the cause.
+_HARMLESS_ERRORS = ("rlimit: Can't setup RLIMIT_NOFILE for self",)
+
+
 def _log_tail(path: Path, lines: int = 12) -> str:
+    """The CRIU log's error lines (else its last lines), for an error message."""
     try:
         text = path.read_text(errors="replace").strip().splitlines()
     except OSError:
         return "(no CRIU log)"
+    text = [ln for ln in text if not any(h in ln for h in _HARMLESS_ERRORS)]
     errs = [ln for ln in text if "Error" in ln or "error" in ln]
     return " | ".join((errs or text)[-lines:])
 

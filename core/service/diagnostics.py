@@ -198,12 +198,45 @@ def _sysctl(name: str) -> str | None:
         return None
 
 
+# Capabilities root may lack in a container (a runtime's default bounding set) and what CRIU
+# then cannot do. Without CAP_SYS_RESOURCE it cannot raise its own open-file limit (criu/util.c
+# rlimit_unlimit_nofile logs an Error line for it, harmless) nor a restored process's limits
+# above the current hard limits (criu/pie/restorer.c restore_rlims ignores the failure);
+# without CAP_NET_ADMIN no TCP_REPAIR.
+_CRIU_CAPABILITIES = {
+    24: "CAP_SYS_RESOURCE: restored processes get resource limits only up to the current "
+    "hard limits, and CRIU logs 'rlimit: Can't setup RLIMIT_NOFILE for self' (harmless)",
+    12: "CAP_NET_ADMIN: established TCP connections cannot be carried (criu_tcp 'close' "
+    "restores them closed either way)",
+}
+
+
+def _missing_root_capabilities() -> list[str]:
+    try:
+        status = Path("/proc/self/status").read_text()
+        eff = next(
+            int(line.split()[1], 16) for line in status.splitlines() if line.startswith("CapEff:")
+        )
+    except (OSError, StopIteration, ValueError):
+        return []
+    return [why for bit, why in _CRIU_CAPABILITIES.items() if not eff >> bit & 1]
+
+
 def _privileges(criu: EngineStatus | None) -> CheckItem:
     """How CRIU runs for this user, and what the host lacks for it (docs/checkpointing.md,
     "Ordinary users")."""
     from core.checkpoint import nsinit
 
     if nsinit.privileged():
+        missing = _missing_root_capabilities()
+        if missing:
+            return CheckItem(
+                name="privileges",
+                level="warn",
+                message="root without "
+                + "; without ".join(missing)
+                + " (a container's bounding set?): add them to restore everything",
+            )
         return CheckItem(name="privileges", level="ok", message="root: CRIU runs as root")
     lacks = []
     if _sysctl("user.max_user_namespaces") == "0":

@@ -1,0 +1,61 @@
+"""Root without the capabilities CRIU uses (a container's bounding set): ``config check``
+says which and what the user loses, and CRIU's harmless complaint about them never becomes
+the message of a failed checkpoint or restore.
+
+Run as root: the command is started through ``setpriv --bounding-set -sys_resource``, as a
+container runtime whose default set lacks CAP_SYS_RESOURCE starts it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from core.checkpoint import criu
+from tests.cli.conftest import CLAWPOINT, Cli
+
+
+def _privileges(cli: Cli, *prefix: str) -> dict[str, str]:
+    got = subprocess.run(  # noqa: S603 (argv list)
+        [*prefix, str(CLAWPOINT), "config", "check", "--json"],
+        capture_output=True, text=True, env=cli.env(), timeout=120,
+    )  # fmt: skip
+    items = {i["name"]: i for i in json.loads(got.stdout)["items"]}
+    return items["privileges"]  # type: ignore[no-any-return]
+
+
+def _effective() -> int:
+    status = Path("/proc/self/status").read_text()
+    return next(int(ln.split()[1], 16) for ln in status.splitlines() if ln.startswith("CapEff:"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root")
+def test_config_check_names_the_capabilities_root_lacks(cli: Cli) -> None:
+    dropped = _privileges(cli, "setpriv", "--bounding-set", "-sys_resource,-net_admin")
+    assert dropped["level"] == "warn", dropped
+    assert "CAP_SYS_RESOURCE" in dropped["message"] and "CAP_NET_ADMIN" in dropped["message"]
+    # As this process is: only what it really lacks is named.
+    lacks = {name for bit, name in ((24, "CAP_SYS_RESOURCE"), (12, "CAP_NET_ADMIN"))
+             if not _effective() >> bit & 1}  # fmt: skip
+    here = _privileges(cli)
+    assert here["level"] == ("warn" if lacks else "ok"), here
+    for name in ("CAP_SYS_RESOURCE", "CAP_NET_ADMIN"):
+        assert (name in here["message"]) == (name in lacks), here
+
+
+def test_a_harmless_criu_error_line_never_leads_a_failure_message(tmp_path: Path) -> None:
+    log = tmp_path / "criu-restore.log"
+    log.write_text(
+        "(00.000010) Error (criu/util.c:1534): rlimit: Can't setup RLIMIT_NOFILE for self: "
+        "Operation not permitted\n"
+        "(00.004000) Warn  (criu/files-reg.c:2094): File a.log has bad size 10 (expect 4)\n"
+        "(00.004100) Error (criu/files-reg.c:2107): Can't open file a.log on restore\n"
+    )
+    tail = criu._log_tail(log)
+    assert "RLIMIT_NOFILE" not in tail
+    assert tail.startswith("(00.004100) Error") and "Can't open file a.log" in tail
