@@ -342,6 +342,9 @@ class Preconditions(BaseModel):
     state: WorkloadState | None = None  # its state then (checkpointing counts as running)
     node: str | None = None  # the node it was on
     checkpoint: str | None = None  # a checkpoint (BACKEND:NAME@SEQ) that must still be there
+    # A person stopped the workload without saving (``kill``): bringing it back is a person's
+    # decision, never an agent's or a grant's (core.guardrails.policy).
+    killed: bool | None = None
 
     def is_empty(self) -> bool:
         return not self.model_dump(exclude_none=True)

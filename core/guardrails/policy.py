@@ -15,7 +15,8 @@ sentence saying why and the id of the rule or limit that decided. Order of evalu
 5. the ordered ``rules``: the first that matches decides;
 6. ``defaults`` per risk class;
 7. a plan that sets a person-only parameter (``core.actions.ActionSpec.person_only``, e.g.
-   failover's ``fenced``: a fact about the world only a person can vouch for) is never
+   failover's ``fenced``: a fact about the world only a person can vouch for), or that
+   restores a workload a person killed (its preconditions say ``killed``), is never
    allowed outright: an "allow" or "approve" becomes "approve" by a person out of band (the
    agent's own client cannot answer it, and ``core.guardrails.guard`` spends no grant on it);
    a "deny" stays a deny.
@@ -110,6 +111,8 @@ PERSON_ONLY_RULE = "person-only"
 def evaluate(plan: Plan, policy: PolicyConfig, context: PolicyContext) -> Decision:
     decision = _evaluate(plan, policy, context)
     claims = person_claims(plan.action, plan.params)
+    if plan.preconditions.killed and plan.action in (Action.FAILOVER, Action.RESTORE):
+        claims.append("bringing back a workload a person killed")
     if not claims or decision.outcome is Outcome.DENY:
         return decision
     said = ", ".join(claims)
@@ -119,7 +122,7 @@ def evaluate(plan: Plan, policy: PolicyConfig, context: PolicyContext) -> Decisi
             "approval": "out-of-band",
             "rule_id": f"{PERSON_ONLY_RULE}:{said}",
             "reason": f"The {plan.action.value} of {plan.target} rests on {said}, which only "
-            "a person can vouch for, so a person must approve it out of band (without it: "
+            "a person can decide, so a person must approve it out of band (without it: "
             f"{decision.reason})",
         }
     )

@@ -40,6 +40,7 @@ from core.guardrails.guard import Guard
 from core.guardrails.policy import Outcome
 from core.guardrails.prompts import ApprovalPath
 from core.model import (
+    KILLED,
     Action,
     CheckpointInfo,
     CheckpointStatus,
@@ -416,6 +417,7 @@ class Service(PeopleDesk, WorldContext):
             state=_comparable(workload.state),
             node=workload.node,
             checkpoint=checkpoint,
+            killed=True if workload.exit_status == KILLED else None,
         )
 
     def check_preconditions(self, plan: Plan, *, principal: Principal) -> None:
@@ -457,6 +459,12 @@ class Service(PeopleDesk, WorldContext):
                 if pre.state is not None and _comparable(now.state) is not pre.state:
                     problems.append(
                         f"{pre.workload} is now {now.state.value} (it was {pre.state.value})"
+                    )
+                if bool(pre.killed) != (now.exit_status == KILLED):
+                    problems.append(
+                        f"{pre.workload} was killed by a person since"
+                        if not pre.killed
+                        else f"{pre.workload} is no longer the workload a person killed"
                     )
                 if pre.node is not None and now.node != pre.node:
                     problems.append(
