@@ -995,20 +995,33 @@ class Supervisor:
             # The standby owns the workload's row now: writing it would undo its RUNNING.
             log.info("wrapper.handed_off", workload=self.name, checkpoint=self.last_checkpoint)
             return 0
+        # Each end replaces the message: what it said while the payload ran (a restore's or a
+        # checkpoint's news) is stale once it has ended.
         if self.stopping:
-            self.registry.update(self.name, state=WorkloadState.STOPPED, exit_status=None)
+            self.registry.update(
+                self.name,
+                state=WorkloadState.STOPPED,
+                exit_status=None,
+                message=f"stopped at checkpoint {self.last_checkpoint}",
+            )
             log.info("wrapper.stopped", workload=self.name, checkpoint=self.last_checkpoint)
             return 0
         if self.terminating:
             # Ended on request: COMPLETED, so nothing (failover) brings it back by itself.
             status = f"terminated on request ({'exit ' + str(code) if code >= 0 else 'killed'})"
-            self.registry.update(self.name, state=WorkloadState.COMPLETED, exit_status=status)
+            self.registry.update(
+                self.name, state=WorkloadState.COMPLETED, exit_status=status, message=status
+            )
             return 0
         if code == 0:
-            self.registry.update(self.name, state=WorkloadState.COMPLETED, exit_status="exit 0")
+            self.registry.update(
+                self.name, state=WorkloadState.COMPLETED, exit_status="exit 0", message="completed"
+            )
             return 0
         status = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
-        self.registry.update(self.name, state=WorkloadState.FAILED, exit_status=status)
+        self.registry.update(
+            self.name, state=WorkloadState.FAILED, exit_status=status, message=f"ended: {status}"
+        )
         log.warning("wrapper.payload_failed", workload=self.name, status=status)
         return 128 - code if code < 0 else code
 

@@ -2,6 +2,8 @@
 says which and what the user loses, and CRIU's harmless complaint about them never becomes
 the message of a failed checkpoint or restore.
 
+A workload that ended says how, whatever it said while it ran.
+
 Run as root: the command is started through ``setpriv --bounding-set -sys_resource``, as a
 container runtime whose default set lacks CAP_SYS_RESOURCE starts it.
 """
@@ -11,7 +13,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -59,3 +63,17 @@ def test_a_harmless_criu_error_line_never_leads_a_failure_message(tmp_path: Path
     tail = criu._log_tail(log)
     assert "RLIMIT_NOFILE" not in tail
     assert tail.startswith("(00.004100) Error") and "Can't open file a.log" in tail
+
+
+def test_a_workload_that_ended_says_so_not_what_it_said_while_running(cli: Cli) -> None:
+    # The checkpoint's news ("checkpointed ...") must not outlive the process.
+    ref = cli.start_counter("brief", node="node-a")
+    cli("checkpoint", ref, "--yes")
+    w = cli.workload(ref)
+    assert w["message"].startswith("checkpointed "), w
+    os.kill(int(w["pid"]), signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while (w := cli.workload(ref))["state"] != "failed":
+        assert time.monotonic() < deadline, w
+        time.sleep(0.1)
+    assert w["message"] == "ended: signal SIGKILL" and w["exit_status"] == "signal SIGKILL", w
