@@ -185,7 +185,11 @@ class ContainerSpec:
         caps = _capabilities(csc.get("capabilities") or {}, privileged)
         ape = csc.get("allowPrivilegeEscalation")
         seccomp = "Unconfined" if privileged else _seccomp(pick("seccompProfile"), seccomp_root)
-        reachable = [sys.base_prefix, cwd]
+        # The interpreter, the venv and this checkout (the editable install), wherever they
+        # are: a checkout under /tmp (a CI clone) would otherwise vanish under the
+        # container's private /tmp.
+        reachable = [p for p in (sys.base_prefix, cwd) if _hidden(p)]
+        reachable += [p for p in (sys.prefix, str(_CHECKOUT)) if _hidden(p) or _in_tmp(p)]
         return cls(
             argv=argv,
             env=env,
@@ -198,7 +202,7 @@ class ContainerSpec:
             seccomp=seccomp,
             user_namespace=spec.get("hostUsers") is False,
             masked=privileged is False and csc.get("procMount") != "Unmasked",
-            reachable=[p for p in reachable if _hidden(p)],
+            reachable=list(dict.fromkeys(reachable)),
             binds=binds,
             pidfile=str(pidfile),
         )
@@ -249,6 +253,14 @@ def _seccomp(profile: dict[str, Any] | None, root: Path | None) -> str:
             )
         return str(path)
     raise SecurityContextError(f"unknown seccomp profile type {kind!r}")
+
+
+_CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def _in_tmp(path: str) -> bool:
+    """Under the host's /tmp, which the container's private /tmp hides (not /tmp itself)."""
+    return Path(path).is_relative_to("/tmp") and Path(path) != Path("/tmp")
 
 
 def _hidden(path: str) -> bool:
