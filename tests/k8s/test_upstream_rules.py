@@ -1,0 +1,820 @@
+"""Scenarios written from the upstream Kubernetes rules (not from the emulator's code), run
+against the emulator and the fake kubelet with the official client, as a user would.
+
+Sources (kubernetes/kubernetes unless named):
+
+- Jobs: pkg/registry/batch/job/strategy.go (selector and labels generated; scheduling
+  directives and template metadata mutable only while suspended and never started),
+  pkg/apis/batch/validation/validation.go (validatePodTemplateUpdate,
+  ValidateJobStatusUpdate ``startTime cannot be removed for unsuspended job``,
+  validateCompletions), pkg/apis/batch/v1/defaults.go, pkg/controller/job/job_controller.go
+  and indexed_job_utils.go (one pod per index, JOB_COMPLETION_INDEX, the completion-index
+  annotation and label, the hostname, ``completedIndexes``).
+- Scheduling: pkg/scheduler/framework/plugins/tainttoleration, noderesources (init
+  containers: max(max(init), sum(containers))), nodeaffinity (matchFields metadata.name,
+  Gt/Lt), nodeunschedulable; a pod no node takes stays Pending with PodScheduled=False,
+  reason Unschedulable, ``0/N nodes are available: ...``.
+- Pods: pkg/apis/core/v1/defaults.go; the kubelet's restart policy
+  (pkg/kubelet/kuberuntime/kuberuntime_manager.go computePodActions, pkg/kubelet/status
+  getPhase).
+- Pod Security admission: staging/src/k8s.io/pod-security-admission/policy/check_*.go and
+  admission/admission.go (``pods "x" is forbidden: violates PodSecurity "baseline:latest":
+  ...``, 403 Forbidden; warn/audit never refuse).
+- What the runtime grants a container (containerd/runc as the kubelet drives them): the
+  default capability set, a non-root user's empty effective set, no_new_privs from
+  allowPrivilegeEscalation=false, seccomp mode 2 for RuntimeDefault.
+- Leases: pkg/apis/coordination/validation/validation.go; node heartbeats in
+  kube-node-lease (pkg/kubelet/kubelet.go, component-helpers/apimachinery/lease).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from kubernetes.stream import stream
+
+NS = "default"
+PSA = "pod-security.kubernetes.io"
+
+
+# ----- helpers ---------------------------------------------------------------------------
+def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 30) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def refused(call: Callable[[], Any]) -> tuple[int, dict[str, Any]]:
+    """The status code and Status body of a request the server must refuse."""
+    with pytest.raises(ApiException) as info:
+        call()
+    return int(info.value.status), json.loads(info.value.body)
+
+
+def simple_pod(
+    name: str,
+    *,
+    command: list[str] | None = None,
+    restart: str = "Never",
+    **spec: Any,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": restart,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {"name": "main", "image": "busybox:1.36", "command": command or ["sleep", "30"]}
+            ],
+            **spec,
+        },
+    }
+
+
+def sleeper_job(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"team": "a"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [
+                        {"name": "main", "image": "busybox:1.36", "command": ["sleep", "0.3"]}
+                    ],
+                },
+            },
+            **spec,
+        },
+    }
+
+
+def job_status(emu: Any, name: str) -> dict[str, Any]:
+    kind = emu.store.kinds[("batch", "jobs")]
+    return dict(emu.store.get(kind, NS, name).get("status") or {})
+
+
+# ===== Jobs: the API server's rules =======================================================
+def test_job_create_generates_selector_labels_and_defaults(api: Any) -> None:
+    batch = client.BatchV1Api(api)
+    job = batch.create_namespaced_job(NS, sleeper_job("gen", suspend=True))
+    uid = job.metadata.uid
+    labels = job.spec.template.metadata.labels
+    assert labels["team"] == "a"
+    assert labels["job-name"] == "gen"
+    assert labels["batch.kubernetes.io/job-name"] == "gen"
+    assert labels["controller-uid"] == uid
+    assert labels["batch.kubernetes.io/controller-uid"] == uid
+    assert job.spec.selector.match_labels == {"batch.kubernetes.io/controller-uid": uid}
+    # pkg/apis/batch/v1/defaults.go: completions and parallelism 1 when both are unset.
+    assert job.spec.completions == 1
+    assert job.spec.parallelism == 1
+    assert job.spec.backoff_limit == 6
+    assert job.spec.completion_mode == "NonIndexed"
+    assert job.spec.suspend is True
+    assert job.status.start_time is None
+
+
+def test_job_template_restart_policy_always_is_invalid(api: Any) -> None:
+    body = sleeper_job("always")
+    body["spec"]["template"]["spec"]["restartPolicy"] = "Always"
+    code, status = refused(lambda: client.BatchV1Api(api).create_namespaced_job(NS, body))
+    assert code == 422
+    assert status["reason"] == "Invalid"
+    fields = [c["field"] for c in status["details"]["causes"]]
+    assert "spec.template.spec.restartPolicy" in fields
+
+
+def test_indexed_job_requires_completions(api: Any) -> None:
+    body = sleeper_job("idx-nocompl", completionMode="Indexed", suspend=True)
+    code, status = refused(lambda: client.BatchV1Api(api).create_namespaced_job(NS, body))
+    assert code == 422
+    assert "spec.completions" in [c["field"] for c in status["details"]["causes"]]
+
+
+def test_suspended_job_image_change_is_refused(api: Any) -> None:
+    batch = client.BatchV1Api(api)
+    batch.create_namespaced_job(NS, sleeper_job("img", suspend=True))
+    patch = {
+        "spec": {"template": {"spec": {"containers": [{"name": "main", "image": "busybox:1.37"}]}}}
+    }
+    code, status = refused(lambda: batch.patch_namespaced_job("img", NS, patch))
+    assert code == 422
+    assert status["reason"] == "Invalid"
+    causes = status["details"]["causes"]
+    assert any(c["field"] == "spec.template" and "immutable" in c["message"] for c in causes)
+
+
+def test_suspended_never_started_job_template_labels_and_scheduling_mutable(api: Any) -> None:
+    batch = client.BatchV1Api(api)
+    batch.create_namespaced_job(NS, sleeper_job("mut", suspend=True))
+    patch = {
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"team": "b"}, "annotations": {"note": "x"}},
+                "spec": {
+                    "nodeSelector": {"disk": "ssd"},
+                    "tolerations": [{"key": "k", "operator": "Exists"}],
+                },
+            }
+        }
+    }
+    job = batch.patch_namespaced_job("mut", NS, patch)
+    assert job.spec.template.metadata.labels["team"] == "b"
+    assert job.spec.template.spec.node_selector == {"disk": "ssd"}
+
+
+def test_running_job_template_labels_are_immutable(emu: Any, api: Any) -> None:
+    batch = client.BatchV1Api(api)
+    batch.create_namespaced_job(NS, sleeper_job("run"))
+    emu.set_status(_job_obj(emu, "run"), {"startTime": "2026-01-01T00:00:00Z", "active": 1})
+    patch = {"spec": {"template": {"metadata": {"labels": {"team": "b"}}}}}
+    code, _ = refused(lambda: batch.patch_namespaced_job("run", NS, patch))
+    assert code == 422
+
+
+def _job_obj(emu: Any, name: str) -> dict[str, Any]:
+    return dict(emu.store.get(emu.store.kinds[("batch", "jobs")], NS, name))
+
+
+def test_suspended_job_that_started_keeps_its_template(emu: Any, api: Any) -> None:
+    """strategy.go: AllowMutableSchedulingDirectives = suspended && startTime == nil."""
+    batch = client.BatchV1Api(api)
+    batch.create_namespaced_job(NS, sleeper_job("started", suspend=True))
+    emu.set_status(_job_obj(emu, "started"), {"startTime": "2026-01-01T00:00:00Z"})
+    patch = {"spec": {"template": {"spec": {"nodeSelector": {"disk": "ssd"}}}}}
+    code, _ = refused(lambda: batch.patch_namespaced_job("started", NS, patch))
+    assert code == 422
+
+
+def test_job_status_start_time_clearing(emu: Any, api: Any) -> None:
+    batch = client.BatchV1Api(api)
+    batch.create_namespaced_job(NS, sleeper_job("sus", suspend=True))
+    emu.set_status(_job_obj(emu, "sus"), {"startTime": "2026-01-01T00:00:00Z"})
+    # Suspended: the status subresource may clear startTime (as Kueue does).
+    got = batch.patch_namespaced_job_status("sus", NS, {"status": {"startTime": None}})
+    assert got.status.start_time is None
+
+    batch.create_namespaced_job(NS, sleeper_job("live"))
+    emu.set_status(_job_obj(emu, "live"), {"startTime": "2026-01-01T00:00:00Z", "active": 1})
+    code, status = refused(
+        lambda: batch.patch_namespaced_job_status("live", NS, {"status": {"startTime": None}})
+    )
+    assert code == 422
+    cause = status["details"]["causes"][0]
+    assert cause["field"] == "status.startTime"
+    assert "startTime cannot be removed for unsuspended job" in cause["message"]
+    # Changing it (not only removing it) is refused too while not suspended.
+    code, _ = refused(
+        lambda: batch.patch_namespaced_job_status(
+            "live", NS, {"status": {"startTime": "2026-01-01T00:05:00Z"}}
+        )
+    )
+    assert code == 422
+
+
+def test_job_status_update_ignores_spec(emu: Any, api: Any) -> None:
+    """jobStatusStrategy.PrepareForUpdate: newJob.Spec = oldJob.Spec."""
+    batch = client.BatchV1Api(api)
+    batch.create_namespaced_job(NS, sleeper_job("ign", suspend=True))
+    got = batch.patch_namespaced_job_status("ign", NS, {"spec": {"parallelism": 5}})
+    assert got.spec.parallelism == 1
+
+
+def test_completions_immutable_parallelism_mutable(api: Any) -> None:
+    batch = client.BatchV1Api(api)
+    batch.create_namespaced_job(NS, sleeper_job("cp", suspend=True, completions=2, parallelism=1))
+    job = batch.patch_namespaced_job("cp", NS, {"spec": {"parallelism": 2}})
+    assert job.spec.parallelism == 2
+    code, status = refused(
+        lambda: batch.patch_namespaced_job("cp", NS, {"spec": {"completions": 3}})
+    )
+    assert code == 422
+    assert "spec.completions" in [c["field"] for c in status["details"]["causes"]]
+
+
+# ===== Jobs: the controller (real processes) ==============================================
+def completed(batch: Any, name: str) -> Any:
+    job = batch.read_namespaced_job(name, NS)
+    done = any(c.type == "Complete" and c.status == "True" for c in job.status.conditions or [])
+    return job if done else None
+
+
+def test_indexed_job_three_completions_two_parallel(api: Any, kubelet: Any) -> None:
+    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    body = sleeper_job("ix", completionMode="Indexed", completions=3, parallelism=2)
+    body["spec"]["template"]["spec"]["containers"][0]["command"] = ["sleep", "0.6"]
+    batch.create_namespaced_job(NS, body)
+    seen: dict[str, Any] = {}
+    most_running = 0
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pods = core.list_namespaced_pod(NS, label_selector="batch.kubernetes.io/job-name=ix").items
+        for p in pods:
+            seen[p.metadata.name] = p
+        active = [p for p in pods if p.status.phase in (None, "Pending", "Running")]
+        active = [p for p in active if p.metadata.deletion_timestamp is None]
+        most_running = max(most_running, len(active))
+        job = batch.read_namespaced_job("ix", NS)
+        if any(c.type == "Complete" and c.status == "True" for c in job.status.conditions or []):
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the Indexed Job did not complete")
+    assert most_running <= 2
+    assert job.status.succeeded == 3
+    assert job.status.completed_indexes == "0-2"
+    assert job.status.completion_time is not None
+    assert job.status.start_time is not None
+    by_index: dict[str, list[Any]] = {}
+    for p in seen.values():
+        ann = p.metadata.annotations or {}
+        index = ann["batch.kubernetes.io/job-completion-index"]
+        assert p.metadata.labels["batch.kubernetes.io/job-completion-index"] == index
+        assert p.spec.hostname == f"ix-{index}"
+        assert p.metadata.name.startswith(f"ix-{index}-")
+        env = {e.name: e for e in p.spec.containers[0].env or []}
+        ref = env["JOB_COMPLETION_INDEX"].value_from.field_ref.field_path
+        assert ref == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+        by_index.setdefault(index, []).append(p)
+    assert sorted(by_index) == ["0", "1", "2"]
+    for pods in by_index.values():
+        assert [p.status.phase for p in pods].count("Succeeded") == 1
+
+
+def test_non_indexed_job_two_completions_two_parallel(api: Any, kubelet: Any) -> None:
+    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    batch.create_namespaced_job(NS, sleeper_job("nx", completions=2, parallelism=2))
+    job = wait_for("the Job to complete", lambda: completed(batch, "nx"), 60)
+    assert job.status.succeeded == 2
+    assert job.status.completed_indexes is None
+    pods = core.list_namespaced_pod(NS, label_selector="job-name=nx").items
+    assert len(pods) == 2
+    for p in pods:
+        assert "batch.kubernetes.io/job-completion-index" not in (p.metadata.annotations or {})
+        assert p.metadata.owner_references[0].kind == "Job"
+        assert p.metadata.owner_references[0].controller is True
+
+
+# ===== Pods: defaults ======================================================================
+def test_pod_defaults(api: Any) -> None:
+    core = client.CoreV1Api(api)
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "d"},
+        "spec": {
+            "containers": [
+                {"name": "a", "image": "busybox"},
+                {"name": "b", "image": "busybox:1.36"},
+            ]
+        },
+    }
+    p = core.create_namespaced_pod(NS, body)
+    assert p.spec.restart_policy == "Always"
+    assert p.spec.dns_policy == "ClusterFirst"
+    assert p.spec.termination_grace_period_seconds == 30
+    assert p.spec.scheduler_name == "default-scheduler"
+    assert p.spec.enable_service_links is True
+    a, b = p.spec.containers
+    assert a.image_pull_policy == "Always"  # no tag: latest
+    assert b.image_pull_policy == "IfNotPresent"
+    assert a.termination_message_path == "/dev/termination-log"
+    assert a.termination_message_policy == "File"
+    assert p.status.phase == "Pending"
+    # DefaultTolerationSeconds admission: not-ready and unreachable for 300 s.
+    tol = {(t.key, t.effect, t.toleration_seconds) for t in p.spec.tolerations or []}
+    assert ("node.kubernetes.io/not-ready", "NoExecute", 300) in tol
+    assert ("node.kubernetes.io/unreachable", "NoExecute", 300) in tol
+
+
+def test_pod_validation_names_and_required_image(api: Any) -> None:
+    core = client.CoreV1Api(api)
+    bad = simple_pod("v1")
+    bad["spec"]["containers"][0]["name"] = "Main_1"
+    code, status = refused(lambda: core.create_namespaced_pod(NS, bad))
+    assert code == 422
+    assert "spec.containers[0].name" in [c["field"] for c in status["details"]["causes"]]
+    noimg = simple_pod("v2")
+    del noimg["spec"]["containers"][0]["image"]
+    code, status = refused(lambda: core.create_namespaced_pod(NS, noimg))
+    assert code == 422
+    assert "spec.containers[0].image" in [c["field"] for c in status["details"]["causes"]]
+
+
+# ===== Scheduling ==========================================================================
+@contextlib.contextmanager
+def pods_cleanup(core: Any, *names: str) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for n in names:
+            with contextlib.suppress(ApiException):
+                core.delete_namespaced_pod(n, NS, grace_period_seconds=0)
+
+
+def bound_node(core: Any, name: str) -> str:
+    return str(
+        wait_for(f"{name} bound", lambda: core.read_namespaced_pod(name, NS).spec.node_name, 20)
+    )
+
+
+def unschedulable(core: Any, name: str) -> str:
+    def check() -> str | None:
+        p = core.read_namespaced_pod(name, NS)
+        for c in p.status.conditions or []:
+            if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
+                return str(c.message)
+        return None
+
+    msg = wait_for(f"{name} Unschedulable", check, 20)
+    p = core.read_namespaced_pod(name, NS)
+    assert p.status.phase == "Pending"
+    assert p.spec.node_name is None
+    return str(msg)
+
+
+def taint(core: Any, node: str, *taints: dict[str, Any]) -> None:
+    core.patch_node(node, {"spec": {"taints": list(taints)}})
+
+
+def test_gpu_request_lands_on_gpu_node_and_too_many_stay_pending(api: Any, kubelet: Any) -> None:
+    core = client.CoreV1Api(api)
+    gpu = simple_pod("g1")
+    gpu["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    two = simple_pod("g2")
+    two["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "2"}}
+    with pods_cleanup(core, "g1", "g2"):
+        core.create_namespaced_pod(NS, gpu)
+        assert bound_node(core, "g1") == "n2"
+        # Extended resources: limits default the requests (pkg/apis/core/v1/defaults.go).
+        got = core.read_namespaced_pod("g1", NS).spec.containers[0].resources.requests
+        assert got == {"nvidia.com/gpu": "1"}
+        core.create_namespaced_pod(NS, two)
+        msg = unschedulable(core, "g2")
+        assert msg.startswith("0/3 nodes are available:")
+        assert "3 Insufficient nvidia.com/gpu" in msg
+
+
+def test_init_container_requests_count_by_max(api: Any, kubelet: Any) -> None:
+    core = client.CoreV1Api(api)
+    # Effective request = max(max(init), sum(containers)): 7 CPUs fit a node of 8.
+    fits = simple_pod("i1")
+    fits["spec"]["initContainers"] = [
+        {
+            "name": "init",
+            "image": "busybox",
+            "command": ["true"],
+            "resources": {"requests": {"cpu": "7"}},
+        }
+    ]
+    fits["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    big_init = simple_pod("i2")
+    big_init["spec"]["initContainers"] = [
+        {
+            "name": "init",
+            "image": "busybox",
+            "command": ["true"],
+            "resources": {"requests": {"cpu": "9"}},
+        }
+    ]
+    with pods_cleanup(core, "i1", "i2"):
+        core.create_namespaced_pod(NS, fits)
+        bound_node(core, "i1")
+        core.create_namespaced_pod(NS, big_init)
+        assert "Insufficient cpu" in unschedulable(core, "i2")
+
+
+def test_taints_and_tolerations(api: Any, kubelet: Any) -> None:
+    core = client.CoreV1Api(api)
+    no_sched = {"key": "dedicated", "value": "x", "effect": "NoSchedule"}
+    taint(core, "n1", no_sched)
+    taint(core, "n2", {"key": "dedicated", "value": "", "effect": "NoExecute"})
+    taint(core, "n3", {"key": "soft", "value": "y", "effect": "PreferNoSchedule"})
+    with pods_cleanup(core, "t1", "t2", "t3", "t4", "t5"):
+        # PreferNoSchedule does not filter: only n3 is left.
+        core.create_namespaced_pod(NS, simple_pod("t1"))
+        assert bound_node(core, "t1") == "n3"
+        taint(core, "n3", {"key": "hard", "value": "y", "effect": "NoSchedule"})
+        core.create_namespaced_pod(NS, simple_pod("t2"))
+        msg = unschedulable(core, "t2")
+        assert msg.startswith("0/3 nodes are available:")
+        assert "untolerated taint" in msg
+        # Exists with an empty key tolerates every taint.
+        core.create_namespaced_pod(NS, simple_pod("t3", tolerations=[{"operator": "Exists"}]))
+        bound_node(core, "t3")
+        # Equal with an empty value matches the taint whose value is empty (n2, NoExecute,
+        # for a while: tolerationSeconds).
+        tol = [
+            {
+                "key": "dedicated",
+                "operator": "Equal",
+                "value": "",
+                "effect": "NoExecute",
+                "tolerationSeconds": 3600,
+            }
+        ]
+        core.create_namespaced_pod(NS, simple_pod("t4", tolerations=tol))
+        assert bound_node(core, "t4") == "n2"
+        # A toleration of a different value does not match.
+        wrong = [{"key": "dedicated", "operator": "Equal", "value": "z", "effect": "NoSchedule"}]
+        core.create_namespaced_pod(NS, simple_pod("t5", tolerations=wrong))
+        unschedulable(core, "t5")
+
+
+def test_cordoned_nodes(api: Any, kubelet: Any) -> None:
+    core = client.CoreV1Api(api)
+    for n in ("n1", "n2", "n3"):
+        core.patch_node(n, {"spec": {"unschedulable": True}})
+    tol = [
+        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    with pods_cleanup(core, "c1", "c2"):
+        core.create_namespaced_pod(NS, simple_pod("c1"))
+        msg = unschedulable(core, "c1")
+        assert "3 node(s) were unschedulable" in msg
+        core.create_namespaced_pod(NS, simple_pod("c2", tolerations=tol))
+        bound_node(core, "c2")
+
+
+def test_node_affinity_match_fields_and_gt(api: Any, kubelet: Any) -> None:
+    core = client.CoreV1Api(api)
+    core.patch_node("n1", {"metadata": {"labels": {"gen": "3"}}})
+    core.patch_node("n3", {"metadata": {"labels": {"gen": "5"}}})
+
+    def affinity(term: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+            }
+        }
+
+    fields = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+    gt = {"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["4"]}]}
+    lt = {"matchExpressions": [{"key": "gen", "operator": "Lt", "values": ["3"]}]}
+    with pods_cleanup(core, "a1", "a2", "a3", "a4"):
+        core.create_namespaced_pod(NS, simple_pod("a1", affinity=affinity(fields)))
+        assert bound_node(core, "a1") == "n1"
+        core.create_namespaced_pod(NS, simple_pod("a2", affinity=affinity(gt)))
+        assert bound_node(core, "a2") == "n3"
+        core.create_namespaced_pod(NS, simple_pod("a3", affinity=affinity(lt)))
+        assert "didn't match Pod's node affinity/selector" in unschedulable(core, "a3")
+        core.create_namespaced_pod(NS, simple_pod("a4", nodeSelector={"gen": "3"}))
+        assert bound_node(core, "a4") == "n1"
+
+
+# ===== Restart policy ======================================================================
+def container_status(core: Any, name: str) -> Any:
+    statuses = core.read_namespaced_pod(name, NS).status.container_statuses or []
+    return statuses[0] if statuses else None
+
+
+def test_restart_policies(api: Any, kubelet: Any) -> None:
+    core = client.CoreV1Api(api)
+    with pods_cleanup(core, "r1", "r2", "r3", "r4"):
+        core.create_namespaced_pod(NS, simple_pod("r1", command=["true"], restart="OnFailure"))
+        core.create_namespaced_pod(NS, simple_pod("r2", command=["false"], restart="OnFailure"))
+        core.create_namespaced_pod(NS, simple_pod("r3", command=["false"], restart="Never"))
+        core.create_namespaced_pod(NS, simple_pod("r4", command=["true"], restart="Always"))
+        wait_for(
+            "r1 Succeeded", lambda: core.read_namespaced_pod("r1", NS).status.phase == "Succeeded"
+        )
+        st = container_status(core, "r1")
+        assert st.restart_count == 0
+        assert st.state.terminated.exit_code == 0
+        assert st.state.terminated.reason == "Completed"
+        wait_for("r3 Failed", lambda: core.read_namespaced_pod("r3", NS).status.phase == "Failed")
+        st = container_status(core, "r3")
+        assert st.restart_count == 0
+        assert st.state.terminated.exit_code == 1
+        assert st.state.terminated.reason == "Error"
+        for name in ("r2", "r4"):
+            wait_for(
+                f"{name} restarted",
+                lambda n=name: (
+                    (s := container_status(core, n)) is not None and s.restart_count >= 2
+                ),
+            )
+            p = core.read_namespaced_pod(name, NS)
+            assert p.status.phase == "Running"
+            assert p.status.container_statuses[0].last_state.terminated is not None
+        last = container_status(core, "r2").last_state.terminated
+        assert last.exit_code == 1
+
+
+# ===== Pod Security admission ==============================================================
+def labelled_namespace(api: Any, name: str, labels: dict[str, str]) -> None:
+    client.CoreV1Api(api).create_namespace(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+    )
+
+
+def psa_refusal(api: Any, ns: str, body: dict[str, Any]) -> str:
+    core = client.CoreV1Api(api)
+    code, status = refused(lambda: core.create_namespaced_pod(ns, body))
+    assert code == 403
+    assert status["reason"] == "Forbidden"
+    assert status["details"]["kind"] == "pods"
+    return str(status["message"])
+
+
+def with_container_sc(name: str, sc: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    body = simple_pod(name, **spec)
+    body["spec"]["containers"][0]["securityContext"] = sc
+    return body
+
+
+def test_baseline_refusals(api: Any) -> None:
+    labelled_namespace(api, "base", {f"{PSA}/enforce": "baseline"})
+    prefix = 'violates PodSecurity "baseline:latest": '
+    msg = psa_refusal(api, "base", simple_pod("h1", hostNetwork=True))
+    assert msg == f'pods "h1" is forbidden: {prefix}host namespaces (hostNetwork=true)'
+    msg = psa_refusal(api, "base", simple_pod("h2", hostPID=True))
+    assert msg == f'pods "h2" is forbidden: {prefix}host namespaces (hostPID=true)'
+    msg = psa_refusal(api, "base", with_container_sc("h3", {"privileged": True}))
+    assert msg == (
+        f'pods "h3" is forbidden: {prefix}privileged '
+        '(container "main" must not set securityContext.privileged=true)'
+    )
+    vol = simple_pod("h4", volumes=[{"name": "h", "hostPath": {"path": "/etc"}}])
+    msg = psa_refusal(api, "base", vol)
+    assert msg == f'pods "h4" is forbidden: {prefix}hostPath volumes (volume "h")'
+    msg = psa_refusal(
+        api, "base", with_container_sc("h5", {"capabilities": {"add": ["NET_ADMIN"]}})
+    )
+    assert msg == (
+        f'pods "h5" is forbidden: {prefix}non-default capabilities '
+        '(container "main" must not include "NET_ADMIN" in securityContext.capabilities.add)'
+    )
+    # Several violations, joined by ", ".
+    both = with_container_sc("h6", {"privileged": True}, hostNetwork=True)
+    msg = psa_refusal(api, "base", both)
+    assert "host namespaces (hostNetwork=true)" in msg
+    assert 'privileged (container "main"' in msg
+    assert ", " in msg.removeprefix(f'pods "h6" is forbidden: {prefix}')
+
+
+def test_baseline_allows_default_capabilities_and_root(api: Any) -> None:
+    labelled_namespace(api, "base2", {f"{PSA}/enforce": "baseline"})
+    core = client.CoreV1Api(api)
+    caps = {"capabilities": {"add": ["NET_BIND_SERVICE", "AUDIT_WRITE", "CHOWN"]}}
+    core.create_namespaced_pod("base2", with_container_sc("ok1", caps))
+    core.create_namespaced_pod("base2", simple_pod("ok2"))  # root, no securityContext
+
+
+def test_version_label_in_message(api: Any) -> None:
+    labelled_namespace(
+        api, "basev", {f"{PSA}/enforce": "baseline", f"{PSA}/enforce-version": "v1.30"}
+    )
+    msg = psa_refusal(api, "basev", simple_pod("hv", hostIPC=True))
+    assert (
+        msg
+        == 'pods "hv" is forbidden: violates PodSecurity "baseline:v1.30": host namespaces (hostIPC=true)'
+    )
+
+
+def restricted_ok(name: str) -> dict[str, Any]:
+    return with_container_sc(
+        name,
+        {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        securityContext={"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+    )
+
+
+def test_restricted(api: Any) -> None:
+    labelled_namespace(api, "rest", {f"{PSA}/enforce": "restricted"})
+    core = client.CoreV1Api(api)
+    core.create_namespaced_pod("rest", restricted_ok("ok"))
+    nbs = restricted_ok("ok2")
+    nbs["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] = ["NET_BIND_SERVICE"]
+    core.create_namespaced_pod("rest", nbs)
+
+    msg = psa_refusal(api, "rest", simple_pod("bare"))
+    assert msg == (
+        'pods "bare" is forbidden: violates PodSecurity "restricted:latest": '
+        'allowPrivilegeEscalation != false (container "main" must set '
+        "securityContext.allowPrivilegeEscalation=false), "
+        'unrestricted capabilities (container "main" must set securityContext.capabilities.drop=["ALL"]), '
+        'runAsNonRoot != true (pod or container "main" must set securityContext.runAsNonRoot=true), '
+        'seccompProfile (pod or container "main" must set securityContext.seccompProfile.type '
+        'to "RuntimeDefault" or "Localhost")'
+    )
+    for field_path, expect in [
+        (("spec", "securityContext", "runAsNonRoot"), "runAsNonRoot != true"),
+        (("spec", "securityContext", "seccompProfile"), "seccompProfile"),
+        (
+            ("spec", "containers", 0, "securityContext", "allowPrivilegeEscalation"),
+            "allowPrivilegeEscalation != false",
+        ),
+        (
+            ("spec", "containers", 0, "securityContext", "capabilities"),
+            "unrestricted capabilities",
+        ),
+    ]:
+        body = restricted_ok("one")
+        parent: Any = body
+        for key in field_path[:-1]:
+            parent = parent[key]
+        del parent[field_path[-1]]
+        msg = psa_refusal(api, "rest", body)
+        rest = msg.removeprefix(
+            'pods "one" is forbidden: violates PodSecurity "restricted:latest": '
+        )
+        assert rest.startswith(expect), msg
+        assert ", " not in rest.replace('", "', ""), msg  # exactly one violation
+    ptrace = restricted_ok("pt")
+    ptrace["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] = ["SYS_PTRACE"]
+    msg = psa_refusal(api, "rest", ptrace)
+    assert msg.endswith(
+        'unrestricted capabilities (container "main" must not include "SYS_PTRACE" in '
+        "securityContext.capabilities.add)"
+    )
+    # runAsUser 0 is refused even with runAsNonRoot.
+    root = restricted_ok("r0")
+    root["spec"]["securityContext"]["runAsUser"] = 0
+    assert "runAsUser=0" in psa_refusal(api, "rest", root)
+
+
+def test_warn_and_audit_do_not_refuse(api: Any) -> None:
+    labelled_namespace(api, "soft", {f"{PSA}/warn": "restricted", f"{PSA}/audit": "restricted"})
+    core = client.CoreV1Api(api)
+    core.create_namespaced_pod("soft", simple_pod("p", hostNetwork=True))
+    labelled_namespace(api, "priv", {f"{PSA}/enforce": "privileged"})
+    core.create_namespaced_pod("priv", with_container_sc("p", {"privileged": True}))
+
+
+# ===== What the kubelet grants a container =================================================
+def proc_status(api: Any, name: str) -> dict[str, str]:
+    core = client.CoreV1Api(api)
+    wait_for(
+        f"{name} running", lambda: core.read_namespaced_pod(name, NS).status.phase == "Running"
+    )
+    out = stream(
+        core.connect_get_namespaced_pod_exec,
+        name,
+        NS,
+        command=["cat", "/proc/1/status"],
+        stderr=True,
+        stdin=False,
+        stdout=True,
+        tty=False,
+    )
+    fields: dict[str, str] = {}
+    for line in str(out).splitlines():
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    return fields
+
+
+# The container runtimes' default capability set (containerd/CRI-O, as the kubelet uses them):
+# CHOWN DAC_OVERRIDE FSETID FOWNER MKNOD NET_RAW SETGID SETUID SETFCAP SETPCAP
+# NET_BIND_SERVICE SYS_CHROOT KILL AUDIT_WRITE.
+DEFAULT_CAPS = 0x00000000A80425FB
+
+
+def test_kubelet_grants_exactly_the_security_context(api: Any, kubelet: Any) -> None:
+    core = client.CoreV1Api(api)
+    with pods_cleanup(core, "k1", "k2", "k3"):
+        core.create_namespaced_pod(NS, simple_pod("k1"))
+        nonroot = with_container_sc(
+            "k2",
+            {
+                "runAsUser": 1000,
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+        )
+        core.create_namespaced_pod(NS, nonroot)
+        root_one_cap = with_container_sc(
+            "k3", {"capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}}
+        )
+        core.create_namespaced_pod(NS, root_one_cap)
+
+        k1 = proc_status(api, "k1")
+        assert k1["Uid"].split()[0] == "0"
+        assert int(k1["CapEff"], 16) == DEFAULT_CAPS
+        assert int(k1["CapBnd"], 16) == DEFAULT_CAPS
+        assert k1["NoNewPrivs"] == "0"
+        assert k1["Seccomp"] == "0"  # Unconfined: the kubelet's default without SeccompDefault
+
+        k2 = proc_status(api, "k2")
+        assert k2["Uid"].split() == ["1000"] * 4
+        # A non-root process holds no effective capability; the bounding set is the grant.
+        assert int(k2["CapEff"], 16) == 0
+        assert int(k2["CapBnd"], 16) == 1 << 10
+        assert k2["NoNewPrivs"] == "1"
+        assert k2["Seccomp"] == "2"
+
+        k3 = proc_status(api, "k3")
+        assert int(k3["CapEff"], 16) == 1 << 10
+        assert int(k3["CapBnd"], 16) == 1 << 10
+        assert k3["NoNewPrivs"] == "0"
+
+
+# ===== Leases ==============================================================================
+def test_node_heartbeat_leases(api: Any, kubelet: Any) -> None:
+    coord = client.CoordinationV1Api(api)
+    lease = wait_for(
+        "n1's lease",
+        lambda: next(
+            (
+                item
+                for item in coord.list_namespaced_lease("kube-node-lease").items
+                if item.metadata.name == "n1"
+            ),
+            None,
+        ),
+    )
+    assert lease.spec.holder_identity == "n1"
+    assert lease.spec.lease_duration_seconds > 0
+    owner = lease.metadata.owner_references[0]
+    assert (owner.kind, owner.name, owner.api_version) == ("Node", "n1", "v1")
+    first = lease.spec.renew_time
+    wait_for(
+        "a renewal",
+        lambda: coord.read_namespaced_lease("n1", "kube-node-lease").spec.renew_time > first,
+    )
+
+
+def test_lease_validation(api: Any) -> None:
+    coord = client.CoordinationV1Api(api)
+
+    def lease(name: str, **spec: Any) -> dict[str, Any]:
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": name},
+            "spec": {"holderIdentity": "me", **spec},
+        }
+
+    got = coord.create_namespaced_lease(
+        NS, lease("ok", leaseDurationSeconds=15, renewTime="2026-01-01T00:00:00.123456Z")
+    )
+    assert got.spec.renew_time.microsecond == 123456
+    code, status = refused(
+        lambda: coord.create_namespaced_lease(NS, lease("zero", leaseDurationSeconds=0))
+    )
+    assert code == 422
+    assert [c["field"] for c in status["details"]["causes"]] == ["spec.leaseDurationSeconds"]
+    code, status = refused(
+        lambda: coord.create_namespaced_lease(NS, lease("neg", leaseTransitions=-1))
+    )
+    assert code == 422
+    assert [c["field"] for c in status["details"]["causes"]] == ["spec.leaseTransitions"]
