@@ -170,6 +170,12 @@ class FakeKubelet:
                     self._statefulsets()
                     self._schedule()
                     self._pods()
+            except status.ApiError as exc:
+                # An object deleted (or replaced) between this pass's list and its write: the
+                # real controllers and kubelet requeue and see the new state next time
+                # (client-go's workqueue); anything else is a fault the test reads.
+                if exc.code not in (404, 409):
+                    self.errors.append(repr(exc))
             except Exception as exc:  # keep running; the test reads .errors
                 self.errors.append(repr(exc))
             self._stop.wait(self.poll_s)
@@ -261,7 +267,7 @@ class FakeKubelet:
             }
             fits = [n for n, reasons in why.items() if not reasons]
             if not fits:
-                self._unschedulable(pod, scheduler.fit_error(len(nodes), why))
+                self._unschedulable(pod, scheduler.fit_error(len(nodes), why, pod))
                 continue
             target = min(fits, key=lambda n: (len(bound.get(n, [])), n))
             bound.setdefault(target, []).append(pod)

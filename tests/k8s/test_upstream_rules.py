@@ -142,7 +142,11 @@ def test_job_template_restart_policy_always_is_invalid(api: Any) -> None:
 
 
 def test_indexed_job_requires_completions(api: Any) -> None:
-    body = sleeper_job("idx-nocompl", completionMode="Indexed", suspend=True)
+    # With neither set, both default to 1 (pkg/apis/batch/v1/defaults.go); with parallelism
+    # set, an Indexed Job has no completions and is invalid.
+    ok = sleeper_job("idx-default", completionMode="Indexed", suspend=True)
+    assert client.BatchV1Api(api).create_namespaced_job(NS, ok).spec.completions == 1
+    body = sleeper_job("idx-nocompl", completionMode="Indexed", suspend=True, parallelism=2)
     code, status = refused(lambda: client.BatchV1Api(api).create_namespaced_job(NS, body))
     assert code == 422
     assert "spec.completions" in [c["field"] for c in status["details"]["causes"]]
@@ -291,7 +295,9 @@ def test_indexed_job_three_completions_two_parallel(api: Any, kubelet: Any) -> N
         assert p.metadata.name.startswith(f"ix-{index}-")
         env = {e.name: e for e in p.spec.containers[0].env or []}
         ref = env["JOB_COMPLETION_INDEX"].value_from.field_ref.field_path
-        assert ref == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+        # PodIndexLabel (GA in 1.32): the variable reads the label (indexed_job_utils.go
+        # addCompletionIndexEnvVariable).
+        assert ref == "metadata.labels['batch.kubernetes.io/job-completion-index']"
         by_index.setdefault(index, []).append(p)
     assert sorted(by_index) == ["0", "1", "2"]
     for pods in by_index.values():
@@ -408,8 +414,27 @@ def test_gpu_request_lands_on_gpu_node_and_too_many_stay_pending(api: Any, kubel
         assert got == {"nvidia.com/gpu": "1"}
         core.create_namespaced_pod(NS, two)
         msg = unschedulable(core, "g2")
-        assert msg.startswith("0/3 nodes are available:")
-        assert "3 Insufficient nvidia.com/gpu" in msg
+        assert msg == (
+            "0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: "
+            "0/3 nodes are available: 3 No preemption victims found for incoming pod.."
+        )
+
+
+def test_each_node_counts_only_its_first_failing_filter(api: Any, kubelet: Any) -> None:
+    """The framework stops at a node's first failing filter plugin: a cordoned node that also
+    lacks the GPU counts as unschedulable only."""
+    core = client.CoreV1Api(api)
+    core.patch_node("n1", {"spec": {"unschedulable": True}})
+    taint(core, "n2", {"key": "dedicated", "value": "x", "effect": "NoSchedule"})
+    two = simple_pod("f1", preemptionPolicy="Never")
+    two["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    with pods_cleanup(core, "f1"):
+        core.create_namespaced_pod(NS, two)
+        assert unschedulable(core, "f1") == (
+            "0/3 nodes are available: 1 Insufficient nvidia.com/gpu, "
+            "1 node(s) had untolerated taint {dedicated: x}, 1 node(s) were unschedulable. "
+            "preemption: not eligible due to preemptionPolicy=Never.."
+        )
 
 
 def test_init_container_requests_count_by_max(api: Any, kubelet: Any) -> None:

@@ -222,8 +222,13 @@ class Store:
                 meta.pop(drop, None)
             if api or not meta.get("creationTimestamp"):
                 meta["creationTimestamp"] = rfc3339(self.clock())
+            # The uid exists before validation (the registry fills the system fields first):
+            # a Job's generated selector names it.
+            meta["uid"] = str(uuid.uuid4())
             if meta.get("name"):
                 validation.defaults(kind, obj)
+                if api:
+                    validation.create_defaults(kind, obj)
             if kind.kind == "CustomResourceDefinition":
                 self._check_crd(obj)
             validation.check(kind, obj)
@@ -242,7 +247,6 @@ class Store:
             key = (meta.get("namespace", ""), meta["name"])
             if key in self.objects[kind.key]:
                 raise status.already_exists(kind.plural, meta["name"], kind.group)
-            meta["uid"] = str(uuid.uuid4())
             if kind.key not in _NO_GENERATION:
                 meta["generation"] = 1
             if dry_run:

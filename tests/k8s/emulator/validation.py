@@ -179,19 +179,96 @@ def defaults(kind: Kind, obj: dict[str, Any]) -> None:
         labels = obj["metadata"].setdefault("labels", {})
         labels["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
     elif kind.kind == "Pod" and spec is not None:
-        spec.setdefault("restartPolicy", "Always")
-        spec.setdefault("terminationGracePeriodSeconds", 30)
-        spec.setdefault("dnsPolicy", "ClusterFirst")
-        spec.setdefault("schedulerName", "default-scheduler")
+        pod_spec_defaults(spec)
     elif kind.kind in ("Deployment", "StatefulSet") and spec is not None:
         spec.setdefault("replicas", 1)
-    elif kind.kind == "Job" and spec is not None:
+    if kind.kind in ("Deployment", "StatefulSet", "Job") and spec is not None:
+        template_spec = (spec.get("template") or {}).get("spec")
+        if isinstance(template_spec, dict):
+            pod_spec_defaults(template_spec)
+    if kind.kind == "Job" and spec is not None:
         if "completions" not in spec and "parallelism" not in spec:
             spec["completions"] = 1
         spec.setdefault("parallelism", 1)
         spec.setdefault("backoffLimit", 6)
         spec.setdefault("suspend", False)
         spec.setdefault("completionMode", "NonIndexed")
+
+
+def pod_spec_defaults(spec: dict[str, Any]) -> None:
+    """kubernetes/kubernetes pkg/apis/core/v1/defaults.go, for a pod's spec or a template's:
+    SetDefaults_PodSpec (restartPolicy, terminationGracePeriodSeconds, dnsPolicy,
+    schedulerName, enableServiceLinks), SetDefaults_Container (imagePullPolicy: Always for
+    an image without a tag or tagged ``:latest``, else IfNotPresent; an image by digest is
+    IfNotPresent; terminationMessagePath and terminationMessagePolicy) and SetDefaults_Pod
+    (a container's limits stand for the requests it leaves unset)."""
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("enableServiceLinks", True)
+    for key in ("initContainers", "containers"):
+        for c in spec.get(key) or []:
+            if not isinstance(c, dict):
+                continue
+            image = str(c.get("image") or "")
+            if image and "imagePullPolicy" not in c:
+                tag = "" if "@" in image else image.rpartition("/")[2].partition(":")[2]
+                c["imagePullPolicy"] = (
+                    "Always" if "@" not in image and tag in ("", "latest") else "IfNotPresent"
+                )
+            c.setdefault("terminationMessagePath", "/dev/termination-log")
+            c.setdefault("terminationMessagePolicy", "File")
+            res = c.get("resources")
+            if isinstance(res, dict) and isinstance(res.get("limits"), dict):
+                requests = res.setdefault("requests", {})
+                for name, value in res["limits"].items():
+                    requests.setdefault(name, value)
+
+
+# The DefaultTolerationSeconds admission plugin (on by default in kube-apiserver;
+# plugin/pkg/admission/defaulttolerationseconds): a pod created without them tolerates the
+# not-ready and unreachable NoExecute taints for 300 s.
+_DEFAULT_TOLERATIONS = (
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+)
+
+
+def create_defaults(kind: Kind, obj: dict[str, Any]) -> None:
+    """What the server adds on create only, once the object has its uid: a Job's generated
+    selector and template labels (pkg/registry/batch/job/strategy.go generateSelector, run
+    by Validate unless ``manualSelector``), a pod's default tolerations (above)."""
+    if not kind.builtin:
+        return
+    meta, spec = obj["metadata"], obj.get("spec")
+    if kind.kind == "Job" and isinstance(spec, dict) and not spec.get("manualSelector"):
+        template = spec.setdefault("template", {})
+        labels = template.setdefault("metadata", {}).setdefault("labels", {})
+        for key in ("job-name", "batch.kubernetes.io/job-name"):
+            labels.setdefault(key, meta["name"])
+        for key in ("controller-uid", "batch.kubernetes.io/controller-uid"):
+            labels.setdefault(key, meta["uid"])
+        selector = spec.get("selector") or {}
+        spec["selector"] = selector
+        selector.setdefault("matchLabels", {}).setdefault(
+            "batch.kubernetes.io/controller-uid", meta["uid"]
+        )
+    if kind.kind == "Pod" and isinstance(spec, dict):
+        tolerations = spec.setdefault("tolerations", [])
+        for key in _DEFAULT_TOLERATIONS:
+            if not any(
+                t.get("key") == key and t.get("effect") in ("NoExecute", None, "")
+                for t in tolerations
+            ):
+                tolerations.append(
+                    {
+                        "key": key,
+                        "operator": "Exists",
+                        "effect": "NoExecute",
+                        "tolerationSeconds": 300,
+                    }
+                )
 
 
 def initial_status(kind: Kind, obj: dict[str, Any]) -> dict[str, Any] | None:
