@@ -137,10 +137,14 @@ def sync_job(store: Store, job: Obj, pods: list[Obj], st: Obj) -> tuple[Obj, lis
             with contextlib.suppress(status.ApiError):
                 store.delete(pods_kind, meta["namespace"], p["metadata"]["name"])
         out["active"] = 0
-        conds.append(
-            {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-             "message": "Job has reached the specified backoff limit"}
-        )  # fmt: skip
+        # Since 1.31 the controller first records FailureTarget, then Failed with the same
+        # reason; jobs/status refuses Failed=True without it (validation.go
+        # RejectFailedJobWithoutFailureTarget).
+        for kind in ("FailureTarget", "Failed"):
+            conds.append(
+                {"type": kind, "status": "True", "reason": "BackoffLimitExceeded",
+                 "message": "Job has reached the specified backoff limit"}
+            )  # fmt: skip
         return out, conds
     if completions is None:
         complete = bool(succeeded) and not active
@@ -154,7 +158,13 @@ def sync_job(store: Store, job: Obj, pods: list[Obj], st: Obj) -> tuple[Obj, lis
             with contextlib.suppress(status.ApiError):
                 store.delete(pods_kind, meta["namespace"], p["metadata"]["name"])
         out["active"] = 0
-        conds.append({"type": "Complete", "status": "True", "reason": "CompletionsReached"})
+        # SuccessCriteriaMet first, then Complete (job_controller.go; jobs/status refuses
+        # Complete=True without it: RejectCompleteJobWithoutSuccessCriteriaMet).
+        for kind in ("SuccessCriteriaMet", "Complete"):
+            conds.append(
+                {"type": kind, "status": "True", "reason": "CompletionsReached",
+                 "message": "Reached expected number of succeeded pods"}
+            )  # fmt: skip
         return out, conds
     missing = want - len(active)
     created = 0

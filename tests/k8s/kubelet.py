@@ -330,12 +330,22 @@ class FakeKubelet:
                 # startTime is kept on suspend (a 1.34 controller; 1.35's KEP-5440 clears it):
                 # a client that changes the template clears it through jobs/status.
                 new_st["active"] = len([p for p in live])
-                conds = [c for c in conds if c["type"] != "Suspended"]
-                conds.append({"type": "Suspended", "status": "True", "reason": "JobSuspended"})
+                if not any(c["type"] == "Suspended" and c["status"] == "True" for c in conds):
+                    conds = [c for c in conds if c["type"] != "Suspended"]
+                    conds.append(
+                        {"type": "Suspended", "status": "True", "reason": "JobSuspended",
+                         "message": "Job suspended", "lastTransitionTime": _now()}
+                    )  # fmt: skip
             else:
                 resumed = any(c["type"] == "Suspended" and c["status"] == "True" for c in conds)
-                conds = [c for c in conds if c["type"] != "Suspended"]
                 if resumed:
+                    # ensureJobConditionStatus(Suspended, False, "JobResumed", "Job resumed"):
+                    # the condition stays, turned False.
+                    conds = [c for c in conds if c["type"] != "Suspended"]
+                    conds.append(
+                        {"type": "Suspended", "status": "False", "reason": "JobResumed",
+                         "message": "Job resumed", "lastTransitionTime": _now()}
+                    )  # fmt: skip
                     # pkg/controller/job/job_controller.go, syncJob: "Resumed jobs will always
                     # reset StartTime to current time" (the ActiveDeadlineSeconds clock).
                     new_st["startTime"] = _now()

@@ -318,6 +318,102 @@ def test_non_indexed_job_two_completions_two_parallel(api: Any, kubelet: Any) ->
         assert p.metadata.owner_references[0].controller is True
 
 
+def condition(job: Any, kind: str) -> Any:
+    return next((c for c in job.status.conditions or [] if c.type == kind), None)
+
+
+def test_suspend_resume_start_time_and_conditions(api: Any, kubelet: Any) -> None:
+    """job_controller.go syncJob (1.34): startTime is set when the Job first runs, kept when
+    it is suspended (its pods are deleted), reset when it is resumed; the Suspended
+    condition turns True (JobSuspended) and then False (JobResumed)."""
+    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    body = sleeper_job("sr", suspend=True)
+    body["spec"]["template"]["spec"]["containers"][0]["command"] = ["sleep", "30"]
+    batch.create_namespaced_job(NS, body)
+    job = wait_for(
+        "Suspended=True",
+        lambda: (
+            (j := batch.read_namespaced_job("sr", NS))
+            and (c := condition(j, "Suspended"))
+            and c.status == "True"
+            and j
+        ),
+    )
+    assert condition(job, "Suspended").reason == "JobSuspended"
+    assert job.status.start_time is None
+    assert core.list_namespaced_pod(NS, label_selector="job-name=sr").items == []
+
+    batch.patch_namespaced_job("sr", NS, {"spec": {"suspend": False}})
+    job = wait_for(
+        "a start time", lambda: (j := batch.read_namespaced_job("sr", NS)).status.start_time and j
+    )
+    first = job.status.start_time
+    wait_for(
+        "a running pod",
+        lambda: any(
+            p.status.phase == "Running"
+            for p in core.list_namespaced_pod(NS, label_selector="job-name=sr").items
+        ),
+    )
+    resumed = condition(batch.read_namespaced_job("sr", NS), "Suspended")
+    assert resumed is not None and (resumed.status, resumed.reason) == ("False", "JobResumed")
+
+    batch.patch_namespaced_job("sr", NS, {"spec": {"suspend": True}})
+    wait_for(
+        "the pods gone",
+        lambda: not core.list_namespaced_pod(NS, label_selector="job-name=sr").items,
+    )
+    job = batch.read_namespaced_job("sr", NS)
+    assert condition(job, "Suspended").status == "True"
+    assert job.status.start_time == first  # kept on suspend (1.34)
+    # Started, so the template stays immutable until a client clears startTime (Kueue does).
+    patch = {"spec": {"template": {"spec": {"nodeSelector": {"kubernetes.io/hostname": "n3"}}}}}
+    code, _ = refused(lambda: batch.patch_namespaced_job("sr", NS, patch))
+    assert code == 422
+    batch.patch_namespaced_job_status("sr", NS, {"status": {"startTime": None}})
+    batch.patch_namespaced_job("sr", NS, patch)
+    time.sleep(1.1)  # the reset start time is a later second
+    batch.patch_namespaced_job("sr", NS, {"spec": {"suspend": False}})
+    job = wait_for(
+        "a new start time",
+        lambda: (j := batch.read_namespaced_job("sr", NS)).status.start_time and j,
+    )
+    assert job.status.start_time > first
+    pods = wait_for(
+        "the pod on n3",
+        lambda: [
+            p
+            for p in core.list_namespaced_pod(NS, label_selector="job-name=sr").items
+            if p.spec.node_name
+        ],
+    )
+    assert pods[0].spec.node_name == "n3"
+    batch.delete_namespaced_job("sr", NS, propagation_policy="Background")
+
+
+def test_job_failure_and_success_conditions(api: Any, kubelet: Any) -> None:
+    """1.34: FailureTarget before Failed (BackoffLimitExceeded), SuccessCriteriaMet before
+    Complete (CompletionsReached)."""
+    batch = client.BatchV1Api(api)
+    failing = sleeper_job("fl", backoffLimit=0)
+    failing["spec"]["template"]["spec"]["containers"][0]["command"] = ["false"]
+    batch.create_namespaced_job(NS, failing)
+    batch.create_namespaced_job(NS, sleeper_job("ok"))
+    job = wait_for(
+        "Failed",
+        lambda: (j := batch.read_namespaced_job("fl", NS)) and condition(j, "Failed") and j,
+    )
+    for kind in ("FailureTarget", "Failed"):
+        c = condition(job, kind)
+        assert (c.status, c.reason) == ("True", "BackoffLimitExceeded"), kind
+    assert job.status.failed == 1
+    job = wait_for("ok complete", lambda: completed(batch, "ok"))
+    for kind in ("SuccessCriteriaMet", "Complete"):
+        c = condition(job, kind)
+        assert (c.status, c.reason) == ("True", "CompletionsReached"), kind
+    assert condition(job, "Failed") is None
+
+
 # ===== Pods: defaults ======================================================================
 def test_pod_defaults(api: Any) -> None:
     core = client.CoreV1Api(api)
@@ -722,6 +818,48 @@ def test_warn_and_audit_do_not_refuse(api: Any) -> None:
     core.create_namespaced_pod("soft", simple_pod("p", hostNetwork=True))
     labelled_namespace(api, "priv", {f"{PSA}/enforce": "privileged"})
     core.create_namespaced_pod("priv", with_container_sc("p", {"privileged": True}))
+
+
+def test_invalid_pod_security_labels(emu: Any, api: Any) -> None:
+    """admission.go ValidateNamespace refuses invalid labels (422); a namespace that has them
+    from before is evaluated as restricted:latest (api/helpers.go PolicyToEvaluate)."""
+    core = client.CoreV1Api(api)
+    code, status = refused(lambda: labelled_namespace(api, "bogus", {f"{PSA}/enforce": "strict"}))
+    assert code == 422
+    assert status["details"]["causes"][0]["field"] == f"metadata.labels[{PSA}/enforce]"
+    code, _ = refused(
+        lambda: labelled_namespace(
+            api, "bogus2", {f"{PSA}/enforce": "baseline", f"{PSA}/enforce-version": "1.30"}
+        )
+    )
+    assert code == 422
+    labelled_namespace(api, "later", {})
+    code, _ = refused(
+        lambda: core.patch_namespace("later", {"metadata": {"labels": {f"{PSA}/warn": "x"}}})
+    )
+    assert code == 422
+    emu.seed(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": "old", "labels": {f"{PSA}/enforce": "strict"}},
+            "status": {"phase": "Active"},
+        }
+    )
+    msg = psa_refusal(api, "old", simple_pod("x"))
+    assert msg.startswith('pods "x" is forbidden: violates PodSecurity "restricted:latest": ')
+
+
+def test_job_pods_refused_by_pod_security_but_job_admitted(api: Any, kubelet: Any) -> None:
+    """Pod Security refuses pods, not workloads: the Job is created (with a warning) and the
+    controller's pods are refused, so none appears."""
+    labelled_namespace(api, "strictns", {f"{PSA}/enforce": "baseline"})
+    body = sleeper_job("hostnet")
+    body["spec"]["template"]["spec"]["hostNetwork"] = True
+    client.BatchV1Api(api).create_namespaced_job("strictns", body)
+    wait_for("a refused pod creation", lambda: kubelet.refused_pods)
+    assert "host namespaces (hostNetwork=true)" in kubelet.refused_pods[0]
+    assert client.CoreV1Api(api).list_namespaced_pod("strictns").items == []
 
 
 # ===== What the kubelet grants a container =================================================

@@ -60,6 +60,12 @@ class Watcher:
     push: Callable[[str, Obj], None]
 
 
+def _check_pod_security_labels(namespace: Obj) -> None:
+    causes = admission.label_causes(namespace["metadata"].get("labels") or {})
+    if causes:
+        raise status.invalid("Namespace", namespace["metadata"]["name"], "", causes)
+
+
 def _spec_part(obj: Obj) -> Obj:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "kind", "apiVersion")}
 
@@ -232,6 +238,8 @@ class Store:
             if kind.kind == "CustomResourceDefinition":
                 self._check_crd(obj)
             validation.check(kind, obj)
+            if api and kind.key == ("", "namespaces"):
+                _check_pod_security_labels(obj)
             if api and kind.key == ("", "pods"):
                 # Pod Security admission runs on every pod an API client creates, a
                 # controller included (dry runs too); seeded state bypasses it.
@@ -343,6 +351,8 @@ class Store:
             new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
             validation.defaults(kind, new)
             validation.check(kind, new)
+            if api and kind.key == ("", "namespaces"):
+                _check_pod_security_labels(new)
             if kind.builtin and kind.kind == "Job" and api:
                 # Before the dry-run return: a dry run is validated as a real write.
                 if subresource == "status":
