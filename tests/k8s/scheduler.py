@@ -108,6 +108,27 @@ def _tolerates(tol: Obj, taint: Obj) -> bool:
     return op == "Equal" and (tol.get("value") or "") == (taint.get("value") or "")
 
 
+def eviction_delay(pod_spec: Obj, taints: list[Obj]) -> float | None:
+    """The taint eviction controller's verdict on a pod bound to a node with these taints
+    (pkg/controller/tainteviction/taint_eviction.go ``processPodOnNode``): None when no
+    ``NoExecute`` taint applies or every one is tolerated without ``tolerationSeconds``
+    (kept forever); 0 when one is not tolerated (deleted now); else the least
+    ``tolerationSeconds`` of the tolerations used (``getMinTolerationTime``; negative is 0)."""
+    no_execute = [t for t in taints if t.get("effect") == "NoExecute"]
+    if not no_execute:
+        return None
+    used: list[Obj] = []
+    for taint in no_execute:
+        tol = next((t for t in pod_spec.get("tolerations") or [] if _tolerates(t, taint)), None)
+        if tol is None:
+            return 0.0
+        used.append(tol)
+    seconds = [t["tolerationSeconds"] for t in used if t.get("tolerationSeconds") is not None]
+    if not seconds:
+        return None
+    return float(max(0, min(int(s) for s in seconds)))
+
+
 def _untolerated(pod_spec: Obj, taints: list[Obj]) -> Obj | None:
     tols = pod_spec.get("tolerations") or []
     for taint in taints:

@@ -599,6 +599,45 @@ def test_taints_and_tolerations(api: Any, kubelet: Any) -> None:
         unschedulable(core, "t5")
 
 
+def test_no_execute_taint_evicts_by_toleration_seconds(api: Any, kubelet: Any) -> None:
+    """taint_eviction.go: untolerated NoExecute deletes at once (DisruptionTarget,
+    DeletionByTaintManager); tolerationSeconds delays it; a toleration without it keeps the
+    pod."""
+    core = client.CoreV1Api(api)
+    on_n1 = {"kubernetes.io/hostname": "n1"}
+    tol = {"key": "maint", "operator": "Exists", "effect": "NoExecute"}
+    with pods_cleanup(core, "e1", "e2", "e3"):
+        core.create_namespaced_pod(NS, simple_pod("e1", nodeSelector=on_n1))
+        core.create_namespaced_pod(
+            NS, simple_pod("e2", nodeSelector=on_n1, tolerations=[{**tol, "tolerationSeconds": 2}])
+        )
+        core.create_namespaced_pod(NS, simple_pod("e3", nodeSelector=on_n1, tolerations=[tol]))
+        for name in ("e1", "e2", "e3"):
+            assert bound_node(core, name) == "n1"
+        tainted_at = time.monotonic()
+        taint(core, "n1", {"key": "maint", "value": "now", "effect": "NoExecute"})
+
+        def marked(name: str) -> Any:
+            try:
+                p = core.read_namespaced_pod(name, NS)
+            except ApiException as exc:
+                return "gone" if exc.status == 404 else None
+            conds = {c.type: c for c in p.status.conditions or []}
+            c = conds.get("DisruptionTarget")
+            return c if p.metadata.deletion_timestamp and c else None
+
+        first = wait_for("e1 evicted", lambda: marked("e1"), 10)
+        assert time.monotonic() - tainted_at < 1.5
+        if first != "gone":
+            assert (first.reason, first.status) == ("DeletionByTaintManager", "True")
+        assert marked("e2") is None
+        wait_for("e2 evicted after its 2 s", lambda: marked("e2"), 10)
+        assert time.monotonic() - tainted_at >= 2
+        time.sleep(0.5)
+        assert marked("e3") is None
+        assert core.read_namespaced_pod("e3", NS).metadata.deletion_timestamp is None
+
+
 def test_cordoned_nodes(api: Any, kubelet: Any) -> None:
     core = client.CoreV1Api(api)
     for n in ("n1", "n2", "n3"):
