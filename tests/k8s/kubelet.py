@@ -377,7 +377,11 @@ class FakeKubelet:
                             self.store.delete(self.pods_kind, ns, p["metadata"]["name"])
                 # startTime is kept on suspend (a 1.34 controller; 1.35's KEP-5440 clears it):
                 # a client that changes the template clears it through jobs/status.
-                new_st["active"] = len([p for p in live])
+                # Pods being deleted are no longer active (TerminatingOrFailed).
+                new_st["active"] = len(
+                    [p for p in live if not p["metadata"].get("deletionTimestamp")]
+                )
+                new_st.update(controllers.pod_counts(pods))
                 if not any(c["type"] == "Suspended" and c["status"] == "True" for c in conds):
                     conds = [c for c in conds if c["type"] != "Suspended"]
                     conds.append(

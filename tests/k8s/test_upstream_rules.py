@@ -355,6 +355,11 @@ def test_suspend_resume_start_time_and_conditions(api: Any, kubelet: Any) -> Non
             for p in core.list_namespaced_pod(NS, label_selector="job-name=sr").items
         ),
     )
+    # status.ready (JobReadyPods) and status.terminating (JobPodReplacementPolicy).
+    job = wait_for(
+        "ready 1", lambda: (j := batch.read_namespaced_job("sr", NS)).status.ready == 1 and j
+    )
+    assert (job.status.active, job.status.terminating) == (1, 0)
     resumed = condition(batch.read_namespaced_job("sr", NS), "Suspended")
     assert resumed is not None and (resumed.status, resumed.reason) == ("False", "JobResumed")
 
@@ -412,6 +417,24 @@ def test_job_failure_and_success_conditions(api: Any, kubelet: Any) -> None:
         c = condition(job, kind)
         assert (c.status, c.reason) == ("True", "CompletionsReached"), kind
     assert condition(job, "Failed") is None
+
+
+def test_on_failure_job_restarts_count_against_backoff_limit(api: Any, kubelet: Any) -> None:
+    """pastBackoffLimitOnFailure: restarts in place, then BackoffLimitExceeded once the
+    restarts reach backoffLimit; the pod itself never failed."""
+    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    body = sleeper_job("of", backoffLimit=2)
+    body["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
+    body["spec"]["template"]["spec"]["containers"][0]["command"] = ["false"]
+    batch.create_namespaced_job(NS, body)
+    job = wait_for(
+        "Failed",
+        lambda: (j := batch.read_namespaced_job("of", NS)) and condition(j, "Failed") and j,
+        30,
+    )
+    assert condition(job, "Failed").reason == "BackoffLimitExceeded"
+    pods = core.list_namespaced_pod(NS, label_selector="job-name=of").items
+    assert len(pods) <= 1  # restarted in place, never replaced
 
 
 # ===== Pods: defaults ======================================================================
