@@ -483,6 +483,28 @@ def test_pod_validation_names_and_required_image(api: Any) -> None:
     assert "spec.containers[0].image" in [c["field"] for c in status["details"]["causes"]]
 
 
+def test_security_context_validation(api: Any) -> None:
+    """pkg/apis/core/validation/validation.go ValidateSecurityContext: no privilege
+    escalation is incompatible with privileged; an Unmasked /proc needs hostUsers: false."""
+    core = client.CoreV1Api(api)
+    both = with_container_sc("sc1", {"allowPrivilegeEscalation": False, "privileged": True})
+    code, status = refused(lambda: core.create_namespaced_pod(NS, both))
+    assert code == 422
+    cause = status["details"]["causes"][0]
+    assert cause["field"] == "spec.containers[0].securityContext"
+    assert (
+        "cannot set `allowPrivilegeEscalation` to false and `privileged` to true"
+        in (cause["message"])
+    )
+    unmasked = with_container_sc("sc2", {"procMount": "Unmasked"})
+    code, status = refused(lambda: core.create_namespaced_pod(NS, unmasked))
+    assert code == 422
+    assert status["details"]["causes"][0]["field"] == "spec.containers[0].securityContext.procMount"
+    core.create_namespaced_pod(
+        NS, with_container_sc("sc3", {"procMount": "Unmasked"}, hostUsers=False)
+    )
+
+
 # ===== Scheduling ==========================================================================
 @contextlib.contextmanager
 def pods_cleanup(core: Any, *names: str) -> Iterator[None]:
@@ -947,6 +969,11 @@ def proc_status(api: Any, name: str) -> dict[str, str]:
     return fields
 
 
+def proc_self() -> dict[str, str]:
+    with open("/proc/self/status", encoding="ascii") as f:
+        return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in f)}
+
+
 # The container runtimes' default capability set (containerd/CRI-O, as the kubelet uses them):
 # CHOWN DAC_OVERRIDE FSETID FOWNER MKNOD NET_RAW SETGID SETUID SETFCAP SETPCAP
 # NET_BIND_SERVICE SYS_CHROOT KILL AUDIT_WRITE.
@@ -955,7 +982,7 @@ DEFAULT_CAPS = 0x00000000A80425FB
 
 def test_kubelet_grants_exactly_the_security_context(api: Any, kubelet: Any) -> None:
     core = client.CoreV1Api(api)
-    with pods_cleanup(core, "k1", "k2", "k3"):
+    with pods_cleanup(core, "k1", "k2", "k3", "k4"):
         core.create_namespaced_pod(NS, simple_pod("k1"))
         nonroot = with_container_sc(
             "k2",
@@ -971,6 +998,7 @@ def test_kubelet_grants_exactly_the_security_context(api: Any, kubelet: Any) -> 
             "k3", {"capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}}
         )
         core.create_namespaced_pod(NS, root_one_cap)
+        core.create_namespaced_pod(NS, with_container_sc("k4", {"privileged": True}))
 
         k1 = proc_status(api, "k1")
         assert k1["Uid"].split()[0] == "0"
@@ -986,6 +1014,13 @@ def test_kubelet_grants_exactly_the_security_context(api: Any, kubelet: Any) -> 
         assert int(k2["CapBnd"], 16) == 1 << 10
         assert k2["NoNewPrivs"] == "1"
         assert k2["Seccomp"] == "2"
+
+        k4 = proc_status(api, "k4")
+        # privileged: every capability the kernel has (the test runs as root with all).
+        everything = int(proc_self()["CapBnd"], 16)
+        assert int(k4["CapEff"], 16) == everything
+        assert int(k4["CapBnd"], 16) == everything
+        assert k4["Seccomp"] == "0"
 
         k3 = proc_status(api, "k3")
         assert int(k3["CapEff"], 16) == 1 << 10

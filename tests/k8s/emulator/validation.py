@@ -12,6 +12,7 @@ as sent (no OpenAPI schema validation; no pruning of unknown fields).
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -90,6 +91,72 @@ def _containers(spec: dict[str, Any], path: str) -> list[Cause]:
             )
         if not c.get("image"):
             causes.append((f"{path}.containers[{i}].image", "Required value", ""))
+    host_users = spec.get("hostUsers") is not False
+    for key in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(key) or []):
+            if isinstance(c, dict) and isinstance(c.get("securityContext"), dict):
+                at = f"{path}.{key}[{i}].securityContext"
+                causes += _security_context(c["securityContext"], at, host_users)
+    pod_sc = spec.get("securityContext")
+    if isinstance(pod_sc, dict):
+        causes += _seccomp_field(pod_sc.get("seccompProfile"), f"{path}.securityContext")
+    return causes
+
+
+def _seccomp_field(profile: Any, path: str) -> list[Cause]:
+    """validation.go validateSeccompProfileField."""
+    if not isinstance(profile, dict):
+        return []
+    at = f"{path}.seccompProfile.localhostProfile"
+    if profile.get("type") == "Localhost":
+        if not profile.get("localhostProfile"):
+            return [(at, "Required value", "must be set when seccomp type is Localhost")]
+    elif profile.get("localhostProfile") is not None:
+        return [
+            (
+                at,
+                "Invalid value",
+                f'"{profile["localhostProfile"]}": can only be set when seccomp type is Localhost',
+            )
+        ]
+    return []
+
+
+def _security_context(sc: dict[str, Any], path: str, host_users: bool) -> list[Cause]:
+    """kubernetes/kubernetes pkg/apis/core/validation/validation.go ValidateSecurityContext:
+    an Unmasked /proc needs ``hostUsers: false``; no privilege escalation cannot go with
+    ``privileged`` or an added ``CAP_SYS_ADMIN`` (upstream compares that literal string);
+    the seccomp profile's fields. The Go value the server prints is rendered as JSON."""
+    causes: list[Cause] = []
+    if sc.get("procMount") == "Unmasked" and host_users:
+        causes.append(
+            (
+                f"{path}.procMount",
+                "Invalid value",
+                '"Unmasked": `hostUsers` must be false to use `Unmasked`',
+            )
+        )
+    causes += _seccomp_field(sc.get("seccompProfile"), path)
+    if sc.get("allowPrivilegeEscalation") is False:
+        value = "core.SecurityContext" + json.dumps(sc, sort_keys=True, separators=(",", ":"))
+        if sc.get("privileged") is True:
+            causes.append(
+                (
+                    path,
+                    "Invalid value",
+                    f"{value}: cannot set `allowPrivilegeEscalation` to false and "
+                    "`privileged` to true",
+                )
+            )
+        if "CAP_SYS_ADMIN" in ((sc.get("capabilities") or {}).get("add") or []):
+            causes.append(
+                (
+                    path,
+                    "Invalid value",
+                    f"{value}: cannot set `allowPrivilegeEscalation` to false and "
+                    "`capabilities.Add` CAP_SYS_ADMIN",
+                )
+            )
     return causes
 
 
