@@ -131,6 +131,29 @@ def test_job_create_generates_selector_labels_and_defaults(api: Any) -> None:
     assert job.status.start_time is None
 
 
+def test_job_manual_selector(api: Any) -> None:
+    """strategy.go: no generated selector or labels with manualSelector; validation.go
+    ValidateJobSpec: the selector must match the template's labels."""
+    batch = client.BatchV1Api(api)
+    body = sleeper_job(
+        "man", suspend=True, manualSelector=True, selector={"matchLabels": {"team": "a"}}
+    )
+    job = batch.create_namespaced_job(NS, body)
+    assert job.spec.template.metadata.labels == {"team": "a"}
+    assert job.spec.selector.match_labels == {"team": "a"}
+    bad = sleeper_job(
+        "man2", suspend=True, manualSelector=True, selector={"matchLabels": {"team": "b"}}
+    )
+    code, status = refused(lambda: batch.create_namespaced_job(NS, bad))
+    assert code == 422
+    assert "spec.template.metadata.labels" in [c["field"] for c in status["details"]["causes"]]
+    # Without manualSelector a selector of one's own is refused: not the generated one.
+    own = sleeper_job("man3", suspend=True, selector={"matchLabels": {"team": "a"}})
+    code, status = refused(lambda: batch.create_namespaced_job(NS, own))
+    assert code == 422
+    assert "spec.selector" in [c["field"] for c in status["details"]["causes"]]
+
+
 def test_job_template_restart_policy_always_is_invalid(api: Any) -> None:
     body = sleeper_job("always")
     body["spec"]["template"]["spec"]["restartPolicy"] = "Always"
@@ -886,7 +909,9 @@ def test_restricted(api: Any) -> None:
     ptrace = restricted_ok("pt")
     ptrace["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] = ["SYS_PTRACE"]
     msg = psa_refusal(api, "rest", ptrace)
-    assert msg.endswith(
+    # capabilities_restricted overrides capabilities_baseline: one reason, not two.
+    assert msg == (
+        'pods "pt" is forbidden: violates PodSecurity "restricted:latest": '
         'unrestricted capabilities (container "main" must not include "SYS_PTRACE" in '
         "securityContext.capabilities.add)"
     )
@@ -894,6 +919,17 @@ def test_restricted(api: Any) -> None:
     root = restricted_ok("r0")
     root["spec"]["securityContext"]["runAsUser"] = 0
     assert "runAsUser=0" in psa_refusal(api, "rest", root)
+
+
+def test_restricted_volume_types_replace_the_host_path_check(api: Any) -> None:
+    """restrictedVolumes overrides baseline's hostPathVolumes: one reason, not two."""
+    labelled_namespace(api, "restv", {f"{PSA}/enforce": "restricted"})
+    body = restricted_ok("v")
+    body["spec"]["volumes"] = [{"name": "h", "hostPath": {"path": "/etc"}}]
+    assert psa_refusal(api, "restv", body) == (
+        'pods "v" is forbidden: violates PodSecurity "restricted:latest": restricted volume '
+        'types (volume "h" uses restricted volume type "hostPath")'
+    )
 
 
 def test_warn_and_audit_do_not_refuse(api: Any) -> None:

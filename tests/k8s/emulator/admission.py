@@ -306,8 +306,11 @@ def allow_privilege_escalation(spec: Spec, _v: int) -> Result:
     return None
 
 
-def capabilities_restricted(spec: Spec, _v: int) -> Result:
-    """policy/check_capabilities_restricted.go: drop ALL, add nothing but NET_BIND_SERVICE."""
+def capabilities_restricted(spec: Spec, v: int) -> Result:
+    """policy/check_capabilities_restricted.go: drop ALL, add nothing but NET_BIND_SERVICE
+    (from policy 1.22)."""
+    if v < 22:
+        return None
     missing: list[str] = []
     adding: list[str] = []
     caps: set[str] = set()
@@ -339,7 +342,7 @@ def capabilities_restricted(spec: Spec, _v: int) -> Result:
 def proc_mount_restricted(spec: Spec, v: int) -> Result:
     """policy/check_procMount_restricted.go: Default only, user namespace or not (1.35+;
     before, the baseline check, unrelaxed, did the same)."""
-    return _proc_mount(spec)
+    return _proc_mount(spec) if v >= 35 else None
 
 
 _ALLOWED_VOLUMES = (
@@ -477,7 +480,16 @@ RESTRICTED: list[tuple[str, Check]] = [
     ("runAsUser", run_as_user),
     ("seccompProfile_restricted", seccomp_restricted),
 ]
-_OVERRIDDEN = {"procMount", "seccompProfile_baseline"}
+# Baseline checks a restricted one overrides, from the policy version that restricted check
+# has (registry.go populate; OverrideCheckIDs in check_capabilities_restricted.go (1.22),
+# check_seccompProfile_restricted.go (1.19), check_restrictedVolumes.go (1.0),
+# check_procMount_restricted.go (1.35)).
+_OVERRIDDEN = {
+    "capabilities_baseline": 22,
+    "seccompProfile_baseline": 19,
+    "hostPathVolumes": 0,
+    "procMount": 35,
+}
 
 
 def _version(text: str | None) -> int:
@@ -497,7 +509,7 @@ def violations(spec: Spec, level: str, version: int, meta: Spec | None = None) -
         return []
     checks = list(BASELINE)
     if level == "restricted":
-        checks = [c for c in checks if c[0] not in _OVERRIDDEN] + RESTRICTED
+        checks = [c for c in checks if version < _OVERRIDDEN.get(c[0], 10**6)] + RESTRICTED
     out = []
     for _id, check in checks:
         got = app_armor(spec, version, meta) if check is app_armor else check(spec, version)

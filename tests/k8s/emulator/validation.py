@@ -198,6 +198,7 @@ def check(kind: Kind, obj: dict[str, Any]) -> None:
                 )
         else:
             causes += _completion_mode(spec)
+            causes += _job_selector(obj)
             policy = (template.get("spec") or {}).get("restartPolicy")
             if policy not in ("Never", "OnFailure"):
                 causes.append(
@@ -218,6 +219,38 @@ def check(kind: Kind, obj: dict[str, Any]) -> None:
                 causes.append((f"spec.{key}", "Invalid value", f"{value}: {msg}"))
     if causes:
         raise status.invalid(kind.kind, name, kind.group, causes)
+
+
+def _job_selector(job: dict[str, Any]) -> list[Cause]:
+    """pkg/apis/batch/validation/validation.go: a manual selector is required and must match
+    the template's labels (validateJobSpec); a generated one must be exactly what
+    strategy.go generated (validateGeneratedSelector: "`selector` not auto-generated")."""
+    spec, meta = job.get("spec") or {}, job.get("metadata") or {}
+    selector = spec.get("selector")
+    labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    if spec.get("manualSelector"):
+        if not selector:
+            return [("spec.selector", "Required value", "")]
+    elif not selector:
+        return []  # a seeded Job without one (the server always generates it)
+    causes: list[Cause] = []
+    if not match_label_selector(selector, labels):
+        causes.append(
+            (
+                "spec.template.metadata.labels",
+                "Invalid value",
+                f"{json.dumps(labels, sort_keys=True)}: `selector` does not match template `labels`",
+            )
+        )
+    uid = meta.get("uid")
+    if not spec.get("manualSelector") and uid:
+        expected = {"batch.kubernetes.io/controller-uid": uid}
+        if not match_label_selector(selector, expected):
+            value = json.dumps(selector, sort_keys=True)
+            causes.append(
+                ("spec.selector", "Invalid value", f"{value}: `selector` not auto-generated")
+            )
+    return causes
 
 
 def _completion_mode(spec: dict[str, Any]) -> list[tuple[str, str, str]]:
