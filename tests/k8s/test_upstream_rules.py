@@ -25,6 +25,11 @@ Sources (kubernetes/kubernetes unless named):
   allowPrivilegeEscalation=false, seccomp mode 2 for RuntimeDefault.
 - Leases: pkg/apis/coordination/validation/validation.go; node heartbeats in
   kube-node-lease (pkg/kubelet/kubelet.go, component-helpers/apimachinery/lease).
+- NoExecute: pkg/controller/tainteviction/taint_eviction.go.
+
+Real processes run only where the rule is the kubelet's or a controller's (Jobs, restarts,
+scheduling, eviction, what a container is granted); each is a short ``sleep``, ``true`` or
+``false``.
 """
 
 from __future__ import annotations

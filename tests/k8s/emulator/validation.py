@@ -6,8 +6,14 @@ and images; Deployments and StatefulSets need a selector that matches their temp
 non-negative replicas; Jobs need ``restartPolicy`` Never or OnFailure (and an Indexed Job
 ``completions``). Defaults: those the
 server fills in and code reads back (pod phase Pending, replicas 1, Job parallelism,
-completions, backoffLimit and suspend, the namespace name label). Everything else is stored
-as sent (no OpenAPI schema validation; no pruning of unknown fields).
+completions, backoffLimit and suspend, the namespace name label; the pod spec's and
+container's defaults of pkg/apis/core/v1/defaults.go, in pods and templates, limits standing
+for unset requests; on create only, a Job's generated selector and template labels and a
+pod's DefaultTolerationSeconds tolerations). Jobs' selectors are validated (manual: matches
+the template; generated: is the generated one), and securityContexts as
+ValidateSecurityContext does (Unmasked /proc, privilege escalation, seccomp fields).
+Everything else is stored as sent (no OpenAPI schema validation; no pruning of unknown
+fields).
 """
 
 from __future__ import annotations
