@@ -42,7 +42,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 
 NS = "default"
@@ -50,6 +50,19 @@ PSA = "pod-security.kubernetes.io"
 
 
 # ----- helpers ---------------------------------------------------------------------------
+# The official client's API objects, typed loosely: the scenarios send plain manifests.
+def core_v1(api: Any) -> Any:
+    return client.CoreV1Api(api)
+
+
+def batch_v1(api: Any) -> Any:
+    return client.BatchV1Api(api)
+
+
+def coordination_v1(api: Any) -> Any:
+    return client.CoordinationV1Api(api)
+
+
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 30) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -64,7 +77,7 @@ def refused(call: Callable[[], Any]) -> tuple[int, dict[str, Any]]:
     """The status code and Status body of a request the server must refuse."""
     with pytest.raises(ApiException) as info:
         call()
-    return int(info.value.status), json.loads(info.value.body)
+    return int(info.value.status), json.loads(str(info.value.body))
 
 
 def simple_pod(
@@ -117,7 +130,7 @@ def job_status(emu: Any, name: str) -> dict[str, Any]:
 
 # ===== Jobs: the API server's rules =======================================================
 def test_job_create_generates_selector_labels_and_defaults(api: Any) -> None:
-    batch = client.BatchV1Api(api)
+    batch = batch_v1(api)
     job = batch.create_namespaced_job(NS, sleeper_job("gen", suspend=True))
     uid = job.metadata.uid
     labels = job.spec.template.metadata.labels
@@ -139,7 +152,7 @@ def test_job_create_generates_selector_labels_and_defaults(api: Any) -> None:
 def test_job_manual_selector(api: Any) -> None:
     """strategy.go: no generated selector or labels with manualSelector; validation.go
     ValidateJobSpec: the selector must match the template's labels."""
-    batch = client.BatchV1Api(api)
+    batch = batch_v1(api)
     body = sleeper_job(
         "man", suspend=True, manualSelector=True, selector={"matchLabels": {"team": "a"}}
     )
@@ -162,7 +175,7 @@ def test_job_manual_selector(api: Any) -> None:
 def test_job_template_restart_policy_always_is_invalid(api: Any) -> None:
     body = sleeper_job("always")
     body["spec"]["template"]["spec"]["restartPolicy"] = "Always"
-    code, status = refused(lambda: client.BatchV1Api(api).create_namespaced_job(NS, body))
+    code, status = refused(lambda: batch_v1(api).create_namespaced_job(NS, body))
     assert code == 422
     assert status["reason"] == "Invalid"
     fields = [c["field"] for c in status["details"]["causes"]]
@@ -173,15 +186,15 @@ def test_indexed_job_requires_completions(api: Any) -> None:
     # With neither set, both default to 1 (pkg/apis/batch/v1/defaults.go); with parallelism
     # set, an Indexed Job has no completions and is invalid.
     ok = sleeper_job("idx-default", completionMode="Indexed", suspend=True)
-    assert client.BatchV1Api(api).create_namespaced_job(NS, ok).spec.completions == 1
+    assert batch_v1(api).create_namespaced_job(NS, ok).spec.completions == 1
     body = sleeper_job("idx-nocompl", completionMode="Indexed", suspend=True, parallelism=2)
-    code, status = refused(lambda: client.BatchV1Api(api).create_namespaced_job(NS, body))
+    code, status = refused(lambda: batch_v1(api).create_namespaced_job(NS, body))
     assert code == 422
     assert "spec.completions" in [c["field"] for c in status["details"]["causes"]]
 
 
 def test_suspended_job_image_change_is_refused(api: Any) -> None:
-    batch = client.BatchV1Api(api)
+    batch = batch_v1(api)
     batch.create_namespaced_job(NS, sleeper_job("img", suspend=True))
     patch = {
         "spec": {"template": {"spec": {"containers": [{"name": "main", "image": "busybox:1.37"}]}}}
@@ -194,7 +207,7 @@ def test_suspended_job_image_change_is_refused(api: Any) -> None:
 
 
 def test_suspended_never_started_job_template_labels_and_scheduling_mutable(api: Any) -> None:
-    batch = client.BatchV1Api(api)
+    batch = batch_v1(api)
     batch.create_namespaced_job(NS, sleeper_job("mut", suspend=True))
     patch = {
         "spec": {
@@ -213,7 +226,7 @@ def test_suspended_never_started_job_template_labels_and_scheduling_mutable(api:
 
 
 def test_running_job_template_labels_are_immutable(emu: Any, api: Any) -> None:
-    batch = client.BatchV1Api(api)
+    batch = batch_v1(api)
     batch.create_namespaced_job(NS, sleeper_job("run"))
     emu.set_status(_job_obj(emu, "run"), {"startTime": "2026-01-01T00:00:00Z", "active": 1})
     patch = {"spec": {"template": {"metadata": {"labels": {"team": "b"}}}}}
@@ -227,7 +240,7 @@ def _job_obj(emu: Any, name: str) -> dict[str, Any]:
 
 def test_suspended_job_that_started_keeps_its_template(emu: Any, api: Any) -> None:
     """strategy.go: AllowMutableSchedulingDirectives = suspended && startTime == nil."""
-    batch = client.BatchV1Api(api)
+    batch = batch_v1(api)
     batch.create_namespaced_job(NS, sleeper_job("started", suspend=True))
     emu.set_status(_job_obj(emu, "started"), {"startTime": "2026-01-01T00:00:00Z"})
     patch = {"spec": {"template": {"spec": {"nodeSelector": {"disk": "ssd"}}}}}
@@ -236,7 +249,7 @@ def test_suspended_job_that_started_keeps_its_template(emu: Any, api: Any) -> No
 
 
 def test_job_status_start_time_clearing(emu: Any, api: Any) -> None:
-    batch = client.BatchV1Api(api)
+    batch = batch_v1(api)
     batch.create_namespaced_job(NS, sleeper_job("sus", suspend=True))
     emu.set_status(_job_obj(emu, "sus"), {"startTime": "2026-01-01T00:00:00Z"})
     # Suspended: the status subresource may clear startTime (as Kueue does).
@@ -263,14 +276,14 @@ def test_job_status_start_time_clearing(emu: Any, api: Any) -> None:
 
 def test_job_status_update_ignores_spec(emu: Any, api: Any) -> None:
     """jobStatusStrategy.PrepareForUpdate: newJob.Spec = oldJob.Spec."""
-    batch = client.BatchV1Api(api)
+    batch = batch_v1(api)
     batch.create_namespaced_job(NS, sleeper_job("ign", suspend=True))
     got = batch.patch_namespaced_job_status("ign", NS, {"spec": {"parallelism": 5}})
     assert got.spec.parallelism == 1
 
 
 def test_completions_immutable_parallelism_mutable(api: Any) -> None:
-    batch = client.BatchV1Api(api)
+    batch = batch_v1(api)
     batch.create_namespaced_job(NS, sleeper_job("cp", suspend=True, completions=2, parallelism=1))
     job = batch.patch_namespaced_job("cp", NS, {"spec": {"parallelism": 2}})
     assert job.spec.parallelism == 2
@@ -289,7 +302,7 @@ def completed(batch: Any, name: str) -> Any:
 
 
 def test_indexed_job_three_completions_two_parallel(api: Any, kubelet: Any) -> None:
-    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    batch, core = batch_v1(api), core_v1(api)
     body = sleeper_job("ix", completionMode="Indexed", completions=3, parallelism=2)
     body["spec"]["template"]["spec"]["containers"][0]["command"] = ["sleep", "0.6"]
     batch.create_namespaced_job(NS, body)
@@ -333,7 +346,7 @@ def test_indexed_job_three_completions_two_parallel(api: Any, kubelet: Any) -> N
 
 
 def test_non_indexed_job_two_completions_two_parallel(api: Any, kubelet: Any) -> None:
-    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    batch, core = batch_v1(api), core_v1(api)
     batch.create_namespaced_job(NS, sleeper_job("nx", completions=2, parallelism=2))
     job = wait_for("the Job to complete", lambda: completed(batch, "nx"), 60)
     assert job.status.succeeded == 2
@@ -354,7 +367,7 @@ def test_suspend_resume_start_time_and_conditions(api: Any, kubelet: Any) -> Non
     """job_controller.go syncJob (1.34): startTime is set when the Job first runs, kept when
     it is suspended (its pods are deleted), reset when it is resumed; the Suspended
     condition turns True (JobSuspended) and then False (JobResumed)."""
-    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    batch, core = batch_v1(api), core_v1(api)
     body = sleeper_job("sr", suspend=True)
     body["spec"]["template"]["spec"]["containers"][0]["command"] = ["sleep", "30"]
     batch.create_namespaced_job(NS, body)
@@ -427,7 +440,7 @@ def test_suspend_resume_start_time_and_conditions(api: Any, kubelet: Any) -> Non
 def test_job_failure_and_success_conditions(api: Any, kubelet: Any) -> None:
     """1.34: FailureTarget before Failed (BackoffLimitExceeded), SuccessCriteriaMet before
     Complete (CompletionsReached)."""
-    batch = client.BatchV1Api(api)
+    batch = batch_v1(api)
     failing = sleeper_job("fl", backoffLimit=0)
     failing["spec"]["template"]["spec"]["containers"][0]["command"] = ["false"]
     batch.create_namespaced_job(NS, failing)
@@ -450,7 +463,7 @@ def test_job_failure_and_success_conditions(api: Any, kubelet: Any) -> None:
 def test_on_failure_job_restarts_count_against_backoff_limit(api: Any, kubelet: Any) -> None:
     """pastBackoffLimitOnFailure: restarts in place, then BackoffLimitExceeded once the
     restarts reach backoffLimit; the pod itself never failed."""
-    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    batch, core = batch_v1(api), core_v1(api)
     body = sleeper_job("of", backoffLimit=2)
     body["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
     body["spec"]["template"]["spec"]["containers"][0]["command"] = ["false"]
@@ -467,7 +480,7 @@ def test_on_failure_job_restarts_count_against_backoff_limit(api: Any, kubelet: 
 
 # ===== Pods: defaults ======================================================================
 def test_pod_defaults(api: Any) -> None:
-    core = client.CoreV1Api(api)
+    core = core_v1(api)
     body = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -498,7 +511,7 @@ def test_pod_defaults(api: Any) -> None:
 
 
 def test_pod_validation_names_and_required_image(api: Any) -> None:
-    core = client.CoreV1Api(api)
+    core = core_v1(api)
     bad = simple_pod("v1")
     bad["spec"]["containers"][0]["name"] = "Main_1"
     code, status = refused(lambda: core.create_namespaced_pod(NS, bad))
@@ -514,7 +527,7 @@ def test_pod_validation_names_and_required_image(api: Any) -> None:
 def test_security_context_validation(api: Any) -> None:
     """pkg/apis/core/validation/validation.go ValidateSecurityContext: no privilege
     escalation is incompatible with privileged; an Unmasked /proc needs hostUsers: false."""
-    core = client.CoreV1Api(api)
+    core = core_v1(api)
     both = with_container_sc("sc1", {"allowPrivilegeEscalation": False, "privileged": True})
     code, status = refused(lambda: core.create_namespaced_pod(NS, both))
     assert code == 422
@@ -570,7 +583,7 @@ def taint(core: Any, node: str, *taints: dict[str, Any]) -> None:
 
 
 def test_gpu_request_lands_on_gpu_node_and_too_many_stay_pending(api: Any, kubelet: Any) -> None:
-    core = client.CoreV1Api(api)
+    core = core_v1(api)
     gpu = simple_pod("g1")
     gpu["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
     two = simple_pod("g2")
@@ -592,7 +605,7 @@ def test_gpu_request_lands_on_gpu_node_and_too_many_stay_pending(api: Any, kubel
 def test_each_node_counts_only_its_first_failing_filter(api: Any, kubelet: Any) -> None:
     """The framework stops at a node's first failing filter plugin: a cordoned node that also
     lacks the GPU counts as unschedulable only."""
-    core = client.CoreV1Api(api)
+    core = core_v1(api)
     core.patch_node("n1", {"spec": {"unschedulable": True}})
     taint(core, "n2", {"key": "dedicated", "value": "x", "effect": "NoSchedule"})
     two = simple_pod("f1", preemptionPolicy="Never")
@@ -607,7 +620,7 @@ def test_each_node_counts_only_its_first_failing_filter(api: Any, kubelet: Any) 
 
 
 def test_init_container_requests_count_by_max(api: Any, kubelet: Any) -> None:
-    core = client.CoreV1Api(api)
+    core = core_v1(api)
     # Effective request = max(max(init), sum(containers)): 7 CPUs fit a node of 8.
     fits = simple_pod("i1")
     fits["spec"]["initContainers"] = [
@@ -636,7 +649,7 @@ def test_init_container_requests_count_by_max(api: Any, kubelet: Any) -> None:
 
 
 def test_taints_and_tolerations(api: Any, kubelet: Any) -> None:
-    core = client.CoreV1Api(api)
+    core = core_v1(api)
     no_sched = {"key": "dedicated", "value": "x", "effect": "NoSchedule"}
     taint(core, "n1", no_sched)
     taint(core, "n2", {"key": "dedicated", "value": "", "effect": "NoExecute"})
@@ -676,7 +689,7 @@ def test_no_execute_taint_evicts_by_toleration_seconds(api: Any, kubelet: Any) -
     """taint_eviction.go: untolerated NoExecute deletes at once (DisruptionTarget,
     DeletionByTaintManager); tolerationSeconds delays it; a toleration without it keeps the
     pod."""
-    core = client.CoreV1Api(api)
+    core = core_v1(api)
     on_n1 = {"kubernetes.io/hostname": "n1"}
     tol = {"key": "maint", "operator": "Exists", "effect": "NoExecute"}
     with pods_cleanup(core, "e1", "e2", "e3"):
@@ -712,7 +725,7 @@ def test_no_execute_taint_evicts_by_toleration_seconds(api: Any, kubelet: Any) -
 
 
 def test_cordoned_nodes(api: Any, kubelet: Any) -> None:
-    core = client.CoreV1Api(api)
+    core = core_v1(api)
     for n in ("n1", "n2", "n3"):
         core.patch_node(n, {"spec": {"unschedulable": True}})
     tol = [
@@ -727,7 +740,7 @@ def test_cordoned_nodes(api: Any, kubelet: Any) -> None:
 
 
 def test_node_affinity_match_fields_and_gt(api: Any, kubelet: Any) -> None:
-    core = client.CoreV1Api(api)
+    core = core_v1(api)
     core.patch_node("n1", {"metadata": {"labels": {"gen": "3"}}})
     core.patch_node("n3", {"metadata": {"labels": {"gen": "5"}}})
 
@@ -759,7 +772,7 @@ def container_status(core: Any, name: str) -> Any:
 
 
 def test_restart_policies(api: Any, kubelet: Any) -> None:
-    core = client.CoreV1Api(api)
+    core = core_v1(api)
     with pods_cleanup(core, "r1", "r2", "r3", "r4"):
         core.create_namespaced_pod(NS, simple_pod("r1", command=["true"], restart="OnFailure"))
         core.create_namespaced_pod(NS, simple_pod("r2", command=["false"], restart="OnFailure"))
@@ -778,12 +791,12 @@ def test_restart_policies(api: Any, kubelet: Any) -> None:
         assert st.state.terminated.exit_code == 1
         assert st.state.terminated.reason == "Error"
         for name in ("r2", "r4"):
-            wait_for(
-                f"{name} restarted",
-                lambda n=name: (
-                    (s := container_status(core, n)) is not None and s.restart_count >= 2
-                ),
-            )
+
+            def restarted_twice(n: str = name) -> bool:
+                s = container_status(core, n)
+                return s is not None and s.restart_count >= 2
+
+            wait_for(f"{name} restarted", restarted_twice)
             p = core.read_namespaced_pod(name, NS)
             assert p.status.phase == "Running"
             assert p.status.container_statuses[0].last_state.terminated is not None
@@ -793,13 +806,13 @@ def test_restart_policies(api: Any, kubelet: Any) -> None:
 
 # ===== Pod Security admission ==============================================================
 def labelled_namespace(api: Any, name: str, labels: dict[str, str]) -> None:
-    client.CoreV1Api(api).create_namespace(
+    core_v1(api).create_namespace(
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
     )
 
 
 def psa_refusal(api: Any, ns: str, body: dict[str, Any]) -> str:
-    core = client.CoreV1Api(api)
+    core = core_v1(api)
     code, status = refused(lambda: core.create_namespaced_pod(ns, body))
     assert code == 403
     assert status["reason"] == "Forbidden"
@@ -845,7 +858,7 @@ def test_baseline_refusals(api: Any) -> None:
 
 def test_baseline_allows_default_capabilities_and_root(api: Any) -> None:
     labelled_namespace(api, "base2", {f"{PSA}/enforce": "baseline"})
-    core = client.CoreV1Api(api)
+    core = core_v1(api)
     caps = {"capabilities": {"add": ["NET_BIND_SERVICE", "AUDIT_WRITE", "CHOWN"]}}
     core.create_namespaced_pod("base2", with_container_sc("ok1", caps))
     core.create_namespaced_pod("base2", simple_pod("ok2"))  # root, no securityContext
@@ -872,7 +885,7 @@ def restricted_ok(name: str) -> dict[str, Any]:
 
 def test_restricted(api: Any) -> None:
     labelled_namespace(api, "rest", {f"{PSA}/enforce": "restricted"})
-    core = client.CoreV1Api(api)
+    core = core_v1(api)
     core.create_namespaced_pod("rest", restricted_ok("ok"))
     nbs = restricted_ok("ok2")
     nbs["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] = ["NET_BIND_SERVICE"]
@@ -939,7 +952,7 @@ def test_restricted_volume_types_replace_the_host_path_check(api: Any) -> None:
 
 def test_warn_and_audit_do_not_refuse(api: Any) -> None:
     labelled_namespace(api, "soft", {f"{PSA}/warn": "restricted", f"{PSA}/audit": "restricted"})
-    core = client.CoreV1Api(api)
+    core = core_v1(api)
     core.create_namespaced_pod("soft", simple_pod("p", hostNetwork=True))
     labelled_namespace(api, "priv", {f"{PSA}/enforce": "privileged"})
     core.create_namespaced_pod("priv", with_container_sc("p", {"privileged": True}))
@@ -948,7 +961,7 @@ def test_warn_and_audit_do_not_refuse(api: Any) -> None:
 def test_invalid_pod_security_labels(emu: Any, api: Any) -> None:
     """admission.go ValidateNamespace refuses invalid labels (422); a namespace that has them
     from before is evaluated as restricted:latest (api/helpers.go PolicyToEvaluate)."""
-    core = client.CoreV1Api(api)
+    core = core_v1(api)
     code, status = refused(lambda: labelled_namespace(api, "bogus", {f"{PSA}/enforce": "strict"}))
     assert code == 422
     assert status["details"]["causes"][0]["field"] == f"metadata.labels[{PSA}/enforce]"
@@ -981,15 +994,15 @@ def test_job_pods_refused_by_pod_security_but_job_admitted(api: Any, kubelet: An
     labelled_namespace(api, "strictns", {f"{PSA}/enforce": "baseline"})
     body = sleeper_job("hostnet")
     body["spec"]["template"]["spec"]["hostNetwork"] = True
-    client.BatchV1Api(api).create_namespaced_job("strictns", body)
+    batch_v1(api).create_namespaced_job("strictns", body)
     wait_for("a refused pod creation", lambda: kubelet.refused_pods)
     assert "host namespaces (hostNetwork=true)" in kubelet.refused_pods[0]
-    assert client.CoreV1Api(api).list_namespaced_pod("strictns").items == []
+    assert core_v1(api).list_namespaced_pod("strictns").items == []
 
 
 # ===== What the kubelet grants a container =================================================
 def proc_status(api: Any, name: str) -> dict[str, str]:
-    core = client.CoreV1Api(api)
+    core = core_v1(api)
     wait_for(
         f"{name} running", lambda: core.read_namespaced_pod(name, NS).status.phase == "Running"
     )
@@ -1022,7 +1035,7 @@ DEFAULT_CAPS = 0x00000000A80425FB
 
 
 def test_kubelet_grants_exactly_the_security_context(api: Any, kubelet: Any) -> None:
-    core = client.CoreV1Api(api)
+    core = core_v1(api)
     with pods_cleanup(core, "k1", "k2", "k3", "k4"):
         core.create_namespaced_pod(NS, simple_pod("k1"))
         nonroot = with_container_sc(
@@ -1071,7 +1084,7 @@ def test_kubelet_grants_exactly_the_security_context(api: Any, kubelet: Any) -> 
 
 # ===== Leases ==============================================================================
 def test_node_heartbeat_leases(api: Any, kubelet: Any) -> None:
-    coord = client.CoordinationV1Api(api)
+    coord = coordination_v1(api)
     lease = wait_for(
         "n1's lease",
         lambda: next(
@@ -1095,7 +1108,7 @@ def test_node_heartbeat_leases(api: Any, kubelet: Any) -> None:
 
 
 def test_lease_validation(api: Any) -> None:
-    coord = client.CoordinationV1Api(api)
+    coord = coordination_v1(api)
 
     def lease(name: str, **spec: Any) -> dict[str, Any]:
         return {
