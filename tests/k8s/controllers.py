@@ -17,6 +17,8 @@ indexed_job_utils.go), for a Job that is neither suspended nor finished:
   ``JOBNAME-INDEX`` when the template sets none, and a name generated from ``JOBNAME-INDEX-``
   (``podGenerateNameWithIndex``); ``status.completedIndexes`` lists the succeeded indexes as
   intervals (``0-2,5``) and the Job completes when every index succeeded;
+- with ``restartPolicy: OnFailure`` the running pods' container restarts count against
+  ``backoffLimit`` too (``pastBackoffLimitOnFailure``);
 - a failed pod is replaced (``TerminatingOrFailed``, the default pod replacement policy: a
   pod being deleted no longer counts as active) until more than ``backoffLimit`` pods failed,
   then the Job fails (condition ``Failed``, reason ``BackoffLimitExceeded``) and its active
@@ -114,6 +116,41 @@ def first_pending(active: set[int], done: set[int], count: int, completions: int
     return [i for i in range(completions) if i not in busy][: max(0, count)]
 
 
+def past_backoff_limit_on_failure(spec: Obj, pods: list[Obj]) -> bool:
+    """job_controller.go ``pastBackoffLimitOnFailure``: with ``restartPolicy: OnFailure`` the
+    container restarts of the Pending and Running pods count against ``backoffLimit`` (the
+    sum reaching it, or any restart when it is 0, fails the Job)."""
+    template_spec = (spec.get("template") or {}).get("spec") or {}
+    if template_spec.get("restartPolicy") != "OnFailure":
+        return False
+    restarts = 0
+    for p in pods:
+        if _phase(p) in ("Running", "Pending"):
+            st = p.get("status") or {}
+            for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
+                restarts += int(cs.get("restartCount") or 0)
+    limit = int(spec.get("backoffLimit", 6))
+    return restarts > 0 if limit == 0 else restarts >= limit
+
+
+def pod_counts(pods: list[Obj]) -> Obj:
+    """``status.ready`` (active pods whose Ready condition is True; JobReadyPods, GA 1.29) and
+    ``status.terminating`` (pods being deleted that have not finished; JobPodReplacementPolicy,
+    on by default since 1.29), as job_controller.go syncJob counts them."""
+    live = [p for p in pods if _phase(p) not in _TERMINAL]
+    ready = [
+        p
+        for p in live
+        if not p["metadata"].get("deletionTimestamp")
+        and any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (p.get("status") or {}).get("conditions") or []
+        )
+    ]
+    terminating = [p for p in live if p["metadata"].get("deletionTimestamp")]
+    return {"ready": len(ready), "terminating": len(terminating)}
+
+
 def sync_job(store: Store, job: Obj, pods: list[Obj], st: Obj) -> tuple[Obj, list[Obj]]:
     """One sync of a running Job: creates and deletes pods; (status fields, new conditions)."""
     pods_kind = store.kinds[("", "pods")]
@@ -122,7 +159,7 @@ def sync_job(store: Store, job: Obj, pods: list[Obj], st: Obj) -> tuple[Obj, lis
     active = [p for p in pods if _phase(p) not in _TERMINAL and not p["metadata"].get("deletionTimestamp")]  # fmt: skip
     succeeded = [p for p in pods if _phase(p) == "Succeeded"]
     failed = len([p for p in pods if _phase(p) == "Failed"])
-    out: Obj = {"failed": failed}
+    out: Obj = {"failed": failed, **pod_counts(pods)}
     conds: list[Obj] = []
     done: set[int] = set()
     if indexed and completions is not None:
@@ -132,15 +169,19 @@ def sync_job(store: Store, job: Obj, pods: list[Obj], st: Obj) -> tuple[Obj, lis
         out["succeeded"] = len(done)
     else:
         out["succeeded"] = len(succeeded)
-    if failed > int(spec.get("backoffLimit", 6)):
+    if failed > int(spec.get("backoffLimit", 6)) or past_backoff_limit_on_failure(spec, pods):
         for p in active:
             with contextlib.suppress(status.ApiError):
                 store.delete(pods_kind, meta["namespace"], p["metadata"]["name"])
         out["active"] = 0
-        conds.append(
-            {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-             "message": "Job has reached the specified backoff limit"}
-        )  # fmt: skip
+        # Since 1.31 the controller first records FailureTarget, then Failed with the same
+        # reason; jobs/status refuses Failed=True without it (validation.go
+        # RejectFailedJobWithoutFailureTarget).
+        for kind in ("FailureTarget", "Failed"):
+            conds.append(
+                {"type": kind, "status": "True", "reason": "BackoffLimitExceeded",
+                 "message": "Job has reached the specified backoff limit"}
+            )  # fmt: skip
         return out, conds
     if completions is None:
         complete = bool(succeeded) and not active
@@ -154,7 +195,13 @@ def sync_job(store: Store, job: Obj, pods: list[Obj], st: Obj) -> tuple[Obj, lis
             with contextlib.suppress(status.ApiError):
                 store.delete(pods_kind, meta["namespace"], p["metadata"]["name"])
         out["active"] = 0
-        conds.append({"type": "Complete", "status": "True", "reason": "CompletionsReached"})
+        # SuccessCriteriaMet first, then Complete (job_controller.go; jobs/status refuses
+        # Complete=True without it: RejectCompleteJobWithoutSuccessCriteriaMet).
+        for kind in ("SuccessCriteriaMet", "Complete"):
+            conds.append(
+                {"type": kind, "status": "True", "reason": "CompletionsReached",
+                 "message": "Reached expected number of succeeded pods"}
+            )  # fmt: skip
         return out, conds
     missing = want - len(active)
     created = 0

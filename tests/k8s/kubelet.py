@@ -14,6 +14,9 @@
   affinity; a node not Ready or not run here counts as tainted), fewest pods first; a pod
   no node takes stays Pending with ``PodScheduled=False``, reason ``Unschedulable`` and the
   scheduler's message.
+- **Taint eviction**: a pod on a node with a ``NoExecute`` taint it does not tolerate is
+  deleted (after its ``tolerationSeconds`` when it tolerates it for a while), with the
+  ``DisruptionTarget`` condition (``scheduler.eviction_delay``).
 - **Kubelet**: a pod bound to a managed node runs its first container's ``command + args`` as
   a real local process (its own session), with the container's ``env`` (values and the
   downward API's ``fieldRef``), and reports
@@ -134,6 +137,7 @@ class FakeKubelet:
         self.leases_kind = self.store.kinds[("coordination.k8s.io", "leases")]
         self.lease_s = lease_s
         self._renewed: dict[str, float] = {}  # node -> monotonic time of its last renewal
+        self._evict_at: dict[str, float] = {}  # pod uid -> when the taint eviction deletes it
 
     # ----- lifecycle --------------------------------------------------------------------
     def start(self) -> FakeKubelet:
@@ -169,7 +173,14 @@ class FakeKubelet:
                     self._jobs()
                     self._statefulsets()
                     self._schedule()
+                    self._taint_eviction()
                     self._pods()
+            except status.ApiError as exc:
+                # An object deleted (or replaced) between this pass's list and its write: the
+                # real controllers and kubelet requeue and see the new state next time
+                # (client-go's workqueue); anything else is a fault the test reads.
+                if exc.code not in (404, 409):
+                    self.errors.append(repr(exc))
             except Exception as exc:  # keep running; the test reads .errors
                 self.errors.append(repr(exc))
             self._stop.wait(self.poll_s)
@@ -237,6 +248,49 @@ class FakeKubelet:
                 self.nodes_kind, "", name, {**(node.get("status") or {}), "conditions": conds}
             )
 
+    # ----- taint eviction (NoExecute) -----------------------------------------------------
+    def _taint_eviction(self) -> None:
+        """The taint eviction controller (pkg/controller/tainteviction/taint_eviction.go): a
+        pod on a node with a ``NoExecute`` taint it does not tolerate is deleted at once; one
+        tolerating it for ``tolerationSeconds`` is deleted that long after the controller
+        first saw it so (cancelled if the taint goes). Before the delete the pod gets the
+        ``DisruptionTarget`` condition, reason ``DeletionByTaintManager`` (PodDisruption
+        Conditions, GA in 1.31). Only the taints in ``spec.taints`` count (no node lifecycle
+        controller adds NoExecute taints here)."""
+        nodes = {
+            n["metadata"]["name"]: n
+            for n in self.store.list(self.nodes_kind, None, lambda o: True)[0]
+        }
+        pods, _ = self.store.list(
+            self.pods_kind, None, lambda p: bool((p.get("spec") or {}).get("nodeName"))
+        )
+        now = time.monotonic()
+        pending: dict[str, float] = {}
+        for pod in pods:
+            meta, spec = pod["metadata"], pod.get("spec") or {}
+            node = nodes.get(spec["nodeName"])
+            if node is None or meta.get("deletionTimestamp"):
+                continue
+            delay = scheduler.eviction_delay(spec, (node.get("spec") or {}).get("taints") or [])
+            if delay is None:
+                continue
+            due = self._evict_at.get(meta["uid"], now + delay)
+            if now < due:
+                pending[meta["uid"]] = due
+                continue
+            st = dict(pod.get("status") or {})
+            conds = [c for c in st.get("conditions") or [] if c.get("type") != "DisruptionTarget"]
+            conds.append(
+                {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
+                 "message": "Taint manager: deleting due to NoExecute taint", "lastTransitionTime": _now()}
+            )  # fmt: skip
+            with contextlib.suppress(status.ApiError):
+                self.store.set_status(
+                    self.pods_kind, meta["namespace"], meta["name"], {**st, "conditions": conds}
+                )
+                self.store.delete(self.pods_kind, meta["namespace"], meta["name"])
+        self._evict_at = pending
+
     # ----- scheduler (filter rules in tests/k8s/scheduler.py) ------------------------------
     def _schedule(self) -> None:
         pods, _ = self.store.list(self.pods_kind, None, lambda o: True)
@@ -261,7 +315,7 @@ class FakeKubelet:
             }
             fits = [n for n, reasons in why.items() if not reasons]
             if not fits:
-                self._unschedulable(pod, scheduler.fit_error(len(nodes), why))
+                self._unschedulable(pod, scheduler.fit_error(len(nodes), why, pod))
                 continue
             target = min(fits, key=lambda n: (len(bound.get(n, [])), n))
             bound.setdefault(target, []).append(pod)
@@ -323,13 +377,27 @@ class FakeKubelet:
                             self.store.delete(self.pods_kind, ns, p["metadata"]["name"])
                 # startTime is kept on suspend (a 1.34 controller; 1.35's KEP-5440 clears it):
                 # a client that changes the template clears it through jobs/status.
-                new_st["active"] = len([p for p in live])
-                conds = [c for c in conds if c["type"] != "Suspended"]
-                conds.append({"type": "Suspended", "status": "True", "reason": "JobSuspended"})
+                # Pods being deleted are no longer active (TerminatingOrFailed).
+                new_st["active"] = len(
+                    [p for p in live if not p["metadata"].get("deletionTimestamp")]
+                )
+                new_st.update(controllers.pod_counts(pods))
+                if not any(c["type"] == "Suspended" and c["status"] == "True" for c in conds):
+                    conds = [c for c in conds if c["type"] != "Suspended"]
+                    conds.append(
+                        {"type": "Suspended", "status": "True", "reason": "JobSuspended",
+                         "message": "Job suspended", "lastTransitionTime": _now()}
+                    )  # fmt: skip
             else:
                 resumed = any(c["type"] == "Suspended" and c["status"] == "True" for c in conds)
-                conds = [c for c in conds if c["type"] != "Suspended"]
                 if resumed:
+                    # ensureJobConditionStatus(Suspended, False, "JobResumed", "Job resumed"):
+                    # the condition stays, turned False.
+                    conds = [c for c in conds if c["type"] != "Suspended"]
+                    conds.append(
+                        {"type": "Suspended", "status": "False", "reason": "JobResumed",
+                         "message": "Job resumed", "lastTransitionTime": _now()}
+                    )  # fmt: skip
                     # pkg/controller/job/job_controller.go, syncJob: "Resumed jobs will always
                     # reset StartTime to current time" (the ActiveDeadlineSeconds clock).
                     new_st["startTime"] = _now()

@@ -31,8 +31,11 @@ the message a pod left Pending carries in its ``PodScheduled=False`` (reason
   ``allocatable.pods``. A limit without a request stands for the request (defaulting,
   pkg/apis/core/v1/defaults.go).
 
-The message (pkg/scheduler/framework/types.go ``FitError.Error``): "0/N nodes are
-available: " and the reasons counted, "COUNT REASON", sorted and joined by ", ", then ".".
+Each node counts with the reasons of the first filter that rejects it (the framework stops
+there). The message (pkg/scheduler/framework/types.go ``FitError.Error``): "0/N nodes are
+available: " and the reasons counted, "COUNT REASON", sorted and joined by ", ", then ".";
+then DefaultPreemption's verdict (``fit_error``): " preemption: 0/N nodes are available:
+...." as a real 1.34 scheduler writes it.
 Nothing here imports the product's own placement rules: this is the cluster's side.
 Limits: no scoring beyond "fewest pods", no preemption, no inter-pod affinity or topology
 spread, no volume or port filters.
@@ -105,6 +108,27 @@ def _tolerates(tol: Obj, taint: Obj) -> bool:
     return op == "Equal" and (tol.get("value") or "") == (taint.get("value") or "")
 
 
+def eviction_delay(pod_spec: Obj, taints: list[Obj]) -> float | None:
+    """The taint eviction controller's verdict on a pod bound to a node with these taints
+    (pkg/controller/tainteviction/taint_eviction.go ``processPodOnNode``): None when no
+    ``NoExecute`` taint applies or every one is tolerated without ``tolerationSeconds``
+    (kept forever); 0 when one is not tolerated (deleted now); else the least
+    ``tolerationSeconds`` of the tolerations used (``getMinTolerationTime``; negative is 0)."""
+    no_execute = [t for t in taints if t.get("effect") == "NoExecute"]
+    if not no_execute:
+        return None
+    used: list[Obj] = []
+    for taint in no_execute:
+        tol = next((t for t in pod_spec.get("tolerations") or [] if _tolerates(t, taint)), None)
+        if tol is None:
+            return 0.0
+        used.append(tol)
+    seconds = [t["tolerationSeconds"] for t in used if t.get("tolerationSeconds") is not None]
+    if not seconds:
+        return None
+    return float(max(0, min(int(s) for s in seconds)))
+
+
 def _untolerated(pod_spec: Obj, taints: list[Obj]) -> Obj | None:
     tols = pod_spec.get("tolerations") or []
     for taint in taints:
@@ -170,20 +194,22 @@ def _condition_taints(node: Obj, managed: bool) -> list[Obj]:
 
 
 def unschedulable_reasons(pod: Obj, node: Obj, pods_on_node: list[Obj], managed: bool) -> list[str]:
-    """Why each filter plugin rejects ``node`` for ``pod`` (empty: it fits)."""
+    """Why ``node`` is filtered out for ``pod`` (empty: it fits): the reasons of the first
+    filter plugin that rejects it, in the default profile's order (NodeUnschedulable,
+    TaintToleration, NodeAffinity, NodeResourcesFit: pkg/scheduler/apis/config/v1
+    default_plugins.go), since the framework stops at the first failure
+    (pkg/scheduler/framework/runtime/framework.go RunFilterPlugins)."""
     spec, nspec = pod.get("spec") or {}, node.get("spec") or {}
-    reasons: list[str] = []
     if nspec.get("unschedulable") and _untolerated(
         spec, [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]
     ):
-        reasons.append("node(s) were unschedulable")
+        return [UNSCHEDULABLE_NODE]
     taint = _untolerated(spec, [*_condition_taints(node, managed), *(nspec.get("taints") or [])])
     if taint is not None:
-        reasons.append(
-            f"node(s) had untolerated taint {{{taint['key']}: {taint.get('value', '')}}}"
-        )
+        return [f"node(s) had untolerated taint {{{taint['key']}: {taint.get('value', '')}}}"]
     if not _affinity_ok(spec, node):
-        reasons.append("node(s) didn't match Pod's node affinity/selector")
+        return [AFFINITY_MISMATCH]
+    reasons: list[str] = []
     live = [
         p
         for p in pods_on_node
@@ -204,10 +230,44 @@ def unschedulable_reasons(pod: Obj, node: Obj, pods_on_node: list[Obj], managed:
     return reasons
 
 
-def fit_error(total: int, reasons_by_node: dict[str, list[str]]) -> str:
+UNSCHEDULABLE_NODE = "node(s) were unschedulable"
+AFFINITY_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
+# Only NodeResourcesFit answers Unschedulable (resolvable by preemption); NodeUnschedulable,
+# TaintToleration and NodeAffinity answer UnschedulableAndUnresolvable.
+_RESOLVABLE = ("Insufficient ", "Too many pods")
+
+
+def _histogram(total: int, reasons_by_node: dict[str, list[str]]) -> str:
     counts: dict[str, int] = {}
     for reasons in reasons_by_node.values():
         for r in reasons:
             counts[r] = counts.get(r, 0) + 1
     parts = sorted(f"{n} {r}" for r, n in counts.items())
     return f"0/{total} nodes are available: {', '.join(parts)}."
+
+
+def fit_error(total: int, reasons_by_node: dict[str, list[str]], pod: Obj | None = None) -> str:
+    """The PodScheduled=False message: the filters' FitError, then what DefaultPreemption's
+    PostFilter said (pkg/scheduler/framework/preemption/preemption.go ``Preempt``): a pod
+    with ``preemptionPolicy: Never`` is "not eligible"; otherwise a node filtered by an
+    unresolvable plugin is one where "Preemption is not helpful for scheduling", and one
+    short of resources has "No preemption victims found for incoming pod" (this scheduler
+    never preempts: no pod here has a lower priority to give way). Each part is appended
+    with " %v." (FitError.Error's SeparatorFormat), hence the real message's final "..".
+    """
+    message = _histogram(total, reasons_by_node)
+    if (pod or {}).get("spec", {}).get("preemptionPolicy") == "Never":
+        post = "not eligible due to preemptionPolicy=Never."
+    else:
+        post = _histogram(
+            total,
+            {
+                name: [
+                    "No preemption victims found for incoming pod"
+                    if any(r.startswith(_RESOLVABLE) for r in reasons)
+                    else "Preemption is not helpful for scheduling"
+                ]
+                for name, reasons in reasons_by_node.items()
+            },
+        )
+    return f"{message} preemption: {post}."

@@ -95,7 +95,7 @@ def test_indexed_job_gets_one_pod_per_index_with_its_identity(emu: Emulator) -> 
             finish(emu, p, "Succeeded")
     counts, conds = sync(emu, "idx")
     assert counts["completedIndexes"] == "0-2" and counts["succeeded"] == 3
-    assert [c["type"] for c in conds] == ["Complete"]
+    assert [c["type"] for c in conds] == ["SuccessCriteriaMet", "Complete"]
 
 
 def test_a_failed_indexed_pod_is_replaced_with_the_same_index_until_the_backoff_limit(
@@ -113,7 +113,10 @@ def test_a_failed_indexed_pod_is_replaced_with_the_same_index_until_the_backoff_
     finish(emu, replacement, "Failed")
     counts, conds = sync(emu, "bk")
     assert counts["failed"] == 2
-    assert [(c["type"], c["reason"]) for c in conds] == [("Failed", "BackoffLimitExceeded")]
+    assert [(c["type"], c["reason"]) for c in conds] == [
+        ("FailureTarget", "BackoffLimitExceeded"),
+        ("Failed", "BackoffLimitExceeded"),
+    ]
 
 
 def test_work_queue_job_completes_when_one_pod_succeeded_and_the_rest_ended(
@@ -130,7 +133,8 @@ def test_work_queue_job_completes_when_one_pod_succeeded_and_the_rest_ended(
     assert not conds and len(job_pods(emu, "wq")) == 2  # no new pod once one succeeded
     finish(emu, b, "Succeeded")
     counts, conds = sync(emu, "wq")
-    assert [c["type"] for c in conds] == ["Complete"] and counts["succeeded"] == 2
+    assert [c["type"] for c in conds] == ["SuccessCriteriaMet", "Complete"]
+    assert counts["succeeded"] == 2
 
 
 def test_non_indexed_job_wants_min_of_parallelism_and_remaining_completions(

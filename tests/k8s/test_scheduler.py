@@ -64,6 +64,7 @@ def test_an_untolerated_taint_leaves_the_pod_pending_with_the_schedulers_reason(
     assert cond["message"] == (
         "0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: infra}, "
         "2 node(s) didn't match Pod's node affinity/selector."
+        " preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.."
     )
     time.sleep(0.3)
     assert get(emu, "pinned")["status"]["phase"] == "Pending"
@@ -92,7 +93,10 @@ def test_gpus_are_requests_against_allocatable_minus_what_runs(
     second["spec"]["containers"][0]["command"] = ["sleep", "600"]
     core.create_namespaced_pod("default", second)
     cond = wait_for("gpu-2 unschedulable", lambda: scheduled_condition(emu, "gpu-2"))
-    assert cond["message"] == "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    assert cond["message"] == (
+        "0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: "
+        "0/3 nodes are available: 3 No preemption victims found for incoming pod.."
+    )
     core.delete_namespaced_pod("gpu-1", "default", grace_period_seconds=0)
     wait_for("gpu-2 takes the freed GPU", lambda: get(emu, "gpu-2")["spec"].get("nodeName") == "n2")
 
@@ -109,7 +113,10 @@ def test_a_cordon_filters_unless_tolerated_and_prefer_noschedule_never_does(
     set_node(emu, "n3", unschedulable=True)
     core.create_namespaced_pod("default", sleeper("blocked"))
     cond = wait_for("blocked unschedulable", lambda: scheduled_condition(emu, "blocked"))
-    assert cond["message"] == "0/3 nodes are available: 3 node(s) were unschedulable."
+    assert cond["message"] == (
+        "0/3 nodes are available: 3 node(s) were unschedulable. preemption: "
+        "0/3 nodes are available: 3 Preemption is not helpful for scheduling.."
+    )
     tol = [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}]
     core.create_namespaced_pod("default", sleeper("daemon", tolerations=tol))
     wait_for("daemon placed despite the cordon", lambda: get(emu, "daemon")["spec"].get("nodeName"))
@@ -126,6 +133,7 @@ def test_a_node_that_is_not_ready_carries_the_lifecycle_taint(
     assert cond["message"] == (
         "0/3 nodes are available: 1 node(s) had untolerated taint "
         "{node.kubernetes.io/unreachable: }, 2 node(s) were unschedulable."
+        " preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.."
     )
 
 

@@ -24,6 +24,7 @@ ephemeral-container specifics are not modelled.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -305,8 +306,11 @@ def allow_privilege_escalation(spec: Spec, _v: int) -> Result:
     return None
 
 
-def capabilities_restricted(spec: Spec, _v: int) -> Result:
-    """policy/check_capabilities_restricted.go: drop ALL, add nothing but NET_BIND_SERVICE."""
+def capabilities_restricted(spec: Spec, v: int) -> Result:
+    """policy/check_capabilities_restricted.go: drop ALL, add nothing but NET_BIND_SERVICE
+    (from policy 1.22)."""
+    if v < 22:
+        return None
     missing: list[str] = []
     adding: list[str] = []
     caps: set[str] = set()
@@ -338,7 +342,7 @@ def capabilities_restricted(spec: Spec, _v: int) -> Result:
 def proc_mount_restricted(spec: Spec, v: int) -> Result:
     """policy/check_procMount_restricted.go: Default only, user namespace or not (1.35+;
     before, the baseline check, unrelaxed, did the same)."""
-    return _proc_mount(spec)
+    return _proc_mount(spec) if v >= 35 else None
 
 
 _ALLOWED_VOLUMES = (
@@ -476,7 +480,16 @@ RESTRICTED: list[tuple[str, Check]] = [
     ("runAsUser", run_as_user),
     ("seccompProfile_restricted", seccomp_restricted),
 ]
-_OVERRIDDEN = {"procMount", "seccompProfile_baseline"}
+# Baseline checks a restricted one overrides, from the policy version that restricted check
+# has (registry.go populate; OverrideCheckIDs in check_capabilities_restricted.go (1.22),
+# check_seccompProfile_restricted.go (1.19), check_restrictedVolumes.go (1.0),
+# check_procMount_restricted.go (1.35)).
+_OVERRIDDEN = {
+    "capabilities_baseline": 22,
+    "seccompProfile_baseline": 19,
+    "hostPathVolumes": 0,
+    "procMount": 35,
+}
 
 
 def _version(text: str | None) -> int:
@@ -496,7 +509,7 @@ def violations(spec: Spec, level: str, version: int, meta: Spec | None = None) -
         return []
     checks = list(BASELINE)
     if level == "restricted":
-        checks = [c for c in checks if c[0] not in _OVERRIDDEN] + RESTRICTED
+        checks = [c for c in checks if version < _OVERRIDDEN.get(c[0], 10**6)] + RESTRICTED
     out = []
     for _id, check in checks:
         got = app_armor(spec, version, meta) if check is app_armor else check(spec, version)
@@ -505,12 +518,54 @@ def violations(spec: Spec, level: str, version: int, meta: Spec | None = None) -
     return out
 
 
+_LEVELS = ("privileged", "baseline", "restricted")
+_VERSION_LABEL = re.compile(r"^v1\.([0-9]|[1-9][0-9]*)$")
+_LABEL_PREFIX = "pod-security.kubernetes.io/"
+
+
 def namespace_policy(namespace: Spec | None) -> tuple[str, int, str]:
-    """(level, version, label text) enforced in a namespace (privileged when unlabelled)."""
+    """(level, version, version text) enforced in a namespace (privileged when unlabelled).
+
+    api/helpers.go ``PolicyToEvaluate``: a level that is not one of the three is evaluated as
+    ``restricted``, a version that is not ``latest`` or ``v1.N`` as ``latest`` (such labels
+    can only predate the admission, which refuses them on namespaces: ``label_causes``)."""
     labels = ((namespace or {}).get("metadata") or {}).get("labels") or {}
-    level = str(labels.get(ENFORCE) or "privileged")
-    version_text = str(labels.get(ENFORCE_VERSION) or "latest")
-    return level, _version(version_text), version_text
+    level = labels.get(ENFORCE)
+    if level is None:
+        level = "privileged"
+    elif level not in _LEVELS:
+        level = "restricted"
+    version_text = labels.get(ENFORCE_VERSION, "latest")
+    if version_text != "latest" and not _VERSION_LABEL.fullmatch(str(version_text)):
+        version_text = "latest"
+    return str(level), _version(str(version_text)), str(version_text)
+
+
+def label_causes(labels: Spec) -> list[tuple[str, str, str]]:
+    """admission.go ``ValidateNamespace``: a namespace created or updated with an invalid
+    Pod Security label is refused (422, ``metadata.labels[KEY]: Invalid value``)."""
+    causes: list[tuple[str, str, str]] = []
+    for mode in ("enforce", "audit", "warn"):
+        key = f"{_LABEL_PREFIX}{mode}"
+        if key in labels and labels[key] not in _LEVELS:
+            causes.append(
+                (
+                    f"metadata.labels[{key}]",
+                    "Invalid value",
+                    f'"{labels[key]}": must be one of {", ".join(_LEVELS)}',
+                )
+            )
+        key = f"{key}-version"
+        value = labels.get(key)
+        if value is not None and value != "latest" and not _VERSION_LABEL.fullmatch(str(value)):
+            causes.append(
+                (
+                    f"metadata.labels[{key}]",
+                    "Invalid value",
+                    f'"{value}": must be "latest" or "v1.x"',
+                )
+            )
+    return causes
 
 
 def check_pod(namespace: Spec | None, pod: Spec) -> None:

@@ -32,8 +32,8 @@ controllers clear it on suspend themselves; a client that clears it through ``jo
 works on both.
 
 A dry-run write is validated by the same rules (the registry validates before it decides
-not to store). Not modelled: the other status rules (counters, terminal conditions) and the
-elastic Indexed Job rule for ``completions``.
+not to store). ``completions`` is immutable but for the elastic Indexed Job rule (``validateCompletions``).
+Not modelled: the other status rules (counters, terminal conditions).
 """
 
 from __future__ import annotations
@@ -110,8 +110,29 @@ def check_update(name: str, old: Obj, new: Obj) -> None:
         if key in old_spec and _semantic(new_spec.get(key)) != _semantic(old_spec.get(key)):
             value = json.dumps(new_spec.get(key), sort_keys=True)
             causes.append((f"spec.{key}", "Invalid value", f"{value}: field is immutable"))
+    causes += _completions(old_spec, new_spec)
     if causes:
         raise status.invalid("Job", name, "batch", causes)
+
+
+def _completions(old_spec: Obj, new_spec: Obj) -> list[tuple[str, str, str]]:
+    """validation.go ``validateCompletions`` (ElasticIndexedJob, GA in 1.31): ``completions``
+    is immutable, except in an Indexed Job where it changes together with an equal
+    ``parallelism`` (a nil ``completions`` is reported by the spec's own validation)."""
+    new, old = new_spec.get("completions"), old_spec.get("completions")
+    if new == old:
+        return []
+    if new_spec.get("completionMode") != "Indexed":
+        return [("spec.completions", "Invalid value", f"{json.dumps(new)}: field is immutable")]
+    if new is None or new == new_spec.get("parallelism"):
+        return []
+    return [
+        (
+            "spec.completions",
+            "Invalid value",
+            f"{new}: can only be modified in tandem with spec.parallelism",
+        )
+    ]
 
 
 def check_status_update(name: str, old: Obj, new: Obj) -> None:

@@ -60,6 +60,12 @@ class Watcher:
     push: Callable[[str, Obj], None]
 
 
+def _check_pod_security_labels(namespace: Obj) -> None:
+    causes = admission.label_causes(namespace["metadata"].get("labels") or {})
+    if causes:
+        raise status.invalid("Namespace", namespace["metadata"]["name"], "", causes)
+
+
 def _spec_part(obj: Obj) -> Obj:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "kind", "apiVersion")}
 
@@ -222,11 +228,18 @@ class Store:
                 meta.pop(drop, None)
             if api or not meta.get("creationTimestamp"):
                 meta["creationTimestamp"] = rfc3339(self.clock())
+            # The uid exists before validation (the registry fills the system fields first):
+            # a Job's generated selector names it.
+            meta["uid"] = str(uuid.uuid4())
             if meta.get("name"):
                 validation.defaults(kind, obj)
+                if api:
+                    validation.create_defaults(kind, obj)
             if kind.kind == "CustomResourceDefinition":
                 self._check_crd(obj)
             validation.check(kind, obj)
+            if api and kind.key == ("", "namespaces"):
+                _check_pod_security_labels(obj)
             if api and kind.key == ("", "pods"):
                 # Pod Security admission runs on every pod an API client creates, a
                 # controller included (dry runs too); seeded state bypasses it.
@@ -242,7 +255,6 @@ class Store:
             key = (meta.get("namespace", ""), meta["name"])
             if key in self.objects[kind.key]:
                 raise status.already_exists(kind.plural, meta["name"], kind.group)
-            meta["uid"] = str(uuid.uuid4())
             if kind.key not in _NO_GENERATION:
                 meta["generation"] = 1
             if dry_run:
@@ -339,6 +351,8 @@ class Store:
             new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
             validation.defaults(kind, new)
             validation.check(kind, new)
+            if api and kind.key == ("", "namespaces"):
+                _check_pod_security_labels(new)
             if kind.builtin and kind.kind == "Job" and api:
                 # Before the dry-run return: a dry run is validated as a real write.
                 if subresource == "status":

@@ -6,12 +6,19 @@ and images; Deployments and StatefulSets need a selector that matches their temp
 non-negative replicas; Jobs need ``restartPolicy`` Never or OnFailure (and an Indexed Job
 ``completions``). Defaults: those the
 server fills in and code reads back (pod phase Pending, replicas 1, Job parallelism,
-completions, backoffLimit and suspend, the namespace name label). Everything else is stored
-as sent (no OpenAPI schema validation; no pruning of unknown fields).
+completions, backoffLimit and suspend, the namespace name label; the pod spec's and
+container's defaults of pkg/apis/core/v1/defaults.go, in pods and templates, limits standing
+for unset requests; on create only, a Job's generated selector and template labels and a
+pod's DefaultTolerationSeconds tolerations). Jobs' selectors are validated (manual: matches
+the template; generated: is the generated one), and securityContexts as
+ValidateSecurityContext does (Unmasked /proc, privilege escalation, seccomp fields).
+Everything else is stored as sent (no OpenAPI schema validation; no pruning of unknown
+fields).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -90,6 +97,72 @@ def _containers(spec: dict[str, Any], path: str) -> list[Cause]:
             )
         if not c.get("image"):
             causes.append((f"{path}.containers[{i}].image", "Required value", ""))
+    host_users = spec.get("hostUsers") is not False
+    for key in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(key) or []):
+            if isinstance(c, dict) and isinstance(c.get("securityContext"), dict):
+                at = f"{path}.{key}[{i}].securityContext"
+                causes += _security_context(c["securityContext"], at, host_users)
+    pod_sc = spec.get("securityContext")
+    if isinstance(pod_sc, dict):
+        causes += _seccomp_field(pod_sc.get("seccompProfile"), f"{path}.securityContext")
+    return causes
+
+
+def _seccomp_field(profile: Any, path: str) -> list[Cause]:
+    """validation.go validateSeccompProfileField."""
+    if not isinstance(profile, dict):
+        return []
+    at = f"{path}.seccompProfile.localhostProfile"
+    if profile.get("type") == "Localhost":
+        if not profile.get("localhostProfile"):
+            return [(at, "Required value", "must be set when seccomp type is Localhost")]
+    elif profile.get("localhostProfile") is not None:
+        return [
+            (
+                at,
+                "Invalid value",
+                f'"{profile["localhostProfile"]}": can only be set when seccomp type is Localhost',
+            )
+        ]
+    return []
+
+
+def _security_context(sc: dict[str, Any], path: str, host_users: bool) -> list[Cause]:
+    """kubernetes/kubernetes pkg/apis/core/validation/validation.go ValidateSecurityContext:
+    an Unmasked /proc needs ``hostUsers: false``; no privilege escalation cannot go with
+    ``privileged`` or an added ``CAP_SYS_ADMIN`` (upstream compares that literal string);
+    the seccomp profile's fields. The Go value the server prints is rendered as JSON."""
+    causes: list[Cause] = []
+    if sc.get("procMount") == "Unmasked" and host_users:
+        causes.append(
+            (
+                f"{path}.procMount",
+                "Invalid value",
+                '"Unmasked": `hostUsers` must be false to use `Unmasked`',
+            )
+        )
+    causes += _seccomp_field(sc.get("seccompProfile"), path)
+    if sc.get("allowPrivilegeEscalation") is False:
+        value = "core.SecurityContext" + json.dumps(sc, sort_keys=True, separators=(",", ":"))
+        if sc.get("privileged") is True:
+            causes.append(
+                (
+                    path,
+                    "Invalid value",
+                    f"{value}: cannot set `allowPrivilegeEscalation` to false and "
+                    "`privileged` to true",
+                )
+            )
+        if "CAP_SYS_ADMIN" in ((sc.get("capabilities") or {}).get("add") or []):
+            causes.append(
+                (
+                    path,
+                    "Invalid value",
+                    f"{value}: cannot set `allowPrivilegeEscalation` to false and "
+                    "`capabilities.Add` CAP_SYS_ADMIN",
+                )
+            )
     return causes
 
 
@@ -131,6 +204,7 @@ def check(kind: Kind, obj: dict[str, Any]) -> None:
                 )
         else:
             causes += _completion_mode(spec)
+            causes += _job_selector(obj)
             policy = (template.get("spec") or {}).get("restartPolicy")
             if policy not in ("Never", "OnFailure"):
                 causes.append(
@@ -151,6 +225,38 @@ def check(kind: Kind, obj: dict[str, Any]) -> None:
                 causes.append((f"spec.{key}", "Invalid value", f"{value}: {msg}"))
     if causes:
         raise status.invalid(kind.kind, name, kind.group, causes)
+
+
+def _job_selector(job: dict[str, Any]) -> list[Cause]:
+    """pkg/apis/batch/validation/validation.go: a manual selector is required and must match
+    the template's labels (validateJobSpec); a generated one must be exactly what
+    strategy.go generated (validateGeneratedSelector: "`selector` not auto-generated")."""
+    spec, meta = job.get("spec") or {}, job.get("metadata") or {}
+    selector = spec.get("selector")
+    labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    if spec.get("manualSelector"):
+        if not selector:
+            return [("spec.selector", "Required value", "")]
+    elif not selector:
+        return []  # a seeded Job without one (the server always generates it)
+    causes: list[Cause] = []
+    if not match_label_selector(selector, labels):
+        causes.append(
+            (
+                "spec.template.metadata.labels",
+                "Invalid value",
+                f"{json.dumps(labels, sort_keys=True)}: `selector` does not match template `labels`",
+            )
+        )
+    uid = meta.get("uid")
+    if not spec.get("manualSelector") and uid:
+        expected = {"batch.kubernetes.io/controller-uid": uid}
+        if not match_label_selector(selector, expected):
+            value = json.dumps(selector, sort_keys=True)
+            causes.append(
+                ("spec.selector", "Invalid value", f"{value}: `selector` not auto-generated")
+            )
+    return causes
 
 
 def _completion_mode(spec: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -179,19 +285,96 @@ def defaults(kind: Kind, obj: dict[str, Any]) -> None:
         labels = obj["metadata"].setdefault("labels", {})
         labels["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
     elif kind.kind == "Pod" and spec is not None:
-        spec.setdefault("restartPolicy", "Always")
-        spec.setdefault("terminationGracePeriodSeconds", 30)
-        spec.setdefault("dnsPolicy", "ClusterFirst")
-        spec.setdefault("schedulerName", "default-scheduler")
+        pod_spec_defaults(spec)
     elif kind.kind in ("Deployment", "StatefulSet") and spec is not None:
         spec.setdefault("replicas", 1)
-    elif kind.kind == "Job" and spec is not None:
+    if kind.kind in ("Deployment", "StatefulSet", "Job") and spec is not None:
+        template_spec = (spec.get("template") or {}).get("spec")
+        if isinstance(template_spec, dict):
+            pod_spec_defaults(template_spec)
+    if kind.kind == "Job" and spec is not None:
         if "completions" not in spec and "parallelism" not in spec:
             spec["completions"] = 1
         spec.setdefault("parallelism", 1)
         spec.setdefault("backoffLimit", 6)
         spec.setdefault("suspend", False)
         spec.setdefault("completionMode", "NonIndexed")
+
+
+def pod_spec_defaults(spec: dict[str, Any]) -> None:
+    """kubernetes/kubernetes pkg/apis/core/v1/defaults.go, for a pod's spec or a template's:
+    SetDefaults_PodSpec (restartPolicy, terminationGracePeriodSeconds, dnsPolicy,
+    schedulerName, enableServiceLinks), SetDefaults_Container (imagePullPolicy: Always for
+    an image without a tag or tagged ``:latest``, else IfNotPresent; an image by digest is
+    IfNotPresent; terminationMessagePath and terminationMessagePolicy) and SetDefaults_Pod
+    (a container's limits stand for the requests it leaves unset)."""
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("enableServiceLinks", True)
+    for key in ("initContainers", "containers"):
+        for c in spec.get(key) or []:
+            if not isinstance(c, dict):
+                continue
+            image = str(c.get("image") or "")
+            if image and "imagePullPolicy" not in c:
+                tag = "" if "@" in image else image.rpartition("/")[2].partition(":")[2]
+                c["imagePullPolicy"] = (
+                    "Always" if "@" not in image and tag in ("", "latest") else "IfNotPresent"
+                )
+            c.setdefault("terminationMessagePath", "/dev/termination-log")
+            c.setdefault("terminationMessagePolicy", "File")
+            res = c.get("resources")
+            if isinstance(res, dict) and isinstance(res.get("limits"), dict):
+                requests = res.setdefault("requests", {})
+                for name, value in res["limits"].items():
+                    requests.setdefault(name, value)
+
+
+# The DefaultTolerationSeconds admission plugin (on by default in kube-apiserver;
+# plugin/pkg/admission/defaulttolerationseconds): a pod created without them tolerates the
+# not-ready and unreachable NoExecute taints for 300 s.
+_DEFAULT_TOLERATIONS = (
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+)
+
+
+def create_defaults(kind: Kind, obj: dict[str, Any]) -> None:
+    """What the server adds on create only, once the object has its uid: a Job's generated
+    selector and template labels (pkg/registry/batch/job/strategy.go generateSelector, run
+    by Validate unless ``manualSelector``), a pod's default tolerations (above)."""
+    if not kind.builtin:
+        return
+    meta, spec = obj["metadata"], obj.get("spec")
+    if kind.kind == "Job" and isinstance(spec, dict) and not spec.get("manualSelector"):
+        template = spec.setdefault("template", {})
+        labels = template.setdefault("metadata", {}).setdefault("labels", {})
+        for key in ("job-name", "batch.kubernetes.io/job-name"):
+            labels.setdefault(key, meta["name"])
+        for key in ("controller-uid", "batch.kubernetes.io/controller-uid"):
+            labels.setdefault(key, meta["uid"])
+        selector = spec.get("selector") or {}
+        spec["selector"] = selector
+        selector.setdefault("matchLabels", {}).setdefault(
+            "batch.kubernetes.io/controller-uid", meta["uid"]
+        )
+    if kind.kind == "Pod" and isinstance(spec, dict):
+        tolerations = spec.setdefault("tolerations", [])
+        for key in _DEFAULT_TOLERATIONS:
+            if not any(
+                t.get("key") == key and t.get("effect") in ("NoExecute", None, "")
+                for t in tolerations
+            ):
+                tolerations.append(
+                    {
+                        "key": key,
+                        "operator": "Exists",
+                        "effect": "NoExecute",
+                        "tolerationSeconds": 300,
+                    }
+                )
 
 
 def initial_status(kind: Kind, obj: dict[str, Any]) -> dict[str, Any] | None:
