@@ -92,30 +92,35 @@ def test_baseline_admits_the_documented_spec(emu: Any, api: Any) -> None:
     assert created.spec.host_users is False
 
 
-def test_restricted_refuses_the_documented_spec_for_proc_mount_and_seccomp(
-    emu: Any, api: Any
-) -> None:
-    """Why the documented model is baseline: restricted allows only the Default procMount even
-    in a user namespace (check_procMount_restricted.go) and needs a seccomp profile, under
-    which CRIU cannot dump (tests/k8s/test_privileges.py)."""
+def test_restricted_refuses_the_documented_spec_for_seccomp(emu: Any, api: Any) -> None:
+    """Why the documented model is baseline: restricted needs a seccomp profile, under which
+    CRIU cannot dump (tests/k8s/test_privileges.py); from policy 1.35 it also allows only the
+    Default procMount, user namespace or not (check_procMount_restricted.go)."""
     labelled(emu, "strict", "restricted")
     message = refused(api, "strict", wrapped_pod("new", "new", "strict"))
     assert message == (
-        'pods "new" is forbidden: violates PodSecurity "restricted:latest": procMount '
-        '(container "main" must not set securityContext.procMount to "Unmasked"), '
-        'seccompProfile (pod or container "main" must set securityContext.seccompProfile.type '
+        'pods "new" is forbidden: violates PodSecurity "restricted:latest": seccompProfile '
+        '(pod or container "main" must set securityContext.seccompProfile.type '
         'to "RuntimeDefault" or "Localhost")'
     )
+    spec = wrapped_pod("new", "new", "strict")["spec"]
+    assert any("procMount" in v for v in admission.violations(spec, "restricted", 35))
 
 
-def test_the_user_namespace_relaxation_starts_at_policy_1_35(emu: Any, api: Any) -> None:
-    labelled(emu, "old-policy", "baseline", "v1.34")
-    message = refused(api, "old-policy", wrapped_pod("new", "new", "old-policy"))
+def test_the_user_namespace_relaxation_needs_the_gate_on_a_1_34_server(
+    emu: Any, api: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The emulator serves 1.34 with UserNamespacesPodSecurityStandards on (as the kind
+    # cluster): baseline admits the documented pod at any policy version.
+    labelled(emu, "gated", "baseline", "v1.34")
+    client.CoreV1Api(api).create_namespaced_pod("gated", wrapped_pod("new", "new", "gated"))
+    # A stock 1.34 server (gate off) refuses its Unmasked procMount; policy 1.35 (a 1.35+
+    # server) relaxes it without any gate.
+    monkeypatch.setattr(admission, "USERNS_GATE", False)
+    labelled(emu, "stock", "baseline", "v1.34")
+    message = refused(api, "stock", wrapped_pod("new", "new", "stock"))
     assert '"baseline:v1.34": procMount (container "main" must not set' in message
-    labelled(emu, "new-policy", "baseline", "v1.35")
-    client.CoreV1Api(api).create_namespaced_pod(
-        "new-policy", wrapped_pod("new", "new", "new-policy")
-    )
+    assert admission.violations(wrapped_pod("x", "x")["spec"], "baseline", 35) == []
 
 
 def test_an_unlabelled_namespace_is_privileged(emu: Any, api: Any) -> None:
@@ -308,8 +313,12 @@ def test_a_restricted_pod_passes_and_safe_sysctls_are_allowed() -> None:
     assert admission.violations(spec, "restricted", 31) == ["forbidden sysctls (net.ipv4.tcp_rmem)"]
 
 
-def test_user_namespaced_pods_skip_run_as_non_root_and_run_as_user() -> None:
+def test_user_namespaced_pods_skip_run_as_non_root_and_run_as_user(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     sc = {**RESTRICTED_OK_SC, "runAsNonRoot": None, "runAsUser": 0}
     spec = spec_of(container_sc=sc, hostUsers=False)
     assert admission.violations(spec, "restricted", 35) == []
+    assert admission.violations(spec, "restricted", 34) == []  # the gate, on here
+    monkeypatch.setattr(admission, "USERNS_GATE", False)
     assert len(admission.violations(spec, "restricted", 34)) == 2

@@ -13,9 +13,12 @@ The checks follow staging/src/k8s.io/pod-security-admission/policy/check_*.go, e
 its function, in upstream's order (baseline checks, then restricted ones; a restricted check
 that overrides a baseline one replaces it). Versions: the user-namespace relaxations
 (``hostUsers: false`` skips ``runAsNonRoot``, ``runAsUser`` and the baseline ``procMount``
-check) and ``procMount_restricted`` apply from policy version 1.35 (before, the relaxation sat
-behind the perma-alpha UserNamespacesPodSecurityStandards gate, off by default), so ``latest``
-is 1.35.
+check) apply from policy version 1.35, and on 1.31-1.34 API servers at any policy version
+when the alpha ``UserNamespacesPodSecurityStandards`` gate is on (kubernetes PR #126163; 1.35
+removed the gate and made the relaxation policy 1.35); ``procMount_restricted`` exists from
+1.35. The emulator serves 1.34 (``/version``), so ``latest`` is 1.34, with that gate on
+(``USERNS_GATE``), as ``scripts/kind-live.sh`` starts its 1.34 cluster; a test that wants a
+stock 1.34 server turns it off.
 
 Limits: ``enforce`` only (``audit`` and ``warn`` labels are not read); no exemptions; pod
 updates are not re-checked; the host probe/lifecycle check (1.34), Windows host processes and
@@ -32,7 +35,10 @@ from tests.k8s.emulator import status
 
 ENFORCE = "pod-security.kubernetes.io/enforce"
 ENFORCE_VERSION = "pod-security.kubernetes.io/enforce-version"
-LATEST = 35  # minor version "latest" stands for
+LATEST = 34  # minor version "latest" stands for: the emulator's own (/version)
+# The API server's UserNamespacesPodSecurityStandards gate (1.31-1.34, alpha): on here, as on
+# the kind cluster of the live suite; module-wide so a test can turn it off.
+USERNS_GATE = True
 Result = tuple[str, str] | None  # (reason, detail), or None when allowed
 Spec = dict[str, Any]
 
@@ -55,6 +61,12 @@ def _plural(one: str, many: str, n: int) -> str:
 def _userns(spec: Spec) -> bool:
     """policy/helpers.go relaxPolicyForUserNamespacePod."""
     return spec.get("hostUsers") is False
+
+
+def _relaxed(spec: Spec, v: int) -> bool:
+    """A user-namespaced pod skips the relaxed checks: from policy 1.35, or on a 1.31-1.34
+    server with the gate on (any policy version: the gate is read in every version's check)."""
+    return _userns(spec) and (v >= 35 or USERNS_GATE)
 
 
 def _sc(c: Spec) -> Spec:
@@ -161,7 +173,7 @@ def _proc_mount(spec: Spec) -> Result:
 
 def proc_mount_baseline(spec: Spec, v: int) -> Result:
     """policy/check_procMount_baseline.go: relaxed for user-namespaced pods from 1.35."""
-    if v >= 35 and _userns(spec):
+    if _relaxed(spec, v):
         return None
     return _proc_mount(spec)
 
@@ -380,7 +392,7 @@ def restricted_volumes(spec: Spec, _v: int) -> Result:
 
 def run_as_non_root(spec: Spec, v: int) -> Result:
     """policy/check_runAsNonRoot.go (skipped for user-namespaced pods from 1.35)."""
-    if v >= 35 and _userns(spec):
+    if _relaxed(spec, v):
         return None
     setters: list[str] = []
     pod = (spec.get("securityContext") or {}).get("runAsNonRoot")
@@ -412,7 +424,7 @@ def run_as_non_root(spec: Spec, v: int) -> Result:
 
 def run_as_user(spec: Spec, v: int) -> Result:
     """policy/check_runAsUser.go: never uid 0 (skipped for user-namespaced pods from 1.35)."""
-    if v >= 35 and _userns(spec):
+    if _relaxed(spec, v):
         return None
     setters = []
     if (spec.get("securityContext") or {}).get("runAsUser") == 0:
