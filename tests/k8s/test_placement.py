@@ -316,11 +316,36 @@ def test_exec_into_a_container_without_a_wrapper_fails_within_seconds(tmp_path: 
     import os
 
     env = {**os.environ, "CLAWPOINT_HOME": str(tmp_path)}
+    # As in a container: its own PID namespace and /proc (no wrapper of "ghost" starting
+    # either: the exec looks for one there), where this host allows it.
+    pidns = ["unshare", "--pid", "--fork", "--mount-proc"] if os.geteuid() == 0 else []
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "core.backends.kubernetes.incontainer", "checkpoint", "ghost"],
+        [*pidns, sys.executable, "-m", "core.backends.kubernetes.incontainer", "checkpoint",
+         "ghost"],
         env=env, capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
     assert time.monotonic() - started < 15
     assert done.returncode == errors.NotSupported.exit_code, done.stderr
     assert "kubernetes-wrapper-missing" in done.stderr and "clawpoint run" in done.stderr
+
+
+def test_a_wrapper_still_starting_is_waited_for() -> None:
+    """A busy node takes seconds to start the wrapper's interpreter: its process (before it
+    holds its lock) counts as a wrapper of its lineage, and of each pod's BASE-INDEX."""
+    from core.backends.kubernetes import incontainer
+
+    fake = subprocess.Popen(  # argv as a starting `clawpoint run --name train -- ...`
+        [sys.executable, "-c", "import time; time.sleep(30)", "clawpoint", "run", "--name",
+         "train", "--", "x"]
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while not incontainer.wrapper_starting("train"):
+            assert time.monotonic() < deadline, "the starting wrapper was not seen"
+            time.sleep(0.05)
+        assert incontainer.wrapper_starting("train-1")
+        assert not incontainer.wrapper_starting("trainer")
+    finally:
+        fake.kill()
+        fake.wait()

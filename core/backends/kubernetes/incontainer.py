@@ -50,17 +50,42 @@ def wrapper_holds_lock(run: Path, lineage: str) -> bool:
     return False
 
 
+def wrapper_starting(lineage: str) -> bool:
+    """Whether a process of this container looks like a wrapper of ``lineage`` still starting
+    (its interpreter loading, before it takes its lock): ``clawpoint run`` or ``python -m
+    core.cli run`` with ``--name BASE`` (``lineage`` itself or a pod's ``BASE-INDEX``) in some
+    ``/proc/PID/cmdline`` (the exec shares the container's PID namespace). A busy node can
+    take seconds to start an interpreter."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [a.rsplit(b"/", 1)[-1] for a in argv]
+        if b"run" not in words or not (b"clawpoint" in words or b"core.cli" in words):
+            continue
+        names = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == b"--name"]
+        names += [a[len(b"--name=") :] for a in argv if a.startswith(b"--name=")]
+        want = lineage.encode()
+        if any(want == n or want.startswith(n + b"-") for n in names):
+            return True
+    return False
+
+
 def wait_for_socket(run: Path, lineage: str) -> Path:
     """The wrapper's control socket. A wrapper still starting or restoring (it holds its
-    lock) has none yet: wait for it up to ``SOCKET_WAIT_S``. When no wrapper holds the lock
-    for ``NO_WRAPPER_S``, the container does not run one (say its image's entrypoint is not
-    the wrapper): refuse at once rather than after the whole wait."""
+    lock) has none yet: wait for it up to ``SOCKET_WAIT_S``. When for ``NO_WRAPPER_S`` no
+    wrapper holds the lock and no process of the container is a wrapper starting, the container
+    does not run one (say its image's entrypoint is not the wrapper): refuse at once rather
+    than after the whole wait."""
     sock = run / f"{lineage}.sock"
     start = time.monotonic()
     last_seen = start
     while not sock.exists():
         now = time.monotonic()
-        if wrapper_holds_lock(run, lineage):
+        if wrapper_holds_lock(run, lineage) or wrapper_starting(lineage):
             last_seen = now
         elif now - last_seen >= NO_WRAPPER_S:
             raise errors.NotSupported(
