@@ -16,7 +16,7 @@ import json
 import os
 import socket
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -97,8 +97,15 @@ class ControlClient:
         self.name = self.socket_path.name.removesuffix(".sock")
 
     def _request(
-        self, request: dict[str, Any], *, timeout_s: float, progress: ProgressFn | None = None
+        self,
+        request: dict[str, Any],
+        *,
+        timeout_s: float,
+        progress: ProgressFn | None = None,
+        on_result: Callable[[Any], None] | None = None,
     ) -> Any:
+        """Send ``request``; the result. ``on_result`` runs on it while the connection is still
+        open (a wrapper that ends after answering waits for its requester to hang up)."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout_s)
         try:
@@ -129,6 +136,8 @@ class ControlClient:
                         continue
                     if "error" in msg:
                         raise error_from(msg["error"])
+                    if on_result is not None:
+                        on_result(msg.get("result"))
                     return msg.get("result")
         except TimeoutError as exc:
             raise errors.BackendUnavailable(
@@ -147,10 +156,23 @@ class ControlClient:
         )
 
     def checkpoint(
-        self, *, stop: bool, timeout_s: float = 600, progress: ProgressFn | None = None
+        self,
+        *,
+        stop: bool,
+        timeout_s: float = 600,
+        progress: ProgressFn | None = None,
+        on_info: Callable[[CheckpointInfo], None] | None = None,
     ) -> CheckpointInfo:
+        """``on_info`` runs on the checkpoint before the connection closes: after a stop
+        checkpoint the wrapper ends once its requester hangs up, and in a container its end
+        (PID 1's) kills every other process there, a requester still printing included."""
         result = self._request(
-            {"op": "checkpoint", "stop": stop}, timeout_s=timeout_s, progress=progress
+            {"op": "checkpoint", "stop": stop},
+            timeout_s=timeout_s,
+            progress=progress,
+            on_result=None
+            if on_info is None
+            else (lambda r: on_info(CheckpointInfo.model_validate(r))),
         )
         return CheckpointInfo.model_validate(result)
 

@@ -94,6 +94,22 @@ def _test_fault(name: str) -> bool:
     return value == "1"
 
 
+HANG_UP_WAIT_S = 10.0
+
+
+def _await_hang_up(conn: socket.socket) -> None:
+    """After the answer to a stop checkpoint, before the wrapper may end: wait (bounded) for
+    the requester to hang up. In a container the wrapper is PID 1, and its end kills every
+    process there, a ``pods/exec`` requester still printing the answer included (it hangs up
+    by exiting, so it is gone by then). Local requesters hang up at once."""
+    try:
+        conn.settimeout(HANG_UP_WAIT_S)
+        while conn.recv(4096):
+            pass
+    except OSError:  # timed out, or the peer reset: either way, no longer waited for
+        pass
+
+
 class Supervisor:
     def __init__(self, settings: Settings, spec: RunSpec) -> None:
         self.settings = settings
@@ -535,6 +551,8 @@ class Supervisor:
                 request = json.loads(line or b"{}")
                 with self._answering():
                     self._dispatch(request, send)
+                    if request.get("op") == "checkpoint" and request.get("stop"):
+                        _await_hang_up(conn)
             except (OSError, ValueError) as exc:
                 log.warning("control.bad_connection", error=str(exc))
 

@@ -219,7 +219,8 @@ def _wait_as_child(pid: int) -> int:
             continue
     if os.WIFSIGNALED(status):
         code = os.WTERMSIG(status)
-        signal.signal(code, signal.SIG_DFL)
+        if code not in (signal.SIGKILL, signal.SIGSTOP):  # those cannot be handled (EINVAL)
+            signal.signal(code, signal.SIG_DFL)
         os.kill(os.getpid(), code)
         return 128 + code
     return os.waitstatus_to_exitcode(status)

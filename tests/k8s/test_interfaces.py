@@ -54,6 +54,8 @@ def cli(home: Path, *args: str) -> Any:
     done = subprocess.run(
         [CLAWPOINT, *args], env=env(home), capture_output=True, text=True, timeout=300
     )
+    if done.returncode != 0:
+        print(done.stdout, done.stderr)  # whole: the assertion's own text is cut short
     assert done.returncode == 0, (args, done.stdout, done.stderr)
     return json.loads(done.stdout) if "--json" in args else done.stdout
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from core import errors
-from core.model import validate_name
+from core.model import CheckpointInfo, validate_name
 from core.wrapper.control import ControlClient
 
 SOCKET_WAIT_S = 60.0
@@ -113,6 +113,12 @@ def run_dir() -> Path:
     return load_settings().run_dir
 
 
+def _print_and_exit(info: CheckpointInfo) -> None:
+    sys.stdout.write(info.model_dump_json() + "\n")
+    sys.stdout.flush()
+    os._exit(0)  # the socket stays open until this process is gone
+
+
 def main(argv: list[str]) -> int:
     try:
         if len(argv) < 2 or argv[0] not in ("checkpoint", "status"):
@@ -129,9 +135,13 @@ def main(argv: list[str]) -> int:
         if argv[0] == "status":
             print(json.dumps(client.status(), default=str))
             return 0
-        info = client.checkpoint(stop=bool(extra))
-        print(info.model_dump_json())
-        return 0
+        # Print and exit before hanging up: after a stop checkpoint the wrapper (the
+        # container's PID 1) ends once we hang up, and its end kills every process of the
+        # container; exiting first leaves our output and our exit status 0 behind.
+        client.checkpoint(stop=bool(extra), on_info=_print_and_exit)
+        raise errors.OperationFailed(  # on_info always exits; this is not reached
+            "the checkpoint's answer was not printed", hint="this is a bug; report it"
+        )
     except errors.ClawpointError as exc:
         print(json.dumps(exc.to_dict(), default=str), file=sys.stderr)
         return exc.exit_code
