@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -282,3 +283,14 @@ def kubelet(emu: Emulator, tmp_path: Any, store_dir: Any) -> Iterator[Any]:
     with fake:
         yield fake
     assert not fake.errors, f"the fake kubelet failed: {fake.errors}"
+
+
+def wait_for(what: str, check: Any, timeout_s: float = 60) -> Any:
+    """``check()``'s first truthy value, polled every 50 ms; fails naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from core.checkpoint.criu import criu_status
 from core.config import load_settings
 from core.model import Action, Principal, PrincipalKind
 from core.service.facade import Service, bootstrap
-from tests.k8s.conftest import node, pod, wrapped_job, wrapped_pod
+from tests.k8s.conftest import node, pod, wait_for, wrapped_job, wrapped_pod
 
 PERSON = Principal(id="tester", kind=PrincipalKind.PERSON)
 
@@ -62,16 +61,6 @@ def svc(
     service.backends["k8s"] = backend  # type: ignore[assignment]
     yield service
     backend.close()
-
-
-def wait_for(what: str, check: Any, timeout_s: float = 60) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def pods(emu: Any, namespace: str = "default") -> dict[str, dict[str, Any]]:

@@ -5,24 +5,13 @@ gives it SIGTERM within its grace period (the wrapper checkpoints to the volume)
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 from kubernetes.stream import stream
 
-from tests.k8s.conftest import wrapped_pod
-
-
-def wait_for(what: str, check: Any, timeout_s: float = 60) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.k8s.conftest import wait_for, wrapped_pod
 
 
 def test_pod_runs_execs_and_checkpoints_on_termination(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from tests.k8s.conftest import (
     CONTAINER_SECURITY_CONTEXT,
     OLD_CONTAINER_SECURITY_CONTEXT,
     RUN_AS,
+    wait_for,
     wrapped_pod,
 )
 
@@ -36,16 +36,6 @@ def need_criu() -> None:
     status = criu_status()
     if not status.available:
         pytest.skip(f"CRIU unavailable here: {status.reason}")
-
-
-def wait_for(what: str, check: Any, timeout_s: float = 60) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def phase(core: Any, name: str) -> str | None:
