@@ -66,8 +66,9 @@ class ClusterHealthOut(BaseModel):
 
 
 class PlanReportOut(BaseModel):
-    """proposals, most urgent first: action, target, params, trigger, reason, risk, score,
-    to_node, notice_deadline. sla: as sla_risk. notices, gpus: as cluster_health."""
+    """proposals, most urgent first: action, target, tool and arguments (call tool with
+    arguments, plus reason, to carry it out), trigger, reason, risk, score, to_node,
+    notice_deadline. sla: as sla_risk. notices, gpus: as cluster_health."""
 
     proposals: list[dict[str, Any]]
     sla: list[dict[str, Any]]
@@ -194,5 +195,6 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
     async def plan_actions(detail: Detail = False) -> PlanReportOut:
         """Ranked proposals from the current signals (notices, GPU and node health, SLA
         risk, queues, prices), most urgent first, with the SLA risks and notices they rest
-        on. Each gives the action tool's target and params and a reason. Executes nothing."""
+        on. Each names the action tool and its arguments, ready to call (add reason; try
+        dry_run=true first), and why. Executes nothing."""
         return await call(lambda: _plan_actions(service, detail))

@@ -34,9 +34,9 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
-from core.actions import risk_of
+from core.actions import risk_of, spec
 from core.model import Action, NodeHealth, NodeInfo, RiskClass, WorkloadInfo, WorkloadState
 from core.planner.placement import NodeSlot, Placement
 from core.signals.model import (
@@ -115,6 +115,19 @@ class Proposal(BaseModel):
     score: float
     node: str | None = None
     to_node: str | None = None
+
+    # What makes a proposal callable as it stands: the MCP tool (also the runbook call) and
+    # the arguments valid against its input schema. Computed, so they cannot drift from
+    # ``action``/``target``/``params``; ``reason`` and ``dry_run`` are the caller's to add.
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def tool(self) -> str:
+        return spec(self.action).mcp_tool
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def arguments(self) -> dict[str, Any]:
+        return {spec(self.action).target.value: self.target, **self.params}
 
     @property
     def key(self) -> str:

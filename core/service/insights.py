@@ -469,8 +469,8 @@ class Briefer:
     def proposal(p: Proposal) -> dict[str, Any]:
         deadline = p.effect.notice_deadline
         return {
-            "action": p.action.value, "target": p.target, "params": p.params,
-            "trigger": p.trigger, "reason": p.reason, "risk": p.risk.value,
+            "action": p.action.value, "target": p.target, "tool": p.tool,
+            "arguments": p.arguments, "trigger": p.trigger, "reason": p.reason, "risk": p.risk.value,
             "score": round(p.score, 2), "to_node": p.to_node,
             "notice_deadline": deadline.isoformat() if deadline else None,
         }  # fmt: skip

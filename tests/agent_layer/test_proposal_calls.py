@@ -1,0 +1,140 @@
+"""Every ``plan_actions`` proposal is callable as it stands: ``tool`` is a served MCP tool and
+``arguments`` validate against that tool's input schema, and calling it over a real MCP
+client is accepted (as a dry run).
+
+The first test covers each kind of proposal the planner makes (migrate, preempt, failover,
+leave-running checkpoint; from a notice, a lost GPU, a dead node, an SLA risk, a backlog, a
+cheaper node) against the live ``tools/list`` of the server; the second drives the installed
+``clawpoint serve`` over stdio: a spot notice on the workload's node, ``plan_actions``, then
+the proposal's own ``tool`` with its own ``arguments`` and ``dry_run=true``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import jsonschema  # type: ignore[import-untyped]
+import pytest
+
+from core.config import load_settings
+from core.model import Action, NodeHealth, WorkloadState
+from core.planner.planner import PlannerInput, Proposal, plan_actions
+from core.service import insights
+from core.service.facade import bootstrap
+from core.signals.model import InterruptionAction, InterruptionNotice, Provider
+from core.signals.queue import coerce
+from core.signals.sla import Observation, Progress, assess
+from mcp_server.server import build_server
+from tests.adversarial.conftest import Lab
+from tests.agent_layer import serving
+from tests.planner.test_planner import NOW, node, wl
+from tests.signals.fakes import FakeAwsImds
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def aws() -> Iterator[FakeAwsImds]:
+    with FakeAwsImds() as fake:
+        yield fake
+
+
+def _notice(on: str, action: InterruptionAction) -> InterruptionNotice:
+    return InterruptionNotice(source="aws-imds", provider=Provider.AWS, action=action,
+                              deadline=NOW + timedelta(seconds=120), node=f"local:{on}")  # fmt: skip
+
+
+def _every_kind() -> list[Proposal]:
+    """One proposal of each kind the planner makes."""
+    out: list[Proposal] = []
+    # A spot notice: migrate where there is room, preempt (save and stop) where there is none.
+    spot = [node("spot", 0.9, spot=True), node("od", 3.0)]
+    work = [wl("s1", "spot")]
+    terminate = _notice("spot", InterruptionAction.TERMINATE)
+    out += plan_actions(PlannerInput(nodes=spot, workloads=work, notices=[terminate]), now=NOW)
+    full = [node("spot", 0.9, spot=True), node("od", 3.0, health=NodeHealth.DOWN)]
+    out += plan_actions(PlannerInput(nodes=full, workloads=work, notices=[terminate]), now=NOW)
+    # A rebalance recommendation: a leave-running checkpoint.
+    rebalance = _notice("spot", InterruptionAction.REBALANCE)
+    out += plan_actions(PlannerInput(nodes=spot, workloads=work, notices=[rebalance]), now=NOW)
+    # A dead node: fail its dead workload over.
+    dead = [wl("x", "gone", state=WorkloadState.FAILED)]
+    out += plan_actions(PlannerInput(nodes=[node("gone", health=NodeHealth.DOWN), node("b")],
+                                     workloads=dead), now=NOW)  # fmt: skip
+    # An SLA risk: move to a faster node.
+    late = wl(
+        "late", "slow", labels={"clawpoint.io/deadline": (NOW + timedelta(hours=1)).isoformat()}
+    )
+    history = [
+        Observation(step=0, at=NOW - timedelta(seconds=1000)),
+        Observation(step=1000, at=NOW),
+    ]
+    risk = assess(late, now=NOW, progress=Progress(step=1000, total=10000), history=history)
+    assert risk is not None
+    fast = [node("slow"), node("fast4", 4.0, speed=4.0)]
+    out += plan_actions(PlannerInput(nodes=fast, workloads=[late], sla=[risk]), now=NOW)
+    # A cheaper node over a long run.
+    cheap = [node("dear", 3.0), node("cheap", 0.9)]
+    out += plan_actions(PlannerInput(nodes=cheap, workloads=[wl("job", "dear")],
+                                     remaining_s={"local:job": 36000}), now=NOW)  # fmt: skip
+    # A backlogged queue: preempt lower-priority work.
+    queue = coerce({"pending": 3, "oldest_pending_age_s": 1800, "max_pending_priority": 10,
+                    "running": 1}, backend="local")  # fmt: skip
+    low = wl("low", "b", labels={"clawpoint.io/priority": "1"})
+    out += plan_actions(PlannerInput(nodes=[node("b")], workloads=[low], queues=[queue]), now=NOW)
+    return out
+
+
+def test_every_kind_of_proposal_names_a_served_tool_with_valid_arguments(tmp_path: Path) -> None:
+    proposals = _every_kind()
+    kinds = {(p.trigger, p.action) for p in proposals}
+    assert kinds >= {
+        ("spot-interruption", Action.MIGRATE), ("spot-interruption", Action.PREEMPT),
+        ("spot-interruption", Action.CHECKPOINT), ("node-down", Action.FAILOVER),
+        ("sla-risk", Action.MIGRATE), ("cost", Action.MIGRATE),
+        ("queue-backlog", Action.PREEMPT),
+    }, kinds  # fmt: skip
+    server = build_server(bootstrap(load_settings(tmp_path)))
+    schemas = {t.name: t.input_schema for t in anyio.run(server.list_tools)}
+    for p in proposals:
+        assert p.tool in schemas, (p.tool, sorted(schemas))
+        problems = [e.message for e in
+                    jsonschema.Draft202012Validator(schemas[p.tool]).iter_errors(p.arguments)]  # fmt: skip
+        assert not problems, (p.tool, p.arguments, problems)
+        # The concise view an agent reads carries the same call; the full record too.
+        brief = insights.Briefer.proposal(p)
+        assert (brief["tool"], brief["arguments"]) == (p.tool, p.arguments)
+        full = p.model_dump(mode="json")
+        assert (full["tool"], full["arguments"]) == (p.tool, p.arguments)
+    migrate = next(p for p in proposals if p.trigger == "cost")
+    assert (migrate.tool, migrate.arguments) == (
+        "migrate_workload", {"workload": "local:job", "to": "cheap"},
+    )  # fmt: skip
+
+
+@pytest.mark.anyio
+@pytest.mark.criu
+async def test_a_proposal_is_called_as_it_stands_over_mcp(
+    aws: FakeAwsImds, lab_factory: Callable[[str], Lab], need_criu: None
+) -> None:
+    lab = lab_factory(serving.signals_config("aws", aws.url, nvml=False))
+    workload = lab.start("call-w", node="node-a")
+    aws.mark_instance_action("terminate", in_seconds=120)
+    async with serving.client(lab, gpus=[]) as client:
+        plan = await serving.ok(client, "plan_actions")
+        [move] = [p for p in plan["proposals"] if p["target"] == workload]
+        assert (move["tool"], move["arguments"]) == (
+            "migrate_workload", {"workload": workload, "to": "node-b"},
+        ), move  # fmt: skip
+        args: dict[str, Any] = {**move["arguments"], "reason": move["reason"][:500]}
+        done = await serving.ok(client, move["tool"], {**args, "dry_run": True})
+        assert done["status"] == "planned", done
+        assert "node-b" in done["plan"]["summary"], done
+    assert lab.service.get_workload(workload).node == "node-a"  # a dry run changed nothing
