@@ -85,3 +85,14 @@ def test_body_has_safety_rules(skill: Path) -> None:
     assert "## safety rules" in lowered
     assert "untrusted" in lowered
     assert "never approve" in lowered
+
+
+def test_spot_guardian_moves_before_it_preempts() -> None:
+    """A spot notice: migrate when a node can take the workload (one approval), preempt only
+    when none can; never preempt-then-resume (two approvals, stopped in between)."""
+    _, body = _split(SKILLS / "spot-guardian" / "SKILL.md")
+    rules = body.split("## Decision rules", 1)[1].split("\n## ", 1)[0]
+    first = rules.split("\n2. ", 1)[0]
+    assert "migrate_workload(" in first and "preempt_workload(" in first, first
+    assert first.index("migrate_workload(") < first.index("preempt_workload("), first
+    assert "resume_workload(" not in rules

@@ -109,9 +109,9 @@ class Case:
 
 
 CASES = [
-    # Resumed on another node than the one being reclaimed (the workload starts on node-a).
-    Case("spot-interruption", {"workload": WORKLOAD},
-         (("save-gate", None), ("resume-gate", None)), "done"),
+    # Moved to another node than the one being reclaimed (the workload starts on node-a), in
+    # one action: one approval, never left stopped between two.
+    Case("spot-interruption", {"workload": WORKLOAD}, (("move-gate", None),), "done"),
     Case("gpu-node-failure", {"node": "local:node-a"}, (("drain-gate", None),), "done",
          degrade="node-a"),
     Case("node-maintenance-drain", {"node": "local:node-a", "window": "now"},

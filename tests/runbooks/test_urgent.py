@@ -159,41 +159,62 @@ def _code(settings: Settings, approval_id: str) -> str:
 
 @pytest.mark.anyio
 @pytest.mark.criu
-async def test_spot_run_with_chat_codes_moves_off_the_reclaimed_node(
+async def test_spot_run_moves_with_one_approval_and_saves_only_without_a_destination(
     settings: Settings, service: Service, need_criu: None
 ) -> None:
+    """With a node that can take it, the run migrates: one approval, and the workload is
+    never left stopped waiting for a second one. With none (here: the only candidate named
+    is the reclaimed node), it saves and stops it. The person's chat code works both ways:
+    relayed to ``execute_approved`` (the run adopts that execution) and to
+    ``continue_runbook``."""
     service.run_workload(counter(settings, "spot-w", mb=8), detach=True, principal=PERSON)
+    service.run_workload(counter(settings, "spot-y", mb=8), detach=True, principal=PERSON)
     before = wait_step(settings, "spot-w", 3)
+    wait_step(settings, "spot-y", 3)
     async with Client(_params(settings)) as client:
         run = await _call(client, "start_runbook",
                           {"name": "spot-interruption", "params": {"workload": "local:spot-w"},
                            "detail": True})  # fmt: skip
-        assert (run["status"], run["current"]) == ("waiting_approval", "save-gate"), run
+        assert (run["status"], run["current"]) == ("waiting_approval", "move-gate"), run
         assert _steps(run)["dest"]["output"]["scope"]["target_node"] == "node-b"
-        # The person's code for the save, relayed by the agent straight to execute_approved
-        # (the chat-code route for any action): the run adopts that execution and goes on.
-        save_id = run["waiting"]["approval_id"]
+        assert "save" not in _steps(run)
+        # Nothing has stopped it yet: it runs on the reclaimed node until the person answers.
+        assert service.get_workload("local:spot-w").state is WorkloadState.RUNNING
+        move_id = run["waiting"]["approval_id"]
         done = await _call(client, "execute_approved",
-                           {"approval_id": save_id, "code": _code(settings, save_id)})  # fmt: skip
+                           {"approval_id": move_id, "code": _code(settings, move_id)})  # fmt: skip
         assert done["status"] == "executed", done
         run = await _call(client, "continue_runbook", {"run_id": run["id"], "detail": True})
-        assert (run["status"], run["current"]) == ("waiting_approval", "resume-gate"), run
-        assert _steps(run)["save-gate"]["output"]["status"] == "approved"
-        # The code for the resume, given to continue_runbook itself.
-        resume_id = run["waiting"]["approval_id"]
+        assert run["status"] == "succeeded", (run.get("error"), run["steps"][-1])
+        steps = _steps(run)
+        assert steps["move-gate"]["output"]["status"] == "approved"
+        assert steps["where"]["output"]["node"] == "node-b"
+        assert "now runs on node-b" in steps["done"]["output"]["message"]
+        assert not {"save", "save-gate", "fallback-checkpoint"} & set(steps)
+
+        # No other node: save and stop in place, the code given to continue_runbook itself.
+        run = await _call(client, "start_runbook",
+                          {"name": "spot-interruption",
+                           "params": {"workload": "local:spot-y", "to": "local:node-a"},
+                           "detail": True})  # fmt: skip
+        assert (run["status"], run["current"]) == ("waiting_approval", "save-gate"), run
+        assert "move" not in _steps(run)
+        save_id = run["waiting"]["approval_id"]
         bad = await client.call_tool("continue_runbook", {"run_id": run["id"], "code": "WRONG-00"})
         assert bad.is_error
         run = await _call(client, "continue_runbook",
-                          {"run_id": run["id"], "code": _code(settings, resume_id),
+                          {"run_id": run["id"], "code": _code(settings, save_id),
                            "detail": True})  # fmt: skip
-    assert run["status"] == "succeeded", (run.get("error"), run["steps"][-1])
-    steps = _steps(run)
-    assert steps["resume-gate"]["output"]["result"]["status"] == "executed"
-    assert steps["where"]["output"]["node"] == "node-b"
-    assert "now runs on node-b" in steps["done"]["output"]["message"]
+    assert run["status"] == "failed" and run["steps"][-1]["id"] == "tell-no-dest", run
+    assert _steps(run)["save-gate"]["output"]["result"]["status"] == "executed"
+    assert service.get_workload("local:spot-y").state is WorkloadState.STOPPED
+
     w = service.get_workload("local:spot-w")
     assert (w.node, w.state) == ("node-b", WorkloadState.RUNNING)  # never the reclaimed node-a
     assert wait_step(settings, "spot-w", step(settings, "spot-w")) > before
+    # The person was asked once per workload; spot-w was only ever migrated, never preempted.
+    asked = [(a.action, a.target) for a in service.list_approvals()]
+    assert sorted(asked) == [("migrate", "local:spot-w"), ("preempt", "local:spot-y")], asked
 
 
 @pytest.mark.criu
@@ -213,7 +234,7 @@ def test_spot_run_refuses_the_reclaimed_node_as_destination(
     run = _json(proc)
     assert proc.returncode == 1 and run["status"] == "failed", run
     assert run["steps"][-1]["id"] == "tell-no-dest"
-    assert "resume" not in _steps(run)
+    assert "move" not in _steps(run) and "resume" not in _steps(run)
     assert service.get_workload("local:spot-x").state is WorkloadState.STOPPED
 
 
