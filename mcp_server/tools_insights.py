@@ -37,7 +37,8 @@ class QueueDepthList(BaseModel):
 
 class SlaRiskList(BaseModel):
     """Per workload, highest risk first: workload, level (low|medium|high), deadline, eta,
-    slack_s, needed_speed."""
+    slack_s, needed_speed; estimated (true just after a move: the rate it made on the old
+    node at the new node's speed, until progress there is seen)."""
 
     risks: list[dict[str, Any]]
 

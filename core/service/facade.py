@@ -60,6 +60,7 @@ from core.service.context import WorldContext
 from core.service.executor import Executor
 from core.service.journal import Journal
 from core.service.journal import release as release_execution
+from core.service.moves import MoveLog
 from core.service.people import PeopleDesk
 from core.signals.nvml import ReportCache
 from core.signals.queue import QueueDepth, coerce, from_workloads
@@ -145,6 +146,7 @@ class Service(PeopleDesk, WorldContext):
         self.executor = Executor(self.journal)
         self.audit = AuditLog(db)
         self.guard = guard
+        self.moves = MoveLog(db)  # each workload's last move, for its SLA projection
         # This host's GPU report, shared by the read tools (core.service.insights.observe).
         self.gpu_reports = ReportCache()
 
@@ -689,11 +691,13 @@ class Service(PeopleDesk, WorldContext):
                 },
             )
 
+        departure = self.moves.departure(self, plan)  # None unless the plan moves a workload
         # Audited in the transaction that finishes the execution: both or neither.
         execution = self.executor.run(
             plan, backend, principal=str(principal), progress=progress, then=audited
         )
         if execution.status is ExecutionStatus.SUCCEEDED:
+            self.moves.arrived(self, departure)
             return ActionResult(
                 status="executed", plan=plan, execution=execution, message=plan.summary + ": done"
             )

@@ -190,6 +190,7 @@ def sla_risk(
     """SLA risk of every live workload with a deadline, highest risk first."""
     now = now or utcnow()
     by_id = {n.id: n for n in (nodes if nodes is not None else service.nodes())}
+    moves = service.moves.all()
     out: list[SlaRisk] = []
     for w in service.workloads():
         if w.state not in _LIVE:
@@ -200,6 +201,7 @@ def sla_risk(
             progress=_progress(service, w.backend, w.name),
             history=(history or {}).get(w.id, ()),
             speed=node_speed(by_id.get(f"{w.backend}:{w.node}")),
+            moved=moves.get(w.id),
         )
         if risk is not None:
             out.append(risk)
@@ -315,6 +317,7 @@ def planner_input(
     nodes = list(nodes) if nodes is not None else service.nodes()
     workloads = list(workloads) if workloads is not None else service.workloads()
     by_id = {n.id: n for n in nodes}
+    moves = service.moves.all()
     sla: list[SlaRisk] = []
     remaining: dict[str, float] = {}
     rate: dict[str, float] = {}
@@ -323,18 +326,15 @@ def planner_input(
             continue
         progress = _progress(service, w.backend, w.name)
         hist = (history or {}).get(w.id, ())
-        _, _, r, left = estimate(w, now=now, progress=progress, history=hist)
+        speed = node_speed(by_id.get(f"{w.backend}:{w.node}"))
+        moved = moves.get(w.id)
+        _, _, r, left, _ = estimate(w, now=now, progress=progress, history=hist, moved=moved,
+                                    speed=speed)  # fmt: skip
         if left is not None:
             remaining[w.id] = left
         if r:
             rate[w.id] = r
-        risk = assess(
-            w,
-            now=now,
-            progress=progress,
-            history=hist,
-            speed=node_speed(by_id.get(f"{w.backend}:{w.node}")),
-        )
+        risk = assess(w, now=now, progress=progress, history=hist, speed=speed, moved=moved)
         if risk is not None:
             sla.append(risk)
     pause, last = _checkpoint_facts(service)
@@ -463,6 +463,8 @@ class Briefer:
             "eta": r.eta.isoformat() if r.eta else None,
             "slack_s": round(r.slack_s) if r.slack_s is not None else None,
             "needed_speed": r.needed_speed,
+            # Only when true (just moved: the old node's rate scaled by speed), to stay short.
+            "estimated": True if r.estimated else None,
         }  # fmt: skip
 
     @staticmethod

@@ -10,7 +10,14 @@ Inputs per workload (all optional except a deadline, without which there is no S
 - progress rate (steps/s): from successive observations (oldest to newest; the watch loop
   persists them), else step / time since ``started_at``;
 - node speed: label ``clawpoint.io/speed`` on the node (relative, default 1.0). Remaining
-  time scales with 1/speed: at speed 2.0 the same steps take half as long.
+  time scales with 1/speed: at speed 2.0 the same steps take half as long;
+- the workload's last move (``Moved``, recorded by the service when a migrate, resume,
+  restore, failover or requeue succeeded): progress made before it says how fast the
+  workload went on the node it left, not on this one. From the move on, the rate is
+  measured from the step it started at on this node once ``MOVE_SETTLE_S`` of progress are
+  seen here; until then it is the rate it made on the old node scaled by the two nodes'
+  speeds, and the risk says ``estimated: true`` (what a migration's dry-run projection
+  assumed, so the two agree).
 
 Levels (``slack = deadline - ETA``, ``remaining`` = seconds of work left at current speed):
 ``high`` when slack < 0 (the ETA is past the deadline) or slack < 10% of remaining;
@@ -19,8 +26,11 @@ speed at which slack would be back to 25% of the (shorter) remaining time, i.e. 
 ``speed x remaining x 1.25 / time_left``; None when the deadline has passed.
 
 Pure functions plus ``read_progress`` (one small file read). Limits: the rate is assumed
-constant over the rest of the run; a workload restarted from a checkpoint without history
-gets its rate from ``started_at`` of the new run, which overestimates it.
+constant over the rest of the run; a workload restarted from a checkpoint with no recorded
+move (one moved outside clawpoint) gets its rate from ``started_at`` of the new run, which
+overestimates it; a resumed workload (stopped before its move) has no old rate to scale, so
+its remaining time is unknown until ``MOVE_SETTLE_S`` of progress are seen; the
+``expected-duration`` basis ignores moves.
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,6 +53,8 @@ DEADLINE_LABEL = "clawpoint.io/deadline"
 EXPECTED_LABEL = "clawpoint.io/expected-duration"
 SPEED_LABEL = "clawpoint.io/speed"
 HIGH_SLACK_FRACTION = 0.10
+# Progress seen on a node after a move before its own rate replaces the estimate.
+MOVE_SETTLE_S = 60.0
 MEDIUM_SLACK_FRACTION = 0.25
 
 Basis = Literal["progress", "expected-duration", "none"]
@@ -74,6 +86,27 @@ class Observation(BaseModel):
     at: UtcDatetime
 
 
+class Moved(BaseModel):
+    """A workload's last move, as the service recorded it when the move succeeded."""
+
+    model_config = ConfigDict(frozen=True)
+
+    at: UtcDatetime = Field(description="when it started on the new node")
+    node: str | None = Field(default=None, description="the node it moved to (bare name)")
+    step: int | None = Field(default=None, description="its step when it started there")
+    from_node: str | None = None
+    from_speed: float = Field(default=1.0, gt=0, description="speed of the node it left")
+    rate: float | None = Field(default=None, description="steps/s it made on the node it left")
+
+
+class Estimate(NamedTuple):
+    basis: Basis
+    fraction: float | None
+    rate: float | None  # steps/s on the node it runs on now
+    remaining: float | None  # seconds of work left at that rate
+    estimated: bool = False  # the rate is the old node's, scaled by speed (see ``Moved``)
+
+
 class SlaRisk(Signal):
     kind: Literal["sla_risk"] = "sla_risk"
     workload: str
@@ -92,6 +125,11 @@ class SlaRisk(Signal):
     level: RiskLevel
     needed_speed: float | None = Field(
         default=None, description="node speed that brings the level back to low"
+    )
+    estimated: bool = Field(
+        default=False,
+        description="moved recently: the rate is the old node's scaled by node speed until "
+        "progress on this node is seen",
     )
 
 
@@ -163,28 +201,62 @@ def needed_speed_for(speed: float, remaining_s: float, time_left_s: float) -> fl
     return speed * remaining_s * (1 + MEDIUM_SLACK_FRACTION) / time_left_s
 
 
+def rate_since_move(
+    moved: Moved,
+    *,
+    now: datetime,
+    step: int,
+    history: Sequence[Observation] = (),
+    speed: float = 1.0,
+) -> tuple[float | None, bool]:
+    """(steps/s on the node it moved to, whether that is an estimate).
+
+    Measured from the step it started at there, the sightings since and ``step`` now, once
+    they span ``MOVE_SETTLE_S``; before that, the old node's rate (recorded, else from the
+    sightings before the move) times ``speed / from_speed``; None when neither is known."""
+    if moved.step is not None:
+        since = [Observation(step=moved.step, at=moved.at)]
+        since += [o for o in history if o.at > moved.at and o.step >= moved.step]
+        since.append(Observation(step=step, at=now))
+        measured = rate_from(since, min_span_s=MOVE_SETTLE_S)
+        if measured is not None:
+            return measured, False
+    old = moved.rate or rate_from([o for o in history if o.at <= moved.at])
+    return (old * speed / moved.from_speed if old else None), True
+
+
 def estimate(
     workload: WorkloadInfo,
     *,
     now: datetime,
     progress: Progress | None = None,
     history: Sequence[Observation] = (),
-) -> tuple[Basis, float | None, float | None, float | None]:
-    """(basis, fraction done, rate in steps/s, seconds of work left at the current speed)."""
+    moved: Moved | None = None,
+    speed: float = 1.0,
+) -> Estimate:
+    """Basis, fraction done, rate in steps/s and seconds of work left at the current speed
+    (``moved``: its last move, applied when it is on the node it moved to; ``speed``: the
+    speed of the node it runs on)."""
     expected = parse_duration_s(workload.labels.get(EXPECTED_LABEL, "") or "")
     if progress is not None and progress.total:
         fraction = min(progress.step / progress.total, 1.0)
-        rate = rate_from(history)
-        if rate is None and workload.started_at is not None and progress.step > 0:
-            elapsed = (now - workload.started_at).total_seconds()
-            rate = progress.step / elapsed if elapsed > 0 else None
+        estimated = False
+        if moved is not None and moved.node is not None and moved.node == workload.node:
+            rate, estimated = rate_since_move(
+                moved, now=now, step=progress.step, history=history, speed=speed
+            )
+        else:
+            rate = rate_from(history)
+            if rate is None and workload.started_at is not None and progress.step > 0:
+                elapsed = (now - workload.started_at).total_seconds()
+                rate = progress.step / elapsed if elapsed > 0 else None
         remaining = max(progress.total - progress.step, 0) / rate if rate else None
-        return "progress", fraction, rate, remaining
+        return Estimate("progress", fraction, rate, remaining, estimated)
     if expected is not None and workload.started_at is not None:
         elapsed = max((now - workload.started_at).total_seconds(), 0.0)
         fraction = min(elapsed / expected, 1.0) if expected > 0 else 1.0
-        return "expected-duration", fraction, None, max(expected - elapsed, 0.0)
-    return "none", None, None, None
+        return Estimate("expected-duration", fraction, None, max(expected - elapsed, 0.0))
+    return Estimate("none", None, None, None)
 
 
 def assess(
@@ -194,14 +266,16 @@ def assess(
     progress: Progress | None = None,
     history: Sequence[Observation] = (),
     speed: float = 1.0,
+    moved: Moved | None = None,
 ) -> SlaRisk | None:
-    """The SLA risk of one workload; None when it has no deadline."""
+    """The SLA risk of one workload; None when it has no deadline (``moved``: its last
+    move, see ``estimate``)."""
     deadline = workload_deadline(workload)
     if deadline is None:
         return None
     time_left = (deadline - now).total_seconds()
-    basis, fraction, rate, remaining = estimate(
-        workload, now=now, progress=progress, history=history
+    basis, fraction, rate, remaining, estimated = estimate(
+        workload, now=now, progress=progress, history=history, moved=moved, speed=speed
     )
     if remaining is None:
         # No way to tell progress: only a passed deadline is certain.
@@ -221,6 +295,7 @@ def assess(
             node_speed=speed,
             time_left_s=time_left,
             level=level,
+            estimated=estimated,
         )
     slack = time_left - remaining
     level = level_of(slack, remaining)
@@ -253,4 +328,5 @@ def assess(
         slack_s=slack,
         level=level,
         needed_speed=needed_speed_for(speed, remaining, time_left),
+        estimated=estimated,
     )
