@@ -19,6 +19,15 @@ Counted with tiktoken's cl100k_base (``bench/tokens.py``, the BPE file shipped b
   Counted: the agent's calls and the tokens of every result's text content (what a host
   hands the model). Targets: <= 4,000 tokens and <= 6 calls per runbook.
 
+- three incident stories (``bench/agent_stories.py``): a spot notice to safe with a person
+  approving, the spot-interruption runbook, and "is anything at risk?", each driven over
+  stdio with a scripted person at the CLI, once per ``[mcp] result_text`` (a one-line
+  summary, or the whole data again as the text copy): calls, tokens as a text-only host,
+  a structured-only host and OpenClaw show them, approvals asked of the person, duplicate
+  requests (target 0) and, in the two spot stories, workload downtime (target: the
+  migrate pause only). ``--person-delay`` (default 5 s): how long the person reads a
+  request before approving it. ``--only-stories`` skips the rest.
+
 The benchmark measures and prints; it asserts nothing. JSON results:
 ``bench/results/agent_cost.json``.
 """
@@ -41,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 from mcp import Client  # noqa: E402
 
-from bench import tokens  # noqa: E402
+from bench import agent_stories, tokens  # noqa: E402
 from core import errors  # noqa: E402
 from core.checkpoint.criu import criu_status  # noqa: E402
 from core.config import Settings, load_settings  # noqa: E402
@@ -149,6 +158,9 @@ async def runbooks(tmp: Path) -> dict[str, Any]:
 
 
 def _print(results: dict[str, Any]) -> None:
+    agent_stories.print_stories(results.get("stories", []))
+    if "tool_lists" not in results:
+        return
     print("tools/list (cl100k_base tokens)")
     for name, row in results["tool_lists"].items():
         print(f"  {name:<24} {row['tools']:>3} tools {row['tokens']:>6} tokens")
@@ -171,20 +183,27 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         tmp = Path(raw)
         settings = _home(tmp, "lists")
         service = bootstrap(settings)
-        results["tool_lists"] = await tool_lists(service)
         criu = criu_status()
-        if not criu.available:
-            results["checkpoint_record"] = {"error": f"CRIU unavailable: {criu.reason}"}
+        if not args.only_stories:
+            results["tool_lists"] = await tool_lists(service)
+            if not criu.available:
+                results["checkpoint_record"] = {"error": f"CRIU unavailable: {criu.reason}"}
+            else:
+                results["checkpoint_record"] = await checkpoint_record(settings, service)
+                if not args.skip_runbooks:
+                    results["runbooks"] = await runbooks(tmp)
+        if criu.available:
+            results["stories"] = await agent_stories.stories(tmp / "stories", args.person_delay)
         else:
-            results["checkpoint_record"] = await checkpoint_record(settings, service)
-            if not args.skip_runbooks:
-                results["runbooks"] = await runbooks(tmp)
+            results["stories"] = [{"error": f"CRIU unavailable: {criu.reason}"}]
     return results
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--skip-runbooks", action="store_true")
+    ap.add_argument("--only-stories", action="store_true")
+    ap.add_argument("--person-delay", type=float, default=5.0)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "agent_cost.json")
     args = ap.parse_args()
     results = anyio.run(main_async, args)
