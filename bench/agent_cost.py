@@ -16,8 +16,9 @@ Counted with tiktoken's cl100k_base (``bench/tokens.py``, the BPE file shipped b
   agent: ``start_runbook``, then ``continue_runbook`` after each wait; a person approves
   each approval at the CLI (``clawpoint approvals approve ID``) and answers each question
   through the agent, as ``tests/runbooks/test_mcp_runbooks.py`` does (same scenarios).
-  Counted: the agent's calls and the tokens of every result's text content (what a host
-  hands the model). Targets: <= 4,000 tokens and <= 6 calls per runbook.
+  Counted: the agent's calls and the tokens of every result as hosts hand it to the model
+  (``tokens.host_views``: the structured content alone, as Claude Code does; OpenClaw's
+  projection; the text copy alone). Targets: <= 4,000 tokens and <= 6 calls per runbook.
 
 - three incident stories (``bench/agent_stories.py``): a spot notice to safe with a person
   approving, the spot-interruption runbook, and "is anything at risk?", each driven over
@@ -123,10 +124,10 @@ async def drive(settings: Settings, case: Case) -> dict[str, Any]:
 
         async def call(tool: str, args: dict[str, Any]) -> dict[str, Any]:
             result = await client.call_tool(tool, args)
-            text = tokens.result_text(result)
-            calls.append({"tool": tool, "tokens": tokens.count(text), "error": result.is_error})
+            views = {k: tokens.count(v) for k, v in tokens.host_views(result).items()}
+            calls.append({"tool": tool, **views, "error": result.is_error})
             if result.is_error or not isinstance(result.structured_content, dict):
-                raise RuntimeError(f"{tool}: {text}")
+                raise RuntimeError(f"{tool}: {tokens.result_text(result)}")
             return result.structured_content
 
         run = await call("start_runbook", {"name": case.runbook, "params": case.params})
@@ -138,8 +139,8 @@ async def drive(settings: Settings, case: Case) -> dict[str, Any]:
                 args["answer"] = next(answers)  # the person's answer, relayed by the agent
             run = await call("continue_runbook", args)
     return {"status": run["status"], "calls": len(calls),
-            "tokens": sum(c["tokens"] for c in calls),
-            "per_call": [f"{c['tool']}: {c['tokens']}" for c in calls]}  # fmt: skip
+            "tokens": {k: sum(c[k] for c in calls) for k in ("structured", "openclaw", "text")},
+            "per_call": [f"{c['tool']}: {c['structured']}" for c in calls]}  # fmt: skip
 
 
 async def runbooks(tmp: Path) -> dict[str, Any]:
@@ -172,8 +173,10 @@ def _print(results: dict[str, Any]) -> None:
         if "error" in row:
             print(f"  runbook {name:<24} error: {row['error']}")
         else:
+            t = row["tokens"]
             print(f"  runbook {name:<24} {row['status']:<10} {row['calls']} calls "
-                  f"{row['tokens']:>5} tokens  ({', '.join(row['per_call'])})")  # fmt: skip
+                  f"{t['structured']}/{t['openclaw']}/{t['text']} tokens (structured-only/"
+                  f"OpenClaw/text; structured per call: {', '.join(row['per_call'])})")  # fmt: skip
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:

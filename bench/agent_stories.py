@@ -299,7 +299,7 @@ async def stories(root: Path, person_delay: float) -> list[dict[str, Any]]:
 
 
 def print_stories(rows: list[dict[str, Any]]) -> None:
-    print("stories over stdio (tokens: text-only host / structured-only host / OpenClaw)")
+    print("stories over stdio (tokens: structured-only host / OpenClaw / the text copy)")
     for r in rows:
         head = f"  {r['story']:<13} {r['result_text']:<8}"
         if "error" in r:
@@ -307,6 +307,6 @@ def print_stories(rows: list[dict[str, Any]]) -> None:
             continue
         t = r["tokens"]
         down = "" if r["downtime_s"] is None else f", downtime {r['downtime_s']} s"
-        print(f"{head} {r['calls']} calls, {t['text']}/{t['structured']}/{t['openclaw']} tokens, "
+        print(f"{head} {r['calls']} calls, {t['structured']}/{t['openclaw']}/{t['text']} tokens, "
               f"{r['approvals_asked']} asked, {r['duplicate_requests']} duplicate{down}: "
               f"{r['outcome']}")  # fmt: skip

@@ -76,7 +76,7 @@ def _name(record: dict[str, Any]) -> str:
 def _items(value: list[Any]) -> str:
     """The first few ids of a list of records, or its first few strings."""
     ids = [_name(v) for v in value if isinstance(v, dict) and _name(v)]
-    if not ids:
+    if not ids and len(value) <= 3:  # a few short strings (backends, errors) say themselves
         ids = [_one_line(v)[:80] for v in value if isinstance(v, str | int)]
     more = ", ..." if len(ids) > _MAX_IDS else ""
     return ", ".join(ids[:_MAX_IDS]) + more
@@ -113,14 +113,10 @@ def summary(data: Any) -> str:
         return _one_line(data)[:200]
     parts: list[str] = []
     status, message = data.get("status"), data.get("message") or data.get("summary")
-    if isinstance(status, str) and isinstance(message, str):
-        parts.append(f"{status}: {_one_line(message)}")
-    elif isinstance(message, str):
-        parts.append(_one_line(message))
-    else:
-        record = _record(data)
-        if record:
-            parts.append(record)
+    if isinstance(status, str) and isinstance(message, str):  # an action's outcome
+        parts.append(f"{status}: {_one_line(message).rstrip('.')}")
+    else:  # a record: what it is, then what it says
+        parts += [p for p in (_record(data), message) if isinstance(p, str) and p]
     parts += _ids(data)
     parts += _lists(data)
     if not parts:
