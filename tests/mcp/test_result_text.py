@@ -210,3 +210,6 @@ async def test_openclaw_shows_the_model_the_structured_content_and_the_summary_o
     assert shown[1:] == [_text(result)]  # the summary, once; no second copy of the data
     old = len(shown[0]) + len(json.dumps(wire["structuredContent"], separators=(",", ":")))
     assert sum(map(len, shown)) < old
+    # The benchmark's copy of this projection counts what OpenClaw shows (0.0 is 0 in JS).
+    ours = tokens.count(tokens.host_views(result)["openclaw"])
+    assert abs(ours - tokens.count("\n".join(shown))) <= 2 * len(wire["structuredContent"]["nodes"])
