@@ -16,8 +16,18 @@ Counted with tiktoken's cl100k_base (``bench/tokens.py``, the BPE file shipped b
   agent: ``start_runbook``, then ``continue_runbook`` after each wait; a person approves
   each approval at the CLI (``clawpoint approvals approve ID``) and answers each question
   through the agent, as ``tests/runbooks/test_mcp_runbooks.py`` does (same scenarios).
-  Counted: the agent's calls and the tokens of every result's text content (what a host
-  hands the model). Targets: <= 4,000 tokens and <= 6 calls per runbook.
+  Counted: the agent's calls and the tokens of every result as hosts hand it to the model
+  (``tokens.host_views``: the structured content alone, as Claude Code does; OpenClaw's
+  projection; the text copy alone). Targets: <= 4,000 tokens and <= 6 calls per runbook.
+
+- three incident stories (``bench/agent_stories.py``): a spot notice to safe with a person
+  approving, the spot-interruption runbook, and "is anything at risk?", each driven over
+  stdio with a scripted person at the CLI, once per ``[mcp] result_text`` (a one-line
+  summary, or the whole data again as the text copy): calls, tokens as a text-only host,
+  a structured-only host and OpenClaw show them, approvals asked of the person, duplicate
+  requests (target 0) and, in the two spot stories, workload downtime (target: the
+  migrate pause only). ``--person-delay`` (default 5 s): how long the person reads a
+  request before approving it. ``--only-stories`` skips the rest.
 
 The benchmark measures and prints; it asserts nothing. JSON results:
 ``bench/results/agent_cost.json``.
@@ -41,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 from mcp import Client  # noqa: E402
 
-from bench import tokens  # noqa: E402
+from bench import agent_stories, tokens  # noqa: E402
 from core import errors  # noqa: E402
 from core.checkpoint.criu import criu_status  # noqa: E402
 from core.config import Settings, load_settings  # noqa: E402
@@ -114,10 +124,10 @@ async def drive(settings: Settings, case: Case) -> dict[str, Any]:
 
         async def call(tool: str, args: dict[str, Any]) -> dict[str, Any]:
             result = await client.call_tool(tool, args)
-            text = tokens.result_text(result)
-            calls.append({"tool": tool, "tokens": tokens.count(text), "error": result.is_error})
+            views = {k: tokens.count(v) for k, v in tokens.host_views(result).items()}
+            calls.append({"tool": tool, **views, "error": result.is_error})
             if result.is_error or not isinstance(result.structured_content, dict):
-                raise RuntimeError(f"{tool}: {text}")
+                raise RuntimeError(f"{tool}: {tokens.result_text(result)}")
             return result.structured_content
 
         run = await call("start_runbook", {"name": case.runbook, "params": case.params})
@@ -129,8 +139,8 @@ async def drive(settings: Settings, case: Case) -> dict[str, Any]:
                 args["answer"] = next(answers)  # the person's answer, relayed by the agent
             run = await call("continue_runbook", args)
     return {"status": run["status"], "calls": len(calls),
-            "tokens": sum(c["tokens"] for c in calls),
-            "per_call": [f"{c['tool']}: {c['tokens']}" for c in calls]}  # fmt: skip
+            "tokens": {k: sum(c[k] for c in calls) for k in ("structured", "openclaw", "text")},
+            "per_call": [f"{c['tool']}: {c['structured']}" for c in calls]}  # fmt: skip
 
 
 async def runbooks(tmp: Path) -> dict[str, Any]:
@@ -149,6 +159,9 @@ async def runbooks(tmp: Path) -> dict[str, Any]:
 
 
 def _print(results: dict[str, Any]) -> None:
+    agent_stories.print_stories(results.get("stories", []))
+    if "tool_lists" not in results:
+        return
     print("tools/list (cl100k_base tokens)")
     for name, row in results["tool_lists"].items():
         print(f"  {name:<24} {row['tools']:>3} tools {row['tokens']:>6} tokens")
@@ -160,8 +173,10 @@ def _print(results: dict[str, Any]) -> None:
         if "error" in row:
             print(f"  runbook {name:<24} error: {row['error']}")
         else:
+            t = row["tokens"]
             print(f"  runbook {name:<24} {row['status']:<10} {row['calls']} calls "
-                  f"{row['tokens']:>5} tokens  ({', '.join(row['per_call'])})")  # fmt: skip
+                  f"{t['structured']}/{t['openclaw']}/{t['text']} tokens (structured-only/"
+                  f"OpenClaw/text; structured per call: {', '.join(row['per_call'])})")  # fmt: skip
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
@@ -171,20 +186,27 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         tmp = Path(raw)
         settings = _home(tmp, "lists")
         service = bootstrap(settings)
-        results["tool_lists"] = await tool_lists(service)
         criu = criu_status()
-        if not criu.available:
-            results["checkpoint_record"] = {"error": f"CRIU unavailable: {criu.reason}"}
+        if not args.only_stories:
+            results["tool_lists"] = await tool_lists(service)
+            if not criu.available:
+                results["checkpoint_record"] = {"error": f"CRIU unavailable: {criu.reason}"}
+            else:
+                results["checkpoint_record"] = await checkpoint_record(settings, service)
+                if not args.skip_runbooks:
+                    results["runbooks"] = await runbooks(tmp)
+        if criu.available:
+            results["stories"] = await agent_stories.stories(tmp / "stories", args.person_delay)
         else:
-            results["checkpoint_record"] = await checkpoint_record(settings, service)
-            if not args.skip_runbooks:
-                results["runbooks"] = await runbooks(tmp)
+            results["stories"] = [{"error": f"CRIU unavailable: {criu.reason}"}]
     return results
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--skip-runbooks", action="store_true")
+    ap.add_argument("--only-stories", action="store_true")
+    ap.add_argument("--person-delay", type=float, default=5.0)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "agent_cost.json")
     args = ap.parse_args()
     results = anyio.run(main_async, args)

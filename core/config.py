@@ -151,6 +151,10 @@ class McpConfig(_Section):
     elicitation_approval: bool = False
     elicitation_clients: list[str] = Field(default_factory=list)
     elicitation_transports: list[McpTransport] = Field(default_factory=_stdio_only)
+    # The text copy of a tool result that also has structured content: "summary" (one line;
+    # hosts show the structured content) or "json" (the whole data again, for a host that
+    # shows only the text). Clients on a protocol without structured content get the JSON.
+    result_text: Literal["summary", "json"] = "summary"
 
     @field_validator("agent_tokens")
     @classmethod

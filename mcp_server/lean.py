@@ -16,8 +16,11 @@ tool by tool:
   description and docs/mcp-tools.md name its output fields (``lean_output_schema`` is
   what the docs show);
 - ``call_tool`` drops null fields from structured results (an absent field is null; the
-  lean output schemas make such fields optional) and gives the text content as compact
-  JSON of the same data, never pretty-printed.
+  lean output schemas make such fields optional) and makes the text content a one-line
+  summary of them (``mcp_server.result_text``: hosts show the structured content, so a
+  full copy in the text is paid twice or never read), or the whole data as compact JSON,
+  never pretty-printed, for a client whose protocol has no structured content or when
+  ``result_text="json"``.
 
 Limits: only the published schemas change; arguments are still validated by each tool's
 own pydantic model (an explicit ``null`` for an optional argument is still accepted).
@@ -30,6 +33,8 @@ from typing import Any
 
 from mcp.server import MCPServer
 from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
+
+from mcp_server.result_text import ResultText, needs_full_text, summary
 
 __all__ = [
     "LeanServer",
@@ -156,7 +161,12 @@ def lean_tool(tool: Tool) -> Tool:
 
 
 class LeanServer(MCPServer[Any]):
-    """The SDK's server with lean tool schemas and compact results (module docstring)."""
+    """The SDK's server with lean tool schemas and compact results (module docstring);
+    ``result_text``: the text copy of a structured result, a ``summary`` or the ``json``."""
+
+    def __init__(self, *args: Any, result_text: ResultText = "summary", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.result_text: ResultText = result_text
 
     async def list_tools(self) -> list[Tool]:
         return [lean_tool(t) for t in await super().list_tools()]
@@ -165,10 +175,13 @@ class LeanServer(MCPServer[Any]):
         result = await super().call_tool(name, arguments, context)
         if isinstance(result, CallToolResult) and result.structured_content is not None:
             data = drop_none(result.structured_content)
+            version = getattr(context, "protocol_version", None)
+            full = self.result_text == "json" or needs_full_text(version)
+            text = compact_json(data) if full else summary(data)
             return result.model_copy(
                 update={
                     "structured_content": data,
-                    "content": [TextContent(type="text", text=compact_json(data))],
+                    "content": [TextContent(type="text", text=text)],
                 }
             )
         return result

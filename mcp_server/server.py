@@ -30,6 +30,7 @@ import anyio
 import anyio.to_thread
 import structlog
 from mcp.server import MCPServer
+from mcp.server.caching import CacheHint
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
@@ -67,6 +68,16 @@ instructions."""
 # without being able to act).
 TOOLSETS = ("inventory", "signals", "actions", "approvals", "runbooks")
 APPROVAL_TOOLS = frozenset({"list_approvals", "get_approval", "execute_approved"})
+
+# The lists a client may cache (protocol 2026-07-28, ``ttlMs``/``cacheScope``): they are
+# fixed for the life of a server process (its toolsets and read-only are chosen at start)
+# and the same for every caller, in the same order. An hour, and "private": a shared cache
+# in front of an HTTP server must not hand the list to a caller without a token.
+LIST_TTL_MS = 3_600_000
+CACHE_HINTS = {
+    method: CacheHint(ttl_ms=LIST_TTL_MS, scope="private")
+    for method in ("tools/list", "prompts/list", "resources/list", "resources/templates/list")
+}
 
 READ = ToolAnnotations(
     read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
@@ -196,6 +207,8 @@ def build_server(
         token_verifier=token_verifier,
         auth=auth,
         lifespan=reconciling(service, service.settings.recovery.every_s),
+        cache_hints=CACHE_HINTS,
+        result_text=service.settings.mcp.result_text,
     )
     sets: dict[str, str] = {}
 
