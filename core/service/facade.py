@@ -56,6 +56,7 @@ from core.model import (
     parse_ref,
     validate_name,
 )
+from core.service import evidence_check
 from core.service.context import WorldContext
 from core.service.executor import Executor
 from core.service.journal import Journal
@@ -145,6 +146,8 @@ class Service(PeopleDesk, WorldContext):
         self.executor = Executor(self.journal)
         self.audit = AuditLog(db)
         self.guard = guard
+        # A grant's claim asks whether the evidence it rests on still holds (the world now).
+        guard.grants.evidence.checker = lambda seen: evidence_check.contradiction(self, seen)
         # This host's GPU report, shared by the read tools (core.service.insights.observe).
         self.gpu_reports = ReportCache()
 
