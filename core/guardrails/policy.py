@@ -19,7 +19,10 @@ sentence saying why and the id of the rule or limit that decided. Order of evalu
    restores a workload a person killed (its preconditions say ``killed``), is never
    allowed outright: an "allow" or "approve" becomes "approve" by a person out of band (the
    agent's own client cannot answer it, and ``core.guardrails.guard`` spends no grant on it);
-   a "deny" stays a deny.
+   a "deny" stays a deny. So is an undrain that someone other than a person asks for of
+   a node that is down or that a person (or someone outside clawpoint) drained: its plan's
+   scope says so (``drained_by``, ``node_down``: ``core.service.drains``); a person at the
+   CLI undrains as before, an agent's or watch's undrain of its own drain needs nobody.
 
 Standing approvals (grants) are applied on top by ``core.guardrails.guard``; they can turn
 "approve" into "allow", never "deny" into anything else. Limits: scope matching reads the
@@ -113,6 +116,8 @@ def evaluate(plan: Plan, policy: PolicyConfig, context: PolicyContext) -> Decisi
     claims = person_claims(plan.action, plan.params)
     if plan.preconditions.killed and plan.action in (Action.FAILOVER, Action.RESTORE):
         claims.append("bringing back a workload a person killed")
+    if plan.action is Action.UNDRAIN_NODE and context.principal_kind is not PrincipalKind.PERSON:
+        claims += undrain_claims(plan.scope)
     if not claims or decision.outcome is Outcome.DENY:
         return decision
     said = ", ".join(claims)
@@ -126,6 +131,19 @@ def evaluate(plan: Plan, policy: PolicyConfig, context: PolicyContext) -> Decisi
             f"{decision.reason})",
         }
     )
+
+
+def undrain_claims(scope: dict[str, Any]) -> list[str]:
+    """What in an undrain plan's scope only a person may decide (empty: nothing). A plan
+    without the facts (``drained_by`` absent) is treated as undoing a person's drain."""
+    out: list[str] = []
+    if scope.get("node_down"):
+        out.append("returning a down node to service")
+    by = scope.get("drained_by")
+    if by not in (PrincipalKind.AGENT.value, PrincipalKind.SCHEDULER.value):
+        who = "a person" if by == PrincipalKind.PERSON.value else "someone outside clawpoint"
+        out.append(f"undoing a drain made by {who}")
+    return out
 
 
 def _evaluate(plan: Plan, policy: PolicyConfig, context: PolicyContext) -> Decision:
