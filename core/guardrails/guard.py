@@ -148,6 +148,7 @@ class Guard:
                 "evidence": decision.evidence,
                 "risk": decision.risk.value,
                 "trigger": trigger,
+                **({"passed_limit": decision.passed_limit} if decision.passed_limit else {}),
                 **({"dry_run": True} if dry_run else {}),
                 **({"approved": True} if approved else {}),
             },
