@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from core.config import load_settings
-from core.model import Action, Principal, PrincipalKind
+from core.model import Action, NodeInfo, Principal, PrincipalKind
 from core.service.facade import Service, bootstrap
 from tests.slurm.conftest import sh
 
@@ -41,11 +41,15 @@ def n2() -> Iterator[str]:
     sh("scontrol", "update", "nodename=n2", "state=RESUME", check=False)
 
 
+def _n2(service: Service) -> NodeInfo:
+    return next(n for n in service.nodes("slurm") if n.name == "n2")
+
+
 def _wait_in_service(service: Service, timeout_s: float = 90) -> None:
     """After RESUME, slurmd answers the controller's ping before n2 takes jobs again."""
     deadline = time.monotonic() + timeout_s
-    while not service.backend("slurm").get_node("n2").schedulable:
-        assert time.monotonic() < deadline, service.backend("slurm").get_node("n2")
+    while not _n2(service).schedulable:
+        assert time.monotonic() < deadline, _n2(service)
         time.sleep(1)
 
 
@@ -55,7 +59,7 @@ def test_an_agent_does_not_return_a_down_or_hand_drained_node(service: Service, 
     assert down.status == "approval_required", down.message
     assert "returning a down node to service" in down.message
     assert down.plan is not None and down.plan.scope["node_down"] is True
-    assert "down" in service.backend("slurm").get_node("n2").state
+    assert "down" in _n2(service).state
 
     sh("scontrol", "update", "nodename=n2", "state=RESUME")
     _wait_in_service(service)
