@@ -94,6 +94,16 @@ class CheckpointConfig(_Section):
     file_policy: dict[str, Literal["rewind", "keep"]] = Field(default_factory=dict)
     cooperative_timeout_s: float = Field(default=60.0, gt=0)
     cooperative_signal: str = "SIGUSR1"
+    # How long a CRIU dump may take before it is stopped (the workload resumed, nothing
+    # kept): this base plus this much per GiB the workload holds in memory (its resident
+    # size when the dump starts); ``dump_timeout_s`` replaces the sum when set.
+    dump_timeout_base_s: float = Field(default=300.0, gt=0)
+    dump_timeout_per_gib_s: float = Field(default=60.0, ge=0)
+    dump_timeout_s: float | None = Field(default=None, gt=0)
+    # How long a checkpoint request (a migrate's, a preempt's, an agent's) waits for one of
+    # the same workload already under way before the wrapper refuses it (Conflict, nothing
+    # done): a hung dump never holds the next request without limit.
+    queue_wait_s: float = Field(default=120.0, gt=0)
 
 
 class VerifyConfig(_Section):

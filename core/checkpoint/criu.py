@@ -22,6 +22,11 @@ with ``"refuse"`` a checkpoint of a program holding one fails, naming the option
 sockets are carried either way. File locks are carried (``--file-locks``) unless disabled.
 A dump CRIU refuses for one of these reasons raises CheckpointError naming the setting.
 
+A dump may take ``dump_timeout_s``: ``[checkpoint] dump_timeout_base_s`` plus
+``dump_timeout_per_gib_s`` per GiB of the tree's resident memory when it starts
+(``[checkpoint] dump_timeout_s`` replaces the sum); past it CRIU is killed, the tree resumed
+and the checkpoint given up, so a hung dump never holds a workload frozen for long.
+
 Limits: needs root (or CAP_CHECKPOINT_RESTORE + CAP_SYS_PTRACE) and CRIU >= 4.1 on kernels
 >= 6.13, >= 4.2.1 on kernels >= 6.16 (older CRIU cannot dump any TCP socket there). No
 established TCP connection survives (see above), no mount namespace, no GPU (a CUDA plugin
@@ -301,6 +306,50 @@ def pipe_inode(fd: int) -> int:
     return os.fstat(fd).st_ino
 
 
+def dump_timeout_s(cfg: CheckpointConfig, pid: int) -> float:
+    """How long a dump of the tree at ``pid`` may take (see the module docstring)."""
+    if cfg.dump_timeout_s is not None:
+        return cfg.dump_timeout_s
+    size = engine.resident_bytes(pid) or 0
+    return cfg.dump_timeout_base_s + cfg.dump_timeout_per_gib_s * size / 2**30
+
+
+class _Stopped(Exception):
+    """CRIU was stopped before it finished (``timed_out``, else aborted)."""
+
+    def __init__(self, timed_out: bool) -> None:
+        self.timed_out = timed_out
+
+
+def _run_until(
+    argv: list[str],
+    *,
+    env: Mapping[str, str] | None,
+    timeout_s: float,
+    abort: threading.Event | None,
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run`` that another thread can stop (``abort``), as the timeout does:
+    CRIU is killed, and _Stopped raised once it is reaped."""
+    proc = subprocess.Popen(  # noqa: S603 (argv list)
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=None if env is None else dict(env),
+    )
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            out, err = proc.communicate(timeout=0.2)
+            return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+        except subprocess.TimeoutExpired:
+            aborted = abort is not None and abort.is_set()
+            if aborted or time.monotonic() > deadline:
+                proc.kill()
+                proc.communicate()
+                raise _Stopped(timed_out=not aborted) from None
+
+
 def dump(
     pid: int,
     pending: PendingCheckpoint,
@@ -313,6 +362,7 @@ def dump(
     options: CriuOptions | None = None,
     env: Mapping[str, str] | None = None,
     follow: bool = True,
+    abort: threading.Event | None = None,
 ) -> dict[str, float]:
     """Dump the tree rooted at ``pid`` into ``pending.images_dir``; returns timings (seconds).
 
@@ -325,6 +375,7 @@ def dump(
     lose the workload). Neither: CRIU kills the tree once the dump succeeded.
     ``options``: None = ``current_options()`` (the configuration's). ``env``: CRIU's
     environment (None = ours), e.g. the GPU engine's helper on ``PATH`` for CRIU's plugin.
+    ``timeout_s`` or ``abort`` (set by another thread) stop CRIU and raise CheckpointError.
     """
     exe = require(criu_path)
     options = options or current_options()
@@ -344,13 +395,23 @@ def dump(
         follower.start()
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(  # noqa: S603 (argv list)
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env=None if env is None else dict(env),
+        proc = _run_until(argv, env=env, timeout_s=timeout_s, abort=abort)
+    except _Stopped as exc:
+        if follower is not None:
+            follower.cancel()
+        why = (
+            f"did not finish within {timeout_s:.0f} s"
+            if exc.timed_out
+            else "was given up: the workload is being killed"
         )
+        raise errors.CheckpointError(
+            f"criu dump of pid {pid} {why}; CRIU was stopped and nothing was kept",
+            hint="the workload was resumed where it was; if the storage is this slow, raise "
+            "[checkpoint] dump_timeout_per_gib_s (or set dump_timeout_s)"
+            if exc.timed_out
+            else "nothing to do: the kill goes on",
+            details={"timeout_s": timeout_s, "timed_out": exc.timed_out},
+        ) from None
     except (OSError, subprocess.SubprocessError) as exc:
         if follower is not None:
             follower.cancel()
@@ -617,6 +678,8 @@ class CriuEngine:
                 leave_stopped=frozen,
                 external_pipes=req.pipes,
                 criu_path=req.cfg.criu_path,
+                timeout_s=dump_timeout_s(req.cfg, req.pid),
+                abort=req.abort,
                 options=options,
                 env=self.criu_env(),
                 follow=not req.staged,

@@ -74,6 +74,9 @@ class DumpRequest:
     # A migration's handoff: nothing but the dump inside the freeze (no hashing or write-back
     # while the engine writes); the images are hashed and made durable after the handoff.
     staged: bool = False
+    # Set to stop the dump now (a person kills the workload while it hangs): the engine
+    # gives up, the tree is resumed, nothing is kept. Engines that cannot stop may ignore it.
+    abort: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass

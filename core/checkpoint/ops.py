@@ -51,8 +51,10 @@ def checkpoint(
     extra: dict[str, Any] | None = None,
     exited: threading.Event | None = None,
     progress: engine.Progress | None = None,
+    abort: threading.Event | None = None,
 ) -> CheckpointInfo:
-    """Checkpoint the tree rooted at ``pid`` with ``eng``; with ``stop`` it ends once published."""
+    """Checkpoint the tree rooted at ``pid`` with ``eng``; with ``stop`` it ends once published.
+    ``abort``: set to give the dump up (``DumpRequest.abort``)."""
     t0 = time.perf_counter()
     say = progress or (lambda done, total, message: None)
     ended = exited or threading.Event()
@@ -71,6 +73,7 @@ def checkpoint(
                 exclude=(str(store.root),),
                 alive=lambda: not ended.is_set(),
                 progress=say,
+                abort=abort or threading.Event(),
             )
         )
         frozen = dumped.frozen
@@ -128,6 +131,7 @@ def stage(
     pipes: Sequence[int] = (),
     extra: dict[str, Any] | None = None,
     staging_dir: str = "",
+    abort: threading.Event | None = None,
 ) -> Staged:
     """Dump the tree at ``pid`` for a handoff, leaving it frozen: the pause holds nothing but
     the engine's dump, into a tmpfs under ``staging_dir`` when it has room (else the store).
@@ -142,7 +146,8 @@ def stage(
     try:
         dumped = eng.dump(
             DumpRequest(pid=pid, pending=pending, stop=True, cfg=cfg, pipes=pipes,
-                        exclude=(str(store.root),), staged=True)
+                        exclude=(str(store.root),), staged=True,
+                        abort=abort or threading.Event())
         )  # fmt: skip
     except BaseException:
         store.abort(pending)

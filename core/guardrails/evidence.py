@@ -15,14 +15,15 @@ after the node went away is still covered; otherwise the last sighting plus
 ``DEFAULT_TTL_S``). Every new sighting is audited (``evidence.observed``); every use by a
 grant is recorded with the plan hash (``evidence_uses``) and in the ``grant.used`` entry.
 
-Limits: evidence is as good as its source; an expired row stays in the table (history) but
-never matches. Subjects are compared as given: callers store node ids as ``BACKEND:NAME``.
+Limits: evidence is as good as its source; an expired or ended row stays in the table
+(history) but never matches. A checker that cannot read the world (a backend down) leaves
+the evidence standing until it expires. Subjects are compared as given: callers store node ids as ``BACKEND:NAME``.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -68,6 +69,11 @@ def install() -> None:
 
 
 install()
+
+
+# What the service says of a live sighting when asked again: why it no longer holds, or None
+# (it holds, or the world cannot be read now).
+Checker = Callable[["Evidence"], str | None]
 
 
 def canonical_trigger(trigger: str) -> str:
@@ -131,6 +137,7 @@ class EvidenceStore:
     def __init__(self, db: Database, *, audit: AuditLog) -> None:
         self.db = db
         self.audit = audit
+        self.checker: Checker | None = None  # set by the service (core.service.evidence_check)
         install()
         if db.schema_versions().get("evidence", 0) < len(MIGRATIONS):
             # The handle may have migrated before this module registered its tables.
@@ -203,6 +210,54 @@ class EvidenceStore:
         wanted = set(subjects)
         found = [e for e in self.live(now) if e.trigger == trigger and e.subject in wanted]
         return max(found, key=lambda e: e.observed_at) if found else None
+
+    def end(
+        self,
+        trigger: str,
+        subject: str,
+        *,
+        reason: str,
+        now: datetime | None = None,
+        principal: str = "system:watch",
+    ) -> list[Evidence]:
+        """End every live sighting of ``trigger`` about ``subject`` now: a later observation
+        contradicted it (``reason`` says which). Audited per row; returns the rows ended."""
+        trigger = canonical_trigger(trigger)
+        now = now or utcnow()
+        with self.db.write() as conn:
+            rows = [
+                _row(r)
+                for r in conn.execute(
+                    "SELECT * FROM evidence WHERE trigger=? AND subject=?", (trigger, subject)
+                ).fetchall()
+            ]
+            ended = [e for e in rows if e.live(now)]
+            for e in ended:
+                conn.execute("UPDATE evidence SET expires_at=? WHERE id=?", (now.isoformat(), e.id))
+        out = [e.model_copy(update={"expires_at": now}) for e in ended]
+        for e in out:
+            self.audit.append(
+                "evidence.ended", principal=principal, subject=subject,
+                data={**e.brief(), "reason": reason[:300]},
+            )  # fmt: skip
+        return out
+
+    def confirm(self, triggers: Iterable[str], subjects: Iterable[str]) -> list[Evidence]:
+        """Ask the ``checker`` whether each live sighting of ``triggers`` about ``subjects``
+        still holds, and end those it contradicts (before a grant is claimed on them).
+        Returns the rows ended. Without a checker, nothing is asked."""
+        if self.checker is None:
+            return []
+        wanted_t = {canonical_trigger(t) for t in triggers}
+        wanted_s = set(subjects)
+        ended: list[Evidence] = []
+        for e in self.live():
+            if e.trigger not in wanted_t or e.subject not in wanted_s:
+                continue
+            why = self.checker(e)
+            if why is not None:
+                ended += self.end(e.trigger, e.subject, reason=why, principal="system:claim")
+        return ended
 
     def record_use(
         self, evidence: Evidence, *, plan_hash: str, grant_id: str, principal: str

@@ -7,15 +7,20 @@ limit. ``claim`` finds a matching grant with budget left and records the use in 
 ``BEGIN IMMEDIATE`` transaction, so concurrent claims cannot overspend the hourly budget.
 
 Scope keys (all must match; an unknown or absent key never matches, failing closed):
-``trigger``, ``backend``, ``target``, any string key of the plan's scope (``namespace``,
-``partition``, ``node``, ``pool``), ``labels.KEY`` (workload label) and ``node_labels.KEY``
-(node label).
+``trigger``, ``principals``, ``backend``, ``target``, any string key of the plan's scope
+(``namespace``, ``partition``, ``node``, ``pool``), ``labels.KEY`` (workload label) and
+``node_labels.KEY`` (node label). ``principals`` is a comma-separated list of principal
+kinds (``scheduler``, ``agent``, ``person``): the grant covers only plans run by one of
+them, e.g. ``principals=scheduler`` for the watch loop alone, so that an agent acting on the
+same evidence still asks a person.
 
 ``trigger`` is matched against evidence, never against a claim: the grant applies only while
 ``core.guardrails.evidence`` holds a live sighting of that trigger, made by clawpoint itself,
 for the plan's target, workload or node. The ``trigger`` a caller passes (watch, a runbook
 run, an agent) is only recorded in the audit as what it claimed. The evidence a grant used is
-returned on the ``Grant`` (``evidence``), stored with the plan hash and audited.
+returned on the ``Grant`` (``evidence``), stored with the plan hash and audited. Before a
+claim, the live evidence it could rest on is checked again (``EvidenceStore.confirm``): a
+sighting the world now contradicts is ended and covers nothing.
 """
 
 from __future__ import annotations
@@ -54,11 +59,43 @@ class Grant(BaseModel):
         return self.revoked_at is None and now < self.expires_at
 
 
+PRINCIPALS_KEY = "principals"
+
+
+def principal_kinds(value: str) -> frozenset[PrincipalKind]:
+    """The kinds a ``principals`` scope names (``scheduler,agent``); InvalidInput otherwise."""
+    names = [v.strip().lower() for v in value.split(",") if v.strip()]
+    known = {k.value: k for k in PrincipalKind}
+    wrong = [n for n in names if n not in known]
+    if not names or wrong:
+        raise errors.InvalidInput(
+            f"scope principals={value!r} names no known principal kind"
+            + (f" ({', '.join(wrong)} unknown)" if wrong else ""),
+            hint=f"use a comma-separated list of: {', '.join(known)} (e.g. principals=scheduler)",
+            details={"valid": list(known)},
+        )
+    return frozenset(known[n] for n in names)
+
+
+def principal_matches(scope: dict[str, str], principal: Principal | None) -> bool:
+    """A grant limited to some principal kinds covers only their plans (unknown: none)."""
+    value = scope.get(PRINCIPALS_KEY)
+    if value is None:
+        return True
+    if principal is None:
+        return False
+    try:
+        return principal.kind in principal_kinds(value)
+    except errors.InvalidInput:  # a stored value no longer valid: fail closed
+        return False
+
+
 def scope_matches(scope: dict[str, str], plan: Plan) -> bool:
-    """Every key but ``trigger`` (which ``GrantStore`` checks against evidence)."""
+    """Every key but ``trigger`` (which ``GrantStore`` checks against evidence) and
+    ``principals`` (checked against who runs the plan)."""
     for key, wanted in scope.items():
         have: Any
-        if key == "trigger":
+        if key in ("trigger", PRINCIPALS_KEY):
             continue
         if key == "backend":
             have = plan.backend
@@ -82,9 +119,14 @@ class GrantStore:
         schema.ensure_schema(db)
         self.evidence = EvidenceStore(db, audit=audit)
 
-    def _covers(self, grant: Grant, plan: Plan, now: datetime) -> Grant | None:
-        """``grant`` (with the evidence it rests on) when it covers ``plan`` now, else None."""
+    def _covers(
+        self, grant: Grant, plan: Plan, principal: Principal | None, now: datetime
+    ) -> Grant | None:
+        """``grant`` (with the evidence it rests on) when it covers ``plan`` run by
+        ``principal`` now, else None."""
         if grant.action is not plan.action or not scope_matches(grant.scope, plan):
+            return None
+        if not principal_matches(grant.scope, principal):
             return None
         wanted = grant.scope.get("trigger")
         if wanted is None:
@@ -117,6 +159,8 @@ class GrantStore:
             raise errors.InvalidInput(
                 "a standing approval needs a reason", hint="say why, e.g. 'spot notices'"
             )
+        if PRINCIPALS_KEY in scope:
+            principal_kinds(str(scope[PRINCIPALS_KEY]))  # refuse a misspelt kind now
         lifetime = parse_duration(expires, what="expires")
         now = utcnow()
         grant_id = "grt-" + secrets.token_hex(5)
@@ -181,20 +225,33 @@ class GrantStore:
         self.audit.append("grant.revoked", principal=str(by), subject=grant_id, data={})
         return self.get(grant_id)
 
-    def match(self, plan: Plan, trigger: str | None = None) -> Grant | None:
-        """The first active grant covering this plan with budget left (read only).
-
-        ``trigger`` is what the caller claims; it is not used to match (see the module)."""
+    def match(
+        self, plan: Plan, trigger: str | None = None, principal: Principal | None = None
+    ) -> Grant | None:
+        """The first active grant covering this plan, run by ``principal``, with budget left
+        (read only). ``trigger`` is what the caller claims; it is not used to match (see the
+        module). A grant limited to some principals matches nothing without ``principal``."""
         now = utcnow()
         for grant in self.list():
             if grant.active(now) and grant.used_last_hour < grant.max_per_hour:
-                covering = self._covers(grant, plan, now)
+                covering = self._covers(grant, plan, principal, now)
                 if covering is not None:
                     return covering
         return None
 
     def claim(self, plan: Plan, principal: Principal, trigger: str | None = None) -> Grant | None:
-        """Like ``match``, and record one use of the grant's budget in the same transaction."""
+        """Like ``match``, and record one use of the grant's budget in the same transaction.
+
+        First, the live evidence trigger-scoped grants of this action could rest on is
+        checked again (``EvidenceStore.confirm``, outside the write transaction: it may read
+        the world), so a sighting contradicted since the last watch pass covers nothing."""
+        triggers = [
+            g.scope["trigger"] for g in self.list()
+            if g.action is plan.action and "trigger" in g.scope
+            and principal_matches(g.scope, principal)
+        ]  # fmt: skip
+        if triggers:
+            self.evidence.confirm(triggers, plan_subjects(plan))
         now = utcnow()
         chosen: Grant | None = None
         with self.db.write() as conn:
@@ -205,7 +262,7 @@ class GrantStore:
             ).fetchall()
             for row in rows:
                 used = _uses_since(conn, row["id"], now - timedelta(hours=1))
-                covering = self._covers(_grant(row, used), plan, now)
+                covering = self._covers(_grant(row, used), plan, principal, now)
                 if covering is not None and used < covering.max_per_hour:
                     conn.execute(
                         "INSERT INTO grant_uses(grant_id, ts, plan_hash, principal) "

@@ -105,7 +105,7 @@ class Guard:
         _require_sealed(plan)
         decision = self._policy(plan, principal, context)
         if decision.outcome is Outcome.APPROVE and _grantable(decision):
-            grant = self.grants.match(plan, trigger)
+            grant = self.grants.match(plan, trigger, principal)
             if grant is not None:
                 decision = _covered(decision, grant, uses=grant.used_last_hour + 1)
         return decision
@@ -148,6 +148,7 @@ class Guard:
                 "evidence": decision.evidence,
                 "risk": decision.risk.value,
                 "trigger": trigger,
+                **({"passed_limit": decision.passed_limit} if decision.passed_limit else {}),
                 **({"dry_run": True} if dry_run else {}),
                 **({"approved": True} if approved else {}),
             },

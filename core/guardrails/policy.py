@@ -11,7 +11,9 @@ sentence saying why and the id of the rule or limit that decided. Order of evalu
 3b. checkpoints agents take of one workload per rolling hour -> deny past the limit (each
    pauses the workload, and a checkpoint is "safe", so no person sees them);
 4. limits (concurrent disruptive executions, rate per risk class per hour, blast radius)
-   -> deny while exceeded;
+   -> deny while exceeded; a person's kill passes the concurrency and blast-radius limits
+   (it is how a person stops a workload whose move hangs), and its decision says which it
+   passed (``passed_limit``, audited with the decision);
 5. the ordered ``rules``: the first that matches decides;
 6. ``defaults`` per risk class;
 7. a plan that sets a person-only parameter (``core.actions.ActionSpec.person_only``, e.g.
@@ -19,7 +21,10 @@ sentence saying why and the id of the rule or limit that decided. Order of evalu
    restores a workload a person killed (its preconditions say ``killed``), is never
    allowed outright: an "allow" or "approve" becomes "approve" by a person out of band (the
    agent's own client cannot answer it, and ``core.guardrails.guard`` spends no grant on it);
-   a "deny" stays a deny.
+   a "deny" stays a deny. So is an undrain that someone other than a person asks for of
+   a node that is down or that a person (or someone outside clawpoint) drained: its plan's
+   scope says so (``drained_by``, ``node_down``: ``core.service.drains``); a person at the
+   CLI undrains as before, an agent's or watch's undrain of its own drain needs nobody.
 
 Standing approvals (grants) are applied on top by ``core.guardrails.guard``; they can turn
 "approve" into "allow", never "deny" into anything else. Limits: scope matching reads the
@@ -83,6 +88,8 @@ class Decision(BaseModel):
     reason: str  # one sentence a person can read
     rule_id: str  # a rule id, "default:<risk>", "limit:<name>", "dry-run", ...
     grant_id: str | None = None
+    # A limit a person's kill was not held back by ("limit:blast-radius"), else None.
+    passed_limit: str | None = None
     # The sighting a trigger-scoped grant rested on (``core.guardrails.evidence``).
     evidence: dict[str, Any] | None = None
     risk: RiskClass
@@ -113,6 +120,8 @@ def evaluate(plan: Plan, policy: PolicyConfig, context: PolicyContext) -> Decisi
     claims = person_claims(plan.action, plan.params)
     if plan.preconditions.killed and plan.action in (Action.FAILOVER, Action.RESTORE):
         claims.append("bringing back a workload a person killed")
+    if plan.action is Action.UNDRAIN_NODE and context.principal_kind is not PrincipalKind.PERSON:
+        claims += undrain_claims(plan.scope)
     if not claims or decision.outcome is Outcome.DENY:
         return decision
     said = ", ".join(claims)
@@ -128,17 +137,35 @@ def evaluate(plan: Plan, policy: PolicyConfig, context: PolicyContext) -> Decisi
     )
 
 
+def undrain_claims(scope: dict[str, Any]) -> list[str]:
+    """What in an undrain plan's scope only a person may decide (empty: nothing). A plan
+    without the facts (``drained_by`` absent) is treated as undoing a person's drain."""
+    out: list[str] = []
+    if scope.get("node_down"):
+        out.append("returning a down node to service")
+    by = scope.get("drained_by")
+    if by not in (PrincipalKind.AGENT.value, PrincipalKind.SCHEDULER.value):
+        who = "a person" if by == PrincipalKind.PERSON.value else "someone outside clawpoint"
+        out.append(f"undoing a drain made by {who}")
+    return out
+
+
 def _evaluate(plan: Plan, policy: PolicyConfig, context: PolicyContext) -> Decision:
     risk = effective_risk(plan)
+
+    passed: tuple[str, str] | None = None  # a limit a person's kill passed (below)
 
     def decide(
         outcome: Outcome, rule_id: str, reason: str, approval: ApprovalKind = "any"
     ) -> Decision:
+        if passed is not None:
+            reason += f" A person's kill is not held back by {passed[0]} ({passed[1]})"
         return Decision(
             outcome=outcome,
             approval=approval,
             reason=reason,
             rule_id=rule_id,
+            passed_limit=passed[0] if passed is not None else None,
             risk=risk,
             plan_hash=plan.hash,
             dry_run=policy.dry_run,
@@ -175,6 +202,12 @@ def _evaluate(plan: Plan, policy: PolicyConfig, context: PolicyContext) -> Decis
             f"{plan.target}).",
         )
     limited = _check_limits(plan, risk, policy.limits, context)
+    if (
+        limited is not None
+        and limited[0] in _A_PERSONS_KILL_PASSES
+        and _persons_kill(plan, context)
+    ):
+        passed, limited = limited, None
     if limited is not None:
         return decide(Outcome.DENY, limited[0], limited[1])
     for rule in policy.rules:
@@ -188,6 +221,14 @@ def _evaluate(plan: Plan, policy: PolicyConfig, context: PolicyContext) -> Decis
         Outcome.DENY: f"The {what} is {risk.value}, and {risk.value} actions are denied.",
     }
     return decide(outcome, f"default:{risk.value}", sentences[outcome])
+
+
+# The limits a person's kill passes: they would keep a stuck move's workload running.
+_A_PERSONS_KILL_PASSES = frozenset({"limit:concurrency", "limit:blast-radius"})
+
+
+def _persons_kill(plan: Plan, context: PolicyContext) -> bool:
+    return plan.action is Action.KILL and context.principal_kind is PrincipalKind.PERSON
 
 
 def _agent_checkpoints_exhausted(plan: Plan, limits: PolicyLimits, context: PolicyContext) -> bool:

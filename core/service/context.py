@@ -5,8 +5,10 @@ journal (executions in the last hour, disruptive ones in flight) and the target 
 inventory (the pool's nodes and workloads), so decisions stay pure and testable.
 
 Only executions in flight count against the concurrency and blast-radius limits (an orphan
-whose owner died holds no slot; recovery finishes it), and the blast radius of a pool counts
-only the in-flight executions whose own plan falls in that pool.
+whose owner died holds no slot; recovery finishes it), the blast radius of a pool counts
+only the in-flight executions whose own plan falls in that pool, and an execution that
+changes one of the plan's own workloads never counts against it: a kill of a workload whose
+migrate hangs is not held back by that migrate (the same workload is disrupted once).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from core import errors
 from core.backends.base import Backend
 from core.guardrails.policy import PolicyContext, PoolLoad, pool_of
 from core.model import Action, NodeInfo, Plan, RiskClass, utcnow
-from core.service.journal import Journal
+from core.service.journal import Journal, touched
 from core.state.db import Database
 
 
@@ -39,7 +41,8 @@ class WorldContext:
         """What the policy needs to know about the world right now (counts, pool loads)."""
         since = utcnow() - timedelta(hours=1)
         per_class: dict[RiskClass, int] = {}
-        disrupting: list[Plan] = []  # plans of disruptive executions in flight
+        disrupting: list[Plan] = []  # plans of disruptive executions in flight (others')
+        mine = touched(plan)
         with self.db.read() as conn:
             flying = {i for i, _ in self.journal.in_flight(conn)}
             rows = conn.execute(
@@ -58,7 +61,9 @@ class WorldContext:
             if row["started_at"] >= since.isoformat():
                 per_class[risk] = per_class.get(risk, 0) + 1
             if row["id"] in flying and risk in (RiskClass.DISRUPTIVE, RiskClass.DESTRUCTIVE):
-                disrupting.append(Plan.model_validate_json(row["body"]))
+                other = Plan.model_validate_json(row["body"])
+                if not touched(other) & mine:
+                    disrupting.append(other)
         pools: dict[str, PoolLoad] = {}
         pool = pool_of(plan)
         try:

@@ -56,6 +56,7 @@ from core.model import (
     parse_ref,
     validate_name,
 )
+from core.service import drains, evidence_check
 from core.service.context import WorldContext
 from core.service.executor import Executor
 from core.service.journal import Journal
@@ -147,6 +148,8 @@ class Service(PeopleDesk, WorldContext):
         self.audit = AuditLog(db)
         self.guard = guard
         self.moves = MoveLog(db)  # each workload's last move, for its SLA projection
+        # A grant's claim asks whether the evidence it rests on still holds (the world now).
+        guard.grants.evidence.checker = lambda seen: evidence_check.contradiction(self, seen)
         # This host's GPU report, shared by the read tools (core.service.insights.observe).
         self.gpu_reports = ReportCache()
 
@@ -390,11 +393,22 @@ class Service(PeopleDesk, WorldContext):
             rollback=draft.rollback,
             cost_effect=draft.cost_effect,
             reason=reason,
-            scope=draft.scope,
+            scope=self._scope(backend, action, local_target, draft.scope),
             preconditions=self._preconditions(backend, action, local_target),
         ).sealed()
         self.journal.save_plan(plan)
         return plan
+
+    def _scope(
+        self, backend: Backend, action: Action, local_target: str, scope: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The backend's scope, plus who drained the node for an undrain (core.service.drains)."""
+        if action is not Action.UNDRAIN_NODE:
+            return scope
+        node = next((n for n in backend.nodes() if n.name == local_target), None)
+        if node is None:
+            return {**scope, "drained_by": drains.UNKNOWN}
+        return {**scope, **drains.undrain_scope(self.db, node)}
 
     def _preconditions(self, backend: Backend, action: Action, local_target: str) -> Preconditions:
         """What the plan's steps assume (``Preconditions``), read from the world as it is now.

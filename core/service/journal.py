@@ -25,7 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from core import errors
-from core.model import Execution, ExecutionStatus, Plan, StepRecord, utcnow
+from core.model import (
+    Action,
+    Execution,
+    ExecutionStatus,
+    Plan,
+    PrincipalKind,
+    StepRecord,
+    utcnow,
+)
 from core.state.db import Database, dumps, loads
 
 # Runs inside the transaction that finishes an execution, given the finished execution.
@@ -110,7 +118,8 @@ class Journal:
             steps=[StepRecord(name=s.name, status="pending") for s in plan.steps],
         )
         with self.db.write() as conn:
-            self._lease(conn, plan)
+            if not overrides_lease(plan, principal):
+                self._lease(conn, plan)
             conn.execute(
                 "INSERT INTO executions(id, plan_hash, action, target, status, principal, "
                 "started_at, owner_pid, owner_start) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -147,14 +156,15 @@ class Journal:
         every workload it moves). Checked in the transaction that inserts the execution, so
         of two processes racing on one workload exactly one starts; the other gets Conflict
         before anything changes. An orphan (owner dead) keeps its lease until recovery
-        finishes it, since its remaining steps would fight the new plan."""
-        mine = _touched(plan)
+        finishes it, since its remaining steps would fight the new plan. A person's kill
+        takes no lease (``overrides_lease``)."""
+        mine = touched(plan)
         rows = conn.execute(
             "SELECT e.id, e.action, e.target, p.body FROM executions e "
             "JOIN plans p ON p.hash = e.plan_hash WHERE e.status='running'"
         ).fetchall()
         for row in rows:
-            other = _touched(Plan.model_validate_json(row["body"]))
+            other = touched(Plan.model_validate_json(row["body"]))
             shared = sorted(mine & other)
             if shared:
                 raise errors.Conflict(
@@ -314,7 +324,14 @@ class Journal:
         return [self.get(i) for i in ids]
 
 
-def _touched(plan: Plan) -> set[str]:
+def overrides_lease(plan: Plan, principal: str) -> bool:
+    """A person's kill stops a workload whatever else is changing it: the way out of a move
+    stuck in a hung dump. The other execution's next step then meets a workload that is gone
+    and fails (a first step that fails undoes nothing; later ones restart nothing killed)."""
+    return plan.action is Action.KILL and principal.startswith(f"{PrincipalKind.PERSON.value}:")
+
+
+def touched(plan: Plan) -> set[str]:
     """The workloads a plan changes: its target and the workloads in its scope."""
     scoped = plan.scope.get("workloads")
     return {plan.target, *(str(w) for w in scoped or [])}

@@ -8,7 +8,9 @@
    ``signals.nvml.enabled``), node health, SLA risk (progress history from ``WatchState``)
    and queue depth;
 2. records what it observed as evidence (``core.guardrails.evidence``): a grant scoped to a
-   trigger applies only to plans about a node or workload with live evidence of it;
+   trigger applies only to plans about a node or workload with live evidence of it; and
+   ends the evidence this pass contradicts (the node up again, a provider answering with no
+   notice, the GPUs healthy: ``core.service.evidence_check``);
 3. plans (``core.service.insights.propose``) and, for each proposal not already asked for,
    calls ``service.act(..., principal=SCHEDULER, trigger=...)``: a standing grant backed by
    evidence runs it, otherwise an approval is requested and people are notified;
@@ -60,10 +62,10 @@ from core.model import (
     utcnow,
 )
 from core.planner.planner import PlannerConfig, Proposal
-from core.service import insights
+from core.service import evidence_check, insights
 from core.service.facade import Service
 from core.service.insights import PlanReport, propose
-from core.signals.cloud import NoticePoller
+from core.signals.cloud import NoticePoller, ProviderStatus
 from core.signals.model import GpuHealth, GpuVerdict, InterruptionAction, InterruptionNotice
 from core.signals.nodes import node_health
 from core.signals.nvml import NvmlMonitor
@@ -145,6 +147,9 @@ class WatchReport(BaseModel):
     )
     evidence: list[dict[str, Any]] = Field(
         default_factory=list, description="signals recorded as evidence this pass"
+    )
+    ended: list[dict[str, Any]] = Field(
+        default_factory=list, description="evidence this pass contradicted, and why"
     )
     findings: list[Finding] = Field(default_factory=list)
 
@@ -251,8 +256,11 @@ def _record_evidence(
     nodes: Sequence[Any],
     gpus: Sequence[GpuHealth],
     plans: PlanReport,
+    providers: Sequence[ProviderStatus] = (),
+    here: str | None = None,
 ) -> None:
-    """What this pass observed itself becomes evidence for trigger-scoped grants."""
+    """What this pass observed itself becomes evidence for trigger-scoped grants; what it
+    observed to the contrary ends earlier evidence (only a positive observation does)."""
 
     def put(trigger: str, subject: str, source: str, until: datetime | None, detail: str) -> None:
         got = evidence.record(trigger, subject, source=source, observed_at=now, expires_at=until,
@@ -280,11 +288,46 @@ def _record_evidence(
         h = node_health(node, observed_at=now)
         if h.health is NodeHealth.DOWN:
             put("node-down", node.id, h.source, None, "; ".join(h.reasons)[:200])
+    _end_contradicted(evidence, report, now=now, nodes=nodes, gpus=gpus, providers=providers,
+                      here=here)  # fmt: skip
     for p in plans.proposals:
         # The planner's own readings (SLA, queue, cost): evidence for its target only. Its
         # notice, GPU and node proposals rest on the sightings above, which expire with them.
         if p.trigger not in SIGNAL_TRIGGERS:
             put(p.trigger, p.target, "watch:planner", None, p.reason[:200])
+
+
+def _end_contradicted(
+    evidence: EvidenceStore,
+    report: WatchReport,
+    *,
+    now: datetime,
+    nodes: Sequence[Any],
+    gpus: Sequence[GpuHealth],
+    providers: Sequence[ProviderStatus],
+    here: str | None,
+) -> None:
+    """End the live evidence this pass saw contradicted: a node not down, a node whose GPUs
+    all read healthy, this host's notice gone while a provider answered."""
+    live = evidence.live(now)
+
+    def end(trigger: str, subject: str, why: str | None) -> None:
+        if why is None or not any(e.trigger == trigger and e.subject == subject for e in live):
+            return
+        for e in evidence.end(trigger, subject, reason=why, now=now):
+            report.ended.append({**e.brief(), "reason": why})
+
+    for node in nodes:
+        end("node-down", node.id, evidence_check.node_is_up(node))
+    for subject in {e.subject for e in live if e.trigger == "gpu-failure"}:
+        end("gpu-failure", subject, evidence_check.gpus_are_healthy(subject, gpus))
+    # The metadata endpoints speak for this host only: another node's notice is left to
+    # expire (or to that node's own watch).
+    for trigger in evidence_check.NOTICE_TRIGGERS:
+        for subject in {e.subject for e in live if e.trigger == trigger}:
+            if evidence_check.same_node(here, subject):
+                end(trigger, subject,
+                    evidence_check.notice_is_gone(subject, report.notices, providers))  # fmt: skip
 
 
 def _run_approved(service: Service, state: WatchState, report: WatchReport) -> None:
@@ -412,6 +455,7 @@ def _unfixable(plans: PlanReport, nodes: Sequence[Any], workloads: Sequence[Any]
 def _plan_and_act(
     service: Service, state: WatchState, evidence: EvidenceStore, report: WatchReport,
     gpus: list[GpuHealth], now: datetime, config: PlannerConfig | None,
+    providers: Sequence[ProviderStatus] = (),
 ) -> tuple[PlanReport, list[Any]]:  # fmt: skip
     """Inventory, evidence, plans, and the actions they call for (steps 2-5)."""
     _record_progress(service, state, now)
@@ -421,7 +465,8 @@ def _plan_and_act(
         config=config,
     )  # fmt: skip
     report.proposals = plans.proposals
-    _record_evidence(evidence, report, now=now, ids=ids, nodes=nodes, gpus=gpus, plans=plans)
+    _record_evidence(evidence, report, now=now, ids=ids, nodes=nodes, gpus=gpus, plans=plans,
+                     providers=providers, here=service.settings.signals.node)  # fmt: skip
     _run_approved(service, state, report)
     for p in plans.proposals:
         prev = state.request(p.key)
@@ -466,7 +511,8 @@ def watch_once(
     report.notices, report.gpu_status, gpus = seen.notices, seen.gpu_status, seen.gpus
     report.errors.extend(seen.errors)
     try:
-        plans, nodes = _plan_and_act(service, state, evidence, report, gpus, now, config)
+        plans, nodes = _plan_and_act(service, state, evidence, report, gpus, now, config,
+                                     seen.providers)  # fmt: skip
     except errors.ClawpointError as exc:  # e.g. a backend that does not answer: next pass
         plans, nodes = PlanReport(observed_at=now, proposals=[]), []
         report.errors.append(f"planning: {exc}")

@@ -62,6 +62,8 @@ from core.wrapper.spec import RunSpec, output_path
 
 log = structlog.get_logger(__name__)
 
+ABORT_WAIT_S = 15.0  # a given-up dump ends within this (CRIU killed, the tree resumed)
+
 
 @dataclass
 class _Job:
@@ -70,6 +72,10 @@ class _Job:
     reply: queue.SimpleQueue[dict[str, Any]] | None = None
     code: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    # A requested checkpoint: set when the main loop starts it; ``withdrawn`` when its
+    # requester stopped waiting first (the loop then skips it: nobody would hear of it).
+    started: threading.Event = field(default_factory=threading.Event)
+    withdrawn: bool = False
 
 
 def _test_fault(name: str) -> bool:
@@ -144,6 +150,11 @@ class Supervisor:
         # in the middle of a dump can leave CRIU waiting on it for good.
         self._no_dump = threading.Event()
         self._no_dump.set()
+        self._dump_since: float | None = None  # monotonic start of the checkpoint under way
+        # Set by a terminate that waited for a dump in vain: the dump is given up (CRIU
+        # stopped, the tree resumed) so that the kill goes on (``DumpRequest.abort``).
+        self._abort_dump = threading.Event()
+        self._turns = threading.Lock()  # a request's start against its withdrawal
         self.last_checkpoint: str | None = None
         self.restore_info: dict[str, Any] = {}
         # What the restore did to the workload's files (rewound / kept), for the caller.
@@ -570,6 +581,9 @@ class Supervisor:
                 if job.stop and isinstance(request.get("handoff"), dict):
                     job.extra["handoff"] = request["handoff"]
                 self.jobs.put(job)
+            if not self._await_turn(job):
+                send({"error": self._busy_error().to_dict()})
+                return
             while True:
                 msg = reply.get()
                 if "progress" not in msg:
@@ -592,6 +606,36 @@ class Supervisor:
             send({"result": {"terminated": True}})
         else:
             send({"error": errors.InvalidInput(f"unknown op {op!r}").to_dict()})
+
+    def _await_turn(self, job: _Job) -> bool:
+        """Wait, at most ``[checkpoint] queue_wait_s``, for the main loop to start ``job``
+        (a checkpoint under way goes first); False: withdrawn, it will never run."""
+        if job.started.wait(self.settings.checkpoint.queue_wait_s):
+            return True
+        with self._turns:
+            job.withdrawn = not job.started.is_set()
+            return not job.withdrawn
+
+    def _take(self, job: _Job) -> bool:
+        """The main loop starts a requested checkpoint unless its requester gave up."""
+        with self._turns:
+            if job.withdrawn:
+                log.info("wrapper.request_withdrawn", workload=self.name, stop=job.stop)
+                return False
+            job.started.set()
+            return True
+
+    def _busy_error(self) -> errors.ClawpointError:
+        since = self._dump_since
+        under_way = f" (under way for {time.monotonic() - since:.0f} s)" if since else ""
+        waited = self.settings.checkpoint.queue_wait_s
+        return errors.Conflict(
+            f"workload {self.name} is busy: a checkpoint already under way{under_way} did not "
+            f"finish within {waited:.0f} s, so this request was withdrawn and nothing was done",
+            hint="try again once it has finished (a dump is stopped after its timeout, "
+            "[checkpoint] dump_timeout_s); a person can kill the workload meanwhile",
+            details={"workload": self.name, "waited_s": waited},
+        )
 
     @contextmanager
     def _answering(self) -> Iterator[None]:
@@ -648,8 +692,9 @@ class Supervisor:
 
     def terminate(self, grace_s: float, *, dump_wait_s: float | None = None) -> None:
         """End the payload on request: let a checkpoint under way finish (up to
-        ``dump_wait_s``, default ``grace_s``; no new periodic one starts), then SIGTERM and,
-        after ``grace_s``, SIGKILL the tree."""
+        ``dump_wait_s``, default ``grace_s``; no new periodic one starts), else give it up
+        (a hung dump must not keep the workload frozen), then SIGTERM and, after
+        ``grace_s``, SIGKILL the tree."""
         p = self.payload
         if p is not None and not p.exited.is_set():
             self.terminating = True  # before the wait: the main loop starts no periodic dump now
@@ -658,6 +703,10 @@ class Supervisor:
                 log.warning(
                     "wrapper.terminate_during_checkpoint", workload=self.name, waited_s=wait_s
                 )
+                self._abort_dump.set()
+                if not self._no_dump.wait(ABORT_WAIT_S):
+                    log.warning("wrapper.dump_did_not_stop", workload=self.name)
+                self.engine.resume(p.pid)  # a tree the dump left stopped must see SIGTERM
             ops.terminate_tree(p.pid, grace_s=grace_s, exited=p.exited)
             p.exited.wait(grace_s + 10)
 
@@ -747,7 +796,7 @@ class Supervisor:
             self.store, self.engine, lineage=self.name, pid=p.pid, node=self.spec.node,
             cfg=self.settings.checkpoint, pipes=inodes,
             extra={"command": self.spec.command, "progress": payload.progress_of(self.progress_path)},
-            staging_dir=self.settings.migration.staging_dir,
+            staging_dir=self.settings.migration.staging_dir, abort=self._abort_dump,
         )  # fmt: skip
         said = refused
         if path is not None and staged.carries_files:
@@ -854,6 +903,7 @@ class Supervisor:
             extra=extra,
             exited=p.exited,
             progress=progress,
+            abort=self._abort_dump,
         )
 
     # -- main loop ----------------------------------------------------------------------------
@@ -987,10 +1037,14 @@ class Supervisor:
             if job.kind == "term":
                 self._handle_term()
                 continue
+            if job.kind == "checkpoint" and not self._take(job):
+                continue  # its requester was told it was withdrawn
             if job.kind == "periodic" or job.kind == "checkpoint":
                 # Cleared before ``terminating`` is read: a terminate either sees this dump
                 # and waits for it, or this loop sees the terminate and skips a periodic one.
                 self._no_dump.clear()
+                self._abort_dump.clear()
+                self._dump_since = time.monotonic()
                 try:
                     if not (job.kind == "periodic" and self.terminating):
                         self.checkpoint(
@@ -1000,6 +1054,7 @@ class Supervisor:
                             handoff_to=job.extra.get("handoff"),
                         )
                 finally:
+                    self._dump_since = None
                     self._no_dump.set()
                 if every:
                     due = time.monotonic() + every

@@ -13,8 +13,16 @@ from datetime import timedelta
 
 from core.guardrails.evidence import NOTICE_GRACE_S
 from core.model import Action, Principal, PrincipalKind, WorkloadState, utcnow
+from core.service.evidence_check import notice_is_gone
 from core.service.facade import Service
-from core.signals.model import GpuHealth, GpuVerdict, InterruptionAction, InterruptionNotice
+from core.signals.cloud import ProviderStatus
+from core.signals.model import (
+    GpuHealth,
+    GpuVerdict,
+    InterruptionAction,
+    InterruptionNotice,
+    Provider,
+)
 from core.signals.nvml import NvmlReport, NvmlStatus
 from core.watch.loop import watch_once
 from tests.guardrails.conftest import make_plan
@@ -95,3 +103,30 @@ def test_watch_withdraws_its_request_when_the_notice_evidence_expires(service: S
         for w in service.workloads("local"):
             if w.state in (WorkloadState.RUNNING, WorkloadState.CHECKPOINTING):
                 service.act(Action.KILL, w.id, {}, principal=PERSON, confirmed=True)
+
+
+def test_a_pass_that_reads_the_gpus_healthy_ends_their_failure_evidence(service: Service) -> None:
+    failed = NvmlReport(status=NvmlStatus.OK, node="local:node-b",
+                        gpus=[_gpu(GpuVerdict.FAILED)])  # fmt: skip
+    watch_once(service, notices=[], nvml=failed)
+    evidence = service.guard.grants.evidence
+    assert [e.trigger for e in evidence.live()] == ["gpu-failure"]
+    unread = NvmlReport(status=NvmlStatus.ERROR, node="local:node-b", gpus=[])
+    assert watch_once(service, notices=[], nvml=unread).ended == []  # nothing read: it stands
+    healthy = NvmlReport(status=NvmlStatus.OK, node="local:node-b",
+                         gpus=[_gpu(GpuVerdict.HEALTHY)])  # fmt: skip
+    report = watch_once(service, notices=[], nvml=healthy)
+    assert [(e["trigger"], e["subject"]) for e in report.ended] == [("gpu-failure", "local:node-b")]
+    assert evidence.live() == []
+
+
+def test_only_an_answering_provider_without_a_notice_ends_a_notice() -> None:
+    here = "local:node-a"
+    notice = InterruptionNotice(source="aws-imds", provider="aws",
+                                action=InterruptionAction.TERMINATE, node=here)  # fmt: skip
+    up = [ProviderStatus(provider=Provider.AWS, available=True)]
+    down = [ProviderStatus(provider=Provider.AWS, available=False, reason="timeout")]
+    assert notice_is_gone(here, [notice], up) is None
+    assert notice_is_gone(here, [], down) is None
+    assert notice_is_gone(here, [], up) is not None
+    assert notice_is_gone("node-a", [notice], up) is None  # the same node, named bare

@@ -29,7 +29,7 @@ import structlog
 from core import actions as catalogue
 from core import errors
 from core.backends.base import PlanDraft, ProgressFn
-from core.backends.kubernetes import ids, jobs, lineages
+from core.backends.kubernetes import ids, inventory, jobs, lineages
 from core.backends.kubernetes.connection import Op
 from core.backends.kubernetes.lineages import (
     CONTAINER_ANNOTATION,
@@ -636,7 +636,7 @@ def plan_scale(b: KubernetesBackend, ref: ids.WorkloadRef, raw: Obj, params: Obj
     )
 
 
-REASON_ANNOTATION = "clawpoint.io/cordon-reason"
+REASON_ANNOTATION = inventory.CORDON_REASON_ANNOTATION
 
 
 def _cordon_step(node: str, reason: str, description: str) -> PlanStep:

@@ -184,6 +184,11 @@ class Taint(BaseModel):
         )
 
 
+# Where clawpoint's cordon writes its reason (``actions.REASON_ANNOTATION``): shown in the
+# node's reason, so an undrain can tell a cordon is still clawpoint's (core.service.drains).
+CORDON_REASON_ANNOTATION = "clawpoint.io/cordon-reason"
+
+
 class NodeDetail(BaseModel):
     """What Kubernetes says about one node (``to_node_info`` maps it to the core model)."""
 
@@ -192,6 +197,7 @@ class NodeDetail(BaseModel):
     conditions: dict[str, str] = Field(default_factory=dict)  # type -> True/False/Unknown
     condition_messages: dict[str, str] = Field(default_factory=dict)
     unschedulable: bool = False
+    cordon_reason: str = ""  # CORDON_REASON_ANNOTATION, when clawpoint cordoned it
     taints: list[Taint] = Field(default_factory=list)
     disruption: str | None = None  # DISRUPTION_TAINTS value of the first such taint
     disruption_taint: str | None = None
@@ -235,6 +241,7 @@ def node_detail(raw: Obj, pods_on_node: list[Obj]) -> NodeDetail:
             k: str(c.get("message") or "") for k, c in conds.items() if c.get("message")
         },
         unschedulable=bool(spec.get("unschedulable")),
+        cordon_reason=str((meta.get("annotations") or {}).get(CORDON_REASON_ANNOTATION) or ""),
         taints=taints,
         disruption=DISRUPTION_TAINTS[disruptive.key] if disruptive else None,
         disruption_taint=str(disruptive) if disruptive else None,
@@ -277,7 +284,7 @@ def to_node_info(d: NodeDetail) -> NodeInfo:
     if d.disruption_taint:
         reasons.append(f"tainted {d.disruption_taint}")
     if d.unschedulable:
-        reasons.append("cordoned")
+        reasons.append(f"cordoned: {d.cordon_reason}" if d.cordon_reason else "cordoned")
     labels = dict(d.labels)
     extra = {
         "instance_type": d.instance_type,

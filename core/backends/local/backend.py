@@ -256,7 +256,9 @@ class LocalBackend(LocalPlanning):
         if op == "terminate":
             rec = self.registry.require(args["workload"])
             if rec.socket and _wrapper_alive(self.settings, rec):
-                ControlClient(Path(rec.socket)).terminate(timeout_s=30)
+                # Nothing is saved: a checkpoint under way gets a moment, then is given up
+                # (a hung dump must not keep a person's kill waiting).
+                ControlClient(Path(rec.socket)).terminate(timeout_s=30, dump_wait_s=5.0)
             fencing.fence(self.settings, rec)
             self.registry.update(
                 rec.name,
