@@ -96,6 +96,15 @@ class NodeLookup(Protocol):
 
 
 @runtime_checkable
+class CheckpointKeeper(Protocol):
+    """A backend that deletes checkpoints: ``check_deletable`` refuses (Conflict
+    ``last-good-checkpoint``) the deletion of the one a workload still needs to come back,
+    as its newer checkpoints verify now (a plan's view of them may be stale)."""
+
+    def check_deletable(self, checkpoint_id: str) -> None: ...
+
+
+@runtime_checkable
 class QueueDepthSource(Protocol):
     """A scheduler queue: records with ``core.signals.queue.QueueDepth``'s field names (any
     subset; pydantic models, mappings or objects). Backends without one get a queue

@@ -126,6 +126,7 @@ class Supervisor:
         self.store = CheckpointStore(
             settings.checkpoint_dir,
             keep=settings.store.keep_per_workload,
+            keep_on_request=settings.store.keep_on_request,
             key=settings.store_key_path,
             group=settings.store.group,
         )

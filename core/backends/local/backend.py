@@ -53,7 +53,8 @@ from core.model import (
 from core.signals.sla import Progress, read_progress
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
-from core.store.store import CheckpointStore
+from core.store import retention
+from core.store.store import CheckpointStore, parse_checkpoint_id
 from core.wrapper import fence as fencing
 from core.wrapper import handoff
 from core.wrapper.control import ControlClient
@@ -76,6 +77,7 @@ class LocalBackend(LocalPlanning):
         self.store = CheckpointStore(
             settings.checkpoint_dir,
             keep=settings.store.keep_per_workload,
+            keep_on_request=settings.store.keep_on_request,
             key=settings.store_key_path,
             group=settings.store.group,
         )
@@ -273,8 +275,12 @@ class LocalBackend(LocalPlanning):
             )
             return {"node": args["node"], "schedulable": bool(args["schedulable"])}
         if op == "delete_checkpoint":
-            self.store.delete(args["checkpoint_id"])
-            return {"deleted": args["checkpoint_id"]}
+            # Under the store's lock, as the newer checkpoints verify now: the plan's view of
+            # them may be stale (Conflict, nothing deleted).
+            cid = args["checkpoint_id"]
+            live = self._protects(parse_checkpoint_id(cid)[0])
+            retention.delete(self.store, cid, live=live, label=f"{NAME}:")
+            return {"deleted": cid}
         if op in ("suspend_gpu", "resume_gpu"):
             return self._gpu_step(op, self.registry.require(args["workload"]))
         raise errors.OperationFailed(f"unknown local step {op!r}", hint="this is a bug; report it")

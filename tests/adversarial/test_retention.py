@@ -1,0 +1,120 @@
+"""The newest good checkpoint survives what happens between a plan and its execution, and
+checkpoints taken on request are rotated, through the installed ``clawpoint`` and an MCP client.
+
+- A delete a person approved while a newer good checkpoint existed is refused at execution
+  when that newer one no longer verifies (bytes flipped on disk after the approval): the
+  checkpoint is then the last one to restore from. The refusal names its code, deletes
+  nothing, leaves the approval unused, and ``resume`` restores from the checkpoint kept.
+- Checkpoints asked for on request (an agent's "safe" ``checkpoint_workload``, a person's
+  ``clawpoint checkpoint``) are capped by ``[store] keep_on_request``: the oldest of them go,
+  never one of the workload's other checkpoints, never the newest good one, never one a
+  restore is reading.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.store.store import ON_REQUEST, CheckpointStore
+from tests.adversarial.conftest import Lab, agent_session, approval_id_of
+from tests.adversarial.test_checkpoint_protection import flip_bytes
+from tests.checkpoint import stores
+from tests.service.conftest import wait_step
+
+CLAWPOINT = Path(sys.executable).parent / "clawpoint"
+
+
+def clawpoint(lab: Lab, *args: str) -> tuple[int, str]:
+    """The installed console script as a person runs it: exit code and stdout."""
+    proc = subprocess.run(
+        [str(CLAWPOINT), *args],
+        env=lab.env(COLUMNS="250"),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def listed(lab: Lab, workload: str) -> dict[str, str]:
+    code, out = clawpoint(lab, "checkpoints", workload, "--json")
+    assert code == 0, out
+    return {c["id"]: c["status"] for c in json.loads(out)}
+
+
+def start_cooperative(lab: Lab, name: str) -> str:
+    code, out = clawpoint(
+        lab, "run", "--engine", "cooperative", "--name", name, "--node", "node-a", "--detach",
+        "--", sys.executable, "-m", "core.workloads.counter", "--state-mb", "1",
+        "--step-seconds", "0.05",
+    )  # fmt: skip
+    assert code == 0, out
+    wait_step(lab.settings, name, 2)
+    return f"local:{name}"
+
+
+def seq_dir(lab: Lab, checkpoint: str) -> Path:
+    lineage, _, seq = checkpoint.partition(":")[2].partition("@")
+    return lab.settings.checkpoint_dir / lineage / f"{int(seq):08d}"
+
+
+@pytest.mark.anyio
+async def test_approved_delete_of_what_became_the_last_good_checkpoint_is_refused(
+    lab: Lab,
+) -> None:
+    workload = start_cooperative(lab, "keeper")
+    code, out = clawpoint(lab, "checkpoint", workload)
+    assert code == 0, out
+    code, out = clawpoint(lab, "preempt", workload, "--yes")
+    assert code == 0, out
+    older, newer = sorted(listed(lab, workload), key=lambda c: int(c.rsplit("@", 1)[1]))
+    async with agent_session(lab, "stdio") as agent:
+        # Planned while the newer one verifies: not the newest good, so a person decides.
+        out_ = await agent.ok("delete_checkpoint", {"checkpoint": older, "reason": "space"})
+        approval = approval_id_of(out_)
+        code, out = clawpoint(lab, "approvals", "approve", approval)
+        assert code == 0, out
+        flip_bytes(seq_dir(lab, newer) / "images")  # a bad disk, after the approval
+        text = await agent.error("execute_approved", {"approval_id": approval})
+    assert "last-good-checkpoint" in text and "Nothing was done" in text, text
+    assert older in text and newer in text, text
+    assert listed(lab, workload) == {older: "good", newer: "corrupt"}
+    view = lab.service.get_approval(approval)
+    assert view.status.value == "approved", view  # refused before it was used
+    code, out = clawpoint(lab, "resume", workload, "--yes")
+    assert code == 0, out
+    assert lab.service.get_workload(workload).state.value == "running"
+    wait_step(lab.settings, "keeper", 2)
+
+
+def test_the_delete_step_itself_refuses_the_last_good_checkpoint(tmp_path: Path) -> None:
+    """Under the lineage lock, whatever a caller checked before: nothing is deleted."""
+    from core import errors
+    from core.store import retention
+
+    store = stores.keyed(tmp_path, keep=3)
+    older = _publish(store)
+    newer = _publish(store)
+    flip_bytes(store.images_dir(newer))
+    with pytest.raises(errors.Conflict) as caught:
+        retention.delete(store, older, live=True)
+    assert caught.value.code == "last-good-checkpoint"
+    assert [i.id for i in store.list("job")] == [newer, older]
+    retention.delete(store, older, live=False)  # a workload that is gone: a person may
+    assert [i.id for i in store.list("job")] == [newer]
+
+
+def _publish(store: CheckpointStore, *, on_request: bool = False) -> str:
+    pending = store.begin("job", engine="test", node=None)
+    (pending.images_dir / "state.img").write_bytes(b"state %d " % pending.seq * 4096)
+    extra: dict[str, Any] = {ON_REQUEST: True} if on_request else {}
+    return store.publish(pending, timings={}, leave_running=True, extra=extra).id
