@@ -6,11 +6,12 @@ still holds when its checkpoints are removed:
 
 - ``rotate`` (after each checkpoint the wrapper publishes) keeps ``keep`` checkpoints taken on
   the workload's schedule or when it stopped, and ``keep_on_request`` of those asked for on
-  request (``ON_REQUEST``: ``clawpoint checkpoint``, an agent's ``checkpoint_workload``). The
-  two rotate separately: any number of on-request checkpoints pushes none of the others out
-  (an agent's "safe" calls never delete a person's or the schedule's checkpoints), and they
-  are capped among themselves, so an agent checkpointing all day fills no disk. Scheduled
-  ones still push out everything older, on-request ones included.
+  request (``ON_REQUEST``) by agents (``REQUESTED_BY``: an agent's ``checkpoint_workload``)
+  and as many of those asked for by anyone else (``clawpoint checkpoint``, SIGUSR1). Each
+  kind rotates among itself: any number of an agent's checkpoints pushes out none of a
+  person's nor the schedule's (an agent's "safe" calls never delete those), and they are
+  capped, so an agent checkpointing all day fills no disk. Scheduled ones still push out
+  everything older, on-request ones included.
 - The newest checkpoint that verifies is never deleted by rotation, and by ``delete`` (a
   person's or agent's ``delete_checkpoint``) only when the workload is gone: ``delete``
   re-verifies the newer checkpoints first (a plan approved earlier may find them corrupt
@@ -39,7 +40,7 @@ import structlog
 from core import errors
 from core.model import CheckpointInfo, CheckpointStatus
 from core.store import perms
-from core.store.store import ON_REQUEST, CheckpointStore, parse_checkpoint_id
+from core.store.store import ON_REQUEST, REQUESTED_BY, CheckpointStore, parse_checkpoint_id
 
 log = structlog.get_logger(__name__)
 
@@ -186,28 +187,33 @@ def _protected(
     return None
 
 
+def _kind(info: CheckpointInfo) -> str:
+    """How a checkpoint rotates: "rotating" (schedule, stop), or on request by "agent" or by
+    "other" (a person, SIGUSR1)."""
+    if not info.extra.get(ON_REQUEST):
+        return "rotating"
+    return "agent" if info.extra.get(REQUESTED_BY) == "agent" else "other"
+
+
 def doomed(
     infos: list[CheckpointInfo], *, keep: int, keep_on_request: int, protected: str | None
 ) -> list[str]:
     """What rotation removes of ``infos`` (newest first, statuses known): a checkpoint goes
     once ``keep`` rotating ones (not corrupt, not on request) are newer, or, taken on request,
-    once ``keep_on_request`` on-request ones (not corrupt) are. Never ``protected`` nor an
-    untrusted one."""
+    once ``keep_on_request`` of its own kind (``_kind``, not corrupt) are. Never
+    ``protected`` nor an untrusted one."""
     out: list[str] = []
-    newer = newer_on_request = 0
+    newer = {"rotating": 0, "agent": 0, "other": 0}
     for info in infos:
         if info.status is CheckpointStatus.UNTRUSTED:
             continue
-        on_request = bool(info.extra.get(ON_REQUEST))
+        kind = _kind(info)
         if info.id != protected and (
-            newer >= keep or (on_request and newer_on_request >= keep_on_request)
+            newer["rotating"] >= keep or (kind != "rotating" and newer[kind] >= keep_on_request)
         ):
             out.append(info.id)
         if info.status is not CheckpointStatus.CORRUPT:
-            if on_request:
-                newer_on_request += 1
-            else:
-                newer += 1
+            newer[kind] += 1
     return out
 
 

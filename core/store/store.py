@@ -71,6 +71,8 @@ UNVERIFIED_REASON = "unverified_reason"
 # Manifest ``extra`` key: true for a leave-running checkpoint asked for on request (control
 # socket or SIGUSR1), as opposed to the wrapper's schedule or a stop-checkpoint.
 ON_REQUEST = "on_request"
+# With ON_REQUEST: "agent" when an agent asked for it (such ones rotate among themselves).
+REQUESTED_BY = "requested_by"
 FORMAT = 1
 _TMP = ".tmp-"
 FAILED_LOGS = ".last-failed"  # per lineage: the engine logs of the last aborted checkpoint

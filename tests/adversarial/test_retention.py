@@ -16,11 +16,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from core.model import CheckpointStatus
 from core.store.store import ON_REQUEST, CheckpointStore
 from tests.adversarial.conftest import Lab, agent_session, approval_id_of
 from tests.adversarial.test_checkpoint_protection import flip_bytes
@@ -118,3 +120,93 @@ def _publish(store: CheckpointStore, *, on_request: bool = False) -> str:
     (pending.images_dir / "state.img").write_bytes(b"state %d " % pending.seq * 4096)
     extra: dict[str, Any] = {ON_REQUEST: True} if on_request else {}
     return store.publish(pending, timings={}, leave_running=True, extra=extra).id
+
+
+ON_REQUEST_CAP = """
+[store]
+keep_per_workload = 3
+keep_on_request = 2
+"""
+
+
+def test_checkpoints_on_request_are_capped_and_push_no_other_out(
+    lab_factory: Callable[[str], Lab],
+) -> None:
+    lab = lab_factory(ON_REQUEST_CAP)
+    workload = start_cooperative(lab, "busy")
+    code, out = clawpoint(lab, "preempt", workload, "--yes")  # a stop checkpoint: rotating
+    assert code == 0, out
+    [stop] = listed(lab, workload)
+    code, out = clawpoint(lab, "resume", workload, "--yes")
+    assert code == 0, out
+    wait_step(lab.settings, "busy", 2)
+    asked = []
+    for _ in range(5):
+        code, out = clawpoint(lab, "checkpoint", workload)
+        assert code == 0, out
+        asked.append(max(listed(lab, workload), key=lambda c: int(c.rsplit("@", 1)[1])))
+    # The two newest on request, and the stop checkpoint they never push out.
+    assert listed(lab, workload) == {stop: "good", asked[-2]: "good", asked[-1]: "good"}
+    lineage = lab.settings.checkpoint_dir / "busy"
+    assert len([p for p in lineage.iterdir() if p.name.isdigit()]) == 3
+
+
+def test_on_request_rotation_keeps_the_newest_good_checkpoint(tmp_path: Path) -> None:
+    store = stores.keyed(tmp_path, keep=3, keep_on_request=1)
+    good = _publish(store, on_request=True)
+    above = [_publish(store, on_request=True), _publish(store, on_request=True)]
+    for cid in above:  # bytes flipped on disk: nothing has noticed yet
+        flip_bytes(store.images_dir(cid))
+    assert store.apply_retention("job") == []
+    assert {i.id: i.status for i in store.list("job")} == {
+        above[1]: CheckpointStatus.CORRUPT,
+        above[0]: CheckpointStatus.CORRUPT,
+        good: CheckpointStatus.GOOD,
+    }
+    fresh = _publish(store, on_request=True)  # now a newer one verifies: the rest may go
+    assert sorted(store.apply_retention("job", fresh=fresh)) == sorted([good, *above])
+
+
+def test_rotation_and_deletion_leave_a_checkpoint_a_restore_holds(tmp_path: Path) -> None:
+    from core import errors
+    from core.store import retention
+
+    store = stores.keyed(tmp_path, keep=3, keep_on_request=1)
+    restoring = _publish(store, on_request=True)
+    with retention.hold(store, restoring):
+        fresh = _publish(store, on_request=True)
+        assert store.apply_retention("job", fresh=fresh) == []
+        with pytest.raises(errors.Conflict) as caught:
+            retention.delete(store, restoring, live=False)
+        assert caught.value.code == "checkpoint-in-use"
+        assert store.verify(restoring).status is CheckpointStatus.GOOD
+    assert store.apply_retention("job", fresh=fresh) == [restoring]
+
+
+AGENT_CAP = """
+[store]
+keep_per_workload = 3
+keep_on_request = 2
+
+[policy.limits]
+agent_checkpoints_per_hour = 10
+"""
+
+
+@pytest.mark.anyio
+async def test_an_agents_checkpoints_are_capped_and_rotate_out_none_of_a_persons(
+    lab_factory: Callable[[str], Lab],
+) -> None:
+    lab = lab_factory(AGENT_CAP)
+    workload = start_cooperative(lab, "agented")
+    code, out = clawpoint(lab, "checkpoint", workload)
+    assert code == 0, out
+    [persons] = listed(lab, workload)
+    agents = []
+    async with agent_session(lab, "stdio") as agent:
+        for _ in range(4):
+            done = await agent.ok("checkpoint_workload", {"workload": workload})
+            assert done["status"] == "executed", done
+            agents.append(max(listed(lab, workload), key=lambda c: int(c.rsplit("@", 1)[1])))
+    # keep_on_request = 2 of the agent's, and the person's, which the agent's never push out.
+    assert listed(lab, workload) == {persons: "good", agents[-2]: "good", agents[-1]: "good"}

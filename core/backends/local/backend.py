@@ -24,7 +24,7 @@ from typing import Any
 import structlog
 
 from core import errors
-from core.backends.base import ProgressFn
+from core.backends.base import ProgressFn, asked_by_agent
 from core.backends.local import moves, verify
 from core.backends.local.common import (
     _CAPABILITIES,
@@ -230,7 +230,9 @@ class LocalBackend(LocalPlanning):
                     standby=str(args["handoff"]), mode=str(args.get("mode")), progress=progress
                 )
             else:
-                ckpt = client.checkpoint(stop=bool(args["stop"]), progress=progress)
+                ckpt = client.checkpoint(
+                    stop=bool(args["stop"]), progress=progress, by_agent=asked_by_agent()
+                )
             if args["stop"]:
                 self._wait_wrapper_exit(rec, only_pid=said == "sent")
             return {
