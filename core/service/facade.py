@@ -450,8 +450,10 @@ class Service(PeopleDesk, WorldContext):
         judged on its newer checkpoints as they verify now, not as they did when the plan was
         made (Conflict ``last-good-checkpoint``; the backend's step checks again under the
         store's lock)."""
+        if plan.action is not Action.DELETE_CHECKPOINT:
+            return
         backend = self.backend(plan.backend)
-        if plan.action is not Action.DELETE_CHECKPOINT or not isinstance(backend, CheckpointKeeper):
+        if not isinstance(backend, CheckpointKeeper):
             return
         try:
             backend.check_deletable(plan.target.partition(":")[2])

@@ -57,12 +57,16 @@ def _gone(checkpoint_id: str) -> errors.NotFound:
 
 
 @contextmanager
-def hold(store: CheckpointStore, checkpoint_id: str) -> Iterator[None]:
+def hold(store: CheckpointStore, checkpoint_id: str, *, missing_ok: bool = False) -> Iterator[None]:
     """Keep a checkpoint from being deleted while it is read (a restore). NotFound when it is
-    gone, or went while we waited for a deletion to finish. Where we may not create the file
-    (another uid's lineage, where we never delete either) nothing is held."""
+    gone, or went while we waited for a deletion to finish (``missing_ok``: hold nothing and
+    let the reader report it). Where we may not create the file (another uid's lineage, where
+    we never delete either) nothing is held."""
     path = store.path_of(checkpoint_id)
     if path is None:
+        if missing_ok:
+            yield
+            return
         raise _gone(checkpoint_id)
     try:
         fd = perms.open_file(path / HOLD, store.modes, os.O_RDONLY)

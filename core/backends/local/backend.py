@@ -14,6 +14,7 @@ Steps (``run_step`` ops): ``checkpoint``, ``start``, ``fence``, ``terminate``,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -247,12 +248,20 @@ class LocalBackend(LocalPlanning):
         if op == "start":
             if args.get("standby_pid"):
                 self._await_standby(args["workload"], int(args["standby_pid"]), args.get("standby"))
-            return self._start(
-                args["workload"],
-                node=args["node"],
-                restore_from=args.get("restore_from"),
-                fresh=bool(args.get("fresh")),
-            )
+            restore_from = args.get("restore_from")
+            # Held from here until the wrapper reports the restore (it holds it too while it
+            # reads it): retention never rotates out what this execution restores.
+            with (
+                retention.hold(self.store, restore_from, missing_ok=True)
+                if restore_from
+                else contextlib.nullcontext()
+            ):
+                return self._start(
+                    args["workload"],
+                    node=args["node"],
+                    restore_from=restore_from,
+                    fresh=bool(args.get("fresh")),
+                )
         if op == "fence":
             rec = self.registry.require(args["workload"])
             killed = fencing.fence(self.settings, rec)
