@@ -63,24 +63,23 @@ def hold(store: CheckpointStore, checkpoint_id: str, *, missing_ok: bool = False
     let the reader report it). Where we may not create the file (another uid's lineage, where
     we never delete either) nothing is held."""
     path = store.path_of(checkpoint_id)
-    if path is None:
-        if missing_ok:
-            yield
-            return
+    if path is None and not missing_ok:
         raise _gone(checkpoint_id)
+    fd = -1
+    if path is not None:
+        try:
+            fd = perms.open_file(path / HOLD, store.modes, os.O_RDONLY)
+        except OSError as exc:
+            log.debug("checkpoint.not_held", id=checkpoint_id, error=str(exc))
     try:
-        fd = perms.open_file(path / HOLD, store.modes, os.O_RDONLY)
-    except OSError as exc:
-        log.debug("checkpoint.not_held", id=checkpoint_id, error=str(exc))
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)  # a deletion holds it only while it renames
-        if store.path_of(checkpoint_id) is None:
-            raise _gone(checkpoint_id)
+        if fd >= 0:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # a deletion holds it only while it renames
+            if store.path_of(checkpoint_id) is None and not missing_ok:
+                raise _gone(checkpoint_id)
         yield
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
 
 
 def _delete_unheld(store: CheckpointStore, checkpoint_id: str) -> None:
@@ -147,8 +146,8 @@ def last_good_problem(
     since = f" ({', '.join(failed)} no longer verif{'y' if len(failed) > 1 else 'ies'})"
     return errors.Conflict(
         f"checkpoint {which} is now the newest good checkpoint of {label}{lineage}"
-        f"{since if failed else ''}, which is not gone: deleting it would leave nothing to "
-        "restore from. Nothing was done.",
+        f"{since if failed else ''}: deleting it would leave the workload nothing to come "
+        "back from. Nothing was done.",
         hint=f"take a new checkpoint of {label}{lineage} first; once a newer one verifies, "
         f"{which} may be deleted",
         code=LAST_GOOD,
