@@ -6,9 +6,9 @@ checkpoints taken on request are rotated, through the installed ``clawpoint`` an
   checkpoint is then the last one to restore from. The refusal names its code, deletes
   nothing, leaves the approval unused, and ``resume`` restores from the checkpoint kept.
 - Checkpoints asked for on request (an agent's "safe" ``checkpoint_workload``, a person's
-  ``clawpoint checkpoint``) are capped by ``[store] keep_on_request``: the oldest of them go,
-  never one of the workload's other checkpoints, never the newest good one, never one a
-  restore is reading.
+  ``clawpoint checkpoint``) are capped by ``[store] keep_on_request``, each kind among its
+  own: the oldest of them go, never a scheduled or stop checkpoint, never a person's for an
+  agent's, never the newest good one, never one a restore is reading.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from typing import Any
 
 import pytest
 
+from core import errors
 from core.model import CheckpointStatus
+from core.store import retention
 from core.store.store import ON_REQUEST, CheckpointStore
 from tests.adversarial.conftest import Lab, agent_session, approval_id_of
 from tests.adversarial.test_checkpoint_protection import flip_bytes
@@ -100,9 +102,6 @@ async def test_approved_delete_of_what_became_the_last_good_checkpoint_is_refuse
 
 def test_the_delete_step_itself_refuses_the_last_good_checkpoint(tmp_path: Path) -> None:
     """Under the lineage lock, whatever a caller checked before: nothing is deleted."""
-    from core import errors
-    from core.store import retention
-
     store = stores.keyed(tmp_path, keep=3)
     older = _publish(store)
     newer = _publish(store)
@@ -168,9 +167,6 @@ def test_on_request_rotation_keeps_the_newest_good_checkpoint(tmp_path: Path) ->
 
 
 def test_rotation_and_deletion_leave_a_checkpoint_a_restore_holds(tmp_path: Path) -> None:
-    from core import errors
-    from core.store import retention
-
     store = stores.keyed(tmp_path, keep=3, keep_on_request=1)
     restoring = _publish(store, on_request=True)
     with retention.hold(store, restoring):
