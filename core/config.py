@@ -57,6 +57,10 @@ class StoreConfig(_Section):
     # store (docs/slurm.md, "Many users"). A root several users write into must be sticky.
     path: str | None = None
     keep_per_workload: int = Field(default=3, ge=1)
+    # Checkpoints taken on request (``clawpoint checkpoint``, an agent's checkpoint_workload)
+    # kept per workload: they rotate among themselves and never push the workload's
+    # scheduled or stop checkpoints out (core.store.retention).
+    keep_on_request: int = Field(default=3, ge=1)
     # The key that signs this user's checkpoint manifests (HMAC-SHA256, 32 bytes, created
     # 0600 on first use); default $CLAWPOINT_HOME/keys/store.key. It must lie outside the
     # store and be readable by this user only; on a cluster, at a path every node sees

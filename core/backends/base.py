@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -28,7 +29,7 @@ from pydantic import BaseModel, Field
 
 from core import errors
 from core.actions import ActionParams
-from core.model import Action, CheckpointInfo, NodeInfo, PlanStep, WorkloadInfo
+from core.model import Action, CheckpointInfo, NodeInfo, PlanStep, PrincipalKind, WorkloadInfo
 
 # Defined in core.model (below every layer, so engines and the wrapper use them without
 # importing a backend); re-exported here for backends.
@@ -38,6 +39,17 @@ from core.model import no_progress as no_progress
 if TYPE_CHECKING:
     from core.signals.sla import Progress
     from core.wrapper.spec import RunSpec
+
+
+# Who asked for the execution whose step is running (its principal, "agent:mcp:stdio/ab12"):
+# set by the executor around each step, for a backend that records it with what the step
+# makes (a checkpoint an agent asked for rotates only among the agents': core.store.retention).
+REQUESTER: ContextVar[str] = ContextVar("clawpoint_requester", default="")
+
+
+def asked_by_agent() -> bool:
+    """Whether the step running now is an agent's (``REQUESTER``)."""
+    return REQUESTER.get().startswith(f"{PrincipalKind.AGENT.value}:")
 
 
 class PlanDraft(BaseModel):
@@ -93,6 +105,15 @@ class NodeLookup(Protocol):
     """One node by name (NotFound naming it when there is none)."""
 
     def get_node(self, name: str) -> NodeInfo: ...
+
+
+@runtime_checkable
+class CheckpointKeeper(Protocol):
+    """A backend that deletes checkpoints: ``check_deletable`` refuses (Conflict
+    ``last-good-checkpoint``) the deletion of the one a workload still needs to come back,
+    as its newer checkpoints verify now (a plan's view of them may be stale)."""
+
+    def check_deletable(self, checkpoint_id: str) -> None: ...
 
 
 @runtime_checkable

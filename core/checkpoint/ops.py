@@ -31,7 +31,7 @@ from core.checkpoint import engine, files
 from core.checkpoint.engine import DumpRequest, Engine, Restored, RestoreRequest
 from core.config import CheckpointConfig
 from core.model import CheckpointInfo
-from core.store import staging
+from core.store import retention, staging
 from core.store.store import CheckpointStore, PendingCheckpoint
 
 log = structlog.get_logger(__name__)
@@ -239,7 +239,34 @@ def restore_verified(
     ``resume_early`` (a migration's handoff, whose images were hashed as they were written a
     moment ago on this host): the tree runs as soon as it is restored and verification
     finishes behind it; a mismatch still kills it and fails the restore, only later.
+
+    The checkpoint is held (``core.store.retention.hold``) until the engine has restored the
+    tree: neither rotation nor a deletion removes it meanwhile.
     """
+    with retention.hold(store, checkpoint_id):
+        return _restore_verified(
+            store,
+            eng,
+            checkpoint_id,
+            work_dir=work_dir,
+            cfg=cfg,
+            inherit_pipes=inherit_pipes,
+            lazy=lazy,
+            resume_early=resume_early,
+        )
+
+
+def _restore_verified(
+    store: CheckpointStore,
+    eng: Engine,
+    checkpoint_id: str,
+    *,
+    work_dir: Path,
+    cfg: CheckpointConfig,
+    inherit_pipes: Mapping[int, int] | None = None,
+    lazy: bool = False,
+    resume_early: bool = False,
+) -> Restored:
     t0 = time.perf_counter()
     images = store.images_dir(checkpoint_id)
     # Sizes first (no reads): CRIU may wait forever on a truncated page image.

@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 
 from core import errors
-from core.backends.base import Backend, ProgressFn, no_progress
+from core.backends.base import REQUESTER, Backend, ProgressFn, no_progress
 from core.model import Execution, ExecutionStatus, Plan, PlanStep, utcnow
 from core.service.journal import Journal, OnFinish
 
@@ -71,6 +71,18 @@ def _reconcile(
         return None
     log.warning("step reported an error but took effect", step=step.name, error=str(error))
     return {**found, "reconciled": True, "reported_error": error.message}
+
+
+def _run_step(
+    backend: Backend, step: PlanStep, args: dict[str, Any], progress: ProgressFn, principal: str
+) -> dict[str, Any]:
+    """Run one step with its execution's principal as ``REQUESTER`` (what the step makes may
+    record who asked for it)."""
+    token = REQUESTER.set(principal)
+    try:
+        return backend.run_step(step.op, args, progress)
+    finally:
+        REQUESTER.reset(token)
 
 
 def _test_kill_at(plan: Plan, step: PlanStep, when: str) -> None:
@@ -159,7 +171,7 @@ class Executor:
                 return self._fail(plan, backend, execution, idx, exc, outputs, then)
             _test_kill_at(plan, step, "before")
             try:
-                output = backend.run_step(step.op, args, step_progress)
+                output = _run_step(backend, step, args, step_progress, execution.principal)
             except Exception as exc:  # a bug must not leave the journal "running" forever
                 error = _as_error(step, exc)
                 found = _reconcile(backend, step, args, started, error)

@@ -26,6 +26,7 @@ from core.backends.base import (
     Backend,
     BatchSpec,
     BatchSubmitter,
+    CheckpointKeeper,
     Launcher,
     ProgressFn,
     ProgressSource,
@@ -444,6 +445,7 @@ class Service(PeopleDesk, WorldContext):
         unused. BackendUnavailable when the world cannot be read (nothing runs either)."""
         problems = self._stale(plan)
         if not problems:
+            self._check_deletable(plan, principal)
             return
         self.audit.append(
             "precondition.failed",
@@ -458,6 +460,27 @@ class Service(PeopleDesk, WorldContext):
             "ask for a new one): the new plan starts from where things are now",
             details={"plan_hash": plan.hash, "problems": problems},
         )
+
+    def _check_deletable(self, plan: Plan, principal: Principal) -> None:
+        """A deletion must not take the checkpoint a workload still needs to come back,
+        judged on its newer checkpoints as they verify now, not as they did when the plan was
+        made (Conflict ``last-good-checkpoint``; the backend's step checks again under the
+        store's lock)."""
+        if plan.action is not Action.DELETE_CHECKPOINT:
+            return
+        backend = self.backend(plan.backend)
+        if not isinstance(backend, CheckpointKeeper):
+            return
+        try:
+            backend.check_deletable(plan.target.partition(":")[2])
+        except errors.Conflict as exc:
+            self.audit.append(
+                "precondition.failed",
+                principal=str(principal),
+                subject=plan.target,
+                data={"plan_hash": plan.hash, "problems": [exc.message]},
+            )
+            raise
 
     def stale_reasons(self, plan: Plan) -> list[str]:
         """What no longer holds of the plan's preconditions (empty: it still fits); reads only."""

@@ -22,11 +22,10 @@ that lies in a directory someone else owns, is ``untrusted``: listed, never rest
 a lineage another uid owns (root, or a service in group mode) checks its integrity but cannot
 authenticate it: such checkpoints are ``unverified`` and this store never restores them.
 
-Retention protects checkpoints by their goodness, not their age: it never deletes the newest
-checkpoint that verifies (whatever corrupt ones lie above it), and only checkpoints taken on
-the workload's own schedule or when it was stopped (never those asked for on request, which
-is what an agent's "safe" ``checkpoint_workload`` is) push older ones out; see
-``apply_retention``.
+Retention (``core.store.retention``) protects checkpoints by their goodness, not their age:
+it never deletes the newest checkpoint that verifies (whatever corrupt ones lie above it), nor
+one a restore holds (``hold``); checkpoints asked for on request rotate among themselves
+(``keep_on_request``) and never push the others out.
 
 Limits: one filesystem per root (rename is atomic only within one; on a cluster the root must
 be a shared filesystem with POSIX rename and flock, such as NFSv4 or Lustre). No compression.
@@ -35,6 +34,7 @@ be a shared filesystem with POSIX rename and flock, such as NFSv4 or Lustre). No
 from __future__ import annotations
 
 import builtins
+import contextlib
 import fcntl
 import json
 import os
@@ -71,6 +71,8 @@ UNVERIFIED_REASON = "unverified_reason"
 # Manifest ``extra`` key: true for a leave-running checkpoint asked for on request (control
 # socket or SIGUSR1), as opposed to the wrapper's schedule or a stop-checkpoint.
 ON_REQUEST = "on_request"
+# With ON_REQUEST: "agent" when an agent asked for it (such ones rotate among themselves).
+REQUESTED_BY = "requested_by"
 FORMAT = 1
 _TMP = ".tmp-"
 FAILED_LOGS = ".last-failed"  # per lineage: the engine logs of the last aborted checkpoint
@@ -139,18 +141,27 @@ def _fsync_path(path: Path, *, directory: bool = False) -> None:
 class CheckpointStore:
     """``key``: the owner's manifest key file (``[store] key``); without one the store only
     reads (it cannot publish, and lists everything as ``unverified``). ``group``: group mode
-    (``[store] group``), else private."""
+    (``[store] group``), else private. ``keep`` and ``keep_on_request``: what retention
+    keeps (``[store] keep_per_workload`` and ``keep_on_request``)."""
 
     def __init__(
-        self, root: Path, *, keep: int = 3, key: Path | None = None, group: str | None = None
+        self,
+        root: Path,
+        *,
+        keep: int = 3,
+        key: Path | None = None,
+        group: str | None = None,
+        keep_on_request: int = 3,
     ) -> None:
-        if keep < 1:
-            raise errors.InvalidInput(
-                f"keep must be at least 1, got {keep}",
-                hint="set store.keep_per_workload to 1 or more",
-            )
+        for value, what in ((keep, "keep_per_workload"), (keep_on_request, "keep_on_request")):
+            if value < 1:
+                raise errors.InvalidInput(
+                    f"{what} must be at least 1, got {value}",
+                    hint=f"set store.{what} to 1 or more",
+                )
         self.root = Path(root)
         self.keep = keep
+        self.keep_on_request = keep_on_request
         self.key = seal.StoreKey(key) if key is not None else None
         self.group = group or None
         self.uid = os.geteuid()
@@ -231,6 +242,11 @@ class CheckpointStore:
             yield d
         finally:
             os.close(fd)
+
+    def locked(self, lineage: str) -> contextlib.AbstractContextManager[Path]:
+        """The lineage's lock (``begin`` and deletions take it): what is decided under it
+        about the lineage's checkpoints holds until it is released."""
+        return self._lineage_lock(lineage)
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -541,6 +557,11 @@ class CheckpointStore:
             )
         return self._load(path, owner)
 
+    def path_of(self, checkpoint_id: str) -> Path | None:
+        """The directory of a published checkpoint; None when there is none (now)."""
+        path = self._dir(checkpoint_id)
+        return path if self._is_published(path) else None
+
     def images_dir(self, checkpoint_id: str) -> Path:
         self.get(checkpoint_id)
         return self._dir(checkpoint_id) / IMAGES
@@ -708,6 +729,9 @@ class CheckpointStore:
     # -- deletion ---------------------------------------------------------------------------
 
     def delete(self, checkpoint_id: str) -> None:
+        """Delete one checkpoint, unconditionally: callers go through
+        ``core.store.retention``, which decides under ``locked`` which ones may go and
+        never deletes one a restore holds."""
         path = self._dir(checkpoint_id)
         if not self._is_published(path):
             raise errors.NotFound(
@@ -726,50 +750,10 @@ class CheckpointStore:
         log.info("checkpoint.deleted", id=checkpoint_id)
 
     def apply_retention(self, lineage: str, *, fresh: str | None = None) -> builtins.list[str]:
-        """Delete what ``keep`` rotates out; never the newest good checkpoint. Returns the ids.
+        """Delete what retention rotates out (``core.store.retention.rotate``); the ids."""
+        from core.store import retention  # it builds on this module
 
-        A checkpoint goes once ``keep`` *rotating* checkpoints are newer than it: known-good
-        ones (not marked corrupt) that were taken on schedule or when the workload stopped.
-        Checkpoints taken on request (``ON_REQUEST``) do not rotate, so any number of them,
-        an agent's included, deletes nothing; they are themselves rotated out by later
-        scheduled ones. The newest checkpoint that verifies is kept whatever its age: walking
-        from the newest, each is verified (``fresh``, the one just published and hashed, is
-        trusted) until one does; the ones that fail are marked corrupt on the way.
-
-        Untrusted checkpoints neither rotate nor are ever deleted here: someone who planted
-        checkpoints must not push good ones out, and what is not ours to judge stays for a
-        person to look at (and delete).
-        """
-        infos = self.list(lineage)
-        protected: str | None = None
-        for info in infos:
-            if info.status in _NEVER_RESTORED:
-                continue
-            if info.id == fresh:
-                protected = info.id
-                break
-            try:
-                self.verify(info.id)
-            except errors.UntrustedCheckpoint:
-                info.status = CheckpointStatus.UNTRUSTED
-                continue
-            except errors.CorruptCheckpoint:
-                info.status = CheckpointStatus.CORRUPT  # verify marked it
-                continue
-            protected = info.id
-            break
-        doomed: builtins.list[str] = []
-        newer_rotating = 0
-        for info in infos:  # newest first
-            if info.status is CheckpointStatus.UNTRUSTED:
-                continue
-            if newer_rotating >= self.keep and info.id != protected:
-                doomed.append(info.id)
-            if info.status is not CheckpointStatus.CORRUPT and not info.extra.get(ON_REQUEST):
-                newer_rotating += 1
-        for cid in doomed:
-            self.delete(cid)
-        return doomed
+        return retention.rotate(self, lineage, fresh=fresh)
 
     def cleanup_partial(self) -> builtins.list[str]:
         """Remove temporary directories whose writer is gone (its flock is free)."""

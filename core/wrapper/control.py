@@ -1,7 +1,8 @@
 """The wrapper's control socket protocol (JSON lines over a Unix socket) and its client.
 
 Requests are one JSON object per line: ``{"op": "checkpoint", "stop": bool}`` (a stop may
-add ``"handoff": {"socket", "mode"}``: see ``core.wrapper.handoff``),
+add ``"handoff": {"socket", "mode"}``: see ``core.wrapper.handoff``; ``"by": "agent"`` marks
+a checkpoint an agent asked for, which rotates only among the agents': core.store.retention),
 ``{"op": "status"}``, ``{"op": "terminate", "timeout_s": float}``. The wrapper answers with
 zero or more ``{"progress": [done, total, message]}`` lines, then exactly one
 ``{"result": ...}`` or ``{"error": {code, message, hint, ...}}`` line.
@@ -162,12 +163,14 @@ class ControlClient:
         timeout_s: float = 600,
         progress: ProgressFn | None = None,
         on_info: Callable[[CheckpointInfo], None] | None = None,
+        by_agent: bool = False,
     ) -> CheckpointInfo:
         """``on_info`` runs on the checkpoint before the connection closes: after a stop
         checkpoint the wrapper ends once its requester hangs up, and in a container its end
-        (PID 1's) kills every other process there, a requester still printing included."""
+        (PID 1's) kills every other process there, a requester still printing included.
+        ``by_agent``: an agent asked for it (recorded with it)."""
         result = self._request(
-            {"op": "checkpoint", "stop": stop},
+            {"op": "checkpoint", "stop": stop, **({"by": "agent"} if by_agent else {})},
             timeout_s=timeout_s,
             progress=progress,
             on_result=None

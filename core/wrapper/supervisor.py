@@ -56,7 +56,7 @@ from core.model import CheckpointInfo, CheckpointStatus, WorkloadState, utcnow
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store import staging
-from core.store.store import ON_REQUEST, CheckpointStore, parse_checkpoint_id
+from core.store.store import ON_REQUEST, REQUESTED_BY, CheckpointStore, parse_checkpoint_id
 from core.wrapper import control, fence, handoff, payload
 from core.wrapper.spec import RunSpec, output_path
 
@@ -132,6 +132,7 @@ class Supervisor:
         self.store = CheckpointStore(
             settings.checkpoint_dir,
             keep=settings.store.keep_per_workload,
+            keep_on_request=settings.store.keep_on_request,
             key=settings.store_key_path,
             group=settings.store.group,
         )
@@ -578,6 +579,8 @@ class Supervisor:
                     send({"error": self._ended_error().to_dict()})
                     return
                 job = _Job("checkpoint", stop=bool(request.get("stop")), reply=reply)
+                if request.get("by") == "agent":
+                    job.extra["by_agent"] = True
                 if job.stop and isinstance(request.get("handoff"), dict):
                     job.extra["handoff"] = request["handoff"]
                 self.jobs.put(job)
@@ -719,9 +722,11 @@ class Supervisor:
         reply: queue.SimpleQueue[dict[str, Any]] | None,
         on_request: bool = False,
         handoff_to: dict[str, Any] | None = None,
+        by_agent: bool = False,
     ) -> None:
         """Take a checkpoint, then apply retention. ``on_request``: a leave-running one someone
-        asked for (control socket, SIGUSR1), which rotates no older checkpoint out.
+        asked for (control socket, SIGUSR1), which rotates only older ones taken on request
+        out (``by_agent``: an agent asked for it, and only the agents' rotate it out).
         ``handoff_to`` (a stop only): ``{"socket", "mode"}`` of a standby wrapper to give the
         workload to once the checkpoint is published (``core.wrapper.handoff``)."""
 
@@ -744,7 +749,9 @@ class Supervisor:
             if stop and handoff_to is not None:
                 info, said = self._stage_and_hand_over(p, handoff_to)
             else:
-                info = self._checkpoint(p, stop=stop, progress=progress, on_request=on_request)
+                info = self._checkpoint(
+                    p, stop=stop, progress=progress, on_request=on_request, by_agent=by_agent
+                )
             self._last_ckpt_s = time.monotonic() - t0
         except errors.ClawpointError as exc:
             self.stopping = False
@@ -882,7 +889,13 @@ class Supervisor:
             time.sleep(0.005)
 
     def _checkpoint(
-        self, p: payload.Payload, *, stop: bool, progress: Any, on_request: bool = False
+        self,
+        p: payload.Payload,
+        *,
+        stop: bool,
+        progress: Any,
+        on_request: bool = False,
+        by_agent: bool = False,
     ) -> CheckpointInfo:
         extra: dict[str, Any] = {
             "command": self.spec.command,
@@ -890,6 +903,8 @@ class Supervisor:
         }
         if on_request:
             extra[ON_REQUEST] = True
+            if by_agent:
+                extra[REQUESTED_BY] = "agent"
         return ops.checkpoint(
             self.store,
             self.engine,
@@ -1052,6 +1067,7 @@ class Supervisor:
                             reply=job.reply,
                             on_request=job.kind == "checkpoint" and not job.stop,
                             handoff_to=job.extra.get("handoff"),
+                            by_agent=bool(job.extra.get("by_agent")),
                         )
                 finally:
                     self._dump_since = None

@@ -13,5 +13,9 @@ def key_for(root: Path) -> Path:
     return root.parent / f".{root.name}.keys" / "store.key"
 
 
-def keyed(root: Path, *, keep: int = 3, group: str | None = None) -> CheckpointStore:
-    return CheckpointStore(root, keep=keep, key=key_for(Path(root)), group=group)
+def keyed(
+    root: Path, *, keep: int = 3, group: str | None = None, keep_on_request: int = 3
+) -> CheckpointStore:
+    return CheckpointStore(
+        root, keep=keep, key=key_for(Path(root)), group=group, keep_on_request=keep_on_request
+    )

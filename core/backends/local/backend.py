@@ -14,6 +14,7 @@ Steps (``run_step`` ops): ``checkpoint``, ``start``, ``fence``, ``terminate``,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -24,7 +25,7 @@ from typing import Any
 import structlog
 
 from core import errors
-from core.backends.base import ProgressFn
+from core.backends.base import ProgressFn, asked_by_agent
 from core.backends.local import moves, verify
 from core.backends.local.common import (
     _CAPABILITIES,
@@ -53,7 +54,8 @@ from core.model import (
 from core.signals.sla import Progress, read_progress
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
-from core.store.store import CheckpointStore
+from core.store import retention
+from core.store.store import CheckpointStore, parse_checkpoint_id
 from core.wrapper import fence as fencing
 from core.wrapper import handoff
 from core.wrapper.control import ControlClient
@@ -76,6 +78,7 @@ class LocalBackend(LocalPlanning):
         self.store = CheckpointStore(
             settings.checkpoint_dir,
             keep=settings.store.keep_per_workload,
+            keep_on_request=settings.store.keep_on_request,
             key=settings.store_key_path,
             group=settings.store.group,
         )
@@ -228,7 +231,9 @@ class LocalBackend(LocalPlanning):
                     standby=str(args["handoff"]), mode=str(args.get("mode")), progress=progress
                 )
             else:
-                ckpt = client.checkpoint(stop=bool(args["stop"]), progress=progress)
+                ckpt = client.checkpoint(
+                    stop=bool(args["stop"]), progress=progress, by_agent=asked_by_agent()
+                )
             if args["stop"]:
                 self._wait_wrapper_exit(rec, only_pid=said == "sent")
             return {
@@ -243,12 +248,20 @@ class LocalBackend(LocalPlanning):
         if op == "start":
             if args.get("standby_pid"):
                 self._await_standby(args["workload"], int(args["standby_pid"]), args.get("standby"))
-            return self._start(
-                args["workload"],
-                node=args["node"],
-                restore_from=args.get("restore_from"),
-                fresh=bool(args.get("fresh")),
-            )
+            restore_from = args.get("restore_from")
+            # Held from here until the wrapper reports the restore (it holds it too while it
+            # reads it): retention never rotates out what this execution restores.
+            with (
+                retention.hold(self.store, restore_from, missing_ok=True)
+                if restore_from
+                else contextlib.nullcontext()
+            ):
+                return self._start(
+                    args["workload"],
+                    node=args["node"],
+                    restore_from=restore_from,
+                    fresh=bool(args.get("fresh")),
+                )
         if op == "fence":
             rec = self.registry.require(args["workload"])
             killed = fencing.fence(self.settings, rec)
@@ -275,8 +288,12 @@ class LocalBackend(LocalPlanning):
             )
             return {"node": args["node"], "schedulable": bool(args["schedulable"])}
         if op == "delete_checkpoint":
-            self.store.delete(args["checkpoint_id"])
-            return {"deleted": args["checkpoint_id"]}
+            # Under the store's lock, as the newer checkpoints verify now: the plan's view of
+            # them may be stale (Conflict, nothing deleted).
+            cid = args["checkpoint_id"]
+            live = self._protects(parse_checkpoint_id(cid)[0])
+            retention.delete(self.store, cid, live=live, label=f"{NAME}:")
+            return {"deleted": cid}
         if op in ("suspend_gpu", "resume_gpu"):
             return self._gpu_step(op, self.registry.require(args["workload"]))
         raise errors.OperationFailed(f"unknown local step {op!r}", hint="this is a bug; report it")

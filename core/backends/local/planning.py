@@ -29,7 +29,8 @@ from core.model import (
     validate_name,
 )
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
-from core.store.store import CheckpointStore
+from core.store import retention
+from core.store.store import CheckpointStore, parse_checkpoint_id
 
 
 def _start_step(
@@ -518,14 +519,9 @@ class LocalPlanning:
         ckpt = self.store.get(checkpoint_id)
         rec = self.registry.get(ckpt.lineage)
         # Protected by goodness, not age: the newest checkpoint that verifies (newer corrupt
-        # ones are found, marked and skipped here), whatever lies above it.
-        good = self.store.newest_good(ckpt.lineage)
-        is_newest = good is not None and good.id == ckpt.id
-        live = rec is not None and rec.state in (
-            WorkloadState.RUNNING,
-            WorkloadState.STOPPED,
-            WorkloadState.FAILED,
-        )
+        # ones are found, marked and skipped here), whatever lies above it. Execution asks
+        # again, under the store's lock (``check_deletable`` and the delete step).
+        protected = self._last_good(ckpt.id) is not None
         return PlanDraft(
             steps=[
                 PlanStep(
@@ -541,9 +537,33 @@ class LocalPlanning:
             scope={
                 "backend": NAME,
                 "labels": rec.labels if rec else {},
-                "newest_of_live_workload": is_newest and live,
+                "newest_of_live_workload": protected,
             },
         )
+
+    def _protects(self, lineage: str) -> bool:
+        """Whether the newest good checkpoint of ``lineage`` is protected from deletion: its
+        workload is not gone (running, stopped or failed: it may need it to come back)."""
+        rec = self.registry.get(lineage)
+        return rec is not None and rec.state in (
+            WorkloadState.RUNNING,
+            WorkloadState.CHECKPOINTING,
+            WorkloadState.STOPPED,
+            WorkloadState.FAILED,
+        )
+
+    def _last_good(self, checkpoint_id: str) -> errors.Conflict | None:
+        """Why ``checkpoint_id`` may not be deleted now (the newest good checkpoint of a
+        workload that is not gone), or None."""
+        live = self._protects(parse_checkpoint_id(checkpoint_id)[0])
+        return retention.last_good_problem(self.store, checkpoint_id, live=live, label=f"{NAME}:")
+
+    def check_deletable(self, checkpoint_id: str) -> None:
+        """Refuse (Conflict ``last-good-checkpoint``) the deletion of the newest good
+        checkpoint of a workload that is not gone, as its newer checkpoints verify now."""
+        problem = self._last_good(checkpoint_id)
+        if problem is not None:
+            raise problem
 
     def _plan_drain(self, node: str, params: DrainParams) -> PlanDraft:
         info = self.get_node(node)
