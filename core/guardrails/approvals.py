@@ -26,6 +26,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import sqlite3
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -42,6 +43,7 @@ from core.model import Plan, Principal, PrincipalKind, RiskClass, utcnow
 from core.state.db import Database, loads
 
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: easy to read and type
+MAX_PAGE = 500  # requests per page at most
 SESSION_SEP = "/"  # agent principal ids: IDENTITY/SESSION, e.g. mcp:stdio/3fa9c2d1
 ExecutableBy = Literal["requester", "agent"]
 
@@ -85,6 +87,9 @@ class ApprovalView(BaseModel):
     # "agent": any session of the requesting agent (a person chose --any-session).
     executable_by: ExecutableBy = "requester"
     needs: ApprovalKind = "any"  # "out-of-band": the agent's own client can never approve
+
+
+Views = list[ApprovalView]  # (``ApprovalStore.list`` shadows the builtin in its class)
 
 
 def load_or_create_secret(path: Path) -> bytes:
@@ -162,31 +167,11 @@ class ApprovalStore:
     def create(
         self, plan: Plan, requester: Principal, reason: str, *, needs: ApprovalKind = "any"
     ) -> ApprovalView:
-        if not plan.hash or plan.hash != plan.compute_hash():
-            raise errors.InvalidInput(
-                "the plan is not sealed (its hash is missing or stale)",
-                hint="plan again; only sealed plans can be approved",
-            )
-        approval_id = "apr-" + secrets.token_hex(5)
-        now = utcnow()
+        """A new pending request, always (within the cap); ``request`` collapses repeats."""
+        _require_sealed(plan)
+        self._expire_due()
         with self.db.write() as conn:
-            conn.execute(
-                "INSERT INTO approvals(id, plan_hash, plan, requester, requester_kind, reason, "
-                "status, code_hash, created_at, expires_at, needs) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    approval_id,
-                    plan.hash,
-                    plan.model_dump_json(),
-                    requester.id,
-                    requester.kind.value,
-                    reason,
-                    ApprovalStatus.PENDING.value,
-                    self._code_hash(approval_id, self._code_for(approval_id)),
-                    now.isoformat(),
-                    (now + self.config.expiry_delta).isoformat(),
-                    needs,
-                ),
-            )
+            approval_id = self._insert(conn, plan, requester, reason, needs)
         self._audit(
             "approval.requested",
             requester,
@@ -196,6 +181,109 @@ class ApprovalStore:
             needs=needs,
         )
         return self.get(approval_id)
+
+    def request(
+        self, plan: Plan, requester: Principal, reason: str, *, needs: ApprovalKind = "any"
+    ) -> tuple[ApprovalView, bool]:
+        """The pending request for this plan: the one already waiting, or a new one.
+
+        A requester's pending request for the same action and target is returned as it is
+        (``False``: nothing new for a person to read), whatever reason or parameters the new
+        ask gives: asking again never makes a person decide twice. Only when the waiting
+        request can no longer be right is it withdrawn and replaced (``True``): the world it
+        was planned for changed (its preconditions differ from the new plan's), or the new
+        plan needs a stricter approval path. A new request counts against the requester's
+        cap of pending requests (``max_pending_per_principal``, all its sessions together).
+        Checked and written in one transaction: two identical asks at once make one request.
+        """
+        _require_sealed(plan)
+        self._expire_due()
+        superseded: str | None = None
+        with self.db.write() as conn:
+            row = conn.execute(
+                "SELECT * FROM approvals WHERE requester=? AND action=? AND target=? "
+                "AND status='pending' ORDER BY created_at DESC LIMIT 1",
+                (requester.id, plan.action.value, plan.target),
+            ).fetchone()
+            if row is not None:
+                waiting = _view(row)
+                if waiting.plan.preconditions == plan.preconditions and (
+                    waiting.needs == needs or needs == "any"
+                ):
+                    return waiting, False
+                superseded = waiting.id
+                conn.execute(
+                    "UPDATE approvals SET status='denied', decided_by=?, "
+                    "decided_via='withdrawn', decided_at=?, note=? WHERE id=? AND status='pending'",
+                    (requester.id, utcnow().isoformat(), _SUPERSEDED, superseded),
+                )
+            approval_id = self._insert(conn, plan, requester, reason, needs)
+        if superseded is not None:
+            self._audit("approval.withdrawn", requester, superseded, note=_SUPERSEDED,
+                        superseded_by=approval_id)  # fmt: skip
+        self._audit(
+            "approval.requested",
+            requester,
+            approval_id,
+            plan_hash=plan.hash,
+            reason=reason,
+            needs=needs,
+            **({"supersedes": superseded} if superseded else {}),
+        )
+        return self.get(approval_id), True
+
+    def _insert(
+        self,
+        conn: sqlite3.Connection,
+        plan: Plan,
+        requester: Principal,
+        reason: str,
+        needs: ApprovalKind,
+    ) -> str:
+        """Insert a pending request inside the caller's write transaction; refuse past the
+        requester's cap of pending requests (counted in the same transaction)."""
+        identity = session_free(requester.id)
+        cap = self.config.max_pending_per_principal
+        if requester.kind is not PrincipalKind.PERSON:
+            (waiting,) = conn.execute(
+                "SELECT COUNT(*) FROM approvals WHERE identity=? AND status='pending'",
+                (identity,),
+            ).fetchone()
+            if waiting >= cap:
+                raise errors.PolicyDenied(
+                    f"{identity} already has {waiting} approval requests waiting for a person, "
+                    f"the most allowed ([approvals] max_pending_per_principal = {cap}); this "
+                    "one was not made",
+                    hint="do not ask again now: wait until a person decides or the waiting "
+                    "requests expire (list_approvals shows them), or ask an operator to raise "
+                    "the cap",
+                    code="approval-cap",
+                    details={"pending": waiting, "cap": cap},
+                )
+        approval_id = "apr-" + secrets.token_hex(5)
+        now = utcnow()
+        conn.execute(
+            "INSERT INTO approvals(id, plan_hash, plan, requester, requester_kind, reason, "
+            "status, code_hash, created_at, expires_at, needs, action, target, identity) "
+            "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                approval_id,
+                plan.hash,
+                plan.model_dump_json(),
+                requester.id,
+                requester.kind.value,
+                reason,
+                ApprovalStatus.PENDING.value,
+                self._code_hash(approval_id, self._code_for(approval_id)),
+                now.isoformat(),
+                (now + self.config.expiry_delta).isoformat(),
+                needs,
+                plan.action.value,
+                plan.target,
+                identity,
+            ),
+        )
+        return approval_id
 
     def get(self, approval_id: str) -> ApprovalView:
         self._expire_due()
@@ -207,14 +295,58 @@ class ApprovalStore:
             )
         return _view(row)
 
-    def list(self, *, status: ApprovalStatus | None = None) -> list[ApprovalView]:
+    def list(
+        self, *, status: ApprovalStatus | None = None, requester: str | None = None
+    ) -> list[ApprovalView]:
+        """Every request (of ``status``, of ``requester``), newest first. Unbounded: people's
+        and agents' views use ``page``."""
         self._expire_due()
-        sql, args = "SELECT * FROM approvals", []
-        if status is not None:
-            sql, args = sql + " WHERE status=?", [status.value]
+        where, args = _where(status, requester)
         with self.db.read() as conn:
-            rows = conn.execute(sql + " ORDER BY created_at DESC", args).fetchall()
+            rows = conn.execute(
+                f"SELECT * FROM approvals{where} ORDER BY created_at DESC, id DESC", args
+            ).fetchall()
         return [_view(r) for r in rows]
+
+    def page(
+        self, *, status: ApprovalStatus | None = None, limit: int = 50, cursor: str | None = None
+    ) -> tuple[Views, str | None]:
+        """``limit`` requests newest first, after the one whose id is ``cursor``, and the
+        cursor of the next page (None: this is the last). Keyset paging on the
+        (status, created_at, id) index: a page costs the same with 20 rows or 20,000, and a
+        request added or decided meanwhile neither repeats nor skips the others."""
+        if not 1 <= limit <= MAX_PAGE:
+            raise errors.InvalidInput(
+                f"limit {limit} is not between 1 and {MAX_PAGE}", hint=f"pass 1 to {MAX_PAGE}"
+            )
+        self._expire_due()
+        where, args = _where(status, None)
+        with self.db.read() as conn:
+            if cursor:
+                after = conn.execute(
+                    "SELECT created_at, id FROM approvals WHERE id=?", (cursor,)
+                ).fetchone()
+                if after is None:
+                    raise errors.InvalidInput(
+                        f"cursor {cursor[:80]!r} names no approval request",
+                        hint="list again without a cursor",
+                    )
+                where += (" AND" if where else " WHERE") + " (created_at, id) < (?, ?)"
+                args += [after["created_at"], after["id"]]
+            rows = conn.execute(
+                f"SELECT * FROM approvals{where} ORDER BY created_at DESC, id DESC LIMIT ?",
+                [*args, limit + 1],
+            ).fetchall()
+        views = [_view(r) for r in rows[:limit]]
+        return views, (views[-1].id if len(rows) > limit else None)
+
+    def count(self, *, status: ApprovalStatus | None = None) -> int:
+        """How many requests there are (of ``status``): an index count."""
+        self._expire_due()
+        where, args = _where(status, None)
+        with self.db.read() as conn:
+            (n,) = conn.execute(f"SELECT COUNT(*) FROM approvals{where}", args).fetchone()
+        return int(n)
 
     def approve(
         self, approval_id: str, approver: Principal, *, via: str = "cli", any_session: bool = False
@@ -314,7 +446,7 @@ class ApprovalStore:
         if view.status is not ApprovalStatus.PENDING:
             raise errors.Conflict(
                 f"approval {approval_id} is {view.status.value}, not pending",
-                hint="request a new approval for the plan",
+                hint=_NEXT_BY_STATUS.get(view.status, _ASK_AGAIN),
             )
         with self.db.write() as conn:
             conn.execute(
@@ -363,15 +495,8 @@ class ApprovalStore:
                 "WHERE id=? AND status='approved' AND plan_hash=?",
                 (utcnow().isoformat(), str(principal), approval_id, plan_hash),
             )
-            status = row["status"]
-            if cur.rowcount != 1:  # a concurrent use won the race: report what it is now
-                now = conn.execute("SELECT status FROM approvals WHERE id=?", (approval_id,))
-                status = now.fetchone()["status"]
-        if cur.rowcount != 1:
-            raise errors.ApprovalRequired(
-                f"approval {approval_id} is {status}, not approved; it cannot be used",
-                hint="used and expired approvals cannot be reused: request a new approval",
-            )
+        if cur.rowcount != 1:  # not approved, or a concurrent use won: say what it is now
+            raise not_usable(self.get(approval_id))
         self._audit("approval.used", principal, approval_id, plan_hash=plan_hash)
         return self.get(approval_id)
 
@@ -451,6 +576,52 @@ class ApprovalStore:
         self.audit.append(kind, principal=str(principal), subject=approval_id, data=data)
 
 
+_SUPERSEDED = "superseded: the situation it was planned for changed; a new request replaces it"
+_ASK_AGAIN = "request a new approval for the plan (plan it again first if things changed)"
+_NEXT_BY_STATUS = {
+    ApprovalStatus.PENDING: "wait for a person to decide; do not request it again (asking again "
+    "returns this same request); run it once it is approved",
+    ApprovalStatus.DENIED: "a person denied or withdrew it: do not ask again for the same plan "
+    "unless something changed; tell the person what changed",
+    ApprovalStatus.USED: "it already ran once; plan again if it is needed again",
+}
+
+
+def not_usable(view: ApprovalView) -> errors.ApprovalRequired:
+    """Why an approval that is not ``approved`` cannot run its plan, and what to do next: a
+    pending one means wait (never "ask again": that would make a person decide twice)."""
+    status = view.status
+    what = f"approval {view.id} is {status.value}, not approved"
+    if status is ApprovalStatus.PENDING:
+        what += f": a person has not decided yet (it waits until {view.expires_at:%H:%M:%S} UTC)"
+    elif status is ApprovalStatus.DENIED and view.note:
+        what += f" ({view.note})"
+    return errors.ApprovalRequired(
+        what + "; nothing was run",
+        hint=_NEXT_BY_STATUS.get(status, _ASK_AGAIN),
+        details={"approval_id": view.id, "status": status.value},
+    )
+
+
+def _where(status: ApprovalStatus | None, requester: str | None) -> tuple[str, list[str]]:
+    clauses, args = [], []
+    if status is not None:
+        clauses.append("status=?")
+        args.append(status.value)
+    if requester is not None:
+        clauses.append("requester=?")
+        args.append(requester)
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
+
+
+def _require_sealed(plan: Plan) -> None:
+    if not plan.hash or plan.hash != plan.compute_hash():
+        raise errors.InvalidInput(
+            "the plan is not sealed (its hash is missing or stale)",
+            hint="plan again; only sealed plans can be approved",
+        )
+
+
 def _executor_refusal(
     approval_id: str, requester: str, executable_by: str, principal: Principal
 ) -> errors.PolicyDenied | None:
@@ -516,5 +687,6 @@ __all__ = [
     "ApprovalsConfig",
     "load_or_create_secret",
     "normalize_code",
+    "not_usable",
     "session_free",
 ]
