@@ -11,8 +11,9 @@ them), then the tools a person uses are timed as they run them:
 - ``clawpoint watch --once --json`` (one pass over an empty local backend);
 - the approval page's index over real HTTP after logging in (``clawpoint serve --http``).
 
-Then one agent principal asks for approvals in a loop through the service (as the MCP tools
-do), different reasons and targets, and the bench reports how many became pending.
+Then one agent principal asks ``--asks`` times, through the service as the MCP tools do, for
+the same drain with a different reason each time, and the bench reports how many requests
+became pending and how many distinct approval ids it was given.
 
 ``--code DIR`` imports clawpoint from DIR (to measure another checkout with the same bench).
 Results are printed as JSON. Limits: one run, wall-clock seconds on a shared machine; the
@@ -125,20 +126,23 @@ def _agent_loop(home: Path, asks: int) -> dict[str, Any]:
     from core.service.facade import bootstrap
 
     service = bootstrap(load_settings(home))
-    agent = Principal(id="mcp:stdio/bench0001", kind=PrincipalKind.AGENT)
+    agent = Principal(id="mcp:bench-agent", kind=PrincipalKind.AGENT)
     statuses: dict[str, int] = {}
+    ids: set[str] = set()
     began = time.perf_counter()
     for i in range(asks):
         try:
             result = service.act(Action.DRAIN_NODE, "local:node-a", {}, principal=agent,
                                  reason=f"reason {i}")  # fmt: skip
             status = result.status
+            if result.approval:
+                ids.add(str(result.approval["id"]))
         except errors.ClawpointError as exc:
             status = exc.code
         statuses[status] = statuses.get(status, 0) + 1
     took = time.perf_counter() - began
     pending = [v for v in service.list_approvals(status="pending") if v.requester == agent.id]
-    return {"agent_asks": asks, "agent_statuses": statuses, "agent_pending_after": len(pending),
+    return {"agent_asks": asks, "agent_statuses": statuses, "agent_pending_after": len(pending), "agent_distinct_ids": len(ids),
             "agent_asks_s": round(took, 3)}  # fmt: skip
 
 

@@ -136,6 +136,16 @@ def _approval_info(view: ApprovalView, paths: list[ApprovalPath]) -> dict[str, A
     }
 
 
+def _same_but_reason(a: Plan, b: Plan) -> bool:
+    """Whether two plans do the same thing, whatever reason each gives."""
+
+    def core(plan: Plan) -> str:
+        params = {k: v for k, v in plan.params.items() if k != "reason"}
+        return plan.model_copy(update={"params": params}).compute_hash()
+
+    return core(a) == core(b)
+
+
 class Service(PeopleDesk, WorldContext):
     def __init__(
         self, settings: Settings, db: Database, backends: dict[str, Backend], *, guard: Guard
@@ -648,7 +658,7 @@ class Service(PeopleDesk, WorldContext):
             message = (
                 f"Approval {view.id} for the {plan.action.value} of {plan.target} was already "
                 f"waiting for a person (asked at {view.created_at:%H:%M:%S} UTC"
-                + (", with other parameters" if view.plan_hash != plan.hash else "")
+                + ("" if _same_but_reason(view.plan, plan) else "; it has other parameters")
                 + f"); no new request was made. It waits until {view.expires_at:%H:%M:%S} UTC. "
                 "Do not retry."
             )
