@@ -8,6 +8,7 @@
 - the list of pending requests comes a page at a time, with links to the next page.
 """
 
+# ruff: noqa: F811 (the tests take the imported ``page`` fixture as their argument)
 from __future__ import annotations
 
 import re
@@ -23,6 +24,8 @@ from core.model import Principal, PrincipalKind
 from core.service.facade import bootstrap
 from mcp_server.approval_page import LOGIN_FAILURES, LOGIN_GLOBAL_FAILURES, PAGE_SIZE
 from tests.guardrails.conftest import make_plan
+
+# That module's ``page`` fixture (a server per test), used here by its name.
 from tests.mcp.test_approval_page_http import Page, _status_line, page  # noqa: F401
 
 
