@@ -597,7 +597,10 @@ def not_usable(view: ApprovalView) -> errors.ApprovalRequired:
     elif status is ApprovalStatus.DENIED and view.note:
         what += f" ({view.note})"
     return errors.ApprovalRequired(
-        what + "; nothing was run",
+        what
+        + (
+            "; it cannot be used yet" if status is ApprovalStatus.PENDING else "; it cannot be used"
+        ),
         hint=_NEXT_BY_STATUS.get(status, _ASK_AGAIN),
         details={"approval_id": view.id, "status": status.value},
     )
