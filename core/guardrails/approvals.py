@@ -17,6 +17,10 @@ carry their session, ``mcp:stdio/3fa9c2d1``) or a person may execute it, unless 
 who approved it chose ``any_session`` (then any session of the same agent may). A request
 may also say it ``needs`` an out-of-band approval: then only a person on a people path can
 approve it, never the user of the agent's own client (``confirm_by_client``, elicitation).
+Asking again while a request waits returns it (``request``; one pending request per
+requester, action and target), each agent has a cap of pending requests, and lists come in
+pages: the queries behind these live in ``core.guardrails.approval_queue``. A request that is
+not approved says what to do next (``not_usable``): pending means wait, never "ask again".
 Limits: the secret file protects the code only from those who cannot read it.
 """
 
@@ -36,14 +40,15 @@ from pydantic import BaseModel
 
 from core import errors
 from core.guardrail_settings import ApprovalsConfig as ApprovalsConfig
+from core.guardrails import approval_queue as queue
 from core.guardrails import schema
+from core.guardrails.approval_queue import MAX_PAGE as MAX_PAGE
 from core.guardrails.audit import AuditLog
 from core.guardrails.policy import ApprovalKind
 from core.model import Plan, Principal, PrincipalKind, RiskClass, utcnow
 from core.state.db import Database, loads
 
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: easy to read and type
-MAX_PAGE = 500  # requests per page at most
 SESSION_SEP = "/"  # agent principal ids: IDENTITY/SESSION, e.g. mcp:stdio/3fa9c2d1
 ExecutableBy = Literal["requester", "agent"]
 
@@ -200,11 +205,7 @@ class ApprovalStore:
         self._expire_due()
         superseded: str | None = None
         with self.db.write() as conn:
-            row = conn.execute(
-                "SELECT * FROM approvals WHERE requester=? AND action=? AND target=? "
-                "AND status='pending' ORDER BY created_at DESC LIMIT 1",
-                (requester.id, plan.action.value, plan.target),
-            ).fetchone()
+            row = queue.waiting(conn, requester.id, plan.action.value, plan.target)
             if row is not None:
                 waiting = _view(row)
                 if waiting.plan.preconditions == plan.preconditions and (
@@ -212,14 +213,10 @@ class ApprovalStore:
                 ):
                     return waiting, False
                 superseded = waiting.id
-                conn.execute(
-                    "UPDATE approvals SET status='denied', decided_by=?, "
-                    "decided_via='withdrawn', decided_at=?, note=? WHERE id=? AND status='pending'",
-                    (requester.id, utcnow().isoformat(), _SUPERSEDED, superseded),
-                )
+                queue.withdraw(conn, superseded, requester.id, queue.SUPERSEDED)
             approval_id = self._insert(conn, plan, requester, reason, needs)
         if superseded is not None:
-            self._audit("approval.withdrawn", requester, superseded, note=_SUPERSEDED,
+            self._audit("approval.withdrawn", requester, superseded, note=queue.SUPERSEDED,
                         superseded_by=approval_id)  # fmt: skip
         self._audit(
             "approval.requested",
@@ -243,45 +240,19 @@ class ApprovalStore:
         """Insert a pending request inside the caller's write transaction; refuse past the
         requester's cap of pending requests (counted in the same transaction)."""
         identity = session_free(requester.id)
-        cap = self.config.max_pending_per_principal
         if requester.kind is not PrincipalKind.PERSON:
-            (waiting,) = conn.execute(
-                "SELECT COUNT(*) FROM approvals WHERE identity=? AND status='pending'",
-                (identity,),
-            ).fetchone()
-            if waiting >= cap:
-                raise errors.PolicyDenied(
-                    f"{identity} already has {waiting} approval requests waiting for a person, "
-                    f"the most allowed ([approvals] max_pending_per_principal = {cap}); this "
-                    "one was not made",
-                    hint="do not ask again now: wait until a person decides or the waiting "
-                    "requests expire (list_approvals shows them), or ask an operator to raise "
-                    "the cap",
-                    code="approval-cap",
-                    details={"pending": waiting, "cap": cap},
-                )
+            queue.refuse_past_cap(conn, identity, self.config.max_pending_per_principal)
         approval_id = "apr-" + secrets.token_hex(5)
-        now = utcnow()
-        conn.execute(
-            "INSERT INTO approvals(id, plan_hash, plan, requester, requester_kind, reason, "
-            "status, code_hash, created_at, expires_at, needs, action, target, identity) "
-            "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                approval_id,
-                plan.hash,
-                plan.model_dump_json(),
-                requester.id,
-                requester.kind.value,
-                reason,
-                ApprovalStatus.PENDING.value,
-                self._code_hash(approval_id, self._code_for(approval_id)),
-                now.isoformat(),
-                (now + self.config.expiry_delta).isoformat(),
-                needs,
-                plan.action.value,
-                plan.target,
-                identity,
-            ),
+        queue.insert_pending(
+            conn,
+            approval_id,
+            plan,
+            requester,
+            reason=reason,
+            code_hash=self._code_hash(approval_id, self._code_for(approval_id)),
+            expires_at=utcnow() + self.config.expiry_delta,
+            needs=needs,
+            identity=identity,
         )
         return approval_id
 
@@ -301,10 +272,10 @@ class ApprovalStore:
         """Every request (of ``status``, of ``requester``), newest first. Unbounded: people's
         and agents' views use ``page``."""
         self._expire_due()
-        where, args = _where(status, requester)
+        sql, args = queue.where(status.value if status else None, requester)
         with self.db.read() as conn:
             rows = conn.execute(
-                f"SELECT * FROM approvals{where} ORDER BY created_at DESC, id DESC", args
+                f"SELECT * FROM approvals{sql} ORDER BY created_at DESC, id DESC", args
             ).fetchall()
         return [_view(r) for r in rows]
 
@@ -312,41 +283,21 @@ class ApprovalStore:
         self, *, status: ApprovalStatus | None = None, limit: int = 50, cursor: str | None = None
     ) -> tuple[Views, str | None]:
         """``limit`` requests newest first, after the one whose id is ``cursor``, and the
-        cursor of the next page (None: this is the last). Keyset paging on the
-        (status, created_at, id) index: a page costs the same with 20 rows or 20,000, and a
-        request added or decided meanwhile neither repeats nor skips the others."""
-        if not 1 <= limit <= MAX_PAGE:
-            raise errors.InvalidInput(
-                f"limit {limit} is not between 1 and {MAX_PAGE}", hint=f"pass 1 to {MAX_PAGE}"
-            )
+        cursor of the next page (None: this is the last); see ``approval_queue``. A request
+        added or decided meanwhile neither repeats nor skips the others."""
         self._expire_due()
-        where, args = _where(status, None)
         with self.db.read() as conn:
-            if cursor:
-                after = conn.execute(
-                    "SELECT created_at, id FROM approvals WHERE id=?", (cursor,)
-                ).fetchone()
-                if after is None:
-                    raise errors.InvalidInput(
-                        f"cursor {cursor[:80]!r} names no approval request",
-                        hint="list again without a cursor",
-                    )
-                where += (" AND" if where else " WHERE") + " (created_at, id) < (?, ?)"
-                args += [after["created_at"], after["id"]]
-            rows = conn.execute(
-                f"SELECT * FROM approvals{where} ORDER BY created_at DESC, id DESC LIMIT ?",
-                [*args, limit + 1],
-            ).fetchall()
-        views = [_view(r) for r in rows[:limit]]
-        return views, (views[-1].id if len(rows) > limit else None)
+            rows, more = queue.page_rows(
+                conn, status.value if status else None, limit=limit, cursor=cursor
+            )
+        views = [_view(r) for r in rows]
+        return views, (views[-1].id if more and views else None)
 
     def count(self, *, status: ApprovalStatus | None = None) -> int:
         """How many requests there are (of ``status``): an index count."""
         self._expire_due()
-        where, args = _where(status, None)
         with self.db.read() as conn:
-            (n,) = conn.execute(f"SELECT COUNT(*) FROM approvals{where}", args).fetchone()
-        return int(n)
+            return queue.count_rows(conn, status.value if status else None)
 
     def approve(
         self, approval_id: str, approver: Principal, *, via: str = "cli", any_session: bool = False
@@ -404,12 +355,8 @@ class ApprovalStore:
                 hint="only the requester or a person can withdraw a request",
             )
         with self.db.write() as conn:
-            cur = conn.execute(
-                "UPDATE approvals SET status='denied', decided_by=?, decided_via='withdrawn', "
-                "decided_at=?, note=? WHERE id=? AND status='pending'",
-                (by.id, utcnow().isoformat(), why, approval_id),
-            )
-        if cur.rowcount != 1:
+            withdrawn = queue.withdraw(conn, approval_id, by.id, why)
+        if not withdrawn:
             raise errors.Conflict(
                 f"approval {approval_id} is {self.get(approval_id).status.value}, not pending",
                 hint="nothing to withdraw",
@@ -446,7 +393,7 @@ class ApprovalStore:
         if view.status is not ApprovalStatus.PENDING:
             raise errors.Conflict(
                 f"approval {approval_id} is {view.status.value}, not pending",
-                hint=_NEXT_BY_STATUS.get(view.status, _ASK_AGAIN),
+                hint=queue.next_step(view.status.value),
             )
         with self.db.write() as conn:
             conn.execute(
@@ -576,45 +523,10 @@ class ApprovalStore:
         self.audit.append(kind, principal=str(principal), subject=approval_id, data=data)
 
 
-_SUPERSEDED = "superseded: the situation it was planned for changed; a new request replaces it"
-_ASK_AGAIN = "request a new approval for the plan (plan it again first if things changed)"
-_NEXT_BY_STATUS = {
-    ApprovalStatus.PENDING: "wait for a person to decide; do not request it again (asking again "
-    "returns this same request); run it once it is approved",
-    ApprovalStatus.DENIED: "a person denied or withdrew it: do not ask again for the same plan "
-    "unless something changed; tell the person what changed",
-    ApprovalStatus.USED: "it already ran once; plan again if it is needed again",
-}
-
-
 def not_usable(view: ApprovalView) -> errors.ApprovalRequired:
     """Why an approval that is not ``approved`` cannot run its plan, and what to do next: a
     pending one means wait (never "ask again": that would make a person decide twice)."""
-    status = view.status
-    what = f"approval {view.id} is {status.value}, not approved"
-    if status is ApprovalStatus.PENDING:
-        what += f": a person has not decided yet (it waits until {view.expires_at:%H:%M:%S} UTC)"
-    elif status is ApprovalStatus.DENIED and view.note:
-        what += f" ({view.note})"
-    return errors.ApprovalRequired(
-        what
-        + (
-            "; it cannot be used yet" if status is ApprovalStatus.PENDING else "; it cannot be used"
-        ),
-        hint=_NEXT_BY_STATUS.get(status, _ASK_AGAIN),
-        details={"approval_id": view.id, "status": status.value},
-    )
-
-
-def _where(status: ApprovalStatus | None, requester: str | None) -> tuple[str, list[str]]:
-    clauses, args = [], []
-    if status is not None:
-        clauses.append("status=?")
-        args.append(status.value)
-    if requester is not None:
-        clauses.append("requester=?")
-        args.append(requester)
-    return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
+    return queue.refusal(view.id, view.status.value, expires_at=view.expires_at, note=view.note)
 
 
 def _require_sealed(plan: Plan) -> None:
