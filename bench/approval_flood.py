@@ -131,6 +131,7 @@ def _agent_loop(home: Path, asks: int) -> dict[str, Any]:
     ids: set[str] = set()
     began = time.perf_counter()
     for i in range(asks):
+        status: str
         try:
             result = service.act(Action.DRAIN_NODE, "local:node-a", {}, principal=agent,
                                  reason=f"reason {i}")  # fmt: skip
@@ -142,8 +143,8 @@ def _agent_loop(home: Path, asks: int) -> dict[str, Any]:
         statuses[status] = statuses.get(status, 0) + 1
     took = time.perf_counter() - began
     pending = [v for v in service.list_approvals(status="pending") if v.requester == agent.id]
-    return {"agent_asks": asks, "agent_statuses": statuses, "agent_pending_after": len(pending), "agent_distinct_ids": len(ids),
-            "agent_asks_s": round(took, 3)}  # fmt: skip
+    return {"agent_asks": asks, "agent_statuses": statuses, "agent_pending_after": len(pending),
+            "agent_distinct_ids": len(ids), "agent_asks_s": round(took, 3)}  # fmt: skip
 
 
 def main() -> None:
