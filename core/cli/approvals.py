@@ -16,6 +16,7 @@ import typer
 from core import errors
 from core.cli import output
 from core.config import load_settings
+from core.guardrails.approvals import MAX_PAGE
 from core.model import Action, Principal, PrincipalKind
 from core.service.facade import Service, bootstrap
 
@@ -43,20 +44,34 @@ def _person() -> Principal:
 @approvals_app.command("list")
 def list_(
     all_: Annotated[bool, typer.Option("--all", help="Include decided and expired ones.")] = False,
+    limit: Annotated[
+        int,
+        typer.Option(
+            "--limit", min=1, max=MAX_PAGE, help=f"At most this many, newest first (1-{MAX_PAGE})."
+        ),
+    ] = 50,
+    cursor: Annotated[
+        str | None,
+        typer.Option("--cursor", help="Continue after this id (the previous page's next_cursor)."),
+    ] = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Pending approval requests (or all with --all)."""
-    items = _service().list_approvals(status=None if all_ else "pending")
+    """Pending approval requests (or all with --all), newest first, a page at a time."""
+    items, more, total = _service().page_approvals(
+        status=None if all_ else "pending", limit=limit, cursor=cursor
+    )
     if json_:
-        return output.emit_json(items)
+        return output.emit_json({"approvals": items, "next_cursor": more, "total": total})
     output.table(
-        "Approvals",
+        f"Approvals ({len(items)} of {total})" if more or cursor else "Approvals",
         ["id", "status", "risk", "what", "requested by", "expires (UTC)"],
         [
             (a.id, a.status.value, a.risk.value, a.summary, a.requester, f"{a.expires_at:%H:%M:%S}")
             for a in items
         ],
     )
+    if more:
+        output.plain(f"More: clawpoint approvals list{' --all' if all_ else ''} --cursor {more}")
 
 
 @approvals_app.command()

@@ -35,8 +35,9 @@ from core.backends.base import (
 )
 from core.config import Settings, ensure_dirs
 from core.guardrails import schema as guard_schema
-from core.guardrails.approvals import ApprovalStatus, ApprovalView
+from core.guardrails.approvals import ApprovalStatus, ApprovalView, not_usable
 from core.guardrails.audit import AuditLog
+from core.guardrails.dry_runs import DryRunAudit
 from core.guardrails.guard import Guard
 from core.guardrails.policy import Outcome
 from core.guardrails.prompts import ApprovalPath
@@ -55,6 +56,7 @@ from core.model import (
     WorkloadInfo,
     WorkloadState,
     parse_ref,
+    utcnow,
     validate_name,
 )
 from core.service import drains, evidence_check
@@ -137,6 +139,16 @@ def _approval_info(view: ApprovalView, paths: list[ApprovalPath]) -> dict[str, A
     }
 
 
+def _same_but_reason(a: Plan, b: Plan) -> bool:
+    """Whether two plans do the same thing, whatever reason each gives."""
+
+    def core(plan: Plan) -> str:
+        params = {k: v for k, v in plan.params.items() if k != "reason"}
+        return plan.model_copy(update={"params": params}).compute_hash()
+
+    return core(a) == core(b)
+
+
 class Service(PeopleDesk, WorldContext):
     def __init__(
         self, settings: Settings, db: Database, backends: dict[str, Backend], *, guard: Guard
@@ -151,6 +163,7 @@ class Service(PeopleDesk, WorldContext):
         self.moves = MoveLog(db)  # each workload's last move, for its SLA projection
         # A grant's claim asks whether the evidence it rests on still holds (the world now).
         guard.grants.evidence.checker = lambda seen: evidence_check.contradiction(self, seen)
+        self.dry_runs = DryRunAudit()  # which dry runs are audited (a per-principal budget)
         # This host's GPU report, shared by the read tools (core.service.insights.observe).
         self.gpu_reports = ReportCache()
 
@@ -580,23 +593,41 @@ class Service(PeopleDesk, WorldContext):
                 "the plan was changed after it was made",
                 hint="make a new plan and use it unchanged",
             )
-        self.audit.append(
-            "plan",
-            principal=str(principal),
-            subject=plan.target,
-            data={
-                "hash": plan.hash,
-                "action": plan.action.value,
-                "risk": plan.risk.value,
-                "reason": plan.reason,
-                "summary": plan.summary,
-                "trigger": trigger,
-            },
-        )
         dry_run = dry_run or self.guard.policy.dry_run
-        decision = self.guard.decide(
-            plan, principal, self.policy_context(plan), trigger=trigger, dry_run=dry_run
-        )
+        # Dry runs are audited within a budget (core.guardrails.dry_runs); everything else is.
+        admitted = self.dry_runs.admit(str(principal), plan.hash) if dry_run else "audit"
+        if admitted == "audit":
+            self.audit.append(
+                "plan",
+                principal=str(principal),
+                subject=plan.target,
+                data={
+                    "hash": plan.hash,
+                    "action": plan.action.value,
+                    "risk": plan.risk.value,
+                    "reason": plan.reason,
+                    "summary": plan.summary,
+                    "trigger": trigger,
+                },
+            )
+            decision = self.guard.decide(
+                plan, principal, self.policy_context(plan), trigger=trigger, dry_run=dry_run
+            )
+        else:
+            decision = self.guard.preview(
+                plan, principal, self.policy_context(plan), trigger=trigger
+            )
+        if admitted == "note":
+            self.audit.append(
+                "dry-run.unaudited",
+                principal=str(principal),
+                subject=plan.target,
+                data={
+                    "per_window": self.dry_runs.per_window,
+                    "window_s": self.dry_runs.window_s,
+                    "resumes_in_s": round(self.dry_runs.resumes_in(str(principal)), 1),
+                },
+            )
         if dry_run:
             return ActionResult(
                 status="planned",
@@ -628,6 +659,7 @@ class Service(PeopleDesk, WorldContext):
             and decision.approval != "out-of-band"
         ):
             asker = None  # the operator did not allow it, or the rule wants a person
+        asked_at = utcnow()
         try:
             view, paths = self.guard.request_approval(
                 plan,
@@ -638,7 +670,8 @@ class Service(PeopleDesk, WorldContext):
             )
         except errors.PolicyDenied as exc:
             return ActionResult(status="denied", plan=plan, message=str(exc))
-        if asker is not None:
+        if asker is not None and view.plan_hash == plan.hash:
+            # Only about the exact plan waiting: a repeat of another plan is not asked.
             answer = asker.ask(plan, view)
             if answer is not None:
                 user = Principal(
@@ -660,11 +693,23 @@ class Service(PeopleDesk, WorldContext):
                     plan=plan,
                     message=f"the user of your client declined: {answer.note or 'no reason given'}",
                 )
+        if view.created_at < asked_at:  # the same request was already waiting: no new one
+            message = (
+                f"Approval {view.id} for the {plan.action.value} of {plan.target} was already "
+                f"waiting for a person (asked at {view.created_at:%H:%M:%S} UTC"
+                + ("" if _same_but_reason(view.plan, plan) else "; it has other parameters")
+                + f"); no new request was made. It waits until {view.expires_at:%H:%M:%S} UTC. "
+                "Do not retry."
+            )
+        else:
+            message = (
+                f"{decision.reason} Approval {view.id} is waiting for a person until "
+                f"{view.expires_at:%H:%M:%S} UTC; explain the plan to them. Do not retry."
+            )
         return ActionResult(
             status="approval_required",
-            plan=plan,
-            message=f"{decision.reason} Approval {view.id} is waiting for a person until "
-            f"{view.expires_at:%H:%M:%S} UTC; explain the plan to them. Do not retry.",
+            plan=view.plan,
+            message=message,
             approval=_approval_info(view, paths),
         )
 
@@ -681,6 +726,9 @@ class Service(PeopleDesk, WorldContext):
         if code is not None:
             self.guard.approvals.approve_with_code(approval_id, code, principal)
         view = self.guard.approvals.get(approval_id)
+        if view.status is ApprovalStatus.PENDING:
+            # Wait, never "ask again": asking again would make a person decide twice.
+            raise not_usable(view)
         plan = view.plan
         if plan.compute_hash() != view.plan_hash:
             raise errors.PolicyDenied(

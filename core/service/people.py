@@ -21,15 +21,16 @@ class PeopleDesk:
     guard: Guard
 
     def list_approvals(self, *, status: str | None = None) -> list[ApprovalView]:
-        try:
-            wanted = ApprovalStatus(status) if status else None
-        except ValueError:
-            valid = ", ".join(s.value for s in ApprovalStatus)
-            raise errors.InvalidInput(
-                f"unknown approval status {status!r}: one of {valid}",
-                hint=f"pass one of {valid}",
-            ) from None
-        return self.guard.approvals.list(status=wanted)
+        return self.guard.approvals.list(status=_status(status))
+
+    def page_approvals(
+        self, *, status: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> tuple[list[ApprovalView], str | None, int]:
+        """A page of approval requests, newest first: the page, the next page's cursor (None
+        on the last page) and how many there are in all (of ``status``)."""
+        wanted = _status(status)
+        items, more = self.guard.approvals.page(status=wanted, limit=limit, cursor=cursor)
+        return items, more, self.guard.approvals.count(status=wanted)
 
     def get_approval(self, approval_id: str) -> ApprovalView:
         return self.guard.approvals.get(approval_id)
@@ -76,3 +77,14 @@ class PeopleDesk:
 
     def revoke_grant(self, grant_id: str, *, principal: Principal) -> Grant:
         return self.guard.grants.revoke(grant_id, by=principal)
+
+
+def _status(status: str | None) -> ApprovalStatus | None:
+    try:
+        return ApprovalStatus(status) if status else None
+    except ValueError:
+        valid = ", ".join(s.value for s in ApprovalStatus)
+        raise errors.InvalidInput(
+            f"unknown approval status {status!r}: one of {valid}",
+            hint=f"pass one of {valid}",
+        ) from None
