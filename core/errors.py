@@ -18,10 +18,18 @@ The tree (grouped by what the caller can do about it)::
 
 Adapters translate library errors (CalledProcessError, sqlite3.Error, httpx2 errors)
 into these at their boundary; entrypoints catch ``ClawpointError`` once.
+
+Arguments that fail validation (an MCP tool's, an action's parameters) are reported in one
+shape by ``argument_error``: ``WHERE: PROBLEM; PROBLEM`` with the hint ``WHERE takes: A, B,
+C``, each problem in plain words ("unknown argument approved", "dry_run must be true or
+false (got 'yes')", "state must be one of running, stopped (got 'runing')"), never a
+validation library's own text. Each interface passes how it spells an argument (``--to``
+on the command line, ``to`` over MCP).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 
@@ -139,3 +147,53 @@ EXIT_CODES: dict[str, int] = {
         OperationFailed,
     )
 }
+
+
+def _shown(value: Any) -> str:
+    """A caller's value quoted in a message: short, one line."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def describe_problem(problem: Mapping[str, Any], arg: Callable[[str], str] = str) -> str:
+    """One validation problem (a pydantic error dict: ``loc``, ``type``, ``msg``, ``input``,
+    ``ctx``) in plain words, the argument spelled by ``arg``."""
+    where = arg(".".join(str(p) for p in problem.get("loc", ())) or "arguments")
+    kind = str(problem.get("type", ""))
+    got = problem.get("input")
+    ctx = problem.get("ctx") or {}
+    if kind == "extra_forbidden":
+        return f"unknown argument {where}"
+    if kind == "missing":
+        return f"{where} is required"
+    if kind.startswith("bool"):
+        return f"{where} must be true or false (got {_shown(got)})"
+    if kind in ("literal_error", "enum"):
+        expected = str(ctx.get("expected", "")).replace("'", "").replace(" or ", ", ")
+        return f"{where} must be one of {expected} (got {_shown(got)})"
+    if kind == "string_too_long":
+        return f"{where} is too long (at most {ctx.get('max_length')} characters)"
+    if kind.startswith(("int_", "float_", "greater_than", "less_than")) or kind in (
+        "string_type",
+        "dict_type",
+        "list_type",
+    ):
+        return f"{where}: {str(problem.get('msg', 'invalid')).lower()} (got {_shown(got)})"
+    return f"{where}: {problem.get('msg', 'invalid')}"
+
+
+def argument_error(
+    where: str,
+    problems: Iterable[Mapping[str, Any]],
+    valid: Sequence[str],
+    *,
+    arg: Callable[[str], str] = str,
+    details: dict[str, Any] | None = None,
+) -> InvalidInput:
+    """The one message for arguments that fail validation (see the module docstring)."""
+    said = [describe_problem(p, arg) for p in problems] or ["invalid arguments"]
+    return InvalidInput(
+        f"{where}: {'; '.join(said)}",
+        hint=f"{where} takes: {', '.join(valid) or 'no arguments'}",
+        details={**(details or {}), "problems": said, "valid": list(valid)},
+    )

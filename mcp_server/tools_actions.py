@@ -269,11 +269,12 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
 
     @mcp.tool(title="List approvals", annotations=READ)
     async def list_approvals(
-        status: Annotated[str | None, Field(description="pending|approved|denied|expired|used|locked; omit for all")] = "pending",
+        status: Annotated[str, Field(description="Only requests in this state (all: every one)")] = "pending",
         limit: Limit = 20, cursor: Cursor = None, detail: Detail = False,
     ) -> ApprovalList:  # fmt: skip
         """Approval requests, newest first, each with its compact plan (never their codes)."""
-        items = await call(lambda: service.list_approvals(status=status))
+        wanted = None if status == "all" else status
+        items = await call(lambda: service.list_approvals(status=wanted))
         chunk, more = page(items, limit=limit, cursor=cursor)
         return ApprovalList(approvals=[views.approval(v, detail=detail) for v in chunk],
                             next_cursor=more)  # fmt: skip

@@ -211,8 +211,10 @@ class Service(PeopleDesk, WorldContext):
     def _split_checkpoint(self, ref: str) -> tuple[Backend, str]:
         backend_name, sep, rest = ref.partition(":")
         lineage, at, seq = rest.partition("@")
-        # ASCII digits only: str.isdigit alone reads "@٣" (Arabic-Indic three) as "@3".
-        if not sep or not at or not (seq.isascii() and seq.isdigit()):
+        # ASCII digits only: str.isdigit alone reads "@٣" (Arabic-Indic three) as "@3"; and
+        # as ids write it, without leading zeros: "@0001" would silently name "@1".
+        if (not sep or not at or not (seq.isascii() and seq.isdigit()) or len(seq) > 18
+                or seq != str(int(seq))):  # fmt: skip
             raise errors.InvalidInput(
                 f"malformed checkpoint id {ref!r}: expected BACKEND:WORKLOAD@SEQ",
                 hint="list checkpoints with 'clawpoint checkpoints' and copy an id",
