@@ -151,6 +151,10 @@ class McpConfig(_Section):
     elicitation_approval: bool = False
     elicitation_clients: list[str] = Field(default_factory=list)
     elicitation_transports: list[McpTransport] = Field(default_factory=_stdio_only)
+    # Destructive plans (kill, fresh restarts, deletes, drains without save) are never
+    # approved by a client's answer unless this is on too: they need a person on a people
+    # path (CLI, approval page, webhook code) like a rule with approval = "out-of-band".
+    elicitation_destructive: bool = False
 
     @field_validator("agent_tokens")
     @classmethod
