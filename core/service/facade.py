@@ -234,7 +234,8 @@ class Service(PeopleDesk, WorldContext):
                 or seq != str(int(seq))):  # fmt: skip
             raise errors.InvalidInput(
                 f"malformed checkpoint id {ref!r}: expected BACKEND:WORKLOAD@SEQ",
-                hint="list checkpoints with 'clawpoint checkpoints' and copy an id",
+                hint=f"list checkpoints with {errors.step('list_checkpoints')} and copy an id "
+                "(BACKEND:WORKLOAD@SEQ, the sequence number without leading zeros)",
             )
         parse_ref(f"{backend_name}:{lineage}", what="checkpoint")
         return self.backend(backend_name), f"{lineage}@{int(seq)}"
