@@ -63,8 +63,21 @@ def strict_arguments(mcp: MCPServer[Any], choices: Mapping[str, Sequence[str]]) 
         for name in changed:
             alias = model.model_fields[name].alias or name
             if alias in props:  # a hidden argument stays hidden
-                props[alias] = schema[alias]
+                props[alias] = _enum(schema[alias])
         tool.parameters["additionalProperties"] = False
+
+
+def _enum(node: Any) -> Any:
+    """A choice of one value as ``enum`` too (pydantic writes ``const``), so every filter
+    reads the same whatever the configuration offers."""
+    if isinstance(node, dict):
+        out = {k: _enum(v) for k, v in node.items() if k != "const"}
+        if "const" in node:
+            out["enum"] = [node["const"]]
+        return out
+    if isinstance(node, list):
+        return [_enum(v) for v in node]
+    return node
 
 
 class ArgumentChecks(MCPServer[Any]):

@@ -79,7 +79,7 @@ READ = ToolAnnotations(
 NodeName = Annotated[
     str | None, Field(description="Target node name; omit to let clawpoint choose", max_length=64)
 ]
-Backend = Annotated[str | None, Field(description="local, slurm, ...; omit for all")]
+Backend = Annotated[str | None, Field(description="Only this backend's; omit for all")]
 
 
 class NodeList(BaseModel):

@@ -8,7 +8,8 @@ the command line renders the same text as the command a person types, with ``cli
   (``clawpoint migrate local:a --to node-b``): the target is positional, a true boolean a
   flag, other arguments options;
 - a read tool becomes the command in ``READS`` (``list_checkpoints`` ->
-  ``clawpoint checkpoints``, ``detail=true`` -> ``--json``);
+  ``clawpoint checkpoints``), an argument spelled differently there as in ``SPELLED``
+  (``detail=true`` -> ``--json``, ``status=all`` -> ``--all``);
 - an argument becomes its option (``to`` -> ``--to``).
 
 Limits: a name in neither table is shown as the tool call (a test pins both tables to the
@@ -31,10 +32,12 @@ READS: dict[str, tuple[str, str | None]] = {
     "list_runs": ("runbook runs", None),
     "runbook_status": ("runbook status", "run_id"),
 }
+# ``ARG=VALUE`` written another way on the command line than ``--ARG VALUE``.
+SPELLED: dict[str, str] = {"detail=true": "--json", "status=all": "--all"}
 
 
 def _option(name: str) -> str:
-    return "--json" if name == "detail" else "--" + name.replace("_", "-")
+    return "--" + name.replace("_", "-")
 
 
 def cli(name: str, args: dict[str, str]) -> str:
@@ -55,5 +58,8 @@ def cli(name: str, args: dict[str, str]) -> str:
     for key, value in args.items():
         if key == positional or value == "false":
             continue
-        said.append(_option(key) if value == "true" else f"{_option(key)} {value}")
+        spelled = SPELLED.get(f"{key}={value}")
+        if spelled is None:
+            spelled = _option(key) if value == "true" else f"{_option(key)} {value}"
+        said.append(spelled)
     return "'" + " ".join(said) + "'"
