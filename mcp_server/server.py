@@ -79,7 +79,7 @@ READ = ToolAnnotations(
 NodeName = Annotated[
     str | None, Field(description="Target node name; omit to let clawpoint choose", max_length=64)
 ]
-Backend = Annotated[str | None, Field(description="Only this backend's; omit for all")]
+Backend = Annotated[str | None, Field(description="Omit for all")]
 
 
 class NodeList(BaseModel):
@@ -222,7 +222,7 @@ def build_server(
     @mcp.tool(title="List workloads", annotations=READ)
     async def list_workloads(
         backend: Backend = None,
-        state: Annotated[str | None, Field(description="Only workloads in this state",
+        state: Annotated[str | None, Field(description="Omit for all",
                                            max_length=32)] = None,
         limit: Limit = 50, cursor: Cursor = None, detail: Detail = False,
     ) -> WorkloadList:  # fmt: skip

@@ -269,7 +269,7 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
 
     @mcp.tool(title="List approvals", annotations=READ)
     async def list_approvals(
-        status: Annotated[str, Field(description="Only requests in this state (all: every one)")] = "pending",
+        status: Annotated[str, Field(description="all: every state")] = "pending",
         limit: Limit = 20, cursor: Cursor = None, detail: Detail = False,
     ) -> ApprovalList:  # fmt: skip
         """Approval requests, newest first, each with its compact plan (never their codes)."""

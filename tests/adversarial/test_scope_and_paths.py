@@ -71,7 +71,7 @@ async def test_no_approval_path_means_denied_and_nothing_pending(
                 assert out["status"] == "denied", out
                 assert "no person can be reached" in out["message"]
                 assert out.get("approval") is None
-            listed = await agent.ok("list_approvals", {"status": None})
+            listed = await agent.ok("list_approvals", {"status": "all"})
             assert listed["approvals"] == []
     assert lab.service.list_approvals() == []
     assert lab.executions() == []
