@@ -136,7 +136,7 @@ def _dry_run_message(decision: Decision, principal: Principal) -> str:
     elif decision.outcome is Outcome.DENY:
         will = "it would be refused"
     elif principal.kind is PrincipalKind.PERSON:
-        will = "it needs your confirmation (--yes, or answer the question)"
+        will = "it needs your confirmation"
     else:
         will = "it needs a person's approval"
     return f"dry run: nothing was changed. For real, {will}: {decision.reason}"
