@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from mcp.server import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from pydantic import Strict, ValidationError
 
 from core import errors
@@ -88,9 +88,13 @@ class ArgumentChecks(MCPServer[Any]):
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
             cause = exc.__cause__
-            if not isinstance(cause, ValidationError):
-                raise
             tool = self._tool_manager.get_tool(name)
-            valid = list((tool.parameters.get("properties") or {}) if tool else ())
+            # Only the arguments' own validation: a tool body that fails to build its result
+            # is a bug (UnexpectedToolError), reported as the SDK reports it.
+            if (isinstance(exc, UnexpectedToolError) or tool is None
+                    or not isinstance(cause, ValidationError)
+                    or cause.title != tool.fn_metadata.arg_model.__name__):  # fmt: skip
+                raise
+            valid = list(tool.parameters.get("properties") or {})
             problems = cause.errors(include_url=False)
             raise tool_error(errors.argument_error(name, problems, valid)) from None
