@@ -528,11 +528,11 @@ class Service(PeopleDesk, WorldContext):
         except errors.ClawpointError:
             return None
         decision = self.guard.preview(plan, principal, self.policy_context(plan))
-        if decision.outcome is Outcome.APPROVE and self.approver_kind(decision) != "out-of-band":
+        if decision.outcome is Outcome.APPROVE and self._approver_kind(decision) != "out-of-band":
             return plan
         return None
 
-    def approver_kind(self, decision: Decision) -> ApprovalKind:
+    def _approver_kind(self, decision: Decision) -> ApprovalKind:
         """Who may approve a plan the policy sends to a person: the rule's choice, but a
         destructive plan needs a person on a people path (out-of-band) unless the operator
         opted destructive plans into client answers (``[mcp] elicitation_destructive``): a
@@ -609,7 +609,7 @@ class Service(PeopleDesk, WorldContext):
                 plan=plan,
                 message=f"{decision.reason} Confirm this plan (interactively or with --yes).",
             )
-        needs = self.approver_kind(decision)
+        needs = self._approver_kind(decision)
         asker = ask_client
         if asker is not None and not (
             self.settings.mcp.allows_elicitation(asker.client, asker.transport)
