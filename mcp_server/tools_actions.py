@@ -268,13 +268,14 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
 
     @mcp.tool(title="List approvals", annotations=READ)
     async def list_approvals(
-        status: Annotated[str | None, Field(description="pending|approved|denied|expired|used|locked; omit for all")] = "pending",
+        status: Annotated[str, Field(description="all: every state")] = "pending",
         limit: Limit = 20, cursor: Cursor = None, detail: Detail = False,
     ) -> ApprovalList:  # fmt: skip
         """Approval requests, newest first, each with its compact plan (never their codes)."""
         # Paged in the database (keyset on an index): fast with thousands of requests.
+        wanted = None if status == "all" else status
         chunk, more, _total = await call(
-            lambda: service.page_approvals(status=status, limit=limit, cursor=cursor)
+            lambda: service.page_approvals(status=wanted, limit=limit, cursor=cursor)
         )
         return ApprovalList(approvals=[views.approval(v, detail=detail) for v in chunk],
                             next_cursor=more)  # fmt: skip

@@ -262,7 +262,8 @@ class ApprovalStore:
             row = conn.execute("SELECT * FROM approvals WHERE id=?", (approval_id,)).fetchone()
         if row is None:
             raise errors.NotFound(
-                f"no approval {approval_id!r}", hint="list them with 'clawpoint approvals list'"
+                f"no approval {approval_id!r}",
+                hint=f"list them with {errors.step('list_approvals', status='all')}",
             )
         return _view(row)
 

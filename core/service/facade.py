@@ -39,7 +39,7 @@ from core.guardrails.approvals import ApprovalStatus, ApprovalView, not_usable
 from core.guardrails.audit import AuditLog
 from core.guardrails.dry_runs import DryRunAudit
 from core.guardrails.guard import Guard
-from core.guardrails.policy import Outcome
+from core.guardrails.policy import ApprovalKind, Decision, Outcome
 from core.guardrails.prompts import ApprovalPath
 from core.model import (
     KILLED,
@@ -53,6 +53,7 @@ from core.model import (
     Preconditions,
     Principal,
     PrincipalKind,
+    RiskClass,
     WorkloadInfo,
     WorkloadState,
     parse_ref,
@@ -128,6 +129,22 @@ def _label(text: str) -> str:
     """A client-chosen name made safe for principal ids and audit entries."""
     cleaned = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "._-") else "_" for ch in text)
     return cleaned[:64] or "client"
+
+
+def _dry_run_message(decision: Decision, principal: Principal) -> str:
+    """What would happen if the plan ran for real, in words that cannot be read as a yes:
+    it would run now, it needs a person's approval (or the person's own confirmation), or
+    it would be refused; and why."""
+    if decision.outcome is Outcome.ALLOW:
+        under = f" under standing approval {decision.grant_id}" if decision.grant_id else ""
+        will = f"it would run now{under}"
+    elif decision.outcome is Outcome.DENY:
+        will = "it would be refused"
+    elif principal.kind is PrincipalKind.PERSON:
+        will = "it needs your confirmation"
+    else:
+        will = "it needs a person's approval"
+    return f"dry run: nothing was changed. For real, {will}: {decision.reason}"
 
 
 def _approval_info(view: ApprovalView, paths: list[ApprovalPath]) -> dict[str, Any]:
@@ -230,11 +247,14 @@ class Service(PeopleDesk, WorldContext):
     def _split_checkpoint(self, ref: str) -> tuple[Backend, str]:
         backend_name, sep, rest = ref.partition(":")
         lineage, at, seq = rest.partition("@")
-        # ASCII digits only: str.isdigit alone reads "@٣" (Arabic-Indic three) as "@3".
-        if not sep or not at or not (seq.isascii() and seq.isdigit()):
+        # ASCII digits only: str.isdigit alone reads "@٣" (Arabic-Indic three) as "@3"; and
+        # as ids write it, without leading zeros: "@0001" would silently name "@1".
+        if (not sep or not at or not (seq.isascii() and seq.isdigit()) or len(seq) > 18
+                or seq != str(int(seq))):  # fmt: skip
             raise errors.InvalidInput(
                 f"malformed checkpoint id {ref!r}: expected BACKEND:WORKLOAD@SEQ",
-                hint="list checkpoints with 'clawpoint checkpoints' and copy an id",
+                hint=f"list checkpoints with {errors.step('list_checkpoints')} and copy an id "
+                "(BACKEND:WORKLOAD@SEQ, the sequence number without leading zeros)",
             )
         parse_ref(f"{backend_name}:{lineage}", what="checkpoint")
         return self.backend(backend_name), f"{lineage}@{int(seq)}"
@@ -560,9 +580,18 @@ class Service(PeopleDesk, WorldContext):
         except errors.ClawpointError:
             return None
         decision = self.guard.preview(plan, principal, self.policy_context(plan))
-        if decision.outcome is Outcome.APPROVE and decision.approval != "out-of-band":
+        if decision.outcome is Outcome.APPROVE and self._approver_kind(decision) != "out-of-band":
             return plan
         return None
+
+    def _approver_kind(self, decision: Decision) -> ApprovalKind:
+        """Who may approve a plan the policy sends to a person: the rule's choice, but a
+        destructive plan needs a person on a people path (out-of-band) unless the operator
+        opted destructive plans into client answers (``[mcp] elicitation_destructive``): a
+        client that declares an allowed name is not a person vouching for lost work."""
+        if decision.risk is RiskClass.DESTRUCTIVE and not self.settings.mcp.elicitation_destructive:
+            return "out-of-band"
+        return decision.approval
 
     def perform(
         self,
@@ -630,10 +659,7 @@ class Service(PeopleDesk, WorldContext):
             )
         if dry_run:
             return ActionResult(
-                status="planned",
-                plan=plan,
-                message=f"dry run: nothing was changed (the policy would {decision.outcome.value}: "
-                f"{decision.reason})",
+                status="planned", plan=plan, message=_dry_run_message(decision, principal)
             )
         if decision.outcome is Outcome.DENY:
             return ActionResult(status="denied", plan=plan, message=decision.reason)
@@ -653,10 +679,11 @@ class Service(PeopleDesk, WorldContext):
                 plan=plan,
                 message=f"{decision.reason} Confirm this plan (interactively or with --yes).",
             )
+        needs = self._approver_kind(decision)
         asker = ask_client
         if asker is not None and not (
             self.settings.mcp.allows_elicitation(asker.client, asker.transport)
-            and decision.approval != "out-of-band"
+            and needs != "out-of-band"
         ):
             asker = None  # the operator did not allow it, or the rule wants a person
         asked_at = utcnow()
@@ -666,7 +693,7 @@ class Service(PeopleDesk, WorldContext):
                 principal,
                 plan.reason,
                 elicitation_available=asker is not None,
-                needs=decision.approval,
+                needs=needs,
             )
         except errors.PolicyDenied as exc:
             return ActionResult(status="denied", plan=plan, message=str(exc))

@@ -36,8 +36,12 @@ class PeopleDesk:
         return self.guard.approvals.get(approval_id)
 
     def approval_text(self, approval_id: str, *, principal: Principal) -> str:
-        """The human-readable request with its one-time code: for people paths only."""
+        """The human-readable request, for people paths only: a pending one with its one-time
+        code; a decided, used, expired or locked one (a person reviewing it afterwards) with
+        its state and who decided, never with a code."""
         view = self.guard.approvals.get(approval_id)
+        if view.status is not ApprovalStatus.PENDING:
+            return approval_text(view.plan, view, []).as_text() + "\n" + _state_line(view)
         code = self.guard.approvals.reveal_code(approval_id, principal=principal)
         return approval_text(view.plan, view, []).as_text(code=code)
 
@@ -88,3 +92,17 @@ def _status(status: str | None) -> ApprovalStatus | None:
             f"unknown approval status {status!r}: one of {valid}",
             hint=f"pass one of {valid}",
         ) from None
+
+
+def _state_line(view: ApprovalView) -> str:
+    """Where a request that is no longer pending stands: its state, who decided and how."""
+    said = f"State: {view.status.value}"
+    if view.decided_by:
+        said += f" by {view.decided_by}" + (f" via {view.decided_via}" if view.decided_via else "")
+    if view.decided_at is not None:
+        said += f" at {view.decided_at:%Y-%m-%d %H:%M} UTC"
+    if view.note:
+        said += f" ({view.note})"
+    if view.used_at is not None:
+        said += f"; executed at {view.used_at:%Y-%m-%d %H:%M} UTC"
+    return said
