@@ -119,7 +119,7 @@ async def test_another_agent_cannot_continue_a_runbook_run(lab: Lab, need_criu: 
     async with agent_session(lab, "stdio") as a:
         run = await a.ok("start_runbook", {"name": "spot-interruption",
                                            "params": {"workload": workload}})  # fmt: skip
-        assert (run["status"], run["current"]) == ("waiting_approval", "save-gate"), run
+        assert (run["status"], run["current"]) == ("waiting_approval", "move-gate"), run
     lab.service.approve(run["waiting"]["approval_id"], principal=PERSON, via="cli")
     async with agent_session(lab, "http") as other_agent:
         text = await other_agent.error("continue_runbook", {"run_id": run["id"]})
@@ -127,5 +127,6 @@ async def test_another_agent_cannot_continue_a_runbook_run(lab: Lab, need_criu: 
     assert lab.executions() == [] and lab.node_of(workload) == "node-a"
     async with agent_session(lab, "stdio") as a_again:  # the same agent, a later session
         after = await a_again.ok("continue_runbook", {"run_id": run["id"]})
-    assert (after["status"], after["current"]) == ("waiting_approval", "resume-gate"), after
-    assert len(lab.executions()) == 1  # the approved preempt-and-save ran, once
+    assert after["status"] == "succeeded", after
+    assert len(lab.executions()) == 1  # the approved migrate ran, once
+    assert lab.node_of(workload) == "node-b"

@@ -108,12 +108,18 @@ async def test_a_claimed_trigger_gets_no_grant_an_observed_one_does_until_it_exp
             e.kind == "evidence.observed" and e.data["evidence_id"] == evidence.id
             for e in lab.service.audit.entries()
         )
-        # A runbook the agent starts is covered the same way (its save step, as the agent).
+        # A runbook the agent starts is covered the same way (its move step, as the agent:
+        # with a node to go to, the spot runbook migrates rather than preempts).
+        moves = lab.service.grant(
+            Action.MIGRATE, {"trigger": "spot-interruption"}, max_per_hour=10, expires="1h",
+            reason="spot notices cannot wait for a person", principal=PERSON,
+        )  # fmt: skip
         run = await agent.ok("start_runbook", {"name": "spot-interruption",
                                                "params": {"workload": second}})  # fmt: skip
-        uses = _grant_uses(lab, grant.id)
-        assert [u["target"] for u in uses] == [first, second], (run, uses)
-        assert uses[1]["evidence"]["evidence_id"] == evidence.id
+        uses = _grant_uses(lab, moves.id)
+        assert [u["target"] for u in uses] == [second], (run, uses)
+        assert uses[0]["evidence"]["evidence_id"] == evidence.id
+        assert [u["target"] for u in _grant_uses(lab, grant.id)] == [first]
 
         # 3. The evidence expires (deadline + grace), though the endpoint still announces it.
         remaining = MARGIN_S - (time.monotonic() - observed_by)
@@ -122,5 +128,5 @@ async def test_a_claimed_trigger_gets_no_grant_an_observed_one_does_until_it_exp
         assert [e for e in lab.service.guard.grants.evidence.live() if e.subject == NODE] == []
         late = await agent.ok("preempt_workload", {"workload": third, "reason": CLAIM})
         approval_id_of(late)
-        assert len(_grant_uses(lab, grant.id)) == 2 and lab.node_of(third) == "node-a"
+        assert len(_grant_uses(lab, grant.id)) == 1 and lab.node_of(third) == "node-a"
     assert deadline < evidence.expires_at
