@@ -50,7 +50,7 @@ def test_grant_scope_keys_are_checked(mine: Cli, scope: str, needle: str) -> Non
     r = mine("approvals", "grant", "--action", "migrate", "--scope", scope, "--reason", "x")
     _refused(r, "error (invalid-input)", needle)
     if "unknown scope key" in needle:
-        assert "trigger, backend, target, namespace, partition, node, pool" in r.stderr
+        assert "trigger, principals, backend, target, namespace, partition, node, pool" in r.stderr
         assert "labels.KEY, node_labels.KEY" in r.stderr
     assert mine("approvals", "grants", "--all", "--json").json() == []
 
