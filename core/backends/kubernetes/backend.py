@@ -1,8 +1,9 @@
 """``KubernetesBackend``: the Backend protocol on a Kubernetes cluster (ids ``k8s:...``).
 
 Inventory and queue depth come from ``inventory`` / ``queue``. Actions are plans of small
-named steps (``actions``), each one API request or one wait; every mutating request is
-previewed with ``dryRun=All`` when the plan is made (``scope["dry_run"]``):
+named steps, each one API request or one wait, routed through two dispatch tables
+(``plans.PLANS`` by action, ``steps.STEPS`` by step; ``capabilities()`` is the first's
+keys); every mutating request is previewed with ``dryRun=All`` when the plan is made (``scope["dry_run"]``):
 
 - checkpoint: ``pods/exec`` into each wrapped pod of the workload; the wrapper (container
   entrypoint) writes the checkpoint to the checkpoint volume (a PVC).

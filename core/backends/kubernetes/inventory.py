@@ -184,7 +184,7 @@ class Taint(BaseModel):
         )
 
 
-# Where clawpoint's cordon writes its reason (``actions.REASON_ANNOTATION``): shown in the
+# Where clawpoint's cordon writes its reason (``builders.REASON_ANNOTATION``): shown in the
 # node's reason, so an undrain can tell a cordon is still clawpoint's (core.service.drains).
 CORDON_REASON_ANNOTATION = "clawpoint.io/cordon-reason"
 

@@ -2,7 +2,9 @@
 
 Inventory comes from ``transport`` (slurmrestd, else the commands' JSON). Actions are plans
 of small named steps, each one Slurm command or one wait, so an execution can resume after
-a crash (``recover_step`` answers whether a started step took effect):
+a crash (``recover_step`` answers whether a started step took effect). Two dispatch tables
+route them: ``plans.PLANS`` by action (``capabilities()`` is its keys) and ``steps.STEPS``
+by step; both take ``context.SlurmContext``, not this class:
 
 - checkpoint: ``scancel --signal=USR1|USR2 --batch JOB`` to the wrapper (the batch shell),
   then wait until a newer checkpoint of the job's lineage is published in the shared store.
