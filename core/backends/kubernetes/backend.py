@@ -52,8 +52,9 @@ from core.backends import dispatch
 from core.backends.base import PlanDraft, ProgressFn, poll_until
 from core.backends.kubernetes import ids, lineages, mutations, placement, plans, steps
 from core.backends.kubernetes.connection import Connection, KubernetesConfig, Op
-from core.backends.kubernetes.inventory import Inventory, NodeDetail
+from core.backends.kubernetes.inventory import Inventory
 from core.backends.kubernetes.kubelet_api import CheckpointProbe, probe_checkpoint_api
+from core.backends.kubernetes.node_info import NodeDetail
 from core.backends.kubernetes.pods import pods_of, with_placement
 from core.backends.kubernetes.queue import QueueEntry, QueueReader
 from core.model import Action, CheckpointInfo, NodeInfo, WorkloadInfo

@@ -8,14 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 from core import actions as catalogue
-from core.backends.kubernetes import inventory
+from core.backends.kubernetes import node_info
 from core.backends.kubernetes.context import KubeContext
 from core.backends.kubernetes.pods import container_of, meta, require_wrapped
 from core.model import Action, PlanStep
 
 Obj = dict[str, Any]
 
-REASON_ANNOTATION = inventory.CORDON_REASON_ANNOTATION
+REASON_ANNOTATION = node_info.CORDON_REASON_ANNOTATION
 
 
 def command_of(action: Action) -> str:

@@ -13,7 +13,8 @@ from typing import Any, Protocol
 
 from core.backends.kubernetes import ids
 from core.backends.kubernetes.connection import Connection, KubernetesConfig
-from core.backends.kubernetes.inventory import Inventory, NodeDetail
+from core.backends.kubernetes.inventory import Inventory
+from core.backends.kubernetes.node_info import NodeDetail
 from core.model import CheckpointInfo, NodeInfo
 from core.store.store import CheckpointStore
 
