@@ -243,7 +243,7 @@ def scripted_person(site: Site, stop: threading.Event, seen: list[dict[str, Any]
     """A person at a terminal: checks pending approvals every second, approves each one."""
     while not stop.is_set():
         try:
-            for a in site.cli("approvals", "list", "--json"):
+            for a in site.cli("approvals", "list", "--json")["approvals"]:
                 if a.get("status") == "pending":
                     site.cli("approvals", "approve", a["id"], "--any-session", "--json")
                     seen.append({"id": a["id"], "at": time.time(), "action": a.get("action")})

@@ -523,15 +523,7 @@ def parse(
     try:
         return s.params.model_validate(given)
     except ValidationError as exc:
-        problems = []
-        for e in exc.errors():
-            where = ".".join(str(p) for p in e["loc"]) or "arguments"
-            if e["type"] == "extra_forbidden":
-                problems.append(f"unknown argument {_arg(where, interface)}")
-            else:
-                problems.append(f"{_arg(where, interface)}: {e['msg']}")
-        raise errors.InvalidInput(
-            f"{name}: {'; '.join(problems)}",
-            hint=f"{name} takes: {', '.join(args_of(action, interface))}",
-            details={"action": action.value, "problems": problems},
-        ) from None
+        raise errors.argument_error(
+            name, exc.errors(), args_of(action, interface),
+            arg=lambda where: _arg(where, interface), details={"action": action.value},
+        ) from None  # fmt: skip

@@ -169,6 +169,10 @@ class McpConfig(_Section):
     # hosts show the structured content) or "json" (the whole data again, for a host that
     # shows only the text). Clients on a protocol without structured content get the JSON.
     result_text: Literal["summary", "json"] = "summary"
+    # Destructive plans (kill, fresh restarts, deletes, drains without save) are never
+    # approved by a client's answer unless this is on too: they need a person on a people
+    # path (CLI, approval page, webhook code) like a rule with approval = "out-of-band".
+    elicitation_destructive: bool = False
 
     @field_validator("agent_tokens")
     @classmethod

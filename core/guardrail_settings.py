@@ -210,6 +210,10 @@ class ApprovalsConfig(BaseModel):
     expiry: str = "15m"  # how long a request waits for a person, and then how long it stays usable
     max_code_attempts: int = Field(default=3, ge=1, le=10)
     code_length: int = Field(default=8, ge=6, le=12)
+    # Pending requests one agent (all its sessions) or the scheduler may have waiting at
+    # once; past it a new request is refused (code approval-cap), so a runaway agent cannot
+    # bury the requests that matter. People confirm their own plans and are not counted.
+    max_pending_per_principal: int = Field(default=20, ge=1, le=10_000)
     cli_enabled: bool = True  # a person can run 'clawpoint approvals approve ID' on this host
     cli_command: str = "clawpoint"
     page_url: str | None = (

@@ -52,8 +52,11 @@ COOKIE = "clawpoint_approver"
 SESSION_LIFETIME = timedelta(hours=8)
 MAX_FORM_BYTES = 16 * 1024  # the page's own forms are a few hundred bytes
 LOGIN_FAILURES = 5  # wrong tokens per client address per window, then 429
+LOGIN_GLOBAL_FAILURES = 20  # wrong tokens from all addresses together per window, then 429
 LOGIN_WINDOW_S = 60.0
 _MAX_CLIENTS = 10_000  # addresses remembered by the throttle (oldest forgotten first)
+PAGE_SIZE = 50  # requests listed per page, newest first
+_ID_RE = re.compile(r"^apr-[0-9a-f]{1,32}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,62}$")
 _CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
@@ -64,7 +67,13 @@ _CSP = (
 class ApprovalDesk(Protocol):
     """What the page needs from the service (people-side operations only)."""
 
-    def list_pending(self) -> Sequence[ApprovalView]: ...
+    def pending_page(
+        self, limit: int, cursor: str | None
+    ) -> tuple[Sequence[ApprovalView], str | None, int]:
+        """``limit`` pending requests newest first after ``cursor``, the next cursor (None on
+        the last page) and how many are pending in all."""
+        ...
+
     def get(self, approval_id: str) -> ApprovalView: ...
     def approve(self, approval_id: str, principal: Principal) -> ApprovalView: ...
     def deny(self, approval_id: str, principal: Principal, why: str) -> ApprovalView: ...
@@ -76,61 +85,122 @@ class _TooLarge(Exception):
 
 
 class LoginThrottle:
-    """Failed logins per client address in a sliding window; over the limit, wait.
+    """Login attempts per client address, and all together, in a sliding window.
+
+    An attempt is counted when it starts (``attempt``), before its body is read, so many
+    attempts sent at once are counted at once: the ``limit``-th attempt of one address and
+    the ``global_limit``-th of all addresses together within ``window_s`` are the last let
+    through; the rest wait (429). A successful login takes its own attempt back
+    (``succeeded``). The global budget bounds guessing from many addresses (or behind one
+    proxy) at the price that a flood of wrong tokens also makes a real approver wait, at
+    most ``window_s``; people already logged in are not affected.
 
     ``clock`` is injectable so tests need not sleep. Memory is bounded: at most
-    ``_MAX_CLIENTS`` addresses, each with at most ``limit`` timestamps.
+    ``_MAX_CLIENTS`` addresses, each with at most ``limit`` timestamps, and ``global_limit``
+    timestamps in all.
     """
 
     def __init__(
         self,
         *,
         limit: int = LOGIN_FAILURES,
+        global_limit: int = LOGIN_GLOBAL_FAILURES,
         window_s: float = LOGIN_WINDOW_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.limit = limit
+        self.global_limit = global_limit
         self.window_s = window_s
         self._clock = clock
         self._failures: dict[str, deque[float]] = {}
+        self._everyone: deque[float] = deque()
+
+    def _prune(self, times: deque[float]) -> deque[float]:
+        now = self._clock()
+        while times and now - times[0] >= self.window_s:
+            times.popleft()
+        return times
 
     def _recent(self, client: str) -> deque[float]:
-        now = self._clock()
-        failures = self._failures.get(client, deque())
-        while failures and now - failures[0] >= self.window_s:
-            failures.popleft()
+        failures = self._prune(self._failures.get(client, deque()))
         if not failures:
             self._failures.pop(client, None)
         return failures
 
     def retry_after(self, client: str) -> int | None:
         """Seconds this client must wait before it may try again; None when it may now."""
+        waits = []
         failures = self._recent(client)
-        if len(failures) < self.limit:
+        if len(failures) >= self.limit:
+            waits.append(failures[0])
+        if len(self._prune(self._everyone)) >= self.global_limit:
+            waits.append(self._everyone[0])
+        if not waits:
             return None
-        return max(1, math.ceil(failures[0] + self.window_s - self._clock()))
+        return max(1, math.ceil(max(waits) + self.window_s - self._clock()))
+
+    def attempt(self, client: str) -> int | None:
+        """Count an attempt now, before anything the client sent is read; the seconds to
+        wait instead when it is over a budget (then nothing is counted)."""
+        wait = self.retry_after(client)
+        if wait is None:
+            self.failed(client)
+        return wait
 
     def failed(self, client: str) -> None:
+        now = self._clock()
         failures = self._recent(client)
-        failures.append(self._clock())
+        failures.append(now)
         while len(failures) > self.limit:
             failures.popleft()
         self._failures.pop(client, None)
         self._failures[client] = failures  # newest last: the oldest are forgotten first
         while len(self._failures) > _MAX_CLIENTS:
             self._failures.pop(next(iter(self._failures)))
+        self._prune(self._everyone).append(now)
+        while len(self._everyone) > self.global_limit:
+            self._everyone.popleft()
 
     def succeeded(self, client: str) -> None:
-        self._failures.pop(client, None)
+        """The right token: forget this address's failures and give its attempt back."""
+        mine = self._failures.pop(client, None)
+        if mine and mine[-1] in self._everyone:
+            self._everyone.remove(mine[-1])
+
+
+_HOST_RE = re.compile(
+    r"^(?P<name>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)"
+    r"(?::(?P<port>[0-9]{1,5}))?$"
+)
+
+
+def parse_host(host: str) -> tuple[str, int | None] | None:
+    """A ``Host`` header as (name, port): a DNS name or IPv4 address, or a bracketed IPv6
+    address, then an optional port from 0 to 65535. Anything else (userinfo such as
+    ``127.0.0.1:1@evil.example``, a path, spaces, two colons) is None: not a host."""
+    match = _HOST_RE.fullmatch(host)
+    if match is None:
+        return None
+    port = match["port"]
+    if port is not None and int(port) > 65535:
+        return None
+    return match["name"].lower(), (int(port) if port is not None else None)
 
 
 def host_allowed(host: str | None, allowed: Sequence[str]) -> bool:
-    """Whether a Host header names this server: an exact entry, or ``NAME:*`` for any port
-    (the same patterns as the MCP endpoint's DNS-rebinding check)."""
-    if not host:
+    """Whether a Host header names this server: an exact entry (``NAME`` without a port or
+    ``NAME:PORT``), or ``NAME:*`` for NAME with any port. Both sides are parsed into name and
+    port and compared as such, never as prefixes of each other."""
+    parsed = parse_host(host) if host else None
+    if parsed is None:
         return False
+    name, port = parsed
     for entry in allowed:
-        if host == entry or (entry.endswith(":*") and host.startswith(entry[:-1])):
+        if entry.endswith(":*"):
+            want = parse_host(entry[:-2])
+            if want is not None and want[1] is None and want[0] == name and port is not None:
+                return True
+        elif parse_host(entry) == parsed:
             return True
     return False
 
@@ -198,7 +268,11 @@ def approval_routes(
         session = session_of(request)
         if session is None:
             return _page("Approver login", _login_form(prefix))
-        pending = await run_in_threadpool(desk.list_pending)
+        after = request.query_params.get("after")
+        if after is not None and not _ID_RE.fullmatch(after):
+            return _page("Cannot do that", "<p>That is not a page of this list.</p>"
+                         + _back(prefix), 400)  # fmt: skip
+        pending, more, total = await run_in_threadpool(desk.pending_page, PAGE_SIZE, after)
         items = "".join(
             f'<li><a href="{prefix}/{_e(v.id)}">{_e(v.summary or v.action)}</a> '
             f"<small>{_e(v.risk.value)} · by {_e(v.requester)} · expires "
@@ -206,13 +280,25 @@ def approval_routes(
             for v in pending
         )
         body = f"<ul>{items}</ul>" if items else "<p>Nothing is waiting for approval.</p>"
-        return _page(f"Pending approvals ({len(pending)})", body + _logout_form(prefix, session))
+        links = []
+        if after is not None:
+            links.append(f'<a href="{prefix}">Newest</a>')
+        if more is not None:
+            links.append(f'<a href="{prefix}?after={_e(more)}">Next {PAGE_SIZE}</a>')
+        if links:
+            body += f"<p>{' · '.join(links)}</p>"
+        title = f"Pending approvals ({total})"
+        if more is not None or after is not None:
+            title += f": {len(pending)} on this page"
+        return _page(title, body + _logout_form(prefix, session))
 
     async def login(request: Request) -> Response:
         client = request.client.host if request.client else "unknown"
-        wait = throttle.retry_after(client)
-        if wait is not None:  # decided before reading anything the client sent
-            body = f"<p>Too many wrong tokens from your address; try again in {wait} s.</p>"
+        # Counted before anything the client sent is read (no await before this line), so
+        # attempts sent at once are counted at once; a right token gives it back below.
+        wait = throttle.attempt(client)
+        if wait is not None:
+            body = f"<p>Too many wrong tokens; try again in {wait} s.</p>"
             refused = _page("Approver login", body, 429, close=True)
             refused.headers["Retry-After"] = str(wait)
             return refused
@@ -220,7 +306,6 @@ def approval_routes(
         token = form.get("token", "")
         name = form.get("name", "").strip()
         if not token or not approver_token_ok(token):
-            throttle.failed(client)
             return _page("Approver login", "<p>Wrong token.</p>" + _login_form(prefix), 401)
         throttle.succeeded(client)
         if name and not _NAME_RE.fullmatch(name):

@@ -15,6 +15,9 @@ from collections.abc import Collection, Sequence
 
 from mcp.server.auth.settings import AuthSettings
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from core import errors
 from core.config import Settings
@@ -22,7 +25,7 @@ from core.guardrails.approvals import ApprovalView
 from core.guardrails.tokens import token_problem, weak_token_hint
 from core.model import Principal, PrincipalKind
 from core.service.facade import Service, bootstrap
-from mcp_server.approval_page import approval_routes
+from mcp_server.approval_page import approval_routes, host_allowed
 from mcp_server.auth import StaticTokenVerifier
 from mcp_server.server import build_server
 
@@ -33,8 +36,10 @@ class ServiceDesk:
     def __init__(self, service: Service) -> None:
         self.service = service
 
-    def list_pending(self) -> Sequence[ApprovalView]:
-        return self.service.list_approvals(status="pending")
+    def pending_page(
+        self, limit: int, cursor: str | None
+    ) -> tuple[Sequence[ApprovalView], str | None, int]:
+        return self.service.page_approvals(status="pending", limit=limit, cursor=cursor)
 
     def get(self, approval_id: str) -> ApprovalView:
         return self.service.get_approval(approval_id)
@@ -48,6 +53,29 @@ class ServiceDesk:
     def reveal_code(self, approval_id: str) -> str:
         page = Principal(id="approval-page", kind=PrincipalKind.PERSON)
         return self.service.guard.approvals.reveal_code(approval_id, principal=page)
+
+
+class HostCheck:
+    """ASGI middleware: answer 421 to a request whose ``Host`` header, parsed into name and
+    port (``approval_page.host_allowed``), is not one this server answers to (DNS
+    rebinding: ``127.0.0.1:1@evil.example`` is not ``127.0.0.1`` on some port)."""
+
+    def __init__(self, app: ASGIApp, *, allowed: Sequence[str]) -> None:
+        self.app = app
+        self.allowed = list(allowed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not host_allowed(
+            Headers(scope=scope).get("host"), self.allowed
+        ):
+            refused = PlainTextResponse(
+                "This server does not answer to that name.\n",
+                status_code=421,
+                headers={"Connection": "close"},
+            )
+            await refused(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 def build_http_app(
@@ -88,6 +116,10 @@ def build_http_app(
         ),
     )
     app = mcp.streamable_http_app(host=host)
+    hosts = page_hosts(host)
+    if hosts is not None:
+        # In front of everything, /mcp included: the SDK's own check compares prefixes.
+        app.add_middleware(HostCheck, allowed=hosts)
     if approver:
 
         def approver_ok(token: str) -> bool:
@@ -98,7 +130,7 @@ def build_http_app(
 
         app.router.routes.extend(
             approval_routes(
-                ServiceDesk(service), approver_token_ok=approver_ok, allowed_hosts=page_hosts(host)
+                ServiceDesk(service), approver_token_ok=approver_ok, allowed_hosts=hosts
             )
         )
     return app

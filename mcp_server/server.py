@@ -36,10 +36,14 @@ from pydantic import BaseModel, Field
 
 from core import errors
 from core.config import Settings
+from core.guardrails.approvals import ApprovalStatus
+from core.model import WorkloadState
 from core.runbooks.engine import Engine
+from core.runbooks.store import RunStatus
 from core.service import views
 from core.service.facade import Service, bootstrap
 from mcp_server import tools_actions, tools_insights, tools_runbooks
+from mcp_server.arguments import ArgumentChecks, strict_arguments
 from mcp_server.common import (
     Cursor,
     Detail,
@@ -86,7 +90,7 @@ READ = ToolAnnotations(
 NodeName = Annotated[
     str | None, Field(description="Target node name; omit to let clawpoint choose", max_length=64)
 ]
-Backend = Annotated[str | None, Field(description="local, slurm, ...; omit for all")]
+Backend = Annotated[str | None, Field(description="Omit for all")]
 
 
 class NodeList(BaseModel):
@@ -200,7 +204,7 @@ def build_server(
     from core import __version__
 
     chosen = frozenset(TOOLSETS) if toolsets is None else check_toolsets(toolsets)
-    mcp = LeanServer(
+    mcp = Server(
         "clawpoint",
         version=__version__,
         instructions=INSTRUCTIONS,
@@ -231,7 +235,7 @@ def build_server(
     @mcp.tool(title="List workloads", annotations=READ)
     async def list_workloads(
         backend: Backend = None,
-        state: Annotated[str | None, Field(description="running, stopped, failed, ...",
+        state: Annotated[str | None, Field(description="Omit for all",
                                            max_length=32)] = None,
         limit: Limit = 50, cursor: Cursor = None, detail: Detail = False,
     ) -> WorkloadList:  # fmt: skip
@@ -274,7 +278,7 @@ def build_server(
     _claim(mcp, sets, "signals")
     tools_runbooks.register(mcp, service, prompts="runbooks" in chosen and not read_only)
     _claim(mcp, sets, "runbooks")
-    _forbid_unknown_arguments(mcp)
+    strict_arguments(mcp, filters(service))
     for tool in mcp._tool_manager.list_tools():  # the SDK has no public list of its own
         keep = sets[tool.name] in chosen
         if read_only and not (tool.annotations and tool.annotations.read_only_hint):
@@ -302,17 +306,19 @@ def _claim(mcp: MCPServer[Any], sets: dict[str, str], toolset: str) -> None:
         sets.setdefault(tool.name, toolset)
 
 
-def _forbid_unknown_arguments(mcp: MCPServer[Any]) -> None:
-    """Refuse arguments a tool does not declare (``approved=true``, ``confirmed``, ...).
+class Server(ArgumentChecks, LeanServer):
+    """The clawpoint server: lean schemas and results, one error for bad arguments."""
 
-    The SDK ignores unknown arguments by default, so an agent that invents one would see its
-    call succeed and could believe it took effect; refusing makes the error explicit. Hidden
-    resolver parameters are not arguments, so a caller cannot fill them either way."""
-    for tool in mcp._tool_manager.list_tools():  # the SDK has no public hook for this
-        model = tool.fn_metadata.arg_model
-        model.model_config["extra"] = "forbid"
-        model.model_rebuild(force=True)
-        tool.parameters["additionalProperties"] = False
+
+def filters(service: Service) -> dict[str, list[str]]:
+    """Every filter argument and the values it takes (``mcp_server.arguments``): each is an
+    enum in the published schema, and any other value is refused naming these."""
+    return {
+        "backend": sorted(service.backends),
+        "list_workloads.state": [s.value for s in WorkloadState],
+        "list_approvals.status": [*(s.value for s in ApprovalStatus), "all"],
+        "list_runs.status": ["waiting", *(s.value for s in RunStatus)],
+    }
 
 
 def serve_stdio(

@@ -44,7 +44,6 @@ from mcp_server.common import (
     agent,
     call,
     dry_run_out,
-    page,
     transport,
 )
 
@@ -269,12 +268,15 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
 
     @mcp.tool(title="List approvals", annotations=READ)
     async def list_approvals(
-        status: Annotated[str | None, Field(description="pending|approved|denied|expired|used|locked; omit for all")] = "pending",
+        status: Annotated[str, Field(description="all: every state")] = "pending",
         limit: Limit = 20, cursor: Cursor = None, detail: Detail = False,
     ) -> ApprovalList:  # fmt: skip
         """Approval requests, newest first, each with its compact plan (never their codes)."""
-        items = await call(lambda: service.list_approvals(status=status))
-        chunk, more = page(items, limit=limit, cursor=cursor)
+        # Paged in the database (keyset on an index): fast with thousands of requests.
+        wanted = None if status == "all" else status
+        chunk, more, _total = await call(
+            lambda: service.page_approvals(status=wanted, limit=limit, cursor=cursor)
+        )
         return ApprovalList(approvals=[views.approval(v, detail=detail) for v in chunk],
                             next_cursor=more)  # fmt: skip
 

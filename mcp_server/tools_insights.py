@@ -160,9 +160,7 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
 
     @mcp.tool(title="Queue depth", annotations=READ_ONLY)
     async def queue_depth(
-        backend: Annotated[
-            str | None, Field(description="local | slurm | kubernetes; omit for all")
-        ] = None,
+        backend: Annotated[str | None, Field(description="Omit for all")] = None,
     ) -> QueueDepthList:
         """Pending and running work per backend/partition: pending by reason, oldest wait,
         GPUs requested. A long-waiting queue is a 'backlog' the planner may free room for."""

@@ -249,7 +249,7 @@ def register(
     async def list_runs(
         status: Annotated[
             str | None,
-            Field(description="waiting, running, succeeded, failed, ... (all if empty)",
+            Field(description="Omit for all",
                   max_length=32),
         ] = None,
         limit: Limit = 20,

@@ -72,6 +72,13 @@ def render(tools: list[Any], outputs: dict[str, Any], sets: dict[str, str]) -> s
         "`limit` and `cursor` (pass the previous page's `next_cursor`). Toolsets: see",
         "docs/agents.md.",
         "",
+        "Arguments are strict (`mcp_server/arguments.py`): an argument a tool does not list is",
+        'refused, a boolean is JSON `true` or `false` only (never `"yes"`, `"true"` or `1`),',
+        "and every filter is an enum (`backend` lists the backends configured: here only",
+        "`local`). Any argument error is one tool error, `TOOL: PROBLEM; ... (error:",
+        "invalid-input) Next step: TOOL takes: ARGS`. Hints name tools, e.g. `Next step: see the",
+        "existing ids with list_workloads`.",
+        "",
         "| tool | toolset | hints | what |",
         "|---|---|---|---|",
     ]

@@ -16,6 +16,7 @@ import typer
 from core import errors
 from core.cli import output
 from core.config import load_settings
+from core.guardrails.approvals import MAX_PAGE, ApprovalStatus
 from core.model import Action, Principal, PrincipalKind
 from core.service.facade import Service, bootstrap
 
@@ -43,25 +44,40 @@ def _person() -> Principal:
 @approvals_app.command("list")
 def list_(
     all_: Annotated[bool, typer.Option("--all", help="Include decided and expired ones.")] = False,
+    limit: Annotated[
+        int,
+        typer.Option(
+            "--limit", min=1, max=MAX_PAGE, help=f"At most this many, newest first (1-{MAX_PAGE})."
+        ),
+    ] = 50,
+    cursor: Annotated[
+        str | None,
+        typer.Option("--cursor", help="Continue after this id (the previous page's next_cursor)."),
+    ] = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Pending approval requests (or all with --all)."""
-    items = _service().list_approvals(status=None if all_ else "pending")
+    """Pending approval requests (or all with --all), newest first, a page at a time."""
+    items, more, total = _service().page_approvals(
+        status=None if all_ else "pending", limit=limit, cursor=cursor
+    )
     if json_:
-        return output.emit_json(items)
+        return output.emit_json({"approvals": items, "next_cursor": more, "total": total})
     output.table(
-        "Approvals",
+        f"Approvals ({len(items)} of {total})" if more or cursor else "Approvals",
         ["id", "status", "risk", "what", "requested by", "expires (UTC)"],
         [
             (a.id, a.status.value, a.risk.value, a.summary, a.requester, f"{a.expires_at:%H:%M:%S}")
             for a in items
         ],
     )
+    if more:
+        output.plain(f"More: clawpoint approvals list{' --all' if all_ else ''} --cursor {more}")
 
 
 @approvals_app.command()
 def show(approval_id: Annotated[str, typer.Argument(metavar="ID")], json_: JsonOpt = False) -> None:
-    """The full request as a person should read it, with its one-time code."""
+    """The full request as a person should read it: a pending one with its one-time code,
+    any other (approved, denied, used, expired, locked) with its state, for review."""
     service = _service()
     view = service.get_approval(approval_id)
     text = service.approval_text(approval_id, principal=_person())
@@ -72,9 +88,10 @@ def show(approval_id: Annotated[str, typer.Argument(metavar="ID")], json_: JsonO
     output.plain("\nSteps:")
     for i, step in enumerate(view.plan.steps, 1):
         output.plain(f"  {i}. {step.description}")
-    output.plain(
-        f"\nApprove: clawpoint approvals approve {view.id}   Deny: clawpoint approvals deny {view.id} --why ..."
-    )
+    if view.status is ApprovalStatus.PENDING:  # a decided request is shown for review only
+        output.plain(
+            f"\nApprove: clawpoint approvals approve {view.id}   Deny: clawpoint approvals deny {view.id} --why ..."
+        )
 
 
 @approvals_app.command()
@@ -131,10 +148,19 @@ def grant(
     ] = None,
     max_: Annotated[str, typer.Option("--max", help="Budget, e.g. 20/h")] = "10/h",
     expires: Annotated[str, typer.Option("--expires", help="e.g. 8h, 7d")] = "24h",
-    reason: Annotated[str, typer.Option("--reason", callback=output.check_reason)] = "",
+    reason: Annotated[
+        str | None,
+        typer.Option(
+            "--reason", help="Why (audited); an empty one is refused.", callback=output.check_reason
+        ),
+    ] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Pre-authorise a class of plans within a scope, a budget and an expiry."""
+    if reason is not None and not reason.strip():  # e.g. --reason "$WHY" with WHY unset
+        raise errors.InvalidInput(
+            "--reason is empty", hint="say why, e.g. --reason 'spot notices', or leave it out"
+        )
     try:
         act = Action(action.replace("-", "_"))
     except ValueError:
@@ -148,6 +174,10 @@ def grant(
             raise errors.InvalidInput(
                 f"scope {item!r} is not KEY=VALUE", hint="e.g. --scope partition=gpu"
             )
+        if key in pairs:
+            raise errors.InvalidInput(
+                f"scope key {key!r} is given twice", hint="give each key once: all must match"
+            )
         pairs[key] = value
     count, sep, unit = max_.partition("/")
     if (
@@ -160,7 +190,8 @@ def grant(
             hint="e.g. --max 20/h",
         )
     g = _service().grant(act, pairs, max_per_hour=int(count), expires=expires,
-                         reason=reason or "standing approval", principal=_person())  # fmt: skip
+                         reason="standing approval" if reason is None else reason,
+                         principal=_person())  # fmt: skip
     if json_:
         return output.emit_json(g)
     output.out.print(f"[green]granted[/] {output.esc(g.id)}: {g.action.value} where "

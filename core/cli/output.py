@@ -25,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from core import errors
+from core.cli import wording
 from core.model import validate_reason
 
 out = Console(emoji=False)
@@ -71,9 +72,11 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> 
 
 
 def render_error(exc: errors.ClawpointError, *, as_json: bool) -> None:
+    """The error with its next steps named as commands (``core.cli.wording``)."""
     if as_json:
-        emit_json(exc.to_dict())
+        emit_json(exc.to_dict(wording.cli))
         return
-    err.print(f"[bold red]error[/] ({esc(exc.code)}): {esc(exc.message)}", highlight=False)
-    if exc.hint:
-        err.print(f"[yellow]hint[/]: {esc(exc.hint)}", highlight=False)
+    message, hint = exc.rendered(wording.cli)
+    err.print(f"[bold red]error[/] ({esc(exc.code)}): {esc(message)}", highlight=False)
+    if hint:
+        err.print(f"[yellow]hint[/]: {esc(hint)}", highlight=False)

@@ -17,6 +17,10 @@ carry their session, ``mcp:stdio/3fa9c2d1``) or a person may execute it, unless 
 who approved it chose ``any_session`` (then any session of the same agent may). A request
 may also say it ``needs`` an out-of-band approval: then only a person on a people path can
 approve it, never the user of the agent's own client (``confirm_by_client``, elicitation).
+Asking again while a request waits returns it (``request``; one pending request per
+requester, action and target), each agent has a cap of pending requests, and lists come in
+pages: the queries behind these live in ``core.guardrails.approval_queue``. A request that is
+not approved says what to do next (``not_usable``): pending means wait, never "ask again".
 Limits: the secret file protects the code only from those who cannot read it.
 """
 
@@ -26,6 +30,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import sqlite3
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -35,7 +40,9 @@ from pydantic import BaseModel
 
 from core import errors
 from core.guardrail_settings import ApprovalsConfig as ApprovalsConfig
+from core.guardrails import approval_queue as queue
 from core.guardrails import schema
+from core.guardrails.approval_queue import MAX_PAGE as MAX_PAGE
 from core.guardrails.audit import AuditLog
 from core.guardrails.policy import ApprovalKind
 from core.model import Plan, Principal, PrincipalKind, RiskClass, utcnow
@@ -85,6 +92,9 @@ class ApprovalView(BaseModel):
     # "agent": any session of the requesting agent (a person chose --any-session).
     executable_by: ExecutableBy = "requester"
     needs: ApprovalKind = "any"  # "out-of-band": the agent's own client can never approve
+
+
+Views = list[ApprovalView]  # (``ApprovalStore.list`` shadows the builtin in its class)
 
 
 def load_or_create_secret(path: Path) -> bytes:
@@ -162,31 +172,11 @@ class ApprovalStore:
     def create(
         self, plan: Plan, requester: Principal, reason: str, *, needs: ApprovalKind = "any"
     ) -> ApprovalView:
-        if not plan.hash or plan.hash != plan.compute_hash():
-            raise errors.InvalidInput(
-                "the plan is not sealed (its hash is missing or stale)",
-                hint="plan again; only sealed plans can be approved",
-            )
-        approval_id = "apr-" + secrets.token_hex(5)
-        now = utcnow()
+        """A new pending request, always (within the cap); ``request`` collapses repeats."""
+        _require_sealed(plan)
+        self._expire_due()
         with self.db.write() as conn:
-            conn.execute(
-                "INSERT INTO approvals(id, plan_hash, plan, requester, requester_kind, reason, "
-                "status, code_hash, created_at, expires_at, needs) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    approval_id,
-                    plan.hash,
-                    plan.model_dump_json(),
-                    requester.id,
-                    requester.kind.value,
-                    reason,
-                    ApprovalStatus.PENDING.value,
-                    self._code_hash(approval_id, self._code_for(approval_id)),
-                    now.isoformat(),
-                    (now + self.config.expiry_delta).isoformat(),
-                    needs,
-                ),
-            )
+            approval_id = self._insert(conn, plan, requester, reason, needs)
         self._audit(
             "approval.requested",
             requester,
@@ -197,24 +187,118 @@ class ApprovalStore:
         )
         return self.get(approval_id)
 
+    def request(
+        self, plan: Plan, requester: Principal, reason: str, *, needs: ApprovalKind = "any"
+    ) -> tuple[ApprovalView, bool]:
+        """The pending request for this plan: the one already waiting, or a new one.
+
+        A requester's pending request for the same action and target is returned as it is
+        (``False``: nothing new for a person to read), whatever reason or parameters the new
+        ask gives: asking again never makes a person decide twice. Only when the waiting
+        request can no longer be right is it withdrawn and replaced (``True``): the world it
+        was planned for changed (its preconditions differ from the new plan's), or the new
+        plan needs a stricter approval path. A new request counts against the requester's
+        cap of pending requests (``max_pending_per_principal``, all its sessions together).
+        Checked and written in one transaction: two identical asks at once make one request.
+        """
+        _require_sealed(plan)
+        self._expire_due()
+        superseded: str | None = None
+        with self.db.write() as conn:
+            row = queue.waiting(conn, requester.id, plan.action.value, plan.target)
+            if row is not None:
+                waiting = _view(row)
+                if waiting.plan.preconditions == plan.preconditions and (
+                    waiting.needs == needs or needs == "any"
+                ):
+                    return waiting, False
+                superseded = waiting.id
+                queue.withdraw(conn, superseded, requester.id, queue.SUPERSEDED)
+            approval_id = self._insert(conn, plan, requester, reason, needs)
+        if superseded is not None:
+            self._audit("approval.withdrawn", requester, superseded, note=queue.SUPERSEDED,
+                        superseded_by=approval_id)  # fmt: skip
+        self._audit(
+            "approval.requested",
+            requester,
+            approval_id,
+            plan_hash=plan.hash,
+            reason=reason,
+            needs=needs,
+            **({"supersedes": superseded} if superseded else {}),
+        )
+        return self.get(approval_id), True
+
+    def _insert(
+        self,
+        conn: sqlite3.Connection,
+        plan: Plan,
+        requester: Principal,
+        reason: str,
+        needs: ApprovalKind,
+    ) -> str:
+        """Insert a pending request inside the caller's write transaction; refuse past the
+        requester's cap of pending requests (counted in the same transaction)."""
+        identity = session_free(requester.id)
+        if requester.kind is not PrincipalKind.PERSON:
+            queue.refuse_past_cap(conn, identity, self.config.max_pending_per_principal)
+        approval_id = "apr-" + secrets.token_hex(5)
+        queue.insert_pending(
+            conn,
+            approval_id,
+            plan,
+            requester,
+            reason=reason,
+            code_hash=self._code_hash(approval_id, self._code_for(approval_id)),
+            expires_at=utcnow() + self.config.expiry_delta,
+            needs=needs,
+            identity=identity,
+        )
+        return approval_id
+
     def get(self, approval_id: str) -> ApprovalView:
         self._expire_due()
         with self.db.read() as conn:
             row = conn.execute("SELECT * FROM approvals WHERE id=?", (approval_id,)).fetchone()
         if row is None:
             raise errors.NotFound(
-                f"no approval {approval_id!r}", hint="list them with 'clawpoint approvals list'"
+                f"no approval {approval_id!r}",
+                hint=f"list them with {errors.step('list_approvals', status='all')}",
             )
         return _view(row)
 
-    def list(self, *, status: ApprovalStatus | None = None) -> list[ApprovalView]:
+    def list(
+        self, *, status: ApprovalStatus | None = None, requester: str | None = None
+    ) -> list[ApprovalView]:
+        """Every request (of ``status``, of ``requester``), newest first. Unbounded: people's
+        and agents' views use ``page``."""
         self._expire_due()
-        sql, args = "SELECT * FROM approvals", []
-        if status is not None:
-            sql, args = sql + " WHERE status=?", [status.value]
+        sql, args = queue.where(status.value if status else None, requester)
         with self.db.read() as conn:
-            rows = conn.execute(sql + " ORDER BY created_at DESC", args).fetchall()
+            rows = conn.execute(
+                f"SELECT * FROM approvals{sql} ORDER BY created_at DESC, id DESC", args
+            ).fetchall()
         return [_view(r) for r in rows]
+
+    def page(
+        self, *, status: ApprovalStatus | None = None, limit: int = 50, cursor: str | None = None
+    ) -> tuple[Views, str | None]:
+        """``limit`` requests newest first, after the one whose id is ``cursor``, and the
+        cursor of the next page (None: this is the last); see ``approval_queue``. A request
+        added or decided meanwhile neither repeats nor skips the others."""
+        self._expire_due()
+        with self.db.read() as conn:
+            rows, more = queue.page_rows(
+                conn, status.value if status else None, limit=limit, cursor=cursor
+            )
+        views = [_view(r) for r in rows]
+        return views, (views[-1].id if more and views else None)
+
+    def count(self, *, status: ApprovalStatus | None = None) -> int:
+        """How many requests there are (of ``status``): an index count."""
+        self._expire_due()
+        with self.db.read() as conn:
+            return queue.count_rows(conn, status.value if status else None)
 
     def approve(
         self, approval_id: str, approver: Principal, *, via: str = "cli", any_session: bool = False
@@ -272,12 +356,8 @@ class ApprovalStore:
                 hint="only the requester or a person can withdraw a request",
             )
         with self.db.write() as conn:
-            cur = conn.execute(
-                "UPDATE approvals SET status='denied', decided_by=?, decided_via='withdrawn', "
-                "decided_at=?, note=? WHERE id=? AND status='pending'",
-                (by.id, utcnow().isoformat(), why, approval_id),
-            )
-        if cur.rowcount != 1:
+            withdrawn = queue.withdraw(conn, approval_id, by.id, why)
+        if not withdrawn:
             raise errors.Conflict(
                 f"approval {approval_id} is {self.get(approval_id).status.value}, not pending",
                 hint="nothing to withdraw",
@@ -314,7 +394,7 @@ class ApprovalStore:
         if view.status is not ApprovalStatus.PENDING:
             raise errors.Conflict(
                 f"approval {approval_id} is {view.status.value}, not pending",
-                hint="request a new approval for the plan",
+                hint=queue.next_step(view.status.value),
             )
         with self.db.write() as conn:
             conn.execute(
@@ -363,15 +443,8 @@ class ApprovalStore:
                 "WHERE id=? AND status='approved' AND plan_hash=?",
                 (utcnow().isoformat(), str(principal), approval_id, plan_hash),
             )
-            status = row["status"]
-            if cur.rowcount != 1:  # a concurrent use won the race: report what it is now
-                now = conn.execute("SELECT status FROM approvals WHERE id=?", (approval_id,))
-                status = now.fetchone()["status"]
-        if cur.rowcount != 1:
-            raise errors.ApprovalRequired(
-                f"approval {approval_id} is {status}, not approved; it cannot be used",
-                hint="used and expired approvals cannot be reused: request a new approval",
-            )
+        if cur.rowcount != 1:  # not approved, or a concurrent use won: say what it is now
+            raise not_usable(self.get(approval_id))
         self._audit("approval.used", principal, approval_id, plan_hash=plan_hash)
         return self.get(approval_id)
 
@@ -451,6 +524,20 @@ class ApprovalStore:
         self.audit.append(kind, principal=str(principal), subject=approval_id, data=data)
 
 
+def not_usable(view: ApprovalView) -> errors.ApprovalRequired:
+    """Why an approval that is not ``approved`` cannot run its plan, and what to do next: a
+    pending one means wait (never "ask again": that would make a person decide twice)."""
+    return queue.refusal(view.id, view.status.value, expires_at=view.expires_at, note=view.note)
+
+
+def _require_sealed(plan: Plan) -> None:
+    if not plan.hash or plan.hash != plan.compute_hash():
+        raise errors.InvalidInput(
+            "the plan is not sealed (its hash is missing or stale)",
+            hint="plan again; only sealed plans can be approved",
+        )
+
+
 def _executor_refusal(
     approval_id: str, requester: str, executable_by: str, principal: Principal
 ) -> errors.PolicyDenied | None:
@@ -516,5 +603,6 @@ __all__ = [
     "ApprovalsConfig",
     "load_or_create_secret",
     "normalize_code",
+    "not_usable",
     "session_free",
 ]

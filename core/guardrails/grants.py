@@ -6,13 +6,15 @@ the policy's "approve" into "allow" for plans it matches; it never overrides a "
 limit. ``claim`` finds a matching grant with budget left and records the use in the same
 ``BEGIN IMMEDIATE`` transaction, so concurrent claims cannot overspend the hourly budget.
 
-Scope keys (all must match; an unknown or absent key never matches, failing closed):
-``trigger``, ``principals``, ``backend``, ``target``, any string key of the plan's scope
-(``namespace``, ``partition``, ``node``, ``pool``), ``labels.KEY`` (workload label) and
-``node_labels.KEY`` (node label). ``principals`` is a comma-separated list of principal
-kinds (``scheduler``, ``agent``, ``person``): the grant covers only plans run by one of
-them, e.g. ``principals=scheduler`` for the watch loop alone, so that an agent acting on the
-same evidence still asks a person.
+Scope keys (all must match; a key the plan lacks never matches, failing closed):
+``trigger``, ``principals``, ``backend``, ``target``, the plan's scope keys ``namespace``,
+``partition``, ``node`` and ``pool``, ``labels.KEY`` (workload label) and ``node_labels.KEY``
+(node label). ``principals`` is a comma-separated list of principal kinds (``scheduler``,
+``agent``, ``person``): the grant covers only plans run by one of them, e.g.
+``principals=scheduler`` for the watch loop alone, so that an agent acting on the same
+evidence still asks a person. Any other key (a misspelling such as ``partiton``, or ``../x``)
+or an unknown principal kind is refused when the grant is made (``check_scope``), naming the
+valid ones: a grant that can never match is a mistake.
 
 ``trigger`` is matched against evidence, never against a claim: the grant applies only while
 ``core.guardrails.evidence`` holds a live sighting of that trigger, made by clawpoint itself,
@@ -25,6 +27,8 @@ sighting the world now contradicts is ended and covers nothing.
 
 from __future__ import annotations
 
+import difflib
+import re
 import secrets
 from datetime import datetime, timedelta
 from typing import Any
@@ -88,6 +92,51 @@ def principal_matches(scope: dict[str, str], principal: Principal | None) -> boo
         return principal.kind in principal_kinds(value)
     except errors.InvalidInput:  # a stored value no longer valid: fail closed
         return False
+
+
+# The scope keys a grant may name (see the module docstring), and the label key prefixes.
+SCOPE_KEYS = (
+    "trigger",
+    "principals",
+    "backend",
+    "target",
+    "namespace",
+    "partition",
+    "node",
+    "pool",
+)
+LABEL_PREFIXES = ("labels.", "node_labels.")
+# A label key as Kubernetes, Slurm and local labels write it: ``team``, ``app.kubernetes.io/name``.
+_LABEL_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,252}[A-Za-z0-9])?$")
+MAX_SCOPE_VALUE = 256
+
+
+def scope_keys_help() -> str:
+    return ", ".join([*SCOPE_KEYS, *(p + "KEY" for p in LABEL_PREFIXES)])
+
+
+def check_scope(scope: dict[str, str]) -> dict[str, str]:
+    """``scope`` when every key is one a plan can match and every value is a short printable
+    string; otherwise ``InvalidInput`` naming the key and the valid ones (nothing is made)."""
+    for key, value in scope.items():
+        label = next((key[len(p) :] for p in LABEL_PREFIXES if key.startswith(p)), None)
+        if key not in SCOPE_KEYS and (label is None or not _LABEL_KEY.match(label)):
+            close = difflib.get_close_matches(key, SCOPE_KEYS, n=1)
+            raise errors.InvalidInput(
+                f"unknown scope key {key[:80]!r}"
+                + (f" (did you mean {close[0]!r}?)" if close else ""),
+                hint=f"scope keys are: {scope_keys_help()}",
+                details={"valid": [*SCOPE_KEYS, *(p + "KEY" for p in LABEL_PREFIXES)]},
+            )
+        if (not isinstance(value, str) or not value.strip() or len(value) > MAX_SCOPE_VALUE
+                or not value.isprintable()):  # fmt: skip
+            raise errors.InvalidInput(
+                f"scope {key}: the value must be 1 to {MAX_SCOPE_VALUE} printable characters",
+                hint=f"e.g. {key}=gpu",
+            )
+    if PRINCIPALS_KEY in scope:
+        principal_kinds(str(scope[PRINCIPALS_KEY]))  # refuse a misspelt kind now
+    return scope
 
 
 def scope_matches(scope: dict[str, str], plan: Plan) -> bool:
@@ -159,8 +208,7 @@ class GrantStore:
             raise errors.InvalidInput(
                 "a standing approval needs a reason", hint="say why, e.g. 'spot notices'"
             )
-        if PRINCIPALS_KEY in scope:
-            principal_kinds(str(scope[PRINCIPALS_KEY]))  # refuse a misspelt kind now
+        check_scope(scope)
         lifetime = parse_duration(expires, what="expires")
         now = utcnow()
         grant_id = "grt-" + secrets.token_hex(5)

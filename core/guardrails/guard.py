@@ -168,7 +168,8 @@ class Guard:
         elicitation_available: bool = False,
         needs: ApprovalKind = "any",
     ) -> tuple[ApprovalView, list[ApprovalPath]]:
-        """Create a pending approval, notify people, and say exactly how a person can approve.
+        """Create a pending approval (or return the same one already waiting), notify people
+        of a new one, and say exactly how a person can approve.
 
         ``elicitation_available``: the caller may ask the user of its own client (the
         operator allowed it); ignored when the request ``needs`` out-of-band approval.
@@ -186,7 +187,9 @@ class Guard:
                 data={"plan_hash": plan.hash},
             )
             raise _no_path(plan)
-        view = self.approvals.create(plan, principal, reason, needs=needs)
+        # The same request already waiting is returned as it is, and nobody is notified
+        # again: asking twice must not make a person decide twice (``ApprovalStore.request``).
+        view, created = self.approvals.request(plan, principal, reason, needs=needs)
         paths: list[ApprovalPath] = []
         if elicitation_available:
             paths.append(
@@ -207,7 +210,11 @@ class Guard:
             paths.append(
                 ApprovalPath(kind="page", how=f"open {cfg.page_url.rstrip('/')}/{view.id}")
             )
-        if webhook and self.notifier is not None:
+        if webhook and not created:
+            paths.append(
+                ApprovalPath(kind="webhook", how="people were notified when it was first asked")
+            )
+        elif webhook and self.notifier is not None:
             # The message needs the paths known so far (page, CLI), then reports its own fate.
             code = self.approvals.delivery_code(view.id)
             announced = [*paths, _chat_path(view.id)]

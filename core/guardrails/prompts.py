@@ -57,8 +57,9 @@ class ApprovalText(BaseModel):
         ]
         if code:
             lines.append(f"Code: {format_code(code)}")
-        lines.append("Approve:")
-        lines.extend(f"  - {h}" for h in self.how_to_approve)
+        if self.how_to_approve:  # a request no longer pending has no way left to approve it
+            lines.append("Approve:")
+            lines.extend(f"  - {h}" for h in self.how_to_approve)
         return "\n".join(lines)
 
 

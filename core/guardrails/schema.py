@@ -68,6 +68,28 @@ MIGRATIONS: list[str] = [
     ALTER TABLE approvals ADD COLUMN executable_by TEXT NOT NULL DEFAULT 'requester';
     ALTER TABLE approvals ADD COLUMN needs TEXT NOT NULL DEFAULT 'any';
     """,
+    # Approval floods: the action, target and session-free identity of each request as
+    # columns (copied from the plan and the requester), so that "is the same request already
+    # pending?", "how many are pending for this agent?" and a page of the list are index
+    # lookups rather than scans that parse every stored plan.
+    """
+    ALTER TABLE approvals ADD COLUMN action TEXT NOT NULL DEFAULT '';
+    ALTER TABLE approvals ADD COLUMN target TEXT NOT NULL DEFAULT '';
+    ALTER TABLE approvals ADD COLUMN identity TEXT NOT NULL DEFAULT '';
+    UPDATE approvals SET
+        action = COALESCE(json_extract(plan, '$.action'), ''),
+        target = COALESCE(json_extract(plan, '$.target'), ''),
+        identity = CASE WHEN instr(requester, '/') > 0
+                        THEN substr(requester, 1, instr(requester, '/') - 1)
+                        ELSE requester END;
+    DROP INDEX approvals_status;
+    CREATE INDEX approvals_status_created ON approvals(status, created_at, id);
+    CREATE INDEX approvals_status_expires ON approvals(status, expires_at);
+    CREATE INDEX approvals_created ON approvals(created_at, id);
+    CREATE INDEX approvals_pending_request ON approvals(requester, action, target)
+        WHERE status = 'pending';
+    CREATE INDEX approvals_pending_identity ON approvals(identity) WHERE status = 'pending';
+    """,
 ]
 
 

@@ -35,10 +35,11 @@ from core.backends.base import (
 )
 from core.config import Settings, ensure_dirs
 from core.guardrails import schema as guard_schema
-from core.guardrails.approvals import ApprovalStatus, ApprovalView
+from core.guardrails.approvals import ApprovalStatus, ApprovalView, not_usable
 from core.guardrails.audit import AuditLog
+from core.guardrails.dry_runs import DryRunAudit
 from core.guardrails.guard import Guard
-from core.guardrails.policy import Outcome
+from core.guardrails.policy import ApprovalKind, Decision, Outcome
 from core.guardrails.prompts import ApprovalPath
 from core.model import (
     KILLED,
@@ -52,9 +53,11 @@ from core.model import (
     Preconditions,
     Principal,
     PrincipalKind,
+    RiskClass,
     WorkloadInfo,
     WorkloadState,
     parse_ref,
+    utcnow,
     validate_name,
 )
 from core.service import drains, evidence_check
@@ -128,6 +131,22 @@ def _label(text: str) -> str:
     return cleaned[:64] or "client"
 
 
+def _dry_run_message(decision: Decision, principal: Principal) -> str:
+    """What would happen if the plan ran for real, in words that cannot be read as a yes:
+    it would run now, it needs a person's approval (or the person's own confirmation), or
+    it would be refused; and why."""
+    if decision.outcome is Outcome.ALLOW:
+        under = f" under standing approval {decision.grant_id}" if decision.grant_id else ""
+        will = f"it would run now{under}"
+    elif decision.outcome is Outcome.DENY:
+        will = "it would be refused"
+    elif principal.kind is PrincipalKind.PERSON:
+        will = "it needs your confirmation"
+    else:
+        will = "it needs a person's approval"
+    return f"dry run: nothing was changed. For real, {will}: {decision.reason}"
+
+
 def _approval_info(view: ApprovalView, paths: list[ApprovalPath]) -> dict[str, Any]:
     return {
         "id": view.id,
@@ -135,6 +154,16 @@ def _approval_info(view: ApprovalView, paths: list[ApprovalPath]) -> dict[str, A
         "expires_at": view.expires_at.isoformat(),
         "how_to_approve": [p.model_dump() for p in paths if p.available],
     }
+
+
+def _same_but_reason(a: Plan, b: Plan) -> bool:
+    """Whether two plans do the same thing, whatever reason each gives."""
+
+    def core(plan: Plan) -> str:
+        params = {k: v for k, v in plan.params.items() if k != "reason"}
+        return plan.model_copy(update={"params": params}).compute_hash()
+
+    return core(a) == core(b)
 
 
 class Service(PeopleDesk, WorldContext):
@@ -151,6 +180,7 @@ class Service(PeopleDesk, WorldContext):
         self.moves = MoveLog(db)  # each workload's last move, for its SLA projection
         # A grant's claim asks whether the evidence it rests on still holds (the world now).
         guard.grants.evidence.checker = lambda seen: evidence_check.contradiction(self, seen)
+        self.dry_runs = DryRunAudit()  # which dry runs are audited (a per-principal budget)
         # This host's GPU report, shared by the read tools (core.service.insights.observe).
         self.gpu_reports = ReportCache()
 
@@ -217,11 +247,14 @@ class Service(PeopleDesk, WorldContext):
     def _split_checkpoint(self, ref: str) -> tuple[Backend, str]:
         backend_name, sep, rest = ref.partition(":")
         lineage, at, seq = rest.partition("@")
-        # ASCII digits only: str.isdigit alone reads "@٣" (Arabic-Indic three) as "@3".
-        if not sep or not at or not (seq.isascii() and seq.isdigit()):
+        # ASCII digits only: str.isdigit alone reads "@٣" (Arabic-Indic three) as "@3"; and
+        # as ids write it, without leading zeros: "@0001" would silently name "@1".
+        if (not sep or not at or not (seq.isascii() and seq.isdigit()) or len(seq) > 18
+                or seq != str(int(seq))):  # fmt: skip
             raise errors.InvalidInput(
                 f"malformed checkpoint id {ref!r}: expected BACKEND:WORKLOAD@SEQ",
-                hint="list checkpoints with 'clawpoint checkpoints' and copy an id",
+                hint=f"list checkpoints with {errors.step('list_checkpoints')} and copy an id "
+                "(BACKEND:WORKLOAD@SEQ, the sequence number without leading zeros)",
             )
         parse_ref(f"{backend_name}:{lineage}", what="checkpoint")
         return self.backend(backend_name), f"{lineage}@{int(seq)}"
@@ -547,9 +580,18 @@ class Service(PeopleDesk, WorldContext):
         except errors.ClawpointError:
             return None
         decision = self.guard.preview(plan, principal, self.policy_context(plan))
-        if decision.outcome is Outcome.APPROVE and decision.approval != "out-of-band":
+        if decision.outcome is Outcome.APPROVE and self._approver_kind(decision) != "out-of-band":
             return plan
         return None
+
+    def _approver_kind(self, decision: Decision) -> ApprovalKind:
+        """Who may approve a plan the policy sends to a person: the rule's choice, but a
+        destructive plan needs a person on a people path (out-of-band) unless the operator
+        opted destructive plans into client answers (``[mcp] elicitation_destructive``): a
+        client that declares an allowed name is not a person vouching for lost work."""
+        if decision.risk is RiskClass.DESTRUCTIVE and not self.settings.mcp.elicitation_destructive:
+            return "out-of-band"
+        return decision.approval
 
     def perform(
         self,
@@ -580,29 +622,44 @@ class Service(PeopleDesk, WorldContext):
                 "the plan was changed after it was made",
                 hint="make a new plan and use it unchanged",
             )
-        self.audit.append(
-            "plan",
-            principal=str(principal),
-            subject=plan.target,
-            data={
-                "hash": plan.hash,
-                "action": plan.action.value,
-                "risk": plan.risk.value,
-                "reason": plan.reason,
-                "summary": plan.summary,
-                "trigger": trigger,
-            },
-        )
         dry_run = dry_run or self.guard.policy.dry_run
-        decision = self.guard.decide(
-            plan, principal, self.policy_context(plan), trigger=trigger, dry_run=dry_run
-        )
+        # Dry runs are audited within a budget (core.guardrails.dry_runs); everything else is.
+        admitted = self.dry_runs.admit(str(principal), plan.hash) if dry_run else "audit"
+        if admitted == "audit":
+            self.audit.append(
+                "plan",
+                principal=str(principal),
+                subject=plan.target,
+                data={
+                    "hash": plan.hash,
+                    "action": plan.action.value,
+                    "risk": plan.risk.value,
+                    "reason": plan.reason,
+                    "summary": plan.summary,
+                    "trigger": trigger,
+                },
+            )
+            decision = self.guard.decide(
+                plan, principal, self.policy_context(plan), trigger=trigger, dry_run=dry_run
+            )
+        else:
+            decision = self.guard.preview(
+                plan, principal, self.policy_context(plan), trigger=trigger
+            )
+        if admitted == "note":
+            self.audit.append(
+                "dry-run.unaudited",
+                principal=str(principal),
+                subject=plan.target,
+                data={
+                    "per_window": self.dry_runs.per_window,
+                    "window_s": self.dry_runs.window_s,
+                    "resumes_in_s": round(self.dry_runs.resumes_in(str(principal)), 1),
+                },
+            )
         if dry_run:
             return ActionResult(
-                status="planned",
-                plan=plan,
-                message=f"dry run: nothing was changed (the policy would {decision.outcome.value}: "
-                f"{decision.reason})",
+                status="planned", plan=plan, message=_dry_run_message(decision, principal)
             )
         if decision.outcome is Outcome.DENY:
             return ActionResult(status="denied", plan=plan, message=decision.reason)
@@ -622,23 +679,26 @@ class Service(PeopleDesk, WorldContext):
                 plan=plan,
                 message=f"{decision.reason} Confirm this plan (interactively or with --yes).",
             )
+        needs = self._approver_kind(decision)
         asker = ask_client
         if asker is not None and not (
             self.settings.mcp.allows_elicitation(asker.client, asker.transport)
-            and decision.approval != "out-of-band"
+            and needs != "out-of-band"
         ):
             asker = None  # the operator did not allow it, or the rule wants a person
+        asked_at = utcnow()
         try:
             view, paths = self.guard.request_approval(
                 plan,
                 principal,
                 plan.reason,
                 elicitation_available=asker is not None,
-                needs=decision.approval,
+                needs=needs,
             )
         except errors.PolicyDenied as exc:
             return ActionResult(status="denied", plan=plan, message=str(exc))
-        if asker is not None:
+        if asker is not None and view.plan_hash == plan.hash:
+            # Only about the exact plan waiting: a repeat of another plan is not asked.
             answer = asker.ask(plan, view)
             if answer is not None:
                 user = Principal(
@@ -660,11 +720,23 @@ class Service(PeopleDesk, WorldContext):
                     plan=plan,
                     message=f"the user of your client declined: {answer.note or 'no reason given'}",
                 )
+        if view.created_at < asked_at:  # the same request was already waiting: no new one
+            message = (
+                f"Approval {view.id} for the {plan.action.value} of {plan.target} was already "
+                f"waiting for a person (asked at {view.created_at:%H:%M:%S} UTC"
+                + ("" if _same_but_reason(view.plan, plan) else "; it has other parameters")
+                + f"); no new request was made. It waits until {view.expires_at:%H:%M:%S} UTC. "
+                "Do not retry."
+            )
+        else:
+            message = (
+                f"{decision.reason} Approval {view.id} is waiting for a person until "
+                f"{view.expires_at:%H:%M:%S} UTC; explain the plan to them. Do not retry."
+            )
         return ActionResult(
             status="approval_required",
-            plan=plan,
-            message=f"{decision.reason} Approval {view.id} is waiting for a person until "
-            f"{view.expires_at:%H:%M:%S} UTC; explain the plan to them. Do not retry.",
+            plan=view.plan,
+            message=message,
             approval=_approval_info(view, paths),
         )
 
@@ -681,6 +753,9 @@ class Service(PeopleDesk, WorldContext):
         if code is not None:
             self.guard.approvals.approve_with_code(approval_id, code, principal)
         view = self.guard.approvals.get(approval_id)
+        if view.status is ApprovalStatus.PENDING:
+            # Wait, never "ask again": asking again would make a person decide twice.
+            raise not_usable(view)
         plan = view.plan
         if plan.compute_hash() != view.plan_hash:
             raise errors.PolicyDenied(

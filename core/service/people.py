@@ -21,22 +21,27 @@ class PeopleDesk:
     guard: Guard
 
     def list_approvals(self, *, status: str | None = None) -> list[ApprovalView]:
-        try:
-            wanted = ApprovalStatus(status) if status else None
-        except ValueError:
-            valid = ", ".join(s.value for s in ApprovalStatus)
-            raise errors.InvalidInput(
-                f"unknown approval status {status!r}: one of {valid}",
-                hint=f"pass one of {valid}",
-            ) from None
-        return self.guard.approvals.list(status=wanted)
+        return self.guard.approvals.list(status=_status(status))
+
+    def page_approvals(
+        self, *, status: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> tuple[list[ApprovalView], str | None, int]:
+        """A page of approval requests, newest first: the page, the next page's cursor (None
+        on the last page) and how many there are in all (of ``status``)."""
+        wanted = _status(status)
+        items, more = self.guard.approvals.page(status=wanted, limit=limit, cursor=cursor)
+        return items, more, self.guard.approvals.count(status=wanted)
 
     def get_approval(self, approval_id: str) -> ApprovalView:
         return self.guard.approvals.get(approval_id)
 
     def approval_text(self, approval_id: str, *, principal: Principal) -> str:
-        """The human-readable request with its one-time code: for people paths only."""
+        """The human-readable request, for people paths only: a pending one with its one-time
+        code; a decided, used, expired or locked one (a person reviewing it afterwards) with
+        its state and who decided, never with a code."""
         view = self.guard.approvals.get(approval_id)
+        if view.status is not ApprovalStatus.PENDING:
+            return approval_text(view.plan, view, []).as_text() + "\n" + _state_line(view)
         code = self.guard.approvals.reveal_code(approval_id, principal=principal)
         return approval_text(view.plan, view, []).as_text(code=code)
 
@@ -76,3 +81,28 @@ class PeopleDesk:
 
     def revoke_grant(self, grant_id: str, *, principal: Principal) -> Grant:
         return self.guard.grants.revoke(grant_id, by=principal)
+
+
+def _status(status: str | None) -> ApprovalStatus | None:
+    try:
+        return ApprovalStatus(status) if status else None
+    except ValueError:
+        valid = ", ".join(s.value for s in ApprovalStatus)
+        raise errors.InvalidInput(
+            f"unknown approval status {status!r}: one of {valid}",
+            hint=f"pass one of {valid}",
+        ) from None
+
+
+def _state_line(view: ApprovalView) -> str:
+    """Where a request that is no longer pending stands: its state, who decided and how."""
+    said = f"State: {view.status.value}"
+    if view.decided_by:
+        said += f" by {view.decided_by}" + (f" via {view.decided_via}" if view.decided_via else "")
+    if view.decided_at is not None:
+        said += f" at {view.decided_at:%Y-%m-%d %H:%M} UTC"
+    if view.note:
+        said += f" ({view.note})"
+    if view.used_at is not None:
+        said += f"; executed at {view.used_at:%Y-%m-%d %H:%M} UTC"
+    return said

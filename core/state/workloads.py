@@ -115,7 +115,7 @@ class WorkloadRegistry:
             if row is None:
                 raise errors.NotFound(
                     f"no workload {self.backend}:{name}",
-                    hint="run 'clawpoint workloads' to list them",
+                    hint=f"list them with {errors.step('list_workloads')}",
                 )
             record = _row_to_record(row).model_copy(update=fields)
             record.updated_at = utcnow()
@@ -141,7 +141,7 @@ class WorkloadRegistry:
         if record is None:
             raise errors.NotFound(
                 f"no workload {self.backend}:{name}",
-                hint="run 'clawpoint workloads' (or the list_workloads tool) to see existing ids",
+                hint=f"see the existing ids with {errors.step('list_workloads')}",
             )
         return record
 

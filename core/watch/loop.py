@@ -51,7 +51,7 @@ from pydantic import BaseModel, Field
 
 from core import errors
 from core.backends.base import ProgressSource
-from core.guardrails.approvals import ApprovalStatus
+from core.guardrails.approvals import ApprovalStatus, ApprovalView
 from core.guardrails.evidence import NOTICE_GRACE_S, EvidenceStore, plan_subjects
 from core.model import (
     Execution,
@@ -76,6 +76,9 @@ log = structlog.get_logger("clawpoint.watch")
 SCHEDULER = Principal(id="watch", kind=PrincipalKind.SCHEDULER)
 EXIT_NOTHING, EXIT_ERROR, EXIT_APPROVALS, EXIT_ACTED = 0, 1, 20, 21
 REMIND_S = 3600.0  # a condition still there is reported again after this long
+# Pending approvals reported one by one per pass (the newest); the rest in one finding, so a
+# flood of requests cannot make a pass slow or its report long.
+APPROVAL_FINDINGS = 20
 # Notice actions that are planned maintenance rather than a spot reclaim (also recorded
 # as "spot-interruption", the trigger the planner gives every notice).
 _MAINTENANCE = frozenset(
@@ -132,8 +135,10 @@ class WatchReport(BaseModel):
     proposals: list[Proposal] = Field(default_factory=list)
     actions: list[WatchAction] = Field(default_factory=list)
     still_pending: list[str] = Field(
-        default_factory=list, description="ids of approvals waiting for a person"
+        default_factory=list,
+        description="ids of approvals waiting for a person: the newest APPROVAL_FINDINGS",
     )
+    pending_total: int = Field(default=0, description="approvals waiting for a person, in all")
     skipped: list[str] = Field(default_factory=list, description="keys asked for recently")
     notices: list[InterruptionNotice] = Field(default_factory=list)
     gpu_status: str | None = None
@@ -368,8 +373,10 @@ def _withdraw_stale(
     evidence expired: a person must not approve what can no longer be right."""
     out: list[Withdrawn] = []
     asked = state.triggers_by_approval()
-    for view in service.guard.approvals.list(status=ApprovalStatus.PENDING):
-        if view.requester != SCHEDULER.id or view.id not in asked:
+    for view in service.guard.approvals.list(
+        status=ApprovalStatus.PENDING, requester=SCHEDULER.id
+    ):  # its own only (an index lookup): a flood of other requests costs nothing here
+        if view.id not in asked:
             continue
         problems = service.stale_reasons(view.plan)
         trigger = asked[view.id]
@@ -521,15 +528,22 @@ def watch_once(
     except errors.ClawpointError as exc:
         report.errors.append(f"withdrawing stale approvals: {exc}")
     _advance_runs(runbooks, service, now, report)
-    report.still_pending = [
-        v.id for v in service.guard.approvals.list(status=ApprovalStatus.PENDING)
-    ]
-    _findings(service, report, plans, nodes, state, now, remind_s)
+    pending, more = service.guard.approvals.page(
+        status=ApprovalStatus.PENDING, limit=APPROVAL_FINDINGS
+    )
+    report.still_pending = [v.id for v in pending]
+    report.pending_total = (
+        len(pending)
+        if more is None
+        else service.guard.approvals.count(status=ApprovalStatus.PENDING)
+    )
+    _findings(service, report, plans, nodes, state, now, remind_s, pending, more)
     return report
 
 
 def _findings(service: Service, report: WatchReport, plans: PlanReport, nodes: Sequence[Any],
-              state: WatchState, now: datetime, remind_s: float) -> None:  # fmt: skip
+              state: WatchState, now: datetime, remind_s: float, pending: Sequence[ApprovalView],
+              more: str | None) -> None:  # fmt: skip
     events: list[Finding] = []
     for e in report.recovered:
         ok = e.status is ExecutionStatus.SUCCEEDED
@@ -565,7 +579,7 @@ def _findings(service: Service, report: WatchReport, plans: PlanReport, nodes: S
         Finding(key=f"error:{e}", level="error", kind="error", message=e) for e in report.errors
     ]
     asked_now = {a.approval_id for a in report.actions if a.approval_id}
-    for view in service.guard.approvals.list(status=ApprovalStatus.PENDING):
+    for view in pending:  # the newest page; the rest in one finding below
         if view.id in asked_now:
             state.seen(f"approval:{view.id}", f"approval{view.id}", now, remind_s=remind_s)
             continue
@@ -575,6 +589,13 @@ def _findings(service: Service, report: WatchReport, plans: PlanReport, nodes: S
             message=f"approval {view.id} still waiting: {view.action} {view.target} asked by "
             f"{view.requester} (expires {view.expires_at:%H:%M:%S} UTC); approve with "
             f"'clawpoint approvals approve {view.id}' or deny it",
+        ))  # fmt: skip
+    if more is not None:
+        rest = report.pending_total - len(pending)
+        conditions.append(Finding(
+            key="approvals:more", level="attention", kind="approval",
+            message=f"{rest} more approvals waiting ({report.pending_total} in all; the newest "
+            f"{len(pending)} are reported one by one); see them with 'clawpoint approvals list --cursor {more}'",
         ))  # fmt: skip
     for f in conditions:
         # The fingerprint leaves out times that move every pass (expiry shown, slack).

@@ -12,6 +12,8 @@ Two tables (component ``watch`` of the state database):
 - ``watch_findings``: the conditions already reported (pending approvals, unfixable risks,
   failing sources) with a fingerprint and when they were last reported, so a pass prints
   only what is new, in one process or across ``--once`` runs (``seen``/``forget_others``).
+  A pass reports a page of pending approvals (``core.watch.loop.APPROVAL_FINDINGS``), so
+  this table stays small however many requests wait.
 
 Limits: bounded by the number of distinct proposal keys and workloads; rows of workloads
 that no longer exist are pruned by ``prune``.
@@ -19,6 +21,7 @@ that no longer exist are pruned by ``prune``.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel
@@ -158,11 +161,13 @@ class WatchState:
         return news
 
     def forget_others(self, keep: set[str]) -> None:
-        """Drop conditions that are gone, so they are news again if they come back."""
+        """Drop conditions that are gone, so they are news again if they come back: one
+        statement, however many there were (a flood leaves thousands)."""
         with self.db.write() as conn:
-            for (key,) in conn.execute("SELECT key FROM watch_findings").fetchall():
-                if key not in keep:
-                    conn.execute("DELETE FROM watch_findings WHERE key=?", (key,))
+            conn.execute(
+                "DELETE FROM watch_findings WHERE key NOT IN (SELECT value FROM json_each(?))",
+                (json.dumps(sorted(keep)),),
+            )
 
     def history(self) -> dict[str, list[Observation]]:
         with self.db.read() as conn:

@@ -45,7 +45,7 @@ async def test_out_of_scope_targets_are_denied(
             assert out["status"] == "denied", (tool, out)
             assert out.get("approval") is None
         out = await agent.ok("migrate_workload", {"workload": on_spot, "dry_run": True})
-        assert out["status"] == "planned" and "would deny" in out["message"]
+        assert out["status"] == "planned" and "it would be refused" in out["message"]
     assert lab.service.list_approvals() == []  # nothing waits for a person
     assert lab.executions() == []
     assert lab.node_of(on_spot) == "node-b" and lab.service.checkpoints(on_spot) == []
@@ -71,7 +71,7 @@ async def test_no_approval_path_means_denied_and_nothing_pending(
                 assert out["status"] == "denied", out
                 assert "no person can be reached" in out["message"]
                 assert out.get("approval") is None
-            listed = await agent.ok("list_approvals", {"status": None})
+            listed = await agent.ok("list_approvals", {"status": "all"})
             assert listed["approvals"] == []
     assert lab.service.list_approvals() == []
     assert lab.executions() == []

@@ -24,8 +24,11 @@ class StoreDesk:
     def __init__(self, store: ApprovalStore) -> None:
         self.store = store
 
-    def list_pending(self) -> Sequence[ApprovalView]:
-        return self.store.list(status=ApprovalStatus.PENDING)
+    def pending_page(
+        self, limit: int, cursor: str | None
+    ) -> tuple[Sequence[ApprovalView], str | None, int]:
+        items, more = self.store.page(status=ApprovalStatus.PENDING, limit=limit, cursor=cursor)
+        return items, more, self.store.count(status=ApprovalStatus.PENDING)
 
     def get(self, approval_id: str) -> ApprovalView:
         return self.store.get(approval_id)

@@ -382,7 +382,7 @@ async def test_list_runs_finds_the_run_to_continue(settings: Settings, service: 
         assert rec["waits_for"] == f"approval {first['waiting']['approval_id']}"
         assert "continue_runbook" in rec["next"] and "steps" not in rec
         bad = await fresh.call_tool("list_runs", {"status": "nope"})
-        assert bad.is_error and "no run status" in " ".join(
+        assert bad.is_error and "status must be one of waiting, running" in " ".join(
             getattr(c, "text", "") for c in bad.content
         )
     runs = _json(clawpoint(settings, "runbook", "runs", "--status", "waiting"))

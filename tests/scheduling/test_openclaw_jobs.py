@@ -58,7 +58,7 @@ def test_quiet_command_job_reports_only_news_and_never_fails_on_20_or_21(
         summary = news["summary"]
         assert summary.startswith("attention: approval ") and "local:counter" in summary
         assert not summary.lstrip().startswith("{")  # a line for people, not the JSON report
-        pending = json.loads(site.cli("approvals", "list", "--json").stdout)
+        pending = json.loads(site.cli("approvals", "list", "--json").stdout)["approvals"]
         assert any(a["status"] == "pending" for a in pending)
     finally:
         gateway.openclaw("cron", "rm", job, "--json", check=False)

@@ -182,7 +182,8 @@ class KubernetesBackend:
         if away_from and name == away_from:
             raise errors.InvalidInput(
                 f"the workload is already on {ids.PREFIX}{name}",
-                hint="pass another node with --to, or omit it to let the scheduler pick one",
+                hint=f"pass another node as {errors.arg('to')}, or omit it to let the scheduler "
+                "pick one",
             )
         self.get_node(name)  # NotFound
         return name

@@ -147,7 +147,8 @@ class LocalBackend(LocalPlanning):
                 return node
         raise errors.NotFound(
             f"no node {NAME}:{name}",
-            hint="run 'clawpoint nodes' to list nodes; local nodes come from the [local] config section",
+            hint=f"list nodes with {errors.step('list_nodes')}; local nodes come from the [local] "
+            "config section",
         )
 
     # ---------------------------------------------------------------- optional capabilities
@@ -161,7 +162,7 @@ class LocalBackend(LocalPlanning):
             if spec.node not in {n.name for n in self.nodes()}:
                 raise errors.NotFound(
                     f"no node {NAME}:{spec.node}",
-                    hint="run 'clawpoint nodes' to list local nodes",
+                    hint=f"list local nodes with {errors.step('list_nodes', backend=NAME)}",
                 )
             return spec
         nodes = [n for n in self.nodes() if n.schedulable and n.health is not NodeHealth.DOWN]
@@ -222,7 +223,8 @@ class LocalBackend(LocalPlanning):
             if not rec.socket or not _wrapper_alive(self.settings, rec):
                 raise errors.Conflict(
                     f"the wrapper of {NAME}:{rec.name} is not running",
-                    hint=f"check 'clawpoint workloads'; a dead workload is recovered with 'clawpoint failover {NAME}:{rec.name}'",
+                    hint=f"check {errors.step('list_workloads')}; a dead workload is recovered with "
+                    f"{errors.step('failover_workload', workload=f'{NAME}:{rec.name}')}",
                 )
             client = ControlClient(Path(rec.socket))
             said: str | None = None
@@ -304,7 +306,8 @@ class LocalBackend(LocalPlanning):
 
         if rec.pid is None or not _pid_alive(rec.pid):
             raise errors.Conflict(
-                f"{NAME}:{rec.name} has no running process", hint="check 'clawpoint workloads'"
+                f"{NAME}:{rec.name} has no running process",
+                hint=f"check {errors.step('list_workloads')}",
             )
         reports = gpu.suspend_tree(rec.pid) if op == "suspend_gpu" else gpu.resume_tree(rec.pid)
         freed = [r.freed_bytes for r in reports if r.freed_bytes is not None]
@@ -642,7 +645,7 @@ class LocalBackend(LocalPlanning):
     ) -> None:
         validate_name(node, what="node name")
         if node not in self._node_config:
-            raise errors.NotFound(f"no node {NAME}:{node}", hint="run 'clawpoint nodes'")
+            raise errors.NotFound(f"no node {NAME}:{node}", hint=errors.step("list_nodes"))
         with self.db.write() as conn:
             row = conn.execute("SELECT health FROM local_nodes WHERE name=?", (node,)).fetchone()
             conn.execute(

@@ -94,17 +94,18 @@ class LocalPlanning:
             match = next((n for n in nodes if n.name == requested), None)
             if match is None:
                 raise errors.NotFound(
-                    f"no node {NAME}:{requested}", hint="run 'clawpoint nodes' to list nodes"
+                    f"no node {NAME}:{requested}",
+                    hint=f"list nodes with {errors.step('list_nodes')}",
                 )
             if requested in exclude:
                 raise errors.InvalidInput(
                     f"the workload is already on {NAME}:{requested}",
-                    hint="pass another node with --to, or omit it to let clawpoint pick one",
+                    hint=f"pass another node as {errors.arg('to')}, or omit it to let clawpoint pick one",
                 )
             if match.health is NodeHealth.DOWN or not match.schedulable:
                 raise errors.Conflict(
                     f"node {match.id} is {match.state} and takes no workloads",
-                    hint="pick a healthy, schedulable node ('clawpoint nodes')",
+                    hint=f"pick a healthy, schedulable node ({errors.step('list_nodes')})",
                 )
             return requested
         candidates = [
@@ -289,7 +290,7 @@ class LocalPlanning:
             if rec.state in _LIVE:
                 raise errors.Conflict(
                     f"{ref} is running on {rec.node}; failover is for a workload that died",
-                    hint=f"to move a live workload use: clawpoint migrate {ref}",
+                    hint=f"to move a live workload use {errors.step('migrate_workload', workload=ref)}",
                 )
             self._require_state(rec, {WorkloadState.FAILED}, action)
             exclude = {rec.node} if rec.node else set()
@@ -302,7 +303,8 @@ class LocalPlanning:
                 self._require_restorable(target)  # names the corrupt ones, if any
                 raise errors.CorruptCheckpoint(
                     f"no checkpoint of {ref} verifies: nothing to fail over from",
-                    hint=f"a person can start it from scratch: clawpoint failover {ref} --fresh",
+                    hint="a person can start it from scratch: "
+                    + errors.step("failover_workload", workload=ref, fresh=True),
                 )
             dest = self._pick_target(exclude=exclude, requested=start.to)
             lost = self._work_lost_note(good)
@@ -412,8 +414,11 @@ class LocalPlanning:
         if not published:
             raise errors.NotFound(
                 f"{ref} has no checkpoint to restore",
-                hint=f"a person can start it from scratch: clawpoint resume {ref} --fresh "
-                "(or failover ... --fresh for a failed one)",
+                hint="a person can start it from scratch: "
+                + errors.step("resume_workload", workload=ref, fresh=True)
+                + " (for a failed one: "
+                + errors.step("failover_workload", workload=ref, fresh=True)
+                + ")",
             )
         for info in self.store.candidates(name):
             try:
@@ -427,7 +432,8 @@ class LocalPlanning:
                 f"no checkpoint of {ref} can be restored ({', '.join(published)}): "
                 f"{', '.join(untrusted)} failed manifest authentication and the rest are "
                 "corrupt; nothing was changed",
-                hint=f"see why with 'clawpoint checkpoints {ref} --json'; one you wrote before "
+                hint=f"see why with {errors.step('list_checkpoints', workload=ref, detail=True)}; one "
+                "you wrote before "
                 "checkpoints were signed can be re-signed ('clawpoint checkpoints --reseal ID') "
                 f"if nobody else could write to it; else start from scratch: clawpoint resume "
                 f"{ref} --fresh (losing its progress)",
@@ -479,7 +485,8 @@ class LocalPlanning:
             if rec.state in _LIVE:
                 raise errors.Conflict(
                     f"{NAME}:{ckpt.lineage} is running; restoring it would run two copies",
-                    hint=f"preempt it first (clawpoint preempt {NAME}:{ckpt.lineage}) or migrate it",
+                    hint=f"preempt it first ({errors.step('preempt_workload', workload=f'{NAME}:{ckpt.lineage}')})"
+                    " or migrate it",
                 )
         if rec is None:
             raise errors.NotFound(
@@ -698,9 +705,9 @@ class LocalPlanning:
             wanted = " or ".join(sorted(s.value for s in allowed))
             raise errors.Conflict(
                 f"cannot {action.value} {NAME}:{rec.name}: it is {rec.state.value}, not {wanted}",
-                hint="run 'clawpoint workloads' to see its state"
+                hint=f"see its state with {errors.step('list_workloads')}"
                 + (
-                    "; a failed workload is recovered with 'clawpoint failover'"
+                    f"; a failed workload is recovered with {errors.step('failover_workload')}"
                     if rec.state is WorkloadState.FAILED
                     else ""
                 ),

@@ -21,7 +21,8 @@ def job_id(value: str) -> str:
     if not JOB_ID_RE.fullmatch(raw):
         raise errors.InvalidInput(
             f"invalid Slurm job id {value!r}: expected digits such as 1234 or slurm:1234",
-            hint="list the jobs (clawpoint workloads --backend slurm) and pass one of their ids",
+            hint=f"list the jobs ({errors.step('list_workloads', backend='slurm')}) and pass one of "
+            "their ids",
         )
     return raw
 

@@ -117,12 +117,13 @@ def _target(b: SlurmContext, params: MoveParams, *, away_from: str | None) -> st
     if away_from and node.name in away_from.split(","):
         raise errors.InvalidInput(
             f"the job is already on {node.id}",
-            hint="pass another node with --to, or omit it to let Slurm pick one",
+            hint=f"pass another node as {errors.arg('to')}, or omit it to let Slurm pick one",
         )
     if not node.schedulable:
         raise errors.Conflict(
             f"node {node.id} is {node.state} and takes no jobs",
-            hint="pick a node that is up and not drained ('clawpoint nodes --backend slurm')",
+            hint="pick a node that is up and not drained "
+            f"({errors.step('list_nodes', backend='slurm')})",
         )
     return node.name
 
