@@ -41,9 +41,7 @@ from core.backends import dispatch
 from core.backends.base import BatchSpec, PlanDraft, ProgressFn, poll_until
 from core.backends.slurm import plans, sbatch, steps
 from core.backends.slurm.config import SlurmConfig
-from core.backends.slurm.ids import JOB_ID_RE as JOB_ID_RE
-from core.backends.slurm.ids import job_id as job_id
-from core.backends.slurm.ids import node_name
+from core.backends.slurm.ids import job_id, node_name
 from core.backends.slurm.inventory import (
     Partition,
     QueueDepth,
