@@ -122,6 +122,12 @@ def test_every_kubernetes_request_is_a_step() -> None:
     assert set(k8s_mutations.MUTATING) <= set(k8s_steps.STEPS)
 
 
+def test_recovery_tables_name_real_steps() -> None:
+    assert set(k8s_steps.RECOVER) <= set(k8s_steps.STEPS)
+    assert set(slurm_steps.RECOVER) <= set(slurm_steps.STEPS)
+    assert slurm_steps.RECONCILABLE <= set(slurm_steps.RECOVER)
+
+
 @pytest.mark.parametrize(("name", "label"), [("k8s", "Kubernetes"), ("slurm", "Slurm")])
 def test_an_unknown_step_runs_nothing(name: str, label: str) -> None:
     _plans, steps = TABLES[name]

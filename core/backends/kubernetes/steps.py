@@ -279,21 +279,40 @@ def _read_for_patch(b: KubeContext, args: Obj) -> Obj:
     )
 
 
+def _patched(b: KubeContext, args: Obj) -> Obj | None:
+    if not isinstance(args.get("patch"), dict):
+        return None
+    if _contains(_read_for_patch(b, args), args["patch"]):
+        return {"name": args["name"], "already_applied": True}
+    return None
+
+
+def _created(b: KubeContext, args: Obj) -> Obj | None:
+    name = str(meta(args.get("body") or {}).get("name", ""))
+    ns = ids.check_namespace(str(args["namespace"]))
+    if b.list_pods(ns, field_selector=f"metadata.name={ids.check_name(name)}"):
+        return {"pod": name, "already_created": True}
+    return None
+
+
+def _deleted(b: KubeContext, args: Obj) -> Obj | None:
+    ns = ids.check_namespace(str(args["namespace"]))
+    name = ids.check_name(str(args["name"]))
+    if not b.list_pods(ns, field_selector=f"metadata.name={name}"):
+        return {"deleted": name, "already_gone": True}
+    return None
+
+
+# Steps whose effect can be read back from the cluster; the others (waits, the exec, an
+# eviction) are run again.
+RECOVER: dict[str, Callable[[KubeContext, Obj], Obj | None]] = {
+    "patch": _patched,
+    "create_pod": _created,
+    "delete_pod": _deleted,
+}
+
+
 def recover_step(b: KubeContext, op: str, args: Obj) -> Obj | None:
     """After a crash: the output of a step that took effect, read from the cluster, else None."""
-    if op == "patch" and isinstance(args.get("patch"), dict):
-        current = _read_for_patch(b, args)
-        if _contains(current, args["patch"]):
-            return {"name": args["name"], "already_applied": True}
-        return None
-    if op == "create_pod":
-        name = str(meta(args.get("body") or {}).get("name", ""))
-        ns = ids.check_namespace(str(args["namespace"]))
-        if b.list_pods(ns, field_selector=f"metadata.name={ids.check_name(name)}"):
-            return {"pod": name, "already_created": True}
-    if op == "delete_pod":
-        ns = ids.check_namespace(str(args["namespace"]))
-        name = ids.check_name(str(args["name"]))
-        if not b.list_pods(ns, field_selector=f"metadata.name={name}"):
-            return {"deleted": name, "already_gone": True}
-    return None
+    fn = RECOVER.get(op)
+    return fn(b, args) if fn is not None else None
