@@ -17,8 +17,10 @@ Adding an action (for example ``suspend_gpu``):
    what MCP clients and ``--help`` show);
 3. add one ``ActionSpec`` to ``CATALOGUE`` (target kind, model, risk, description, MCP tool
    name, CLI words, runbook call name);
-4. teach the backends that can do it: list it in their ``capabilities()`` and draft its
-   plan in their ``plan()`` (and run its steps in ``run_step``).
+4. teach the backends that can do it: one plan function in their plan table and a runner
+   per new step in their step table (``core.backends.dispatch``; ``capabilities()`` is
+   the plan table's keys); a backend without tables lists it in ``capabilities()`` and
+   drafts it in ``plan()`` (and runs its steps in ``run_step``).
 
 Nothing else changes: the MCP tool, the CLI command and the runbook call appear by
 themselves, and an action a backend does not list is refused as not supported there.

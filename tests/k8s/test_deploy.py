@@ -20,7 +20,7 @@ import yaml
 
 from core.backends.kubernetes.backend import KubernetesBackend
 from core.backends.kubernetes.connection import KubernetesConfig
-from core.backends.kubernetes.inventory import CAPACITY_LABELS
+from core.backends.kubernetes.node_info import CAPACITY_LABELS
 from core.cli.watch import parse_every
 from core.model import Action
 from tests.k8s.conftest import CONTAINER_SECURITY_CONTEXT, POD_SECURITY_CONTEXT, node, pod
@@ -112,7 +112,7 @@ def test_images_are_pinned_by_digest_and_pulled_if_not_present(
 
 def spot_exclusions() -> list[dict[str, Any]]:
     """One NotIn per capacity label the backend reads, with each value it takes for spot, in
-    the lower and upper case it matches case-insensitively (inventory.capacity_type)."""
+    the lower and upper case it matches case-insensitively (node_info.capacity_type)."""
     out = []
     for label, values in CAPACITY_LABELS:
         spot = sorted({v for k, kind in values.items() if kind == "spot" for v in (k, k.upper())})
@@ -146,7 +146,7 @@ def not_in_matches(expressions: list[dict[str, Any]], labels: dict[str, str]) ->
 
 
 def test_the_spot_exclusion_keeps_exactly_the_nodes_the_backend_calls_spot() -> None:
-    from core.backends.kubernetes.inventory import capacity_type
+    from core.backends.kubernetes.node_info import capacity_type
 
     exprs = spot_exclusions()
     for label, values in CAPACITY_LABELS:

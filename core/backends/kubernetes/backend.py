@@ -1,8 +1,9 @@
 """``KubernetesBackend``: the Backend protocol on a Kubernetes cluster (ids ``k8s:...``).
 
 Inventory and queue depth come from ``inventory`` / ``queue``. Actions are plans of small
-named steps (``actions``), each one API request or one wait; every mutating request is
-previewed with ``dryRun=All`` when the plan is made (``scope["dry_run"]``):
+named steps, each one API request or one wait, routed through two dispatch tables
+(``plans.PLANS`` by action, ``steps.STEPS`` by step; ``capabilities()`` is the first's
+keys); every mutating request is previewed with ``dryRun=All`` when the plan is made (``scope["dry_run"]``):
 
 - checkpoint: ``pods/exec`` into each wrapped pod of the workload; the wrapper (container
   entrypoint) writes the checkpoint to the checkpoint volume (a PVC).
@@ -38,19 +39,23 @@ Kubeflow/Ray/KServe pods are suspended through their operator, not checkpointed 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from core import actions as catalogue
 from core import errors
-from core.backends.base import PlanDraft, ProgressFn, not_supported, poll_until
-from core.backends.kubernetes import actions, ids, lineages, placement
+from core.actions import ActionParams
+from core.backends import dispatch
+from core.backends.base import PlanDraft, ProgressFn, poll_until
+from core.backends.kubernetes import ids, lineages, mutations, placement, plans, steps
 from core.backends.kubernetes.connection import Connection, KubernetesConfig, Op
-from core.backends.kubernetes.inventory import Inventory, NodeDetail
+from core.backends.kubernetes.inventory import Inventory
 from core.backends.kubernetes.kubelet_api import CheckpointProbe, probe_checkpoint_api
+from core.backends.kubernetes.node_info import NodeDetail
+from core.backends.kubernetes.pods import pods_of, with_placement
 from core.backends.kubernetes.queue import QueueEntry, QueueReader
 from core.model import Action, CheckpointInfo, NodeInfo, WorkloadInfo
 from core.store.store import CheckpointStore
@@ -58,49 +63,11 @@ from core.store.store import CheckpointStore
 log = structlog.get_logger(__name__)
 Obj = dict[str, Any]
 
-_NODE_ACTIONS = (Action.DRAIN_NODE, Action.UNDRAIN_NODE, Action.CORDON_NODE)
-# What each action reads from its parameters (the service validated them already).
-_TAKES: dict[Action, frozenset[str]] = {
-    Action.CHECKPOINT: frozenset({"stop", "reason"}),
-    Action.PREEMPT: frozenset({"reason"}),
-    Action.RESUME: frozenset({"to", "fresh", "reason"}),
-    Action.MIGRATE: frozenset({"to", "reason"}),
-    Action.SCALE: frozenset({"replicas", "down_without_save", "reason"}),
-    Action.DRAIN_NODE: frozenset({"to", "save", "force", "reason"}),
-    Action.UNDRAIN_NODE: frozenset({"reason"}),
-    Action.CORDON_NODE: frozenset({"reason"}),
-    Action.FAILOVER: frozenset({"to", "fresh", "fenced", "reason"}),
-}
-
 
 def _qualified(ckpt: CheckpointInfo) -> CheckpointInfo:
     """A store checkpoint with ``k8s:`` ids (its own and its parent's)."""
     parent = f"{ids.PREFIX}{ckpt.parent}" if ckpt.parent else None
     return ckpt.model_copy(update={"id": f"{ids.PREFIX}{ckpt.id}", "parent": parent})
-
-
-def _params(action: Action, params: Any) -> dict[str, Any]:
-    """The action's typed parameters (``core.actions``; another action's model or an
-    unknown field is refused) as a dict, minus what this backend cannot do."""
-    data = catalogue.parse(action, params).model_dump()
-    data = {k: v for k, v in data.items() if v is not None}
-    unknown = sorted(set(data) - _TAKES[action])
-    if unknown:
-        raise errors.InvalidInput(
-            f"{action.value} on Kubernetes does not take {', '.join(unknown)}",
-            hint=f"it takes: {', '.join(sorted(_TAKES[action]))}",
-        )
-    if data.get("fresh"):
-        raise errors.NotSupported(
-            "the Kubernetes backend does not start workloads from scratch (fresh)",
-            hint="delete the checkpoints of the lineage, or recreate the workload yourself",
-        )
-    if data.get("down_without_save"):
-        raise errors.NotSupported(
-            "scaling down without saving is the controller's ordinary scale-down here",
-            hint="leave out the option to scale down without saving",
-        )
-    return data
 
 
 class KubernetesBackend:
@@ -119,19 +86,7 @@ class KubernetesBackend:
 
     # ----- inventory ------------------------------------------------------------------
     def capabilities(self) -> frozenset[Action]:
-        return frozenset(
-            {
-                Action.CHECKPOINT,
-                Action.PREEMPT,
-                Action.RESUME,
-                Action.MIGRATE,
-                Action.SCALE,
-                Action.DRAIN_NODE,
-                Action.UNDRAIN_NODE,
-                Action.CORDON_NODE,
-                Action.FAILOVER,
-            }
-        )
+        return dispatch.capabilities(plans.PLANS)
 
     def nodes(self) -> list[NodeInfo]:
         return self.inventory.nodes()
@@ -177,7 +132,7 @@ class KubernetesBackend:
         """Every lineage the workload's pods write (one per pod of a multi-pod workload)."""
         ref = ids.parse_workload_id(name)
         raw = self.read_raw(ref)
-        return lineages.workload_lineages(ref.kind.kind, raw, actions.pods_of(self, ref, raw))
+        return lineages.workload_lineages(ref.kind.kind, raw, pods_of(self, ref, raw))
 
     def checkpoints(self, workload: str | None = None) -> list[CheckpointInfo]:
         store = self.store()
@@ -247,7 +202,7 @@ class KubernetesBackend:
         that node must fit (Conflict naming it and each reason); without, at least one node
         off ``away`` must (Conflict naming every node's reasons). ``pod``: (namespace, name)
         of the pod being moved, whose own requests do not count against its target."""
-        placed = actions.with_placement(spec, to=to, away_from=away)
+        placed = with_placement(spec, to=to, away_from=away)
         nodes = [
             n
             for n in self.inventory.raw_nodes()
@@ -276,7 +231,7 @@ class KubernetesBackend:
         stamp = int(time.time()) % 100000
         return ids.check_name(f"{stem[:230]}-cp{stamp}{self._names}")
 
-    def wait_until(self, what: str, timeout_s: float, check: Any) -> Any:
+    def wait_until(self, what: str, timeout_s: float, check: Callable[[], Any]) -> Any:
         """Poll ``check()`` until it returns a truthy value; OperationFailed on timeout."""
         return poll_until(
             what,
@@ -287,11 +242,9 @@ class KubernetesBackend:
         )
 
     # ----- plans ----------------------------------------------------------------------
-    def plan(self, action: Action, target: str, params: Any) -> PlanDraft:
-        if action not in self.capabilities():
-            raise not_supported(self.name, action)
-        draft = self._draft(action, target, _params(action, params))
-        previews = actions.preview(self, draft.steps)
+    def plan(self, action: Action, target: str, params: ActionParams) -> PlanDraft:
+        draft = dispatch.plan(plans.PLANS, self, action, target, params, backend=self.name)
+        previews = mutations.preview(self, draft.steps)
         draft.scope["dry_run"] = previews
         # Every interface shows the step lines: each mutating one says what the server
         # answered to it with dryRun=All (the objects themselves are in scope["dry_run"]).
@@ -305,51 +258,15 @@ class KubernetesBackend:
                 s.description += f" [server dry run: {p['request']}: {verdict}]"
         return draft
 
-    def _draft(self, action: Action, target: str, params: dict[str, Any]) -> PlanDraft:
-        if action in _NODE_ACTIONS or (action is Action.FAILOVER and "/" not in target):
-            node = ids.parse_node_id(target)
-            self.node_detail(node)  # NotFound before anything else
-            if action is Action.DRAIN_NODE:
-                return actions.plan_drain(self, node, params)
-            if action is Action.UNDRAIN_NODE:
-                return actions.plan_undrain(self, node, params)
-            if action is Action.CORDON_NODE:
-                return actions.plan_cordon(self, node, params)
-            return actions.plan_failover(self, node, None, params)
-        ref = ids.parse_workload_id(target)
-        raw = self.read_raw(ref)
-        if action is not Action.SCALE:  # scale checks the count it would set
-            lineages.check_identities(ref.kind.kind, raw)
-        if action is Action.CHECKPOINT:
-            return actions.plan_checkpoint(self, ref, raw, params)
-        if action is Action.PREEMPT:
-            return actions.plan_preempt(self, ref, raw, params)
-        if action is Action.RESUME:
-            return actions.plan_resume(self, ref, raw, params)
-        if action is Action.MIGRATE:
-            return actions.plan_migrate(self, ref, raw, params)
-        if action is Action.SCALE:
-            return actions.plan_scale(self, ref, raw, params)
-        if action is Action.FAILOVER:
-            pods = actions.pods_of(self, ref, raw) or ([raw] if ref.kind.kind == "Pod" else [])
-            nodes = {str((p.get("spec") or {}).get("nodeName") or "") for p in pods} - {""}
-            if len(nodes) != 1:
-                raise errors.Conflict(
-                    f"{ref} is not on one node to fail over from", hint="fail over its node instead"
-                )
-            names = {str(actions.meta(p)["name"]) for p in pods}
-            return actions.plan_failover(self, nodes.pop(), names, params)
-        raise not_supported(self.name, action)
-
     def run_step(self, op: str, args: dict[str, Any], progress: ProgressFn) -> dict[str, Any]:
-        return actions.run_step(self, op, args, progress)
+        return dispatch.run_step(steps.STEPS, self, op, args, progress, backend="Kubernetes")
 
     def recover_step(
         self, op: str, args: dict[str, Any], started_at: datetime
     ) -> dict[str, Any] | None:
-        return actions.recover_step(self, op, args)
+        return steps.recover_step(self, op, args)
 
     def reconcile_step(
         self, op: str, args: dict[str, Any], started_at: datetime
     ) -> dict[str, Any] | None:
-        return actions.recover_step(self, op, args)
+        return steps.recover_step(self, op, args)

@@ -6,9 +6,9 @@ account (``in_cluster``). ``namespaces`` bounds what the backend reads and touch
 means every namespace the credentials can list.
 
 Every request goes through ``Connection.call``: transient faults (connection refused or
-reset, timeouts, 429 from API priority and fairness, 500/502/503/504) are retried with
-tenacity for at most ``retry_total_s``, honouring ``Retry-After``; urllib3's own retries
-are switched off so there is one retry policy, bounded in time. Failures leave as
+reset, timeouts, 429 from API priority and fairness, 500/502/503/504) are retried
+(``core.backends.retrying``) for at most ``retry_total_s``, honouring ``Retry-After``;
+urllib3's own retries are switched off so there is one retry policy, bounded in time. Failures leave as
 ``core.errors`` at this boundary, never as ``ApiException`` or urllib3 errors:
 
 ========================  ==================================================================
@@ -43,11 +43,10 @@ from typing import Any, TypeVar
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay
-from tenacity.wait import wait_base
 
 from core import errors
 from core.backends.kubernetes import ids
+from core.backends.retrying import Transient, with_retries
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -118,22 +117,6 @@ class Op:
         return f"{self.verb} {res}{target}{scope}"
 
 
-class _Transient(Exception):
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class _WaitRetryAfter(wait_base):
-    """Exponential backoff (0.2 s doubling, at most 2 s), or the server's Retry-After (<= 5 s)."""
-
-    def __call__(self, retry_state: Any) -> float:
-        exc = retry_state.outcome.exception() if retry_state.outcome else None
-        if isinstance(exc, _Transient) and exc.retry_after is not None:
-            return float(min(exc.retry_after, 5.0))
-        return float(min(0.2 * 2 ** (retry_state.attempt_number - 1), 2.0))
-
-
 def _status_body(exc: Any) -> dict[str, Any]:
     try:
         body = json.loads(exc.body or "")
@@ -151,13 +134,13 @@ def _retry_after(exc: Any) -> float | None:
         return None
 
 
-def translate(exc: Exception, op: Op, *, where: str) -> errors.ClawpointError | _Transient:
+def translate(exc: Exception, op: Op, *, where: str) -> errors.ClawpointError | Transient:
     """Map an ``ApiException`` or urllib3 error to a clawpoint error (or a transient fault)."""
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError as Urllib3Error
 
     if isinstance(exc, Urllib3Error | ConnectionError | TimeoutError):
-        return _Transient(f"{type(exc).__name__}: {exc}")
+        return Transient(f"{type(exc).__name__}: {exc}")
     if not isinstance(exc, ApiException):
         return errors.OperationFailed(
             f"the Kubernetes request ({op.describe()}) failed: {exc}",
@@ -193,7 +176,7 @@ def translate(exc: Exception, op: Op, *, where: str) -> errors.ClawpointError | 
             details={**details, "budget": budget},
         )
     if code in _TRANSIENT_CODES:
-        return _Transient(f"HTTP {code} {reason}: {message}".strip(), _retry_after(exc))
+        return Transient(f"HTTP {code} {reason}: {message}".strip(), _retry_after(exc))
     if code == 401:
         return errors.BackendUnavailable(
             f"the Kubernetes API at {where} refused our credentials (401 Unauthorized)",
@@ -323,26 +306,20 @@ class Connection:
                 mapped = translate(exc, op, where=self.host)
                 raise mapped from exc
 
-        try:
-            for attempt in Retrying(
-                stop=stop_after_delay(self.config.retry_total_s),
-                wait=_WaitRetryAfter(),
-                retry=retry_if_exception_type(_Transient),
-                reraise=False,
-            ):
-                with attempt:
-                    return once()
-        except RetryError as exc:
-            last = exc.last_attempt.exception()
-            raise errors.BackendUnavailable(
+        def unreachable(last: BaseException | None) -> errors.ClawpointError:
+            return errors.BackendUnavailable(
                 f"the Kubernetes API at {self.host} did not answer {op.describe()}: {last}",
                 hint="check that the cluster is up and reachable (kubectl cluster-info) with this "
                 "kubeconfig context, then retry",
                 code="kubernetes-unreachable",
                 retry_after=10.0,
                 details={"verb": op.verb, "resource": op.resource, "namespace": op.namespace},
-            ) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+            )
+
+        # Backoff at most 2 s (the server's Retry-After, at most 5 s, when it sends one).
+        return with_retries(
+            once, total_s=self.config.retry_total_s, max_wait_s=2.0, unavailable=unreachable
+        )
 
     def call_json(
         self, op: Op, fn: Callable[..., Any], *args: Any, **kwargs: Any

@@ -35,14 +35,20 @@ a cordon steering the new admission) is refused at plan time by name.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from core import errors
 from core.backends.kubernetes import ids
+from core.backends.kubernetes.builders import (
+    checkpoint_step,
+    patch_step,
+    wait_pods_gone_step,
+    wait_restored_step,
+)
+from core.backends.kubernetes.context import KubeContext
+from core.backends.kubernetes.lineages import lineage_of
+from core.backends.kubernetes.pods import with_placement
 from core.model import PlanStep
-
-if TYPE_CHECKING:
-    from core.backends.kubernetes.backend import KubernetesBackend
 
 Obj = dict[str, Any]
 
@@ -70,7 +76,6 @@ def suspended(job: Obj) -> bool:
 def placement_patch(job: Obj, *, to: str | None, away_from: list[str]) -> Obj:
     """A merge patch of the template's scheduling directives only: required node affinity
     to ``to`` (or off ``away_from``), and a hostname ``nodeSelector`` pin dropped."""
-    from core.backends.kubernetes.actions import with_placement
 
     template = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
     placed = with_placement(template, to=to, away_from=away_from)
@@ -87,7 +92,6 @@ def retarget_steps(
     """Clear ``startTime`` through ``jobs/status``, then set the template's placement.
     ``defer``: the Job is not suspended-and-ended yet when the plan is made (its preview
     would be refused), so these two are validated when reached."""
-    from core.backends.kubernetes.actions import patch_step
 
     m = _meta(job)
     ns, name = str(m["namespace"]), str(m["name"])
@@ -124,7 +128,7 @@ def _per_pod(pods: list[Obj], prefix: str) -> list[tuple[str, Obj]]:
 
 
 def move_steps(
-    b: KubernetesBackend,
+    b: KubeContext,
     job: Obj,
     pods: list[Obj],
     *,
@@ -134,7 +138,6 @@ def move_steps(
 ) -> list[PlanStep]:
     """The sequence in the module docstring, for a wrapped Job's running pods (each
     checkpointed into, and waited on restored from, its own lineage)."""
-    from core.backends.kubernetes import actions
 
     m = _meta(job)
     ns, name = str(m["namespace"]), str(m["name"])
@@ -142,15 +145,15 @@ def move_steps(
     sel = f"{JOB_NAME_LABEL}={name}"
     own = _per_pod(pods, prefix)
     return [
-        *(actions.checkpoint_step(b, p, stop=False, prefix=pfx) for pfx, p in own),
-        actions.patch_step(f"{prefix}suspend", "Job", ns, name, {"spec": {"suspend": True}},
+        *(checkpoint_step(b, p, stop=False, prefix=pfx) for pfx, p in own),
+        patch_step(f"{prefix}suspend", "Job", ns, name, {"spec": {"suspend": True}},
                            f"suspend Job {ns}/{name} (its pods checkpoint again on SIGTERM)"),
-        actions.wait_pods_gone_step(b, f"{prefix}wait_stopped", ns, sel, f"Job {ns}/{name}"),
+        wait_pods_gone_step(b, f"{prefix}wait_stopped", ns, sel, f"Job {ns}/{name}"),
         *retarget_steps(job, to=to, away_from=away, prefix=prefix, defer=True),
-        actions.patch_step(f"{prefix}unsuspend", "Job", ns, name, {"spec": {"suspend": False}},
+        patch_step(f"{prefix}unsuspend", "Job", ns, name, {"spec": {"suspend": False}},
                            f"unsuspend Job {ns}/{name}: its new pods start on the new node"),
-        *(actions.wait_restored_step(b, f"{pfx}wait_restored", ns, sel,
-                                     actions.lineage_of(p) or "", f"${pfx}checkpoint.seq")
+        *(wait_restored_step(b, f"{pfx}wait_restored", ns, sel,
+                                     lineage_of(p) or "", f"${pfx}checkpoint.seq")
           for pfx, p in own),
     ]  # fmt: skip
 
@@ -161,7 +164,7 @@ def kueue_queue(job: Obj) -> str | None:
     return str(value) if value else None
 
 
-def kueue_workload(b: KubernetesBackend, job: Obj) -> Obj | None:
+def kueue_workload(b: KubeContext, job: Obj) -> Obj | None:
     """The Workload Kueue made for ``job`` (its controller owner is the Job); None when the
     Job is not Kueue's (no queue label, or Kueue not installed: then the label is inert).
     Conflict when Kueue should have one but it is not there yet."""
@@ -196,7 +199,7 @@ def kueue_ref(wl: Obj) -> ids.WorkloadRef:
     )
 
 
-def refuse_kueue_move(b: KubernetesBackend, job: Obj, what: str) -> None:
+def refuse_kueue_move(b: KubeContext, job: Obj, what: str) -> None:
     """NotSupported, naming the Job and its Workload, for a move only Kueue may make."""
     wl = kueue_workload(b, job)
     if wl is None:
@@ -214,12 +217,11 @@ def refuse_kueue_move(b: KubernetesBackend, job: Obj, what: str) -> None:
 
 
 def kueue_requeue_steps(
-    b: KubernetesBackend, job: Obj, workload: Obj, pods: list[Obj], *, prefix: str
+    b: KubeContext, job: Obj, workload: Obj, pods: list[Obj], *, prefix: str
 ) -> list[PlanStep]:
     """Move a Kueue Job's pods off a cordoned node through Kueue: checkpoint, deactivate its
     Workload (Kueue suspends the Job), wait for the pods to end, reactivate it (Kueue admits
     it again; the cordon keeps the new pods off the node), wait for each restore."""
-    from core.backends.kubernetes import actions
 
     m = _meta(job)
     ns, name = str(m["namespace"]), str(m["name"])
@@ -227,15 +229,15 @@ def kueue_requeue_steps(
     sel = f"{JOB_NAME_LABEL}={name}"
     own = _per_pod(pods, prefix)
     return [
-        *(actions.checkpoint_step(b, p, stop=False, prefix=pfx) for pfx, p in own),
-        actions.patch_step(f"{prefix}deactivate", "Workload", wl.namespace, wl.name,
+        *(checkpoint_step(b, p, stop=False, prefix=pfx) for pfx, p in own),
+        patch_step(f"{prefix}deactivate", "Workload", wl.namespace, wl.name,
                            {"spec": {"active": False}},
                            f"deactivate Kueue Workload {wl.name} (Kueue evicts it and suspends Job {ns}/{name})"),
-        actions.wait_pods_gone_step(b, f"{prefix}wait_stopped", ns, sel, f"Job {ns}/{name}"),
-        actions.patch_step(f"{prefix}reactivate", "Workload", wl.namespace, wl.name,
+        wait_pods_gone_step(b, f"{prefix}wait_stopped", ns, sel, f"Job {ns}/{name}"),
+        patch_step(f"{prefix}reactivate", "Workload", wl.namespace, wl.name,
                            {"spec": {"active": True}},
                            f"reactivate Kueue Workload {wl.name} (Kueue admits it again, off the cordoned node)"),
-        *(actions.wait_restored_step(b, f"{pfx}wait_restored", ns, sel,
-                                     actions.lineage_of(p) or "", f"${pfx}checkpoint.seq")
+        *(wait_restored_step(b, f"{pfx}wait_restored", ns, sel,
+                                     lineage_of(p) or "", f"${pfx}checkpoint.seq")
           for pfx, p in own),
     ]  # fmt: skip

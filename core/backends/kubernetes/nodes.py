@@ -47,23 +47,15 @@ pods are stopped through the API, and the wrapper checkpoints on SIGTERM).
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from core import errors
 from core.backends.kubernetes import ids
-from core.backends.kubernetes.actions import (
-    REASON_ANNOTATION,
-    live,
-    meta,
-    owner_kind,
-    patch_step,
-    step,
-)
+from core.backends.kubernetes.builders import REASON_ANNOTATION, patch_step, step
 from core.backends.kubernetes.connection import Op
+from core.backends.kubernetes.context import KubeContext
+from core.backends.kubernetes.pods import live, meta, owner_kind
 from core.model import PlanStep
-
-if TYPE_CHECKING:
-    from core.backends.kubernetes.backend import KubernetesBackend
 
 Obj = dict[str, Any]
 
@@ -115,7 +107,7 @@ def refuse_unforced(node: str, unforced: list[tuple[str, str]]) -> errors.Confli
     )
 
 
-def cluster_pods_on(b: KubernetesBackend, node: str) -> list[Obj] | None:
+def cluster_pods_on(b: KubeContext, node: str) -> list[Obj] | None:
     """Every pod on ``node``, in every namespace; None when the credentials may not list them."""
     core = b.conn.api("CoreV1Api")
     try:
@@ -137,7 +129,7 @@ def still_running(pods: list[Obj]) -> list[str]:
     return sorted(name_of(p) for p in pods if live(p) and left_alone(p) is None)
 
 
-def outside_scope(b: KubernetesBackend, node: str) -> tuple[list[str], bool]:
+def outside_scope(b: KubeContext, node: str) -> tuple[list[str], bool]:
     """Pods of namespaces out of scope running on ``node``, and whether that is known."""
     scope = b.conn.scoped_namespaces
     if scope is None:
@@ -148,7 +140,7 @@ def outside_scope(b: KubernetesBackend, node: str) -> tuple[list[str], bool]:
     return still_running([p for p in pods if meta(p).get("namespace") not in scope]), True
 
 
-def check_drained_step(b: KubernetesBackend, node: str, *, visible: bool) -> PlanStep:
+def check_drained_step(b: KubeContext, node: str, *, visible: bool) -> PlanStep:
     what = (
         "check that nothing but DaemonSet and mirror pods still runs on it, in any namespace"
         if visible
@@ -158,7 +150,7 @@ def check_drained_step(b: KubernetesBackend, node: str, *, visible: bool) -> Pla
     return step("check_drained", "check_node_drained", f"{node}: {what}", node=node)
 
 
-def run_check_drained(b: KubernetesBackend, args: Obj) -> Obj:
+def run_check_drained(b: KubeContext, args: Obj) -> Obj:
     node = ids.check_name(str(args["node"]), what="node name")
     pods = cluster_pods_on(b, node)
     if pods is None:
@@ -198,12 +190,12 @@ def _time(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def read_node(b: KubernetesBackend, node: str) -> Obj:
+def read_node(b: KubeContext, node: str) -> Obj:
     core = b.conn.api("CoreV1Api")
     return b.conn.call_json(Op("get", "nodes", "", None, node), core.read_node, node)
 
 
-def read_lease(b: KubernetesBackend, node: str) -> Obj:
+def read_lease(b: KubeContext, node: str) -> Obj:
     api = b.conn.api("CoordinationV1Api")
     return b.conn.call_json(
         Op("get", "leases", "coordination.k8s.io", LEASE_NAMESPACE, node),
@@ -226,7 +218,7 @@ def _not_ready_since(node_obj: Obj) -> datetime | None:
     return None
 
 
-def fence_steps(b: KubernetesBackend, node: str, fenced: bool) -> tuple[list[PlanStep], Obj]:
+def fence_steps(b: KubeContext, node: str, fenced: bool) -> tuple[list[PlanStep], Obj]:
     """The steps that fence a NotReady ``node`` before anything of it is restored, and what
     the plan says about it (``scope["fencing"]``); Conflict when it cannot be fenced now."""
     node_obj = read_node(b, node)
@@ -319,7 +311,7 @@ def _fence_patch(node: str, node_obj: Obj, info: Obj) -> PlanStep:
                       "elsewhere")  # fmt: skip
 
 
-def run_wait_lease_expired(b: KubernetesBackend, args: Obj) -> Obj:
+def run_wait_lease_expired(b: KubeContext, args: Obj) -> Obj:
     node = ids.check_name(str(args["node"]), what="node name")
     seen = _time(args.get("renewed"))
 

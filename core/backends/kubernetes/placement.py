@@ -38,7 +38,7 @@ from decimal import Decimal
 from typing import Any
 
 from core import errors
-from core.backends.kubernetes.inventory import conditions, quantity
+from core.backends.kubernetes.objects import conditions, quantity
 
 Obj = dict[str, Any]
 

@@ -30,13 +30,9 @@ from pydantic import BaseModel, Field
 from core import errors
 from core.backends.kubernetes import ids
 from core.backends.kubernetes.connection import Op
-from core.backends.kubernetes.inventory import (
-    Inventory,
-    conditions,
-    pod_spec_gpus,
-    ts,
-    workload_gpus,
-)
+from core.backends.kubernetes.inventory import Inventory
+from core.backends.kubernetes.objects import conditions, pod_spec_gpus, ts
+from core.backends.kubernetes.workload_info import workload_gpus
 
 Obj = dict[str, Any]
 _GPU_SHORTAGE = re.compile(r"Insufficient (nvidia\.com|amd\.com)/gpu")

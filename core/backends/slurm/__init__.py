@@ -5,8 +5,9 @@ Public API: ``SlurmBackend`` (the Backend protocol, name ``slurm``), ``SlurmConf
 helper ``SbatchSpec`` / ``render_sbatch`` / ``submit``. See docs/slurm.md.
 """
 
-from core.backends.slurm.backend import SlurmBackend, job_id
+from core.backends.slurm.backend import SlurmBackend
 from core.backends.slurm.config import SlurmConfig
+from core.backends.slurm.ids import job_id
 from core.backends.slurm.inventory import Partition, QueueDepth
 from core.backends.slurm.sbatch import SbatchSpec, Submitted, render_sbatch, submit
 

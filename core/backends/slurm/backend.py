@@ -2,7 +2,9 @@
 
 Inventory comes from ``transport`` (slurmrestd, else the commands' JSON). Actions are plans
 of small named steps, each one Slurm command or one wait, so an execution can resume after
-a crash (``recover_step`` answers whether a started step took effect):
+a crash (``recover_step`` answers whether a started step took effect). Two dispatch tables
+route them: ``plans.PLANS`` by action (``capabilities()`` is its keys) and ``steps.STEPS``
+by step; both take ``context.SlurmContext``, not this class:
 
 - checkpoint: ``scancel --signal=USR1|USR2 --batch JOB`` to the wrapper (the batch shell),
   then wait until a newer checkpoint of the job's lineage is published in the shared store.
@@ -25,7 +27,7 @@ leaves such jobs running until they end (Slurm's own DRAIN semantics).
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,12 +35,13 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
-from core import actions as catalogue
 from core import errors
-from core.actions import ActionParams, CordonParams, DrainParams, MoveParams, NoParams, StartParams
-from core.backends.base import BatchSpec, PlanDraft, ProgressFn, not_supported, poll_until
-from core.backends.slurm import actions, sbatch
+from core.actions import ActionParams
+from core.backends import dispatch
+from core.backends.base import BatchSpec, PlanDraft, ProgressFn, poll_until
+from core.backends.slurm import plans, sbatch, steps
 from core.backends.slurm.config import SlurmConfig
+from core.backends.slurm.ids import job_id, node_name
 from core.backends.slurm.inventory import (
     Partition,
     QueueDepth,
@@ -59,24 +62,6 @@ from core.model import (
 from core.store.store import CheckpointStore
 
 log = structlog.get_logger(__name__)
-
-JOB_ID_RE = re.compile(r"^[0-9]{1,10}(_[0-9]{1,10})?$")
-
-
-def job_id(value: str) -> str:
-    """``1234`` or ``slurm:1234`` -> ``1234``; anything else is InvalidInput (runs nothing)."""
-    raw = value.removeprefix("slurm:") if isinstance(value, str) else ""
-    if not JOB_ID_RE.fullmatch(raw):
-        raise errors.InvalidInput(
-            f"invalid Slurm job id {value!r}: expected digits such as 1234 or slurm:1234",
-            hint=f"list the jobs ({errors.step('list_workloads', backend='slurm')}) and pass one of "
-            "their ids",
-        )
-    return raw
-
-
-def node_name(value: str) -> str:
-    return validate_name(value.removeprefix("slurm:"), what="Slurm node name")
 
 
 def _sbatch_spec(spec: BatchSpec) -> sbatch.SbatchSpec:
@@ -107,19 +92,7 @@ class SlurmBackend:
 
     # ----- inventory ------------------------------------------------------------------
     def capabilities(self) -> frozenset[Action]:
-        return frozenset(
-            {
-                Action.CHECKPOINT,
-                Action.PREEMPT,
-                Action.RESUME,
-                Action.MIGRATE,
-                Action.DRAIN_NODE,
-                Action.UNDRAIN_NODE,
-                Action.CORDON_NODE,
-                Action.FAILOVER,
-                Action.REQUEUE,
-            }
-        )
+        return dispatch.capabilities(plans.PLANS)
 
     def raw_jobs(self) -> list[dict[str, Any]]:
         data = self.transport.rest("jobs")
@@ -196,7 +169,7 @@ class SlurmBackend:
             return []
         if workload is not None:
             w = self.get_workload(workload)
-            return [_qualified(c) for c in self.store(self.owner(w)).list(self._lineage(w))]
+            return [_qualified(c) for c in self.store(self.owner(w)).list(self.lineage(w))]
         found: list[CheckpointInfo] = []
         for owner in self._owners():
             try:
@@ -215,7 +188,7 @@ class SlurmBackend:
             return []
         return [n for n in names if NAME_RE.fullmatch(n)]
 
-    def _lineage(self, w: WorkloadInfo) -> str:
+    def lineage(self, w: WorkloadInfo) -> str:
         lineage = w.labels.get("lineage")
         if not lineage:
             raise errors.NotSupported(
@@ -227,42 +200,12 @@ class SlurmBackend:
 
     # ----- plans ----------------------------------------------------------------------
     def plan(self, action: Action, target: str, params: ActionParams) -> PlanDraft:
-        if action is Action.SCALE:
-            raise not_supported(
-                self.name,
-                action,
-                "a Slurm job has a fixed allocation; submit more jobs (or an array) instead",
-            )
-        if action not in self.capabilities():
-            raise not_supported(self.name, action)
-        params = catalogue.parse(action, params)  # the right model for this action, or refused
-        if action is Action.DRAIN_NODE:
-            drain = catalogue.expect(params, DrainParams)
-            return actions.plan_drain(self, self.get_node(target), drain)
-        if action is Action.CORDON_NODE:
-            cordon = catalogue.expect(params, CordonParams)
-            return actions.plan_cordon(self, self.get_node(target), cordon)
-        if action is Action.UNDRAIN_NODE:
-            none = catalogue.expect(params, NoParams)
-            return actions.plan_undrain(self, self.get_node(target), none)
-        if action is Action.FAILOVER and not JOB_ID_RE.fullmatch(target.removeprefix("slurm:")):
-            start = catalogue.expect(params, StartParams)
-            return actions.plan_failover_node(self, self.get_node(target), start)
-        w = self.get_workload(target)
-        if action is Action.CHECKPOINT:
-            return actions.plan_checkpoint(self, w, catalogue.expect(params, NoParams))
-        if action is Action.PREEMPT:
-            return actions.plan_preempt(self, w, catalogue.expect(params, NoParams))
-        if action is Action.RESUME:
-            return actions.plan_resume(self, w, catalogue.expect(params, StartParams))
-        if action in (Action.MIGRATE, Action.REQUEUE):
-            return actions.plan_migrate(self, w, catalogue.expect(params, MoveParams))
-        if action is Action.FAILOVER:
-            return actions.plan_failover(self, w, catalogue.expect(params, StartParams))
-        raise not_supported(self.name, action)
+        return dispatch.plan(
+            plans.PLANS, self, action, target, params, backend=self.name, why_not=plans.WHY_NOT
+        )
 
     def run_step(self, op: str, args: dict[str, Any], progress: ProgressFn) -> dict[str, Any]:
-        return actions.run_step(self, op, args, progress)
+        return dispatch.run_step(steps.STEPS, self, op, args, progress, backend="Slurm")
 
     # ``BatchSubmitter``: the sbatch pattern (``core.backends.slurm.sbatch``).
     def render_batch(self, spec: BatchSpec) -> str:
@@ -274,12 +217,12 @@ class SlurmBackend:
     def recover_step(
         self, op: str, args: dict[str, Any], started_at: datetime
     ) -> dict[str, Any] | None:
-        return actions.recover_step(self, op, args, started_at)
+        return steps.recover_step(self, op, args, started_at)
 
     def reconcile_step(
         self, op: str, args: dict[str, Any], started_at: datetime
     ) -> dict[str, Any] | None:
-        return actions.reconcile_step(self, op, args, started_at)
+        return steps.reconcile_step(self, op, args, started_at)
 
     # ----- small helpers used by actions ----------------------------------------------
     def newest_checkpoint(self, lineage: str, owner: str | None = None) -> CheckpointInfo | None:
@@ -293,7 +236,7 @@ class SlurmBackend:
         newest = self.newest_checkpoint(lineage, owner)
         return newest.seq if newest else 0
 
-    def wait_until(self, what: str, timeout_s: float, check: Any) -> Any:
+    def wait_until(self, what: str, timeout_s: float, check: Callable[[], Any]) -> Any:
         """Poll ``check()`` until it returns a truthy value; OperationFailed on timeout."""
         return poll_until(
             what,

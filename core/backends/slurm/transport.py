@@ -7,9 +7,9 @@ absent, down or answers with errors, the same data comes from ``squeue --json`` 
 ``sinfo --json`` / ``scontrol show ... --json`` (23.02+). Actions always use the commands
 (``scontrol``, ``scancel``, ``sbatch``) with argv lists: nothing reaches a shell.
 
-Transient faults (controller restarting, connection refused, timeouts) are retried with
-tenacity for at most ``retry_total_s``; a controller that stays down becomes
-``BackendUnavailable`` within that bound plus one command timeout. Limits: JWT tokens made
+Transient faults (controller restarting, connection refused, timeouts) are retried
+(``core.backends.retrying``) for at most ``retry_total_s``; a controller that stays down
+becomes ``BackendUnavailable`` within that bound plus one command timeout. Limits: JWT tokens made
 with ``scontrol token`` need the caller to be root or SlurmUser; other users pass one in.
 """
 
@@ -27,15 +27,9 @@ from typing import Any, TypeVar
 
 import httpx2
 import structlog
-from tenacity import (
-    RetryError,
-    Retrying,
-    retry_if_exception_type,
-    stop_after_delay,
-    wait_exponential,
-)
 
 from core import errors
+from core.backends.retrying import Transient, with_retries
 from core.backends.slurm.config import SlurmConfig
 
 log = structlog.get_logger(__name__)
@@ -49,10 +43,6 @@ _TRANSIENT = re.compile(
 )
 _NOT_FOUND = re.compile(r"Invalid job id|Invalid node name|not found|does not exist", re.I)
 _VERSION_PATH = re.compile(r"^/slurm/(v\d+\.\d+\.\d+)/")
-
-
-class _Transient(Exception):
-    """A fault worth retrying (internal; never escapes this module)."""
 
 
 def _describe(err: Any) -> str:
@@ -108,11 +98,11 @@ class SlurmTransport:
                 check=False,
             )
         except subprocess.TimeoutExpired as exc:
-            raise _Transient(f"{argv[0]} timed out after {self.cfg.command_timeout_s}s") from exc
+            raise Transient(f"{argv[0]} timed out after {self.cfg.command_timeout_s}s") from exc
         if proc.returncode != 0:
             msg = (proc.stderr or proc.stdout).strip()
             if _TRANSIENT.search(msg):
-                raise _Transient(msg)
+                raise Transient(msg)
             name = Path(argv[0]).name
             if _NOT_FOUND.search(msg):
                 raise errors.NotFound(
@@ -131,24 +121,15 @@ class SlurmTransport:
         return self._with_retries(cmd, lambda: self._run_once(argv, stdin))
 
     def _with_retries(self, cmd: str, call: Callable[[], T]) -> T:
-        try:
-            for attempt in Retrying(
-                stop=stop_after_delay(self.cfg.retry_total_s),
-                wait=wait_exponential(multiplier=0.2, max=1.0),
-                retry=retry_if_exception_type(_Transient),
-                reraise=False,
-            ):
-                with attempt:
-                    return call()
-        except RetryError as exc:
-            last = exc.last_attempt.exception()
-            raise errors.BackendUnavailable(
+        def down(last: BaseException | None) -> errors.ClawpointError:
+            return errors.BackendUnavailable(
                 f"the Slurm controller did not answer {cmd}: {last}",
                 hint="check that slurmctld runs (scontrol ping; systemctl status slurmctld) "
                 "and that SLURM_CONF points at this cluster, then retry",
                 retry_after=10.0,
-            ) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+            )
+
+        return with_retries(call, total_s=self.cfg.retry_total_s, max_wait_s=1.0, unavailable=down)
 
     def run_json(self, cmd: str, args: list[str]) -> dict[str, Any]:
         """A command's ``--json`` output; its ``errors`` (rc 0 in 22.05!) become exceptions."""
@@ -168,7 +149,7 @@ class SlurmTransport:
         errs = [e for e in data.get("errors") or [] if e]
         if errs:
             # 22.05 exits 0 with an errors list when slurmctld is unreachable.
-            raise _Transient("; ".join(_describe(e) for e in errs))
+            raise Transient("; ".join(_describe(e) for e in errs))
         return data
 
     def slurm_version(self) -> tuple[int, int]:

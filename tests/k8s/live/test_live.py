@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from core import errors
-from core.backends.kubernetes import actions
+from core.backends.kubernetes import pods, steps
 from core.backends.kubernetes.backend import KubernetesBackend
 from core.backends.kubernetes.connection import KubernetesConfig, Op
 from core.config import load_settings
@@ -171,14 +171,14 @@ def running_pods(b: KubernetesBackend, selector: str) -> list[dict[str, Any]]:
     return [
         p
         for p in b.list_pods(NS, label_selector=selector)
-        if (p.get("status") or {}).get("phase") == "Running" and actions.live(p)
+        if (p.get("status") or {}).get("phase") == "Running" and pods.live(p)
     ]
 
 
 def step_of(b: KubernetesBackend, selector: str, lineage: str) -> int:
     for p in running_pods(b, selector):
-        code, out, _ = actions.exec_in(
-            b, NS, p["metadata"]["name"], actions.container_of(p),
+        code, out, _ = steps.exec_in(
+            b, NS, p["metadata"]["name"], pods.container_of(p),
             [*b.cfg.exec_python, "-m", "core.backends.kubernetes.incontainer", "status", lineage],
             60,
         )  # fmt: skip

@@ -1,48 +1,46 @@
-"""Plans and steps of the Slurm backend's actions (see ``backend`` for what each does).
+"""Plans of the Slurm backend's actions (see ``backend`` for what each does) and ``PLANS``,
+the dispatch table the backend plans and declares its capabilities from.
 
-Each step is one Slurm command or one wait, named, with JSON-able args; ``run_step``
-re-validates every arg (a journal could be edited) before it reaches an argv, and
-``recover_step`` says whether a step that had started before a crash took effect.
-Values of the form ``$STEP.FIELD`` are filled in by the service from earlier outputs.
+Each plan is a list of small named steps (``steps`` runs them), each one Slurm command or
+one wait, with JSON-able args; values of the form ``$STEP.FIELD`` are filled in by the
+service from earlier outputs. Plans take ``SlurmContext`` (``context``), not the backend.
+Limits: jobs not started by the sbatch helper (no lineage) cannot be checkpointed or moved.
 """
 
 from __future__ import annotations
 
-import re
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
-
-import structlog
+from collections.abc import Callable
+from typing import Any
 
 from core import errors
-from core.actions import CordonParams, DrainParams, MoveParams, NoParams, StartParams
-from core.backends.base import PlanDraft, ProgressFn
-from core.model import NodeHealth, NodeInfo, PlanStep, WorkloadInfo, WorkloadState, validate_name
-
-if TYPE_CHECKING:
-    from core.backends.slurm.backend import SlurmBackend
-
-_SIGNALS = {"USR1", "USR2"}
-_UPDATE_KEYS = {"StartTime", "ExcNodeList", "NodeList"}
-_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,\[\]-]{1,200}$")
-_REASON_RE = re.compile(r"^[A-Za-z0-9 _.,:/()@+-]{1,200}$")
-log = structlog.get_logger("clawpoint.slurm")
-_ENDED = {WorkloadState.COMPLETED, WorkloadState.FAILED, WorkloadState.STOPPED}
-
-
-def _owner(args: dict[str, Any]) -> str | None:
-    """The job owner whose part of the shared store a step reads (None: a plan made before
-    stores were per user, which reads the store's top level as it did then)."""
-    owner = args.get("owner")
-    return validate_name(str(owner), what="user") if owner else None
+from core.actions import (
+    CordonParams,
+    DrainParams,
+    MoveParams,
+    NoParams,
+    StartParams,
+)
+from core.backends.base import PlanDraft
+from core.backends.dispatch import PlanEntry
+from core.backends.slurm.context import SlurmContext
+from core.backends.slurm.ids import check_reason, check_value, is_job_id
+from core.model import (
+    Action,
+    NodeHealth,
+    NodeInfo,
+    PlanStep,
+    WorkloadInfo,
+    WorkloadState,
+    validate_name,
+)
 
 
 def _step(name: str, op: str, description: str, **args: Any) -> PlanStep:
     return PlanStep(name=name, op=op, args=args, description=description)
 
 
-def _save_and_stop(b: SlurmBackend, w: WorkloadInfo, prefix: str = "") -> list[PlanStep]:
-    lineage = b._lineage(w)
+def _save_and_stop(b: SlurmContext, w: WorkloadInfo, prefix: str = "") -> list[PlanStep]:
+    lineage = b.lineage(w)
     p = f"{prefix}{w.name}-" if prefix else ""
     return [
         _step(
@@ -80,7 +78,7 @@ def _save_and_stop(b: SlurmBackend, w: WorkloadInfo, prefix: str = "") -> list[P
     ]
 
 
-def _restart(b: SlurmBackend, job: str, fields: dict[str, str], prefix: str = "") -> list[PlanStep]:
+def _restart(b: SlurmContext, job: str, fields: dict[str, str], prefix: str = "") -> list[PlanStep]:
     p = f"{prefix}{job}-" if prefix else ""
     steps = []
     if fields:
@@ -110,7 +108,7 @@ def _scope(w: WorkloadInfo) -> dict[str, Any]:
     return {"partition": w.partition, "node": w.node, "gpus": w.gpus, "labels": w.labels}
 
 
-def _target(b: SlurmBackend, params: MoveParams, *, away_from: str | None) -> str | None:
+def _target(b: SlurmContext, params: MoveParams, *, away_from: str | None) -> str | None:
     """The node named by ``to`` (``n2`` or ``slurm:n2``), checked to exist and take jobs."""
     wanted = params.to
     if wanted is None:
@@ -136,16 +134,16 @@ def _place(target: str | None, avoid: str | None) -> dict[str, str]:
     Clear the other list: a job submitted with --nodelist=SOURCE and then excluded from
     SOURCE would pend forever with reason BadConstraints."""
     if target:
-        return {"ExcNodeList": "", "NodeList": _value(target)}
+        return {"ExcNodeList": "", "NodeList": check_value(target)}
     if avoid:
-        return {"NodeList": "", "ExcNodeList": _value(avoid)}
+        return {"NodeList": "", "ExcNodeList": check_value(avoid)}
     return {}
 
 
-def plan_checkpoint(b: SlurmBackend, w: WorkloadInfo, params: NoParams) -> PlanDraft:
+def plan_checkpoint(b: SlurmContext, w: WorkloadInfo, params: NoParams) -> PlanDraft:
     """A leave-running checkpoint (SIGUSR1); checkpoint-and-stop is ``plan_preempt``."""
     _require_running(w)
-    lineage = b._lineage(w)
+    lineage = b.lineage(w)
     stop = False
     sig = "USR2" if stop else "USR1"
     steps = [
@@ -179,7 +177,7 @@ def plan_checkpoint(b: SlurmBackend, w: WorkloadInfo, params: NoParams) -> PlanD
     )
 
 
-def plan_preempt(b: SlurmBackend, w: WorkloadInfo, params: NoParams) -> PlanDraft:
+def plan_preempt(b: SlurmContext, w: WorkloadInfo, params: NoParams) -> PlanDraft:
     _require_running(w)
     return PlanDraft(
         steps=_save_and_stop(b, w),
@@ -190,7 +188,7 @@ def plan_preempt(b: SlurmBackend, w: WorkloadInfo, params: NoParams) -> PlanDraf
     )
 
 
-def plan_resume(b: SlurmBackend, w: WorkloadInfo, params: StartParams) -> PlanDraft:
+def plan_resume(b: SlurmContext, w: WorkloadInfo, params: StartParams) -> PlanDraft:
     if w.state is not WorkloadState.STOPPED and w.state is not WorkloadState.PENDING:
         raise errors.Conflict(
             f"Slurm job {w.name} is {w.state.value}, not held or pending",
@@ -208,7 +206,7 @@ def plan_resume(b: SlurmBackend, w: WorkloadInfo, params: StartParams) -> PlanDr
     )
 
 
-def plan_migrate(b: SlurmBackend, w: WorkloadInfo, params: MoveParams) -> PlanDraft:
+def plan_migrate(b: SlurmContext, w: WorkloadInfo, params: MoveParams) -> PlanDraft:
     _require_running(w)
     source = w.node or ""
     target = _target(b, params, away_from=source)
@@ -225,8 +223,8 @@ def plan_migrate(b: SlurmBackend, w: WorkloadInfo, params: MoveParams) -> PlanDr
     )
 
 
-def plan_drain(b: SlurmBackend, node: NodeInfo, params: DrainParams) -> PlanDraft:
-    reason = _reason(params.reason or "clawpoint drain")
+def plan_drain(b: SlurmContext, node: NodeInfo, params: DrainParams) -> PlanDraft:
+    reason = check_reason(params.reason or "clawpoint drain")
     save = params.save
     target = _target(b, params, away_from=node.name)
     jobs = [b.get_workload(wid) for wid in node.workloads]
@@ -257,7 +255,7 @@ def plan_drain(b: SlurmBackend, node: NodeInfo, params: DrainParams) -> PlanDraf
     )
 
 
-def plan_cordon(b: SlurmBackend, node: NodeInfo, params: CordonParams) -> PlanDraft:
+def plan_cordon(b: SlurmContext, node: NodeInfo, params: CordonParams) -> PlanDraft:
     """Slurm's own drain: no new job starts there; running jobs go on until they end."""
     if not node.schedulable:
         raise errors.Conflict(
@@ -270,7 +268,7 @@ def plan_cordon(b: SlurmBackend, node: NodeInfo, params: CordonParams) -> PlanDr
             "drain",
             f"drain {node.name}: nothing new starts there; running jobs go on",
             node=node.name,
-            reason=_reason(params.reason or "clawpoint cordon"),
+            reason=check_reason(params.reason or "clawpoint cordon"),
         )
     ]
     return PlanDraft(
@@ -283,7 +281,7 @@ def plan_cordon(b: SlurmBackend, node: NodeInfo, params: CordonParams) -> PlanDr
     )
 
 
-def plan_undrain(b: SlurmBackend, node: NodeInfo, params: NoParams) -> PlanDraft:
+def plan_undrain(b: SlurmContext, node: NodeInfo, params: NoParams) -> PlanDraft:
     if node.schedulable and node.health is NodeHealth.HEALTHY:
         raise errors.Conflict(
             f"Slurm node {node.name} is {node.state}: not drained or down",
@@ -307,8 +305,8 @@ def plan_undrain(b: SlurmBackend, node: NodeInfo, params: NoParams) -> PlanDraft
     )
 
 
-def plan_failover(b: SlurmBackend, w: WorkloadInfo, params: StartParams) -> PlanDraft:
-    b._lineage(w)
+def plan_failover(b: SlurmContext, w: WorkloadInfo, params: StartParams) -> PlanDraft:
+    b.lineage(w)
     _require_restorable(b, w, params)
     node = w.node or ""
     target = _target(b, params, away_from=node or None)
@@ -324,7 +322,7 @@ def plan_failover(b: SlurmBackend, w: WorkloadInfo, params: StartParams) -> Plan
     )
 
 
-def plan_failover_node(b: SlurmBackend, node: NodeInfo, params: StartParams) -> PlanDraft:
+def plan_failover_node(b: SlurmContext, node: NodeInfo, params: StartParams) -> PlanDraft:
     target = _target(b, params, away_from=node.name)
     steps: list[PlanStep] = []
     for wid in node.workloads:
@@ -345,7 +343,7 @@ def plan_failover_node(b: SlurmBackend, node: NodeInfo, params: StartParams) -> 
 
 
 def _failover_steps(
-    b: SlurmBackend, job: str, node: str, target: str | None, prefix: str = ""
+    b: SlurmContext, job: str, node: str, target: str | None, prefix: str = ""
 ) -> list[PlanStep]:
     p = f"{prefix}{job}-" if prefix else ""
     steps: list[PlanStep] = []
@@ -355,7 +353,7 @@ def _failover_steps(
                 f"{p}node_down",
                 "node_down",
                 f"mark {node} DOWN (its jobs end)",
-                node=_value(node),
+                node=check_value(node),
                 reason="clawpoint failover",
             )
         )
@@ -363,7 +361,7 @@ def _failover_steps(
     return steps + _restart(b, job, _place(target, node or None), prefix)
 
 
-def _require_restorable(b: SlurmBackend, w: WorkloadInfo, params: StartParams) -> None:
+def _require_restorable(b: SlurmContext, w: WorkloadInfo, params: StartParams) -> None:
     """A restarted job's wrapper restores the newest good checkpoint of its lineage, and
     refuses to start at all when the lineage has checkpoints but none verifies (it never
     silently starts over). Refuse such a plan up front (sizes only: cheap), and refuse
@@ -395,176 +393,6 @@ def _require_restorable(b: SlurmBackend, w: WorkloadInfo, params: StartParams) -
     )
 
 
-# ----- steps ---------------------------------------------------------------------------
-def run_step(
-    b: SlurmBackend, op: str, args: dict[str, Any], progress: ProgressFn
-) -> dict[str, Any]:
-    tr = b.transport
-    if op == "signal":
-        job, sig = _job(args), str(args.get("signal"))
-        if sig not in _SIGNALS:
-            raise errors.InvalidInput(f"signal {sig!r} is not USR1 or USR2")
-        after = b.newest_seq(validate_name(str(args.get("lineage")), what="lineage"), _owner(args))
-        tr.run("scancel", [f"--signal={sig}", "--batch", job])
-        return {"after_seq": after}
-    if op == "wait_checkpoint":
-        lineage = validate_name(str(args.get("lineage")), what="lineage")
-        after = int(args.get("after_seq") or 0)
-
-        def newer() -> dict[str, Any] | None:
-            newest = b.newest_checkpoint(lineage, _owner(args))
-            if newest is None or newest.seq <= after:
-                return None
-            return {"checkpoint": newest.id, "seq": newest.seq}
-
-        progress(0, None, f"waiting for a checkpoint of {lineage} newer than {after}")
-        out: dict[str, Any] = b.wait_until(f"a checkpoint of {lineage}", _timeout(args), newer)
-        return out
-    if op == "wait_ended":
-        job = _job(args)
-        state = b.wait_until(f"job {job} to stop", _timeout(args), lambda: _ended(b, job))
-        return {"state": state}
-    if op == "requeue":
-        job = _job(args)
-        w = _maybe(b, job)
-        if w is None or w.state is not WorkloadState.PENDING:
-            tr.run("scontrol", ["requeuehold" if args.get("hold") else "requeue", job])
-        elif args.get("hold"):
-            tr.run("scontrol", ["hold", job])
-        return {"job": job}
-    if op == "update_job":
-        job = _job(args)
-        fields = args.get("fields") or {}
-        if not isinstance(fields, dict) or not fields or set(fields) - _UPDATE_KEYS:
-            raise errors.InvalidInput(f"job fields must be some of {sorted(_UPDATE_KEYS)}")
-        pairs = [f"{k}={_value(str(v)) if v else ''}" for k, v in fields.items()]
-        tr.run("scontrol", ["update", f"jobid={job}", *pairs])
-        return {"job": job, **{k: str(v) for k, v in fields.items()}}
-    if op == "release":
-        job = _job(args)
-        tr.run("scontrol", ["release", job])
-        return {"job": job}
-    if op == "wait_running":
-        job = _job(args)
-        retries = [2]  # a restart that Slurm kills at once is requeued again, twice at most
-        seen: list[str] = []  # the node the previous poll saw the job running on
-
-        def running() -> str | None:
-            w = _maybe(b, job)
-            if w and w.state is WorkloadState.RUNNING:
-                # Slurm marks a job RUNNING when it allocates it and ends it milliseconds
-                # later if the node refuses the launch: trust two polls in a row.
-                node = w.node or "?"
-                if seen == [node]:
-                    return node
-                seen[:] = [node]
-                return None
-            seen.clear()
-            ended = (WorkloadState.COMPLETED, WorkloadState.FAILED)
-            if w is not None and w.state in ended and retries[0] > 0:
-                # Slurm refuses to start a requeued job on a node within the second its
-                # previous run ended there ("Job credential revoked") and ends it instead:
-                # requeue it again and let it start a little later.
-                retries[0] -= 1
-                log.warning("slurm.restart_retry", job=job, state=w.state.value)
-                tr.run("scontrol", ["requeue", job])
-                tr.run("scontrol", ["update", f"jobid={job}", "StartTime=now+2"])
-            return None
-
-        return {"node": b.wait_until(f"job {job} to run", _timeout(args), running)}
-    if op in ("drain", "node_down"):
-        node = validate_name(str(args.get("node")), what="Slurm node name")
-        state = "DRAIN" if op == "drain" else "DOWN"
-        reason = _reason(str(args.get("reason") or "clawpoint"))
-        tr.run("scontrol", ["update", f"nodename={node}", f"state={state}", f"reason={reason}"])
-        return {"node": node, "state": state}
-    if op == "resume_node":
-        node = validate_name(str(args.get("node")), what="Slurm node name")
-        tr.run("scontrol", ["update", f"nodename={node}", "state=RESUME"])
-
-        def back() -> str | None:  # a dead node's slurmd would leave it DOWN again
-            n = b.get_node(node)
-            return n.state if n.schedulable and n.health is NodeHealth.HEALTHY else None
-
-        return {"node": node, "state": b.wait_until(f"{node} to take jobs", _timeout(args), back)}
-    raise errors.InvalidInput(f"unknown Slurm step {op!r}", hint="re-plan the action")
-
-
-def recover_step(
-    b: SlurmBackend, op: str, args: dict[str, Any], started_at: datetime
-) -> dict[str, Any] | None:
-    """The output of a step that took effect before a crash, or None (run it again)."""
-    try:
-        if op == "signal":
-            # Sent if a checkpoint appeared since the step started; else send it (again):
-            # one more checkpoint is harmless.
-            lineage = validate_name(str(args.get("lineage")), what="lineage")
-            newest = b.newest_checkpoint(lineage, _owner(args))
-            if newest is not None and newest.created_at >= started_at:
-                return {"after_seq": newest.seq - 1}
-            return None
-        if op in ("requeue",):
-            w = _maybe(b, _job(args))
-            held = w is not None and w.labels.get("reason") in ("JobHeldUser", "JobHeldAdmin")
-            return (
-                {"job": w.name}
-                if w
-                and (held or not args.get("hold"))
-                and w.state in (WorkloadState.PENDING, WorkloadState.STOPPED)
-                else None
-            )
-        if op in ("drain", "node_down"):
-            n = b.get_node(str(args.get("node")))
-            flag = "drain" if op == "drain" else "down"
-            return {"node": n.name, "state": flag.upper()} if flag in n.state else None
-        if op == "resume_node":
-            # Taken effect once the node is neither drained nor down; else resume it (again).
-            n = b.get_node(str(args.get("node")))
-            back = n.schedulable and n.health is NodeHealth.HEALTHY
-            return {"node": n.name, "state": "RESUME"} if back else None
-        return None  # waits, updates and releases are idempotent: run them again
-    except errors.NotFound:
-        return None
-
-
-def reconcile_step(
-    b: SlurmBackend, op: str, args: dict[str, Any], started_at: datetime
-) -> dict[str, Any] | None:
-    """After a step raised: its output if Slurm shows it took effect anyway. Only steps whose
-    effect is a state Slurm reports (a requeued/held job, a drained or down node) qualify; a
-    signal or a wait that failed is not assumed to have worked."""
-    if op in ("requeue", "drain", "node_down"):
-        return recover_step(b, op, args, started_at)
-    return None
-
-
-# ----- validation helpers --------------------------------------------------------------
-def _job(args: dict[str, Any]) -> str:
-    from core.backends.slurm.backend import job_id
-
-    return job_id(str(args.get("job")))
-
-
-def _value(value: str) -> str:
-    if not _VALUE_RE.fullmatch(value):
-        raise errors.InvalidInput(
-            f"invalid Slurm value {value!r}", hint="use node names such as n1 or n[1-2]"
-        )
-    return value
-
-
-def _reason(value: str) -> str:
-    if not _REASON_RE.fullmatch(value):
-        raise errors.InvalidInput(
-            f"invalid reason {value!r}", hint="letters, digits, spaces and _.,:/()@+- only"
-        )
-    return value
-
-
-def _timeout(args: dict[str, Any]) -> float:
-    return max(1.0, min(float(args.get("timeout_s") or 60.0), 3600.0))
-
-
 def _require_running(w: WorkloadInfo) -> None:
     if w.state is not WorkloadState.RUNNING:
         raise errors.Conflict(
@@ -573,15 +401,40 @@ def _require_running(w: WorkloadInfo) -> None:
         )
 
 
-def _maybe(b: SlurmBackend, job: str) -> WorkloadInfo | None:
-    try:
-        return b.get_workload(job)
-    except errors.NotFound:
-        return None
+# ----- the dispatch table --------------------------------------------------------------
+def _failover(b: SlurmContext, target: str, params: StartParams) -> PlanDraft:
+    """A job id fails that job over; anything else names a node (every wrapped job on it)."""
+    if is_job_id(target):
+        return plan_failover(b, b.get_workload(target), params)
+    return plan_failover_node(b, b.get_node(target), params)
 
 
-def _ended(b: SlurmBackend, job: str) -> str | None:
-    w = _maybe(b, job)
-    if w is None:
-        return "gone"
-    return w.state.value if w.state in _ENDED else None
+_Plan = Callable[[SlurmContext, str, Any], PlanDraft]
+
+
+def _on_job(fn: Callable[[SlurmContext, WorkloadInfo, Any], PlanDraft]) -> _Plan:
+    """A plan of one job: the target is its id (NotFound before anything else)."""
+    return lambda b, target, params: fn(b, b.get_workload(target), params)
+
+
+def _on_node(fn: Callable[[SlurmContext, NodeInfo, Any], PlanDraft]) -> _Plan:
+    """A plan of one node: the target is its name (NotFound before anything else)."""
+    return lambda b, target, params: fn(b, b.get_node(target), params)
+
+
+PLANS: dict[Action, PlanEntry[SlurmContext]] = {
+    Action.CHECKPOINT: PlanEntry(_on_job(plan_checkpoint), NoParams),
+    Action.PREEMPT: PlanEntry(_on_job(plan_preempt), NoParams),
+    Action.RESUME: PlanEntry(_on_job(plan_resume), StartParams),
+    Action.MIGRATE: PlanEntry(_on_job(plan_migrate), MoveParams),
+    Action.REQUEUE: PlanEntry(_on_job(plan_migrate), MoveParams),
+    Action.FAILOVER: PlanEntry(_failover, StartParams),
+    Action.DRAIN_NODE: PlanEntry(_on_node(plan_drain), DrainParams),
+    Action.CORDON_NODE: PlanEntry(_on_node(plan_cordon), CordonParams),
+    Action.UNDRAIN_NODE: PlanEntry(_on_node(plan_undrain), NoParams),
+}
+
+# Why an action is not in the table, where the reason helps the caller.
+WHY_NOT: dict[Action, str] = {
+    Action.SCALE: "a Slurm job has a fixed allocation; submit more jobs (or an array) instead",
+}

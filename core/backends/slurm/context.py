@@ -1,0 +1,49 @@
+"""What the Slurm backend's plans and steps need of it: ``SlurmContext``.
+
+Plans (``plans``) and steps (``steps``) take this protocol, not ``SlurmBackend``, so they
+do not import the backend module (which imports them for its dispatch tables). The backend
+satisfies it; a test may pass anything that does. Limits: reads only, plus the transport
+that runs the commands; no I/O here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from core.backends.slurm.config import SlurmConfig
+from core.backends.slurm.transport import SlurmTransport
+from core.model import CheckpointInfo, NodeInfo, WorkloadInfo
+from core.store.store import CheckpointStore
+
+
+class SlurmContext(Protocol):
+    """The Slurm backend as its plans and steps see it."""
+
+    @property
+    def cfg(self) -> SlurmConfig: ...
+
+    @property
+    def transport(self) -> SlurmTransport: ...
+
+    def get_workload(self, name: str) -> WorkloadInfo: ...
+
+    def get_node(self, name: str) -> NodeInfo: ...
+
+    def store(self, owner: str | None = None) -> CheckpointStore: ...
+
+    def owner(self, w: WorkloadInfo) -> str | None: ...
+
+    def lineage(self, w: WorkloadInfo) -> str:
+        """The job's lineage; NotSupported for a job not started under the wrapper."""
+        ...
+
+    def newest_checkpoint(
+        self, lineage: str, owner: str | None = None
+    ) -> CheckpointInfo | None: ...
+
+    def newest_seq(self, lineage: str, owner: str | None = None) -> int: ...
+
+    def wait_until(self, what: str, timeout_s: float, check: Callable[[], Any]) -> Any:
+        """``check()`` until it is truthy (returned); OperationFailed on timeout."""
+        ...

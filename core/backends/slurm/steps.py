@@ -1,0 +1,260 @@
+"""Steps of the Slurm backend's plans, and ``STEPS``, the table ``run_step`` dispatches on.
+
+Each step is one Slurm command or one wait. Every arg is validated again before it reaches
+an argv (a journal could be edited by hand): an invalid one runs nothing. ``recover_step``
+says whether a step that had started before a crash took effect (``RECOVER``), and
+``reconcile_step`` whether one that raised took effect anyway. Steps take ``SlurmContext``
+(``context``), not the backend. Limits: a signal or a wait that failed is never assumed to
+have worked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from core import errors
+from core.backends.base import ProgressFn
+from core.backends.slurm.context import SlurmContext
+from core.backends.slurm.ids import check_reason, check_value, job_id
+from core.model import NodeHealth, WorkloadInfo, WorkloadState, validate_name
+
+Args = dict[str, Any]
+log = structlog.get_logger("clawpoint.slurm")
+
+_SIGNALS = {"USR1", "USR2"}
+_UPDATE_KEYS = {"StartTime", "ExcNodeList", "NodeList"}
+_ENDED = {WorkloadState.COMPLETED, WorkloadState.FAILED, WorkloadState.STOPPED}
+
+
+# ----- validation helpers --------------------------------------------------------------
+def _owner(args: Args) -> str | None:
+    """The job owner whose part of the shared store a step reads (None: a plan made before
+    stores were per user, which reads the store's top level as it did then)."""
+    owner = args.get("owner")
+    return validate_name(str(owner), what="user") if owner else None
+
+
+def _job(args: Args) -> str:
+    return job_id(str(args.get("job")))
+
+
+def _node(args: Args) -> str:
+    return validate_name(str(args.get("node")), what="Slurm node name")
+
+
+def _timeout(args: Args) -> float:
+    return max(1.0, min(float(args.get("timeout_s") or 60.0), 3600.0))
+
+
+def _maybe(b: SlurmContext, job: str) -> WorkloadInfo | None:
+    try:
+        return b.get_workload(job)
+    except errors.NotFound:
+        return None
+
+
+def _ended(b: SlurmContext, job: str) -> str | None:
+    w = _maybe(b, job)
+    if w is None:
+        return "gone"
+    return w.state.value if w.state in _ENDED else None
+
+
+# ----- steps ---------------------------------------------------------------------------
+def signal(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
+    job, sig = _job(args), str(args.get("signal"))
+    if sig not in _SIGNALS:
+        raise errors.InvalidInput(f"signal {sig!r} is not USR1 or USR2")
+    after = b.newest_seq(validate_name(str(args.get("lineage")), what="lineage"), _owner(args))
+    b.transport.run("scancel", [f"--signal={sig}", "--batch", job])
+    return {"after_seq": after}
+
+
+def wait_checkpoint(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
+    lineage = validate_name(str(args.get("lineage")), what="lineage")
+    after = int(args.get("after_seq") or 0)
+
+    def newer() -> Args | None:
+        newest = b.newest_checkpoint(lineage, _owner(args))
+        if newest is None or newest.seq <= after:
+            return None
+        return {"checkpoint": newest.id, "seq": newest.seq}
+
+    progress(0, None, f"waiting for a checkpoint of {lineage} newer than {after}")
+    out: Args = b.wait_until(f"a checkpoint of {lineage}", _timeout(args), newer)
+    return out
+
+
+def wait_ended(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
+    job = _job(args)
+    state = b.wait_until(f"job {job} to stop", _timeout(args), lambda: _ended(b, job))
+    return {"state": state}
+
+
+def requeue(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
+    job = _job(args)
+    w = _maybe(b, job)
+    if w is None or w.state is not WorkloadState.PENDING:
+        b.transport.run("scontrol", ["requeuehold" if args.get("hold") else "requeue", job])
+    elif args.get("hold"):
+        b.transport.run("scontrol", ["hold", job])
+    return {"job": job}
+
+
+def update_job(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
+    job = _job(args)
+    fields = args.get("fields") or {}
+    if not isinstance(fields, dict) or not fields or set(fields) - _UPDATE_KEYS:
+        raise errors.InvalidInput(f"job fields must be some of {sorted(_UPDATE_KEYS)}")
+    pairs = [f"{k}={check_value(str(v)) if v else ''}" for k, v in fields.items()]
+    b.transport.run("scontrol", ["update", f"jobid={job}", *pairs])
+    return {"job": job, **{k: str(v) for k, v in fields.items()}}
+
+
+def release(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
+    job = _job(args)
+    b.transport.run("scontrol", ["release", job])
+    return {"job": job}
+
+
+def wait_running(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
+    job = _job(args)
+    retries = [2]  # a restart that Slurm kills at once is requeued again, twice at most
+    seen: list[str] = []  # the node the previous poll saw the job running on
+
+    def running() -> str | None:
+        w = _maybe(b, job)
+        if w and w.state is WorkloadState.RUNNING:
+            # Slurm marks a job RUNNING when it allocates it and ends it milliseconds
+            # later if the node refuses the launch: trust two polls in a row.
+            node = w.node or "?"
+            if seen == [node]:
+                return node
+            seen[:] = [node]
+            return None
+        seen.clear()
+        ended = (WorkloadState.COMPLETED, WorkloadState.FAILED)
+        if w is not None and w.state in ended and retries[0] > 0:
+            # Slurm refuses to start a requeued job on a node within the second its
+            # previous run ended there ("Job credential revoked") and ends it instead:
+            # requeue it again and let it start a little later.
+            retries[0] -= 1
+            log.warning("slurm.restart_retry", job=job, state=w.state.value)
+            b.transport.run("scontrol", ["requeue", job])
+            b.transport.run("scontrol", ["update", f"jobid={job}", "StartTime=now+2"])
+        return None
+
+    return {"node": b.wait_until(f"job {job} to run", _timeout(args), running)}
+
+
+def _set_node_state(state: str) -> Callable[[SlurmContext, Args, ProgressFn], Args]:
+    """``drain`` (DRAIN: nothing new starts) or ``node_down`` (DOWN: its jobs end)."""
+
+    def run(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
+        node = _node(args)
+        reason = check_reason(str(args.get("reason") or "clawpoint"))
+        b.transport.run(
+            "scontrol", ["update", f"nodename={node}", f"state={state}", f"reason={reason}"]
+        )
+        return {"node": node, "state": state}
+
+    return run
+
+
+def resume_node(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
+    node = _node(args)
+    b.transport.run("scontrol", ["update", f"nodename={node}", "state=RESUME"])
+
+    def back() -> str | None:  # a dead node's slurmd would leave it DOWN again
+        n = b.get_node(node)
+        return n.state if n.schedulable and n.health is NodeHealth.HEALTHY else None
+
+    return {"node": node, "state": b.wait_until(f"{node} to take jobs", _timeout(args), back)}
+
+
+STEPS: dict[str, Callable[[SlurmContext, Args, ProgressFn], Args]] = {
+    "signal": signal,
+    "wait_checkpoint": wait_checkpoint,
+    "wait_ended": wait_ended,
+    "requeue": requeue,
+    "update_job": update_job,
+    "release": release,
+    "wait_running": wait_running,
+    "drain": _set_node_state("DRAIN"),
+    "node_down": _set_node_state("DOWN"),
+    "resume_node": resume_node,
+}
+
+
+# ----- after a crash or an error -------------------------------------------------------
+def _signal_sent(b: SlurmContext, args: Args, started_at: datetime) -> Args | None:
+    # Sent if a checkpoint appeared since the step started; else send it (again): one more
+    # checkpoint is harmless.
+    lineage = validate_name(str(args.get("lineage")), what="lineage")
+    newest = b.newest_checkpoint(lineage, _owner(args))
+    if newest is not None and newest.created_at >= started_at:
+        return {"after_seq": newest.seq - 1}
+    return None
+
+
+def _requeued(b: SlurmContext, args: Args, started_at: datetime) -> Args | None:
+    w = _maybe(b, _job(args))
+    held = w is not None and w.labels.get("reason") in ("JobHeldUser", "JobHeldAdmin")
+    return (
+        {"job": w.name}
+        if w
+        and (held or not args.get("hold"))
+        and w.state in (WorkloadState.PENDING, WorkloadState.STOPPED)
+        else None
+    )
+
+
+def _node_in(flag: str) -> Callable[[SlurmContext, Args, datetime], Args | None]:
+    def recovered(b: SlurmContext, args: Args, started_at: datetime) -> Args | None:
+        n = b.get_node(str(args.get("node")))
+        return {"node": n.name, "state": flag.upper()} if flag in n.state else None
+
+    return recovered
+
+
+def _node_back(b: SlurmContext, args: Args, started_at: datetime) -> Args | None:
+    # Taken effect once the node is neither drained nor down; else resume it (again).
+    n = b.get_node(str(args.get("node")))
+    back = n.schedulable and n.health is NodeHealth.HEALTHY
+    return {"node": n.name, "state": "RESUME"} if back else None
+
+
+# Steps whose effect can be read back; waits, updates and releases are idempotent (run
+# them again).
+RECOVER: dict[str, Callable[[SlurmContext, Args, datetime], Args | None]] = {
+    "signal": _signal_sent,
+    "requeue": _requeued,
+    "drain": _node_in("drain"),
+    "node_down": _node_in("down"),
+    "resume_node": _node_back,
+}
+# Steps whose effect is a state Slurm reports (a requeued/held job, a drained or down node).
+RECONCILABLE = frozenset({"requeue", "drain", "node_down"})
+
+
+def recover_step(b: SlurmContext, op: str, args: Args, started_at: datetime) -> Args | None:
+    """The output of a step that took effect before a crash, or None (run it again)."""
+    fn = RECOVER.get(op)
+    if fn is None:
+        return None
+    try:
+        return fn(b, args, started_at)
+    except errors.NotFound:
+        return None
+
+
+def reconcile_step(b: SlurmContext, op: str, args: Args, started_at: datetime) -> Args | None:
+    """After a step raised: its output if Slurm shows it took effect anyway. A signal or a
+    wait that failed is not assumed to have worked."""
+    if op in RECONCILABLE:
+        return recover_step(b, op, args, started_at)
+    return None
