@@ -60,6 +60,11 @@ def test_an_agent_does_not_return_a_down_or_hand_drained_node(service: Service, 
     assert "returning a down node to service" in down.message
     assert down.plan is not None and down.plan.scope["node_down"] is True
     assert "down" in _n2(service).state
+    # The person declines it (an agent's repeat of a pending request would return that same
+    # request: one pending request per requester, action and target).
+    assert down.approval is not None
+    person = Principal(id="p", kind=PrincipalKind.PERSON)
+    service.deny(down.approval["id"], principal=person, why="fix the DIMM first", via="cli")
 
     sh("scontrol", "update", "nodename=n2", "state=RESUME")
     _wait_in_service(service)
@@ -73,7 +78,7 @@ def test_an_agent_does_not_return_a_down_or_hand_drained_node(service: Service, 
     sh("scontrol", "update", "nodename=n2", "state=RESUME")
     _wait_in_service(service)
     service.grant(Action.CORDON_NODE, {"backend": "slurm"}, max_per_hour=5, expires="1h",
-                  reason="agents may cordon", principal=Principal(id="p", kind=PrincipalKind.PERSON))  # fmt: skip
+                  reason="agents may cordon", principal=person)  # fmt: skip
     cordoned = service.act(Action.CORDON_NODE, n2, {"reason": "agent cordon"}, principal=AGENT)
     assert cordoned.status == "executed", cordoned.message
     undone = service.act(Action.UNDRAIN_NODE, n2, {}, principal=AGENT, reason="done")
