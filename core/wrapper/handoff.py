@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core import errors
 from core.config import Settings
+from core.polling import poll_until
 from core.wrapper.control import short_address
 
 RestoreMode = Literal["post-copy", "stop-and-copy"]
@@ -115,11 +116,10 @@ def send(path: Path, order: HandoffOrder) -> None:
 
 def wait_ready(path: Path, pid_alive: Callable[[], bool], timeout_s: float) -> bool:
     """Wait until the standby's socket exists (True) or its process ended (False)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def ready_or_gone() -> str | None:
         if path.exists():
-            return True
-        if not pid_alive():
-            return False
-        time.sleep(0.01)
-    return path.exists()
+            return "ready"
+        return None if pid_alive() else "gone"
+
+    return poll_until(ready_or_gone, timeout_s=timeout_s, every_s=0.01) == "ready"
