@@ -142,6 +142,8 @@ class CooperativeEngine:
 
     name = "cooperative"
     needs_pid_namespace = False
+    restores_process = False  # the application reloads its own state in a fresh command
+    supports_handoff = False
 
     def status(self, cfg: CheckpointConfig) -> engine.EngineStatus:
         return status()
