@@ -274,13 +274,3 @@ def _pid_namespaces_work() -> bool:
 def restored(pid: int) -> Payload:
     return Payload(pid, None)
 
-
-def progress_of(path: Path) -> dict[str, object] | None:
-    """The payload's last progress report (the progress protocol), if any."""
-    import json
-
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
