@@ -56,11 +56,11 @@ from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store import staging
 from core.store.store import ON_REQUEST, REQUESTED_BY, CheckpointStore
 from core.wrapper import ending, fence, handoff, payload, restoring
+from core.wrapper.desk import ControlDesk, Job
 from core.wrapper.faults import die_if
 from core.wrapper.handoff_source import HandoffSource
 from core.wrapper.handoff_target import HandoffTarget
 from core.wrapper.progress import ProgressFile
-from core.wrapper.desk import ControlDesk, Job
 from core.wrapper.spec import RunSpec, output_path
 
 log = structlog.get_logger(__name__)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -630,13 +629,19 @@ class LocalBackend(LocalPlanning):
 
     def _settle(self, rec: WorkloadRecord, timeout_s: float = 60.0) -> WorkloadRecord:
         """Wait while a live wrapper is still starting (its row not yet RUNNING)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and _wrapper_alive(self.settings, rec):
-            rec = self.registry.require(rec.name)
-            if rec.state in _LIVE and rec.wrapper_pid and _pid_alive(rec.wrapper_pid):
-                return rec
-            time.sleep(0.05)
-        return self.registry.require(rec.name)
+        current = rec
+
+        def settled() -> WorkloadRecord | bool:
+            nonlocal current
+            if not _wrapper_alive(self.settings, current):
+                return True  # no wrapper is starting: its row is final
+            current = self.registry.require(rec.name)
+            if current.state in _LIVE and current.wrapper_pid and _pid_alive(current.wrapper_pid):
+                return current
+            return False
+
+        found = poll_until(settled, timeout_s=timeout_s, every_s=0.05)
+        return found if isinstance(found, WorkloadRecord) else self.registry.require(rec.name)
 
     def _set_node(
         self, node: str, *, schedulable: bool, reason: str, health: str | None = None
