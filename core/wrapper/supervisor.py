@@ -265,7 +265,6 @@ class Supervisor:
         new = [self.pipes.out_w, self.pipes.err_w]
         order = self.order if self.order is not None and self.order.checkpoint == cid else None
         # The progress file as it was before the restore: the first report after it is the
-        # The progress file as it was before the restore: the first report after it is the
         # restored program's (the caller's restore watch compares it with the checkpoint's).
         mark = self.progress.stamp()
         self.target.mark("restoring")
