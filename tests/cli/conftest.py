@@ -1,7 +1,8 @@
 """The installed ``clawpoint`` console script, run as a user runs it: a subprocess per call.
 
 ``cli`` gives each test a fresh ``CLAWPOINT_HOME`` (and nothing else of the caller's
-environment but ``PATH``, ``HOME`` and ``LANG``); ``cli(*args)`` runs the script next to this
+environment but ``PATH``, ``HOME``, ``LANG`` and ``PYTHONPATH``, which lets a second checkout
+sharing the venv test its own code); ``cli(*args)`` runs the script next to this
 interpreter (``.venv/bin/clawpoint``, the one ``make venv`` installs) and returns its exit
 code and output. Workloads a test starts are killed afterwards through the service.
 """
@@ -51,7 +52,7 @@ class Cli:
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "PYTHONPATH")}
         # Wide, so rich does not wrap the messages the tests look for.
         env.update(CLAWPOINT_HOME=str(self.home), COLUMNS="250", **self.extra_env, **extra)
         return env
