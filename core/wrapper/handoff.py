@@ -14,6 +14,10 @@ Whatever goes wrong falls back to the ordinary path: a standby that gets no orde
 timeout exits by itself (it holds nothing); a source that cannot reach its standby says so
 in its answer, and the start step then launches a wrapper as before.
 
+This module is the protocol (the order, the standby's socket); the two sides are
+``core.wrapper.handoff_source`` (the stop checkpoint that hands over) and
+``core.wrapper.handoff_target`` (the standby's wait and takeover).
+
 Limits: one host (the socket is local); the token names one standby, so a stale standby of
 an abandoned migration never takes an order meant for another.
 """
