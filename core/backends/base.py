@@ -19,7 +19,6 @@ batch job). A new backend is one package plus one entry in ``core.backends.regis
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from datetime import datetime
@@ -27,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from core import errors
+from core import errors, polling
 from core.actions import ActionParams
 from core.model import Action, CheckpointInfo, NodeInfo, PlanStep, PrincipalKind, WorkloadInfo
 
@@ -194,15 +193,12 @@ def not_supported(backend: str, action: Action | str, why: str = "") -> errors.N
 def poll_until(
     what: str, timeout_s: float, check: Callable[[], Any], *, every_s: float, hint: str
 ) -> Any:
-    """Call ``check()`` every ``every_s`` until it returns something truthy, and return it;
-    ``OperationFailed`` naming ``what`` (with ``hint``) once ``timeout_s`` has passed."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            raise errors.OperationFailed(
-                f"timed out after {timeout_s:g}s waiting for {what}", hint=hint
-            )
-        time.sleep(every_s)
+    """``core.polling.poll_until`` for a step that must not go on without the condition:
+    returns ``check()``'s truthy result; ``OperationFailed`` naming ``what`` (with ``hint``)
+    once ``timeout_s`` has passed."""
+    result = polling.poll_until(check, timeout_s=timeout_s, every_s=every_s)
+    if not result:
+        raise errors.OperationFailed(
+            f"timed out after {timeout_s:g}s waiting for {what}", hint=hint
+        )
+    return result

@@ -29,6 +29,7 @@ import structlog
 
 from core import errors
 from core.checkpoint import engine
+from core.polling import poll_until
 from core.store.store import PendingCheckpoint
 
 if TYPE_CHECKING:
@@ -111,25 +112,26 @@ def checkpoint(
             f"the workload (pid {pid}) is gone: cannot ask it to checkpoint",
             hint="start it again from its newest checkpoint",
         ) from exc
-    deadline = t0 + timeout_s
-    delay = 0.005
-    while not marker.exists():
+
+    def written_or_gone() -> bool:
+        return marker.exists() or (alive is not None and not alive())
+
+    left = t0 + timeout_s - time.perf_counter()
+    poll_until(written_or_gone, timeout_s=left, every_s=0.005, max_every_s=0.1)
+    if not marker.exists():
         if alive is not None and not alive():
             raise errors.CheckpointError(
                 f"the workload (pid {pid}) exited before writing {marker}",
                 hint="check the workload's log; its previous checkpoints are untouched",
             )
-        if time.perf_counter() > deadline:
-            raise errors.CheckpointError(
-                f"the workload did not write the marker file {MARKER!r} in {target} within "
-                f"{timeout_s:g}s after {signal.Signals(sig).name}",
-                hint=f"make the application write its state to ${ENV_CHECKPOINT_DIR} and then "
-                f"create {MARKER} there on {signal.Signals(sig).name}, or raise "
-                "checkpoint.cooperative_timeout_s",
-                details={"dir": str(target), "marker": MARKER},
-            )
-        time.sleep(delay)
-        delay = min(delay * 2, 0.1)
+        raise errors.CheckpointError(
+            f"the workload did not write the marker file {MARKER!r} in {target} within "
+            f"{timeout_s:g}s after {signal.Signals(sig).name}",
+            hint=f"make the application write its state to ${ENV_CHECKPOINT_DIR} and then "
+            f"create {MARKER} there on {signal.Signals(sig).name}, or raise "
+            "checkpoint.cooperative_timeout_s",
+            details={"dir": str(target), "marker": MARKER},
+        )
     wall = time.perf_counter() - t0
     log.info("cooperative.saved", pid=pid, wall_s=round(wall, 3))
     return {"cooperative_save_s": wall}
@@ -140,6 +142,8 @@ class CooperativeEngine:
 
     name = "cooperative"
     needs_pid_namespace = False
+    restores_process = False  # the application reloads its own state in a fresh command
+    supports_handoff = False
 
     def status(self, cfg: CheckpointConfig) -> engine.EngineStatus:
         return status()

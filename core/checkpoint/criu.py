@@ -631,6 +631,8 @@ class CriuEngine:
 
     name = "criu"
     needs_pid_namespace = True
+    restores_process = True
+    supports_handoff = True
 
     def status(self, cfg: CheckpointConfig) -> engine.EngineStatus:
         return criu_status(cfg.criu_path)

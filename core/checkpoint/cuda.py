@@ -59,6 +59,8 @@ def helper_dir() -> Path:
 class CudaEngine(criu.CriuEngine):
     name = "cuda"
     needs_pid_namespace = True
+    restores_process = True
+    supports_handoff = True
 
     def status(self, cfg: CheckpointConfig) -> engine.EngineStatus:
         try:

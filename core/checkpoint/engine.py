@@ -121,6 +121,13 @@ class Engine(Protocol):
 
     name: str
     needs_pid_namespace: bool  # the payload starts as init of its own PID namespace
+    # A restore recreates the process tree itself (``Restored.pid``), not a restart of the
+    # command that reloads its state: only then can its memory come in after it runs
+    # (post-copy, ``RestoreRequest.lazy``).
+    restores_process: bool
+    # A live move may hand the frozen tree to a standby wrapper waiting on the target
+    # (``core.wrapper.handoff``): the dump can be staged and restored before it is published.
+    supports_handoff: bool
 
     def status(self, cfg: CheckpointConfig) -> EngineStatus:
         """Can it work here, and if not, why (cheap enough for ``config check``)."""

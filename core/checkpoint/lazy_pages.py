@@ -34,6 +34,7 @@ import structlog
 
 from core import errors
 from core.checkpoint import engine, nsinit
+from core.polling import poll_until
 
 log = structlog.get_logger(__name__)
 
@@ -134,18 +135,17 @@ def start(
             f"criu lazy-pages did not start: {exc}",
             hint="set [migration] mode = 'stop-and-copy' to restore without it",
         ) from exc
-    deadline = t0 + 10.0
-    while not sock.exists():
-        if proc.poll() is not None or time.perf_counter() > deadline:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            raise errors.CheckpointError(
-                f"criu lazy-pages did not come up (exit {proc.returncode}); see {logfile}",
-                hint="set [migration] mode = 'stop-and-copy' to restore without it; the "
-                "checkpoint is unchanged",
-            )
-        time.sleep(0.001)
+    left = t0 + 10.0 - time.perf_counter()
+    poll_until(lambda: sock.exists() or proc.poll() is not None, timeout_s=left, every_s=0.001)
+    if not sock.exists():
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        raise errors.CheckpointError(
+            f"criu lazy-pages did not come up (exit {proc.returncode}); see {logfile}",
+            hint="set [migration] mode = 'stop-and-copy' to restore without it; the "
+            "checkpoint is unchanged",
+        )
     return LazyDaemon(proc, time.perf_counter() - t0, logfile)
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ import structlog
 
 from core.checkpoint import engine
 from core.config import Settings
+from core.polling import poll_until
 from core.state.workloads import WorkloadRecord
 
 log = structlog.get_logger(__name__)
@@ -139,13 +139,17 @@ def fence(settings: Settings, record: WorkloadRecord, *, wait_s: float = 10.0) -
     assert isinstance(pid, int)
     log.warning("fence.killing_orphan", workload=record.name, pid=pid)
     engine.kill_tree(pid)
-    deadline = time.monotonic() + wait_s
-    while same_process(pid, start) and time.monotonic() < deadline:
+
+    def gone() -> bool:
+        if not same_process(pid, start):
+            return True
         try:  # reap it if it happens to be our child (tests, a wrapper in-process)
             os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             pass
-        time.sleep(0.02)
+        return False
+
+    poll_until(gone, timeout_s=wait_s, every_s=0.02)
     if same_process(pid, start):
         os.kill(pid, signal.SIGKILL)
         return False

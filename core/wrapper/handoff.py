@@ -14,6 +14,10 @@ Whatever goes wrong falls back to the ordinary path: a standby that gets no orde
 timeout exits by itself (it holds nothing); a source that cannot reach its standby says so
 in its answer, and the start step then launches a wrapper as before.
 
+This module is the protocol (the order, the standby's socket); the two sides are
+``core.wrapper.handoff_source`` (the stop checkpoint that hands over) and
+``core.wrapper.handoff_target`` (the standby's wait and takeover).
+
 Limits: one host (the socket is local); the token names one standby, so a stale standby of
 an abandoned migration never takes an order meant for another.
 """
@@ -32,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core import errors
 from core.config import Settings
+from core.polling import poll_until
 from core.wrapper.control import short_address
 
 RestoreMode = Literal["post-copy", "stop-and-copy"]
@@ -115,11 +120,10 @@ def send(path: Path, order: HandoffOrder) -> None:
 
 def wait_ready(path: Path, pid_alive: Callable[[], bool], timeout_s: float) -> bool:
     """Wait until the standby's socket exists (True) or its process ended (False)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def ready_or_gone() -> str | None:
         if path.exists():
-            return True
-        if not pid_alive():
-            return False
-        time.sleep(0.01)
-    return path.exists()
+            return "ready"
+        return None if pid_alive() else "gone"
+
+    return poll_until(ready_or_gone, timeout_s=timeout_s, every_s=0.01) == "ready"

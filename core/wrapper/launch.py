@@ -16,12 +16,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from core import errors
 from core.config import Settings, ensure_dirs
 from core.model import WorkloadState
+from core.polling import poll_until
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.wrapper import handoff
@@ -117,8 +117,8 @@ def launch_detached(settings: Settings, spec: RunSpec, *, wait_s: float = 60) ->
     proc, offset, outfile, out_offset = _spawn(settings, spec)
     logfile = log_path(settings, spec.name)
     registry = WorkloadRegistry(Database(settings.state_db))
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
+
+    def running() -> WorkloadRecord | None:
         code = proc.poll()
         record = registry.get(spec.name)
         if (
@@ -127,24 +127,28 @@ def launch_detached(settings: Settings, spec: RunSpec, *, wait_s: float = 60) ->
             and record.state is WorkloadState.RUNNING
         ):
             return record
-        if code is not None:
-            with open(logfile, "rb") as f:
-                f.seek(offset)
-                lines = f.read().decode(errors="replace").splitlines()
-            reported = _reported_error(lines)
-            if reported is not None:
-                raise reported
-            tail = "\n".join(lines[-15:])
-            if outfile.exists() and outfile.stat().st_size > out_offset:
-                tail += f"\n(its output, {outfile}:)\n{_tail(outfile, 10)}"
-            # The wrapper exits with Conflict's code when another wrapper holds the name.
-            kind = errors.Conflict if code == errors.Conflict.exit_code else errors.OperationFailed
-            raise kind(
-                f"the wrapper of {spec.name} exited with code {code} before running:\n{tail}",
-                hint=f"read {logfile} for details; fix the cause and start it again",
-                details={"exit_code": code, "log": str(logfile)},
-            )
-        time.sleep(0.05)
+        if code is None:
+            return None
+        with open(logfile, "rb") as f:
+            f.seek(offset)
+            lines = f.read().decode(errors="replace").splitlines()
+        reported = _reported_error(lines)
+        if reported is not None:
+            raise reported
+        tail = "\n".join(lines[-15:])
+        if outfile.exists() and outfile.stat().st_size > out_offset:
+            tail += f"\n(its output, {outfile}:)\n{_tail(outfile, 10)}"
+        # The wrapper exits with Conflict's code when another wrapper holds the name.
+        kind = errors.Conflict if code == errors.Conflict.exit_code else errors.OperationFailed
+        raise kind(
+            f"the wrapper of {spec.name} exited with code {code} before running:\n{tail}",
+            hint=f"read {logfile} for details; fix the cause and start it again",
+            details={"exit_code": code, "log": str(logfile)},
+        )
+
+    started = poll_until(running, timeout_s=wait_s, every_s=0.05)
+    if started is not None:
+        return started
     raise errors.OperationFailed(
         f"the wrapper of {spec.name} (pid {proc.pid}) did not report RUNNING within "
         f"{wait_s:g}s:\n{_tail(logfile)}",

@@ -21,11 +21,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 from core import errors
 from core.checkpoint import engine, nsinit
+from core.polling import poll_until
 
 _PR_SET_PDEATHSIG = 1
 _NSINIT = Path(nsinit.__file__).resolve()
@@ -233,19 +233,21 @@ def start_fresh(
     if not pid_namespace:
         return Payload(proc.pid, proc)
     # The namespace init is the starter's only child: wait until it exists.
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+
+    def started() -> Payload | str | None:
         kids = engine.children(proc.pid)
         if kids:
             return Payload(kids[0], proc)
-        if proc.poll() is not None:
-            # Gone before we saw it: either the command ended at once (``sh -c 'exit 7'``:
-            # the starter exits with its status, which the wrapper reports as the payload's),
-            # or the namespace could not be made. Only a probe tells them apart.
-            if _pid_namespaces_work():
-                return Payload(proc.pid, proc)
-            break
-        time.sleep(0.005)
+        if proc.poll() is None:
+            return None
+        # Gone before we saw it: either the command ended at once (``sh -c 'exit 7'``:
+        # the starter exits with its status, which the wrapper reports as the payload's),
+        # or the namespace could not be made. Only a probe tells them apart.
+        return Payload(proc.pid, proc) if _pid_namespaces_work() else "no namespace"
+
+    found = poll_until(started, timeout_s=10, every_s=0.005)
+    if isinstance(found, Payload):
+        return found
     if proc.poll() is None:
         proc.kill()
     proc.wait()
@@ -273,14 +275,3 @@ def _pid_namespaces_work() -> bool:
 
 def restored(pid: int) -> Payload:
     return Payload(pid, None)
-
-
-def progress_of(path: Path) -> dict[str, object] | None:
-    """The payload's last progress report (the progress protocol), if any."""
-    import json
-
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None

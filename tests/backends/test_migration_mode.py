@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from core.backends.local import moves
-from core.checkpoint import lazy_pages
+from core.backends.local import moves, planning
+from core.checkpoint import engine, lazy_pages
 from core.config import Settings, load_settings
 
 MIB = 2**20
@@ -67,3 +67,25 @@ def test_an_engine_that_restarts_its_command_has_one_mode(
 ) -> None:
     mode, why = moves.choose_mode(settings(tmp_path), "cooperative", 4096 * MIB)
     assert mode == "stop-and-copy" and "cooperative" in why
+
+
+def test_the_mode_follows_the_engines_capability_not_its_name(
+    tmp_path: Path, criu_can: dict[str, bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine added under a new name that restores the process itself may move
+    post-copy; the mode is decided by ``Engine.restores_process``, not a list of names."""
+    monkeypatch.setitem(engine.ENGINES, "criu-twin", "core.checkpoint.criu")
+    s = settings(tmp_path, '[migration]\nmode = "post-copy"\n')
+    assert moves.choose_mode(s, "criu-twin", MIB) == ("post-copy", "[migration] mode = post-copy")
+    # And a live move of it hands over to a standby (an unknown engine never does).
+    assert planning._hands_off("criu-twin") and not planning._hands_off("gone")
+
+
+def test_every_engine_declares_what_a_move_may_ask_of_it() -> None:
+    for name in engine.ENGINES:
+        eng = engine.get(name)
+        assert isinstance(eng.restores_process, bool) and isinstance(eng.supports_handoff, bool)
+        # A standby restores the frozen tree itself: no handoff without that.
+        assert eng.restores_process or not eng.supports_handoff
+    assert not engine.get("cooperative").supports_handoff
+    assert engine.get("criu").supports_handoff and engine.get("cuda").supports_handoff

@@ -10,20 +10,20 @@ import time
 
 import pytest
 
-from core.wrapper import supervisor
+from core.wrapper import desk
 
 
 def test_the_wrapper_waits_for_its_requester_to_hang_up(monkeypatch: pytest.MonkeyPatch) -> None:
     wrapper, requester = socket.socketpair()
     threading.Timer(0.3, requester.close).start()
     started = time.monotonic()
-    supervisor._await_hang_up(wrapper)
+    desk.await_hang_up(wrapper)
     assert 0.25 <= time.monotonic() - started < 5  # until the hang-up, not the bound
 
-    monkeypatch.setattr(supervisor, "HANG_UP_WAIT_S", 0.2)
+    monkeypatch.setattr(desk, "HANG_UP_WAIT_S", 0.2)
     wrapper, requester = socket.socketpair()  # a requester that never hangs up
     started = time.monotonic()
-    supervisor._await_hang_up(wrapper)
+    desk.await_hang_up(wrapper)
     assert time.monotonic() - started < 2  # bounded
     requester.close()
     wrapper.close()

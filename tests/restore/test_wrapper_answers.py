@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from core.config import load_settings
+from core.wrapper.desk import Job
 from core.wrapper.spec import RunSpec
-from core.wrapper.supervisor import Supervisor, _Job
+from core.wrapper.supervisor import Supervisor
 
 
 def _supervisor(tmp_path: Path) -> Supervisor:
@@ -22,8 +23,8 @@ def _supervisor(tmp_path: Path) -> Supervisor:
 def test_queued_checkpoints_are_refused_when_the_loop_ends(tmp_path: Path) -> None:
     sup = _supervisor(tmp_path)
     reply: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
-    sup.jobs.put(_Job("checkpoint", stop=True, reply=reply))
-    sup.refuse_pending()
+    sup.desk.jobs.put(Job("checkpoint", stop=True, reply=reply))
+    sup.desk.refuse_pending()
     answer = reply.get_nowait()
     assert answer["error"]["error"] == "conflict"
     assert "ended before the checkpoint" in answer["error"]["message"]
@@ -31,9 +32,9 @@ def test_queued_checkpoints_are_refused_when_the_loop_ends(tmp_path: Path) -> No
 
 def test_a_request_after_the_end_is_answered_at_once(tmp_path: Path) -> None:
     sup = _supervisor(tmp_path)
-    sup.refuse_pending()
+    sup.desk.refuse_pending()
     sent: list[dict[str, Any]] = []
-    sup._dispatch({"op": "checkpoint", "stop": False}, sent.append)
+    sup.desk.dispatch({"op": "checkpoint", "stop": False}, sent.append)
     assert sent and sent[0]["error"]["error"] == "conflict"
-    assert sup.jobs.empty()  # nothing queued that nobody would run
-    sup.wait_for_answers(timeout_s=1)  # and nothing left unanswered
+    assert sup.desk.jobs.empty()  # nothing queued that nobody would run
+    sup.desk.wait_for_answers(timeout_s=1)  # and nothing left unanswered

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -51,6 +50,7 @@ from core.model import (
     utcnow,
     validate_name,
 )
+from core.polling import poll_until
 from core.signals.sla import Progress, read_progress
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
@@ -60,6 +60,7 @@ from core.wrapper import fence as fencing
 from core.wrapper import handoff
 from core.wrapper.control import ControlClient
 from core.wrapper.launch import launch_detached, launch_standby
+from core.wrapper.progress import ProgressFile, Stamp
 from core.wrapper.spec import RunSpec
 
 log = structlog.get_logger("clawpoint.local")
@@ -396,22 +397,19 @@ class LocalBackend(LocalPlanning):
         """After a stop-checkpoint the wrapper records STOPPED and exits; wait for that so the
         next step never sees two wrappers for one workload. ``only_pid``: after a handoff,
         the workload's lock is the new wrapper's: wait for the old wrapper's process only."""
-        deadline = time.monotonic() + timeout_s
         start = engine.start_time(rec.wrapper_pid) if rec.wrapper_pid else None
 
-        def alive() -> bool:
+        def gone() -> bool:
             if only_pid:
-                return fencing.same_process(rec.wrapper_pid, start)
-            return _wrapper_alive(self.settings, rec)
+                return not fencing.same_process(rec.wrapper_pid, start)
+            return not _wrapper_alive(self.settings, rec)
 
-        while alive():
-            if time.monotonic() > deadline:
-                raise errors.Conflict(
-                    f"the wrapper of {NAME}:{rec.name} did not exit {timeout_s:.0f} s after its "
-                    "stop-checkpoint",
-                    hint="check its log under CLAWPOINT_HOME/logs; the checkpoint itself is safe",
-                )
-            time.sleep(0.05)
+        if not poll_until(gone, timeout_s=timeout_s, every_s=0.05):
+            raise errors.Conflict(
+                f"the wrapper of {NAME}:{rec.name} did not exit {timeout_s:.0f} s after its "
+                "stop-checkpoint",
+                hint="check its log under CLAWPOINT_HOME/logs; the checkpoint itself is safe",
+            )
 
     def _start(
         self, name: str, *, node: str, restore_from: str | None, fresh: bool = False
@@ -435,7 +433,7 @@ class LocalBackend(LocalPlanning):
                     hint="preempt or migrate it instead of starting a second copy",
                 )
         fencing.fence(self.settings, rec)
-        mark = verify.ProgressMark.take(self.settings, name)
+        mark = ProgressFile.of(self.settings, name).stamp()
         # A start step restores (or fails); only a person's explicit --fresh starts over.
         spec = self._spec(
             rec, node, restore_from=restore_from, start_mode="fresh" if fresh else "restore"
@@ -501,11 +499,14 @@ class LocalBackend(LocalPlanning):
             log.info("local.standby_retired", workload=name, pid=pid)
             engine.signal_tree(pid, signal.SIGTERM)
             return
-        deadline = time.monotonic() + 15.0
-        while time.monotonic() < deadline and fencing.same_process(pid, start):
-            if fencing.lock_holder(self.settings, name) == pid:
-                return
-            time.sleep(0.005)
+        poll_until(
+            lambda: (
+                not fencing.same_process(pid, start)
+                or fencing.lock_holder(self.settings, name) == pid
+            ),
+            timeout_s=15.0,
+            every_s=0.005,
+        )
 
     def _confirm_handoff(
         self, rec: WorkloadRecord, restore_from: str | None
@@ -518,9 +519,8 @@ class LocalBackend(LocalPlanning):
         if not moves.handed_over(restore, restore_from):
             return None
         assert restore is not None
-        mark = restore.get("progress_mark")
-        stamp = (int(mark[0]), int(mark[1])) if isinstance(mark, list) and len(mark) == 2 else None
-        seen = self._watch_restored(rec, restore_from, verify.ProgressMark(stamp))
+        mark = Stamp.parse(restore.get("progress_mark"))
+        seen = self._watch_restored(rec, restore_from, mark)
         restore = moves.restore_status(rec) or restore  # the first progress is known by now
         if (restore.get("handoff") or {}).get("staged"):
             # Restored from images published only afterwards: what was restored must be
@@ -541,7 +541,7 @@ class LocalBackend(LocalPlanning):
             raise
 
     def _watch_restored(
-        self, started: WorkloadRecord, checkpoint_id: str, mark: verify.ProgressMark
+        self, started: WorkloadRecord, checkpoint_id: str, mark: Stamp | None
     ) -> verify.RestoreWatch:
         """The last postcondition of every restoring start: the restored program stays up
         and does not go back behind its checkpoint's progress. A workload that fails it and
@@ -632,13 +632,19 @@ class LocalBackend(LocalPlanning):
 
     def _settle(self, rec: WorkloadRecord, timeout_s: float = 60.0) -> WorkloadRecord:
         """Wait while a live wrapper is still starting (its row not yet RUNNING)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and _wrapper_alive(self.settings, rec):
-            rec = self.registry.require(rec.name)
-            if rec.state in _LIVE and rec.wrapper_pid and _pid_alive(rec.wrapper_pid):
-                return rec
-            time.sleep(0.05)
-        return self.registry.require(rec.name)
+        current = rec
+
+        def settled() -> WorkloadRecord | bool:
+            nonlocal current
+            if not _wrapper_alive(self.settings, current):
+                return True  # no wrapper is starting: its row is final
+            current = self.registry.require(rec.name)
+            if current.state in _LIVE and current.wrapper_pid and _pid_alive(current.wrapper_pid):
+                return current
+            return False
+
+        found = poll_until(settled, timeout_s=timeout_s, every_s=0.05)
+        return found if isinstance(found, WorkloadRecord) else self.registry.require(rec.name)
 
     def _set_node(
         self, node: str, *, schedulable: bool, reason: str, health: str | None = None

@@ -29,6 +29,7 @@ from typing import Any
 import structlog
 
 from core import errors
+from core.checkpoint import engine as engines
 from core.checkpoint import lazy_pages
 from core.config import Settings
 from core.model import CheckpointInfo
@@ -48,7 +49,7 @@ def choose_mode(settings: Settings, engine: str, size_bytes: int | None) -> tupl
         if lazy_pages.dirty_tracking(criu_path)
         else "no pre-copy: the kernel tracks no dirty pages"
     )
-    if engine not in ("criu", "cuda"):
+    if not engines.get(engine).restores_process:
         return "stop-and-copy", f"the {engine} engine restores by restarting its command"
     if cfg.mode == "stop-and-copy":
         return "stop-and-copy", "[migration] mode = stop-and-copy"

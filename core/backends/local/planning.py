@@ -49,6 +49,11 @@ def _start_step(
     return PlanStep(name="start", op="start", args=args, description=description)
 
 
+def _hands_off(name: str) -> bool:
+    """Can a live move of a workload of engine ``name`` hand it to a standby (``moves``)?"""
+    return name in engine.ENGINES and engine.get(name).supports_handoff
+
+
 def _refuse_unsupported(rec: WorkloadRecord, action: Action) -> None:
     """Probe a workload's resources (read-only) and refuse a plan its engine cannot carry
     out, so a plan or dry-run names the problem before anything is paused."""
@@ -375,7 +380,7 @@ class LocalPlanning:
         """The steps that stop ``rec`` for a move to ``dest``: a standby wrapper started on
         ``dest`` first and the workload handed to it (``moves``), or a plain stop."""
         ref = f"{NAME}:{rec.name}"
-        if not self.settings.migration.handoff or rec.engine not in ("criu", "cuda"):
+        if not (self.settings.migration.handoff and _hands_off(rec.engine)):
             return [
                 PlanStep(
                     name="checkpoint",

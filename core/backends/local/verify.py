@@ -17,9 +17,6 @@ that fails after the window is not seen here.
 
 from __future__ import annotations
 
-import os
-import time
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,9 +25,10 @@ from core import errors
 from core.backends.local.common import NAME, _wrapper_alive
 from core.config import Settings
 from core.model import WorkloadState
+from core.polling import poll_until
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store.store import CheckpointStore
-from core.wrapper import payload
+from core.wrapper.progress import ProgressFile, Stamp
 
 
 class RestoreWatch(BaseModel):
@@ -43,29 +41,6 @@ class RestoreWatch(BaseModel):
     checkpoint_progress: float | None = None
     first_progress: float | None = None
     problem: str | None = Field(default=None, description="why the restore is not accepted")
-
-
-@dataclass(frozen=True)
-class ProgressMark:
-    """The progress file as it was before the start: a later report differs from it."""
-
-    stamp: tuple[int, int] | None
-
-    @classmethod
-    def take(cls, settings: Settings, name: str) -> ProgressMark:
-        return cls(_stamp(settings, name))
-
-
-def _progress_path(settings: Settings, name: str) -> os.PathLike[str]:
-    return settings.run_dir / f"{name}.progress.json"
-
-
-def _stamp(settings: Settings, name: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(_progress_path(settings, name))
-    except OSError:
-        return None
-    return (st.st_ino, st.st_mtime_ns)
 
 
 def progress_value(report: dict[str, Any] | None) -> float | None:
@@ -92,9 +67,11 @@ def watch_restored(
     name: str,
     *,
     checkpoint_id: str,
-    mark: ProgressMark,
+    mark: Stamp | None,
 ) -> RestoreWatch:
-    """Watch the restored workload ``name`` for ``settings.verify.settle_s`` seconds.
+    """Watch the restored workload ``name`` for ``settings.verify.settle_s`` seconds;
+    ``mark``: its progress file's stamp before the restore (a later report is the restored
+    program's).
 
     Returns what was seen when the restore is accepted; raises CheckpointError (code
     ``restore-unverified``) naming what was seen otherwise. The caller stops a workload that
@@ -104,21 +81,21 @@ def watch_restored(
         recorded = progress_value(store.get(checkpoint_id).extra.get("progress"))
     except errors.ClawpointError:
         recorded = None
+    progress = ProgressFile.of(settings, name)
     first: float | None = None
     seen_report = False
-    deadline = time.monotonic() + settle_s
     rec: WorkloadRecord = registry.require(name)
-    while True:
+
+    def problem_now() -> str | None:
+        nonlocal rec, first, seen_report
         rec = registry.require(name)
-        if not seen_report and _stamp(settings, name) not in (None, mark.stamp):
-            report = payload.progress_of(settings.run_dir / f"{name}.progress.json")
+        if not seen_report:
+            report = progress.report_since(mark)
             if report is not None:
-                seen_report = True
-                first = progress_value(report)
-        problem = _problem(settings, rec, recorded=recorded, first=first)
-        if problem is not None or time.monotonic() >= deadline:
-            break
-        time.sleep(0.05)
+                seen_report, first = True, progress_value(report)
+        return _problem(settings, rec, recorded=recorded, first=first)
+
+    problem = poll_until(problem_now, timeout_s=settle_s, every_s=0.05)
     seen = RestoreWatch(
         settle_s=settle_s,
         alive=problem is None,

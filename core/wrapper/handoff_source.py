@@ -1,0 +1,178 @@
+"""The source side of a handoff: the stop checkpoint that gives a live workload to the
+standby wrapper waiting for it (``core.wrapper.handoff`` has the protocol and its ordering).
+
+The pause holds only the dump. The images are *staged* (dumped, not yet hashed or synced);
+the order goes out while the tree is still frozen; then the tree is ended and reaped (one
+copy), the last registry row written and the workload's lock released for the standby,
+which restores the staged images at once; the checkpoint is hashed, synced and published
+after that, while the workload already runs on the target.
+
+A checkpoint that carries the workload's files is published first instead (only a published
+checkpoint puts files back), still frozen, and the published one handed over.
+
+Whatever fails, the workload is never lost: no standby (or one this workload may not use),
+and the checkpoint is published and the tree ended as for a plain stop; a publish that fails
+lets the frozen tree run on (:meth:`HandoffSource._publish_and_end`). The answer says "sent"
+or why not, and the migrate's start step then launches a wrapper the plain way.
+
+Limits: one host; the standby must be this workload's (its socket's name says so).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from core import errors
+from core.checkpoint import engine, ops
+from core.config import Settings
+from core.model import CheckpointInfo, WorkloadState
+from core.polling import poll_until
+from core.state.workloads import WorkloadRegistry
+from core.store.store import CheckpointStore
+from core.wrapper import fence, handoff, payload
+from core.wrapper.faults import die_if
+from core.wrapper.spec import RunSpec
+
+log = structlog.get_logger(__name__)
+
+TAKEOVER_WAIT_S = 15.0  # the standby's restore, before the images are hashed
+REAP_WAIT_S = 10.0
+
+
+class HandoffSource:
+    def __init__(
+        self,
+        settings: Settings,
+        spec: RunSpec,
+        store: CheckpointStore,
+        engine_: engine.Engine,
+        registry: WorkloadRegistry,
+        release_lock: Callable[[], None],
+    ) -> None:
+        self.settings = settings
+        self.spec = spec
+        self.name = spec.name
+        self.store = store
+        self.engine = engine_
+        self.registry = registry
+        self.release_lock = release_lock
+        # Set once the standby has the workload: its registry row is the new wrapper's.
+        self.handed_off = False
+
+    def hand_over(
+        self,
+        p: payload.Payload,
+        to: dict[str, Any],
+        *,
+        pipes: list[int],
+        progress: dict[str, object] | None,
+        abort: threading.Event,
+    ) -> tuple[CheckpointInfo, str]:
+        """Stop-checkpoint ``p`` and give it to the standby at ``to["socket"]`` (restoring
+        it the way ``to["mode"]`` says). Returns the published checkpoint and "sent" or why
+        not (``pipes``: the inodes of the payload's stdout/stderr; ``progress``: its last
+        report, recorded in the checkpoint; ``abort``: set to give the dump up)."""
+        mode = to.get("mode") or "stop-and-copy"
+        path, refused = self._standby_socket(to)
+        staged = ops.stage(
+            self.store, self.engine, lineage=self.name, pid=p.pid, node=self.spec.node,
+            cfg=self.settings.checkpoint, pipes=pipes,
+            extra={"command": self.spec.command, "progress": progress},
+            staging_dir=self.settings.migration.staging_dir, abort=abort,
+        )  # fmt: skip
+        if path is not None and staged.carries_files:
+            return self._publish_then_hand_over(p, staged, path, mode)
+        said = refused
+        if path is not None:
+            order = handoff.HandoffOrder(
+                checkpoint=staged.pending.id, mode=mode, staged=str(staged.pending.images_dir),
+                pipes=pipes,
+            )  # fmt: skip
+            try:
+                handoff.send(path, order)
+            except errors.ClawpointError as exc:
+                said = f"not sent: {exc.message}"
+        if said is not None:
+            log.warning("wrapper.handoff_not_sent", workload=self.name, why=said)
+            return self._publish_and_end(p, staged), said
+        self.engine.end(p.pid, p.exited)
+        if not p.exited.wait(REAP_WAIT_S):  # the standby waits for our lock meanwhile
+            log.error("wrapper.payload_not_reaped", workload=self.name, pid=p.pid)
+        self._leave(staged.pending.id, f"handed over to a standby ({mode})")
+        self.handed_off = True
+        log.info(
+            "wrapper.handoff_sent", workload=self.name, checkpoint=staged.pending.id, mode=mode
+        )
+        die_if("CLAWPOINT_TEST_DIE_AFTER_HANDOFF")  # the fault matrix's source death
+        self._await_takeover(TAKEOVER_WAIT_S)
+        return ops.publish_staged(self.store, staged), "sent"
+
+    def _publish_then_hand_over(
+        self, p: payload.Payload, staged: ops.Staged, path: Path, mode: str
+    ) -> tuple[CheckpointInfo, str]:
+        """A handoff of a checkpoint that carries files: published while the tree is still
+        frozen, then the tree ended and the published checkpoint handed over (the standby
+        restores and verifies it the usual way)."""
+        info = self._publish_and_end(p, staged)
+        if not p.exited.wait(REAP_WAIT_S):
+            return info, "not sent: the payload had not exited 10 s after its stop-checkpoint"
+        self._leave(
+            info.id, f"handed over to a standby ({mode}, published first: it carries files)"
+        )
+        try:
+            handoff.send(path, handoff.HandoffOrder(checkpoint=info.id, mode=mode))
+        except errors.ClawpointError as exc:
+            return info, f"not sent: {exc.message}"  # the start step launches a wrapper
+        self.handed_off = True
+        log.info("wrapper.handoff_sent", workload=self.name, checkpoint=info.id, mode=mode)
+        return info, "sent"
+
+    def _publish_and_end(self, p: payload.Payload, staged: ops.Staged) -> CheckpointInfo:
+        """Publish the staged checkpoint, else let the frozen tree run on (never lose the
+        workload: the failure is raised); then end the tree."""
+        try:
+            info = ops.publish_staged(self.store, staged)
+        except BaseException:
+            self.engine.resume(p.pid)  # the dump froze it: let it go on
+            raise
+        self.engine.end(p.pid, p.exited)
+        return info
+
+    def _leave(self, checkpoint_id: str, message: str) -> None:
+        """Our last registry row, then the lock released for the standby to take."""
+        self.registry.update(
+            self.name, state=WorkloadState.STOPPED, last_checkpoint=checkpoint_id, message=message
+        )
+        self.release_lock()
+
+    def _standby_socket(self, to: dict[str, Any]) -> tuple[Path | None, str | None]:
+        """(path, None) for a standby of this workload, or (None, why not)."""
+        path = self.settings.run_dir / os.path.basename(str(to.get("socket", "")))
+        if not path.name.startswith(f"{self.name}.standby-"):
+            return None, f"not sent: {path.name} is no standby of {self.name}"
+        return path, None
+
+    def _await_takeover(self, timeout_s: float) -> None:
+        """Let the standby restore before hashing the images: on a machine with few cores
+        the hashing would slow the restore, which is part of the workload's pause."""
+        holder_seen = False
+
+        def taken() -> bool:
+            nonlocal holder_seen
+            row = self.registry.get(self.name)
+            if row is not None and row.wrapper_pid not in (None, os.getpid()):
+                return True
+            holder = fence.lock_holder(self.settings, self.name)
+            if holder is not None and holder != os.getpid():
+                holder_seen = True
+            elif holder_seen:
+                return True  # the standby took the lock and died: publish for whoever restores next
+            return False
+
+        poll_until(taken, timeout_s=timeout_s, every_s=0.005)

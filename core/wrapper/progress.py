@@ -1,0 +1,74 @@
+"""The progress file: where a payload says how far it got (the progress protocol).
+
+The wrapper starts its payload with ``CLAWPOINT_PROGRESS_FILE`` =
+``<run_dir>/NAME.progress.json``; the payload replaces that file atomically with a JSON object
+(``step``, ``total``, ``ts``, ...). A checkpoint records the last report. After a restore,
+the wrapper (a handoff's report) and the local restore watch
+(``core.backends.local.verify``) want the *first* report of the restored program, told apart
+from an older one by the file's :class:`Stamp` taken before the restore.
+
+Limits: a report is new when the file's inode or modification time changed; one written onto
+the same inode within the filesystem's time resolution is not seen as new (atomic
+replacement, which the protocol asks for, makes a new inode, so it always is). Reading never
+raises: an absent, unreadable or non-object file is "no report".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from core.config import Settings
+
+
+class Stamp(NamedTuple):
+    """Which version of the file is there: a later report has another one."""
+
+    inode: int
+    mtime_ns: int
+
+    @classmethod
+    def parse(cls, value: object) -> Stamp | None:
+        """A stamp that travelled as JSON (a list of two numbers), else None."""
+        if isinstance(value, list | tuple) and len(value) == 2:
+            try:
+                return cls(int(value[0]), int(value[1]))
+            except (TypeError, ValueError):
+                return None
+        return None
+
+
+@dataclass(frozen=True)
+class ProgressFile:
+    path: Path
+
+    @classmethod
+    def of(cls, settings: Settings, name: str) -> ProgressFile:
+        """Workload ``name``'s progress file on this host."""
+        return cls(settings.run_dir / f"{name}.progress.json")
+
+    def stamp(self) -> Stamp | None:
+        """The version there now; None when there is no file."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return Stamp(st.st_ino, st.st_mtime_ns)
+
+    def read(self) -> dict[str, object] | None:
+        """The payload's last report, if any."""
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def report_since(self, mark: Stamp | None) -> dict[str, object] | None:
+        """The report, if one was written after ``mark`` was taken (None: not yet)."""
+        now = self.stamp()
+        if now is None or now == mark:
+            return None
+        return self.read()
