@@ -19,7 +19,7 @@ single-pod workloads keep the names they always had. An index that is not a whol
 
 This module is the one place the rule lives: the wrapper (``clawpoint run``) applies it to
 its own environment, the Kubernetes backend to the environment a pod's container gets
-(``core.backends.kubernetes.actions.lineage_of``), so both name the same lineage. No I/O.
+(``core.backends.kubernetes.lineages.lineage_of``), so both name the same lineage. No I/O.
 """
 
 from __future__ import annotations
