@@ -31,7 +31,7 @@ from core.signals.sla import Moved, estimate, node_speed
 from core.state.db import Database, register_migrations
 
 if TYPE_CHECKING:
-    from core.service.facade import Service
+    from core.service.inventory import Inventory
 
 log = structlog.get_logger("clawpoint.moves")
 
@@ -95,7 +95,7 @@ class MoveLog:
             for r in rows
         }  # fmt: skip
 
-    def departure(self, service: Service, plan: Plan) -> Departure | None:
+    def departure(self, service: Inventory, plan: Plan) -> Departure | None:
         """Where the workload of a move plan is now and how fast it goes (None: no move)."""
         if plan.action not in MOVES:
             return None
@@ -114,7 +114,7 @@ class MoveLog:
             return None
         return Departure(workload=wid, node=w.node, speed=speed, rate=rate)
 
-    def arrived(self, service: Service, before: Departure | None) -> None:
+    def arrived(self, service: Inventory, before: Departure | None) -> None:
         """Record the move that just succeeded: where it runs now and from which step."""
         if before is None:
             return
