@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import anyio.to_thread
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from core import errors
@@ -27,6 +28,11 @@ from core.service.facade import ActionResult, Service
 
 T = TypeVar("T")
 R = TypeVar("R", bound=BaseModel)
+
+# The one annotation of every read tool: it changes nothing, so repeating it is harmless.
+READ = ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
 
 WorkloadId = Annotated[str, Field(description="Workload id, e.g. local:train-1", max_length=128)]
 Reason = Annotated[str, Field(description="Why (audited)", max_length=MAX_REASON_CHARS)]

@@ -31,7 +31,6 @@ import anyio.to_thread
 import structlog
 from mcp.server import MCPServer
 from mcp.server.caching import CacheHint
-from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from core import errors
@@ -45,6 +44,7 @@ from core.service.facade import Service, bootstrap
 from mcp_server import tools_actions, tools_insights, tools_runbooks
 from mcp_server.arguments import ArgumentChecks, strict_arguments
 from mcp_server.common import (
+    READ,
     Cursor,
     Detail,
     Limit,
@@ -82,10 +82,6 @@ CACHE_HINTS = {
     method: CacheHint(ttl_ms=LIST_TTL_MS, scope="private")
     for method in ("tools/list", "prompts/list", "resources/list", "resources/templates/list")
 }
-
-READ = ToolAnnotations(
-    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
-)
 
 NodeName = Annotated[
     str | None, Field(description="Target node name; omit to let clawpoint choose", max_length=64)

@@ -35,6 +35,7 @@ from core.model import Action, Plan, RiskClass
 from core.service import views
 from core.service.facade import ClientAnswer, ClientAsker, Service
 from mcp_server.common import (
+    READ,
     ActionOut,
     Cursor,
     Detail,
@@ -50,21 +51,8 @@ from mcp_server.common import (
 ACT = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
 )
-READ = ToolAnnotations(
-    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
-)
-RETURN = ToolAnnotations(  # gives capacity back; moves and loses nothing
-    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
-)
 
-To = Annotated[
-    str | None, Field(description="Target node name; omit to let clawpoint choose", max_length=64)
-]
 DryRun = Annotated[bool, Field(description="Plan only; change nothing")]
-CheckpointId = Annotated[
-    str, Field(description="Checkpoint id BACKEND:WORKLOAD@SEQ", max_length=140)
-]
-NodeId = Annotated[str, Field(description="Node id BACKEND:NODE, e.g. slurm:n1", max_length=128)]
 
 
 class PersonDecision(BaseModel):

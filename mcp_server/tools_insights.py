@@ -15,17 +15,12 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from mcp.server import MCPServer
-from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from core.model import utcnow
 from core.service import insights
 from core.service.facade import Service
-from mcp_server.common import Detail, call, records
-
-READ_ONLY = ToolAnnotations(
-    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
-)
+from mcp_server.common import READ, Detail, call, records
 
 
 class QueueDepthList(BaseModel):
@@ -158,7 +153,7 @@ def _plan_actions(service: Service, detail: bool) -> PlanReportOut:
 def register(mcp: MCPServer[Any], service: Service) -> None:
     """Add the insight tools to ``mcp``; each is a single call into ``core.service.insights``."""
 
-    @mcp.tool(title="Queue depth", annotations=READ_ONLY)
+    @mcp.tool(title="Queue depth", annotations=READ)
     async def queue_depth(
         backend: Annotated[str | None, Field(description="Omit for all")] = None,
     ) -> QueueDepthList:
@@ -168,7 +163,7 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
             queues=records(await call(lambda: insights.queue_depth(service, backend)))
         )
 
-    @mcp.tool(title="SLA risk", annotations=READ_ONLY)
+    @mcp.tool(title="SLA risk", annotations=READ)
     async def sla_risk(detail: Detail = False) -> SlaRiskList:
         """Workloads with a deadline: ETA, slack and risk level (high when the ETA is past
         the deadline or slack < 10% of the time left), and the node speed that would bring
@@ -178,19 +173,19 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
             return SlaRiskList(risks=records(risks))
         return SlaRiskList(risks=[insights.Briefer.risk(r) for r in risks])
 
-    @mcp.tool(title="Spot market", annotations=READ_ONLY)
+    @mcp.tool(title="Spot market", annotations=READ)
     async def spot_market(detail: Detail = False) -> SpotMarketOut:
         """Spot interruption and maintenance notices the clouds announce now (AWS, GCP,
         Azure; with the workloads on each noticed node), and each node's price."""
         return await call(lambda: _spot_market(service, detail))
 
-    @mcp.tool(title="Cluster health", annotations=READ_ONLY)
+    @mcp.tool(title="Cluster health", annotations=READ)
     async def cluster_health(detail: Detail = False) -> ClusterHealthOut:
         """Node health of every backend, this host's GPU health from NVML (Xid errors, ECC,
         row remapping, lost GPUs) and the interruption/maintenance notices announced now."""
         return await call(lambda: _cluster_health(service, detail))
 
-    @mcp.tool(title="Plan actions", annotations=READ_ONLY)
+    @mcp.tool(title="Plan actions", annotations=READ)
     async def plan_actions(detail: Detail = False) -> PlanReportOut:
         """Ranked proposals from the current signals (notices, GPU and node health, SLA
         risk, queues, prices), most urgent first, with the SLA risks and notices they rest

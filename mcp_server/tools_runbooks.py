@@ -31,14 +31,11 @@ from core.runbooks.engine import Engine, RunSummary, RunView
 from core.runbooks.store import RunStatus, StepRecord
 from core.service import views
 from core.service.facade import Service
-from mcp_server.common import Cursor, Detail, Limit, agent, call, page, tool_error
+from mcp_server.common import READ, Cursor, Detail, Limit, agent, call, page, tool_error
 from mcp_server.lean import compact_json
 
 T = TypeVar("T")
 
-READ = ToolAnnotations(
-    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
-)
 # A run may execute actions (through the guardrails): mutating, not idempotent.
 RUNS_ACTIONS = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False

@@ -14,35 +14,18 @@ from datetime import datetime
 
 import httpx2
 import structlog
-from pydantic import BaseModel, Field
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from core import errors
 from core.signals.config import SignalsConfig
 from core.signals.model import (
     InterruptionAction,
-    InterruptionNotice,
-    Provider,
     Severity,
 )
 
 log = structlog.get_logger("clawpoint.signals.metadata")
 
 Clock = Callable[[], datetime]
-
-
-class ProviderStatus(BaseModel):
-    """How one provider's poll went: ``available`` False = not on that cloud (or broken)."""
-
-    provider: Provider
-    available: bool
-    reason: str = ""
-    notices: int = 0
-
-
-class PollResult(BaseModel):
-    notices: list[InterruptionNotice] = Field(default_factory=list)
-    providers: list[ProviderStatus] = Field(default_factory=list)
 
 
 class _Transient(Exception):
