@@ -22,9 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from core import errors
 from core.guardrails.approvals import SESSION_SEP
 from core.model import MAX_REASON_CHARS, Principal, PrincipalKind
-from core.runbooks.calls import projection
 from core.service import views
 from core.service.facade import ActionResult, Service
+from core.service.projection import projection
 
 T = TypeVar("T")
 R = TypeVar("R", bound=BaseModel)
