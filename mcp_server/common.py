@@ -118,10 +118,6 @@ def open_record(cls: type[R], model: BaseModel) -> R:
     return cls.model_validate(model.model_dump(mode="json"))
 
 
-def records(models: list[Any]) -> list[dict[str, Any]]:
-    return [m.model_dump(mode="json") if isinstance(m, BaseModel) else m for m in models]
-
-
 def action_out(result: ActionResult, *, detail: bool = False) -> ActionOut:
     """The action result for an agent: the compact plan (one line per step), the approval's
     id, expiry and ways to approve, one line per executed step, and what to do next; with

@@ -30,6 +30,7 @@ __all__ = [
     "line",
     "node",
     "plan",
+    "records",
     "workload",
 ]
 
@@ -169,3 +170,8 @@ def line(value: Any) -> str:
 
 def _scalar(value: Any) -> bool:
     return isinstance(value, bool | int | float) or (isinstance(value, str) and len(value) <= 64)
+
+
+def records(models: list[Any]) -> list[dict[str, Any]]:
+    """Full records as JSON (models dumped, anything else as it is): what ``detail`` shows."""
+    return [m.model_dump(mode="json") if isinstance(m, BaseModel) else m for m in models]
