@@ -9,7 +9,6 @@ call. Each stage of ``perform`` is a short method of its own.
 from __future__ import annotations
 
 import sqlite3
-from datetime import datetime
 
 from core import errors
 from core.actions import Interface
@@ -32,7 +31,7 @@ from core.service.outcomes import (
     approval_info,
     client_label,
     dry_run_message,
-    same_but_reason,
+    waiting_message,
 )
 from core.service.planning import Planning, RawParams
 
@@ -235,7 +234,7 @@ class Acting(Planning):
         return ActionResult(
             status="approval_required",
             plan=view.plan,
-            message=_waiting_message(view, plan, decision, asked_at=asked_at),
+            message=waiting_message(view, plan, decision, asked_at=asked_at),
             approval=approval_info(view, paths),
         )
 
@@ -389,22 +388,3 @@ class Acting(Planning):
             trigger=trigger,
             ask_client=ask_client,
         )
-
-
-def _waiting_message(
-    view: ApprovalView, plan: Plan, decision: Decision, *, asked_at: datetime
-) -> str:
-    """What an agent is told while an approval waits: a new request, or the same request
-    already waiting (no new one was made); never to retry."""
-    if view.created_at < asked_at:
-        return (
-            f"Approval {view.id} for the {plan.action.value} of {plan.target} was already "
-            f"waiting for a person (asked at {view.created_at:%H:%M:%S} UTC"
-            + ("" if same_but_reason(view.plan, plan) else "; it has other parameters")
-            + f"); no new request was made. It waits until {view.expires_at:%H:%M:%S} UTC. "
-            "Do not retry."
-        )
-    return (
-        f"{decision.reason} Approval {view.id} is waiting for a person until "
-        f"{view.expires_at:%H:%M:%S} UTC; explain the plan to them. Do not retry."
-    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -88,3 +89,22 @@ def same_but_reason(a: Plan, b: Plan) -> bool:
         return plan.model_copy(update={"params": params}).compute_hash()
 
     return core(a) == core(b)
+
+
+def waiting_message(
+    view: ApprovalView, plan: Plan, decision: Decision, *, asked_at: datetime
+) -> str:
+    """What an agent is told while an approval waits: a new request, or the same request
+    already waiting (no new one was made); never to retry."""
+    if view.created_at < asked_at:
+        return (
+            f"Approval {view.id} for the {plan.action.value} of {plan.target} was already "
+            f"waiting for a person (asked at {view.created_at:%H:%M:%S} UTC"
+            + ("" if same_but_reason(view.plan, plan) else "; it has other parameters")
+            + f"); no new request was made. It waits until {view.expires_at:%H:%M:%S} UTC. "
+            "Do not retry."
+        )
+    return (
+        f"{decision.reason} Approval {view.id} is waiting for a person until "
+        f"{view.expires_at:%H:%M:%S} UTC; explain the plan to them. Do not retry."
+    )
