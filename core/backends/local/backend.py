@@ -24,17 +24,17 @@ from typing import Any
 import structlog
 
 from core import errors
-from core.backends.base import ProgressFn, asked_by_agent
-from core.backends.local import moves, verify
+from core.actions import ActionParams
+from core.backends import dispatch
+from core.backends.base import PlanDraft, ProgressFn, asked_by_agent
+from core.backends.local import moves, planning, plans, verify
 from core.backends.local.common import (
-    _CAPABILITIES,
     _LIVE,
     NAME,
     _pid_alive,
     _wrapper_alive,
 )
 from core.backends.local.config import LocalBackendConfig, LocalNodeConfig
-from core.backends.local.planning import LocalPlanning
 from core.checkpoint import engine
 from core.config import Settings
 from core.model import (
@@ -66,7 +66,7 @@ from core.wrapper.spec import RunSpec
 log = structlog.get_logger("clawpoint.local")
 
 
-class LocalBackend(LocalPlanning):
+class LocalBackend:
     name = NAME
 
     def __init__(
@@ -87,7 +87,12 @@ class LocalBackend(LocalPlanning):
 
     # ---------------------------------------------------------------- inventory
     def capabilities(self) -> frozenset[Action]:
-        return _CAPABILITIES
+        return dispatch.capabilities(plans.PLANS)
+
+    @property
+    def node_config(self) -> dict[str, LocalNodeConfig]:
+        """The configured virtual nodes by name (``LocalContext``)."""
+        return self._node_config
 
     def _node_overrides(self) -> dict[str, dict[str, Any]]:
         with self.db.read() as conn:
@@ -183,7 +188,7 @@ class LocalBackend(LocalPlanning):
             return launch_detached(self.settings, spec).to_info()
         return supervisor.run(self.settings, spec)
 
-    def _refresh(self, record: WorkloadRecord) -> WorkloadRecord:
+    def refresh(self, record: WorkloadRecord) -> WorkloadRecord:
         """A RUNNING row whose wrapper is gone is a workload that died with it."""
         if record.state in (
             WorkloadState.RUNNING,
@@ -202,11 +207,11 @@ class LocalBackend(LocalPlanning):
         return record
 
     def workloads(self) -> list[WorkloadInfo]:
-        return [self._refresh(r).to_info() for r in self.registry.list()]
+        return [self.refresh(r).to_info() for r in self.registry.list()]
 
     def get_workload(self, name: str) -> WorkloadInfo:
         validate_name(name, what="workload name")
-        return self._refresh(self.registry.require(name)).to_info()
+        return self.refresh(self.registry.require(name)).to_info()
 
     def checkpoints(self, workload: str | None = None) -> list[CheckpointInfo]:
         if workload is not None:
@@ -218,6 +223,17 @@ class LocalBackend(LocalPlanning):
         return ckpt.model_copy(update={"id": f"{NAME}:{ckpt.id}", "parent": parent})
 
     # ---------------------------------------------------------------- planning
+    def plan(self, action: Action, target: str, params: ActionParams) -> PlanDraft:
+        """The draft of ``action`` on ``target`` from the plan table (``plans.PLANS``)."""
+        return dispatch.plan(
+            plans.PLANS, self, action, target, params, backend=NAME, why_not=plans.WHY_NOT_BY_ACTION
+        )
+
+    def check_deletable(self, checkpoint_id: str) -> None:
+        """Refuse (Conflict ``last-good-checkpoint``) the deletion of the newest good
+        checkpoint of a workload that is not gone, as its newer checkpoints verify now."""
+        planning.check_deletable(self, checkpoint_id)
+
     def run_step(self, op: str, args: dict[str, Any], progress: ProgressFn) -> dict[str, Any]:
         if op == "checkpoint":
             rec = self.registry.require(args["workload"])
@@ -294,7 +310,7 @@ class LocalBackend(LocalPlanning):
             # Under the store's lock, as the newer checkpoints verify now: the plan's view of
             # them may be stale (Conflict, nothing deleted).
             cid = args["checkpoint_id"]
-            live = self._protects(parse_checkpoint_id(cid)[0])
+            live = planning.protects(self, parse_checkpoint_id(cid)[0])
             retention.delete(self.store, cid, live=live, label=f"{NAME}:")
             return {"deleted": cid}
         if op in ("suspend_gpu", "resume_gpu"):
