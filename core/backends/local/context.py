@@ -1,6 +1,6 @@
-"""What the local backend's plans need of it: ``LocalContext``.
+"""What the local backend's plans and steps need of it: ``LocalContext``, ``LocalStepContext``.
 
-Plans (``plans``, ``node_plans``) and their shared pieces (``planning``) take this protocol,
+Plans (``plans``, ``node_plans``, ``planning``) and steps (``steps``, ``starting``, ``recovery``) take these protocols,
 not ``LocalBackend``, so they do not import the backend module (which imports them for its
 dispatch table). The backend satisfies it; a test may pass anything that does. Limits:
 reads only; planning never changes a workload (``refresh`` only records a death it finds).
@@ -44,3 +44,12 @@ class LocalContext(Protocol):
     def refresh(self, record: WorkloadRecord) -> WorkloadRecord:
         """The record, marked FAILED first when its wrapper is gone."""
         ...
+
+
+class LocalStepContext(LocalContext, Protocol):
+    """The local backend as its steps see it: what plans see, plus the one write a step
+    makes outside the registry and the store (a virtual node's schedulable flag)."""
+
+    def set_node(
+        self, node: str, *, schedulable: bool, reason: str, health: str | None = None
+    ) -> None: ...
