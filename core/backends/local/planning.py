@@ -75,6 +75,8 @@ def workload_record(ctx: LocalContext, target: str) -> WorkloadRecord:
 
 
 def pick_target(ctx: LocalContext, *, exclude: set[str], requested: str | None) -> str:
+    """The node a workload goes to: ``requested`` checked (it exists, is not excluded, takes
+    workloads), else the best healthy schedulable node outside ``exclude``."""
     nodes = ctx.nodes()
     if requested is not None:
         validate_name(requested, what="node name")
