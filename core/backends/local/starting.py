@@ -59,6 +59,8 @@ def wait_wrapper_exit(
 def start(
     ctx: LocalContext, name: str, *, node: str, restore_from: str | None, fresh: bool = False
 ) -> dict[str, Any]:
+    """The start step: launch the workload's wrapper on ``node`` restoring ``restore_from``
+    (or fresh), then check it did; a start that already happened is returned as such."""
     rec = ctx.registry.require(name)
     before = rec.state
     if _wrapper_alive(ctx.settings, rec):
@@ -179,6 +181,7 @@ def _confirm_handoff(
 
 
 def _verify_or_stop(ctx: LocalContext, rec: WorkloadRecord, checkpoint_id: str) -> None:
+    """Verify every byte of what a staged handoff restored; a corrupt one stops the workload."""
     try:
         ctx.store.verify(checkpoint_id)
     except errors.CorruptCheckpoint as exc:
