@@ -20,8 +20,6 @@ import os
 from datetime import datetime
 from typing import Any
 
-import structlog
-
 from core import errors
 from core.actions import ActionParams
 from core.backends import dispatch
@@ -53,8 +51,6 @@ from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store.store import CheckpointStore
 from core.wrapper.launch import launch_detached
 from core.wrapper.spec import RunSpec
-
-log = structlog.get_logger("clawpoint.local")
 
 
 class LocalBackend:
