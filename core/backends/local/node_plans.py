@@ -123,7 +123,7 @@ def plan_cordon(ctx: LocalContext, node: str, params: CordonParams) -> PlanDraft
     if not info.schedulable:
         raise errors.Conflict(
             f"{info.id} is already {info.state}: it takes no new workloads",
-            hint="nothing to do; 'clawpoint nodes' shows each node's state",
+            hint=f"nothing to do; {errors.step('list_nodes')} shows each node's state",
         )
     return PlanDraft(
         steps=[
@@ -151,7 +151,7 @@ def plan_undrain(ctx: LocalContext, node: str, params: NoParams) -> PlanDraft:
     if info.schedulable:
         raise errors.Conflict(
             f"{info.id} is not drained: it already takes workloads",
-            hint="nothing to undo; 'clawpoint nodes' shows each node's state",
+            hint=f"nothing to undo; {errors.step('list_nodes')} shows each node's state",
         )
     return PlanDraft(
         steps=[
