@@ -56,7 +56,7 @@ from core.store import digest  # noqa: E402
 from core.wrapper import fence  # noqa: E402
 from core.wrapper.control import ControlClient  # noqa: E402
 from core.wrapper.launch import launch_detached  # noqa: E402
-from core.wrapper.spec import RunSpec  # noqa: E402
+from core.specs import RunSpec  # noqa: E402
 
 KEYS = (
     "raw_dump_s",

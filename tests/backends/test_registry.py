@@ -22,7 +22,7 @@ from core.backends.registry import BackendEntry
 from core.config import load_settings
 from core.model import Action, Principal, PrincipalKind, WorkloadState
 from core.service.facade import Service, bootstrap
-from core.wrapper.spec import RunSpec
+from core.specs import RunSpec
 from tests.fakes.backend import ENTRY, FakeBackend, FakeConfig
 
 PERSON = Principal(id="tester", kind=PrincipalKind.PERSON)

@@ -19,7 +19,7 @@ from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.wrapper import fence
 from core.wrapper.control import ControlClient
 from core.wrapper.launch import launch_detached
-from core.wrapper.spec import RunSpec
+from core.specs import RunSpec
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

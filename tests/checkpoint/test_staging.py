@@ -18,7 +18,7 @@ from core import errors
 from core.config import load_settings
 from core.store import staging
 from core.wrapper import supervisor
-from core.wrapper.spec import RunSpec
+from core.specs import RunSpec
 
 
 def _age(path: Path, seconds: float = staging.STALE_S + 5) -> None:

@@ -20,7 +20,7 @@ from core.polling import poll_until
 from core.wrapper import payload
 from core.wrapper.handoff_source import HandoffSource
 from core.wrapper.progress import ProgressFile, Stamp
-from core.wrapper.spec import RunSpec
+from core.specs import RunSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from core.config import load_settings
 from core.wrapper.desk import Job
-from core.wrapper.spec import RunSpec
+from core.specs import RunSpec
 from core.wrapper.supervisor import Supervisor
 
 
