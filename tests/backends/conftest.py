@@ -30,6 +30,7 @@ from mcp import Client, StdioServerParameters
 from core import errors
 from core.actions import NoParams
 from core.backends.base import Backend, PlanDraft, no_progress
+from core.backends.registry import REGISTRY
 from core.config import load_settings
 from core.model import Action, Principal, PrincipalKind, WorkloadState
 from core.service.executor import resolve_args
@@ -311,9 +312,18 @@ def k8s_subject(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Subject]:
         backend.close()
 
 
-@pytest.fixture(params=["local", "slurm", "fake", "k8s"])
+# Every backend of the registry plus the in-memory fake, read from the registry itself: a
+# backend added there is a subject of the whole suite, and without a ``NAME_subject``
+# fixture above the suite fails naming it (tests/backends/test_registry.py pins this list).
+SUBJECTS = list(dict.fromkeys([*REGISTRY, "fake"]))
+
+
+@pytest.fixture(params=SUBJECTS)
 def subject(request: pytest.FixtureRequest) -> Subject:
-    return request.getfixturevalue(f"{request.param}_subject")  # type: ignore[no-any-return]
+    name = request.param
+    if f"{name}_subject" not in globals():
+        pytest.fail(f"the registered backend {name!r} has no {name}_subject fixture here")
+    return request.getfixturevalue(f"{name}_subject")  # type: ignore[no-any-return]
 
 
 # --------------------------------------------------------------------------- interfaces
