@@ -1,12 +1,14 @@
 """Subjects for the backend contract suite: every backend with workloads in every state.
 
-``subject`` is parametrised over the backends: ``local`` (a fresh CLAWPOINT_HOME with three
-small counters under the cooperative engine, so no CRIU is needed: one running on node-a,
-one preempted, one that died after a checkpoint) and ``slurm`` (the loopback cluster of
-scripts/slurm-cluster.sh with a running and a held job that carry a lineage; the Slurm
-cases skip, with the reason, where that cluster cannot run), and ``fake`` (the in-memory
-backend of tests/fakes/backend.py with a running and a preempted workload). Planning is
-read-only, so the subjects are made once per module.
+``subject`` is parametrised over every backend of the registry plus the fake (``SUBJECTS``;
+a registered backend without a ``NAME_subject`` fixture fails the suite): ``local`` (a fresh
+CLAWPOINT_HOME with three small counters under the cooperative engine, so no CRIU is needed:
+one running on node-a, one preempted, one that died after a checkpoint), ``slurm`` (the
+loopback cluster of scripts/slurm-cluster.sh with a running and a held job that carry a
+lineage; the Slurm cases skip, with the reason, where that cluster cannot run), ``k8s`` (the
+API emulator of tests/k8s) and ``fake`` (the in-memory backend of tests/fakes/backend.py with
+a running and a preempted workload). Planning is read-only, so the subjects are made once
+per module.
 
 Also here: the installed CLI read through its ``--help`` (``cli``) and the tool list of a
 live ``clawpoint serve`` read by a real MCP client (``live_tools``).
