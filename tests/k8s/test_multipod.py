@@ -18,9 +18,9 @@ import pytest
 
 from core import errors
 from core.backends.kubernetes import lineages
+from core.lineage import pod_index, pod_lineage
 from core.model import Action
 from core.service.facade import Service
-from core.lineage import pod_index, pod_lineage
 from tests.k8s.conftest import wrapped_job, wrapped_meta, wrapped_spec
 from tests.k8s.test_actions import (  # noqa: F401 - fixtures
     PERSON,
