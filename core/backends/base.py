@@ -35,9 +35,13 @@ from core.model import Action, CheckpointInfo, NodeInfo, PlanStep, PrincipalKind
 from core.model import ProgressFn as ProgressFn
 from core.model import no_progress as no_progress
 
+# Defined in core.specs (the interfaces build it without importing a backend); re-exported
+# here for backends.
+from core.specs import BatchSpec as BatchSpec
+
 if TYPE_CHECKING:
     from core.signals.sla import Progress
-    from core.specs import BatchSpec, RunSpec
+    from core.specs import RunSpec
 
 
 # Who asked for the execution whose step is running (its principal, "agent:mcp:stdio/ab12"):
