@@ -52,7 +52,6 @@ from core.model import (
 )
 from core.polling import poll_until
 from core.signals.sla import Progress, read_progress
-from core.specs import RunSpec
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store import retention
@@ -62,6 +61,7 @@ from core.wrapper import handoff
 from core.wrapper.control import ControlClient
 from core.wrapper.launch import launch_detached, launch_standby
 from core.wrapper.progress import ProgressFile, Stamp
+from core.wrapper.spec import RunSpec
 
 log = structlog.get_logger("clawpoint.local")
 
