@@ -17,10 +17,10 @@ from core import errors
 from core.checkpoint import ops
 from core.config import load_settings
 from core.polling import poll_until
+from core.specs import RunSpec
 from core.wrapper import payload
 from core.wrapper.handoff_source import HandoffSource
 from core.wrapper.progress import ProgressFile, Stamp
-from core.wrapper.spec import RunSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 
