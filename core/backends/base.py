@@ -37,7 +37,7 @@ from core.model import no_progress as no_progress
 
 # Defined in core.specs (the interfaces build it without importing a backend); re-exported
 # here for backends.
-from core.specs import BatchSpec as BatchSpec
+from core.specs import BatchSpec
 
 if TYPE_CHECKING:
     from core.signals.sla import Progress

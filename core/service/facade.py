@@ -24,7 +24,6 @@ from core import actions, errors
 from core.actions import ActionParams, Interface, Target
 from core.backends.base import (
     Backend,
-    BatchSpec,
     BatchSubmitter,
     CheckpointKeeper,
     Launcher,
@@ -70,9 +69,9 @@ from core.service.people import PeopleDesk
 from core.signals.nvml import ReportCache
 from core.signals.queue import QueueDepth, coerce, from_workloads
 from core.signals.sla import Progress
+from core.specs import BatchSpec, RunSpec
 from core.state.db import Database
 from core.store.store import CheckpointStore
-from core.wrapper.spec import RunSpec
 
 log = structlog.get_logger("clawpoint.service")
 

@@ -10,9 +10,6 @@ from pathlib import Path
 
 from core.config import Settings
 
-# RunSpec lives below the interfaces (core.specs); re-exported for the wrapper's readers.
-from core.specs import RunSpec as RunSpec
-
 
 def output_path(settings: Settings, name: str) -> Path:
     """Where a detached wrapper writes its payload's stdout/stderr (``NAME.out``, rotated into

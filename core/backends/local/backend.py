@@ -46,11 +46,11 @@ from core.model import (
     validate_name,
 )
 from core.signals.sla import Progress, read_progress
+from core.specs import RunSpec
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store.store import CheckpointStore
 from core.wrapper.launch import launch_detached
-from core.wrapper.spec import RunSpec
 
 
 class LocalBackend:

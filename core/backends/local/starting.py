@@ -24,13 +24,13 @@ from core.backends.local.context import LocalContext
 from core.checkpoint import engine
 from core.model import WorkloadState
 from core.polling import poll_until
+from core.specs import RunSpec
 from core.state.workloads import WorkloadRecord
 from core.wrapper import fence as fencing
 from core.wrapper import handoff
 from core.wrapper.control import ControlClient
 from core.wrapper.launch import launch_detached, launch_standby
 from core.wrapper.progress import ProgressFile, Stamp
-from core.wrapper.spec import RunSpec
 
 log = structlog.get_logger("clawpoint.local")
 
