@@ -108,7 +108,7 @@ class Person:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                for a in self.cli("approvals", "list"):
+                for a in self.cli("approvals", "list")["approvals"]:
                     seen = self.asked.setdefault(a["id"], time.monotonic())
                     if time.monotonic() - seen >= self.delay:
                         self.cli("approvals", "approve", a["id"])
@@ -129,7 +129,7 @@ class Person:
     def duplicates(self) -> int:
         """Requests beyond the first for the same action and target."""
         seen: dict[tuple[str, str], int] = {}
-        for a in self.cli("approvals", "list", "--all"):
+        for a in self.cli("approvals", "list", "--all", "--limit", "500")["approvals"]:
             plan = a.get("plan") or {}
             key = (str(plan.get("action")), str(plan.get("target")))
             seen[key] = seen.get(key, 0) + 1

@@ -50,13 +50,13 @@ sys.path.insert(0, str(ROOT))
 from core.checkpoint import criu, stats  # noqa: E402
 from core.config import Settings, load_settings  # noqa: E402
 from core.model import WorkloadState  # noqa: E402
+from core.specs import RunSpec  # noqa: E402
 from core.state.db import Database  # noqa: E402
 from core.state.workloads import WorkloadRegistry  # noqa: E402
 from core.store import digest  # noqa: E402
 from core.wrapper import fence  # noqa: E402
 from core.wrapper.control import ControlClient  # noqa: E402
 from core.wrapper.launch import launch_detached  # noqa: E402
-from core.wrapper.spec import RunSpec  # noqa: E402
 
 KEYS = (
     "raw_dump_s",

@@ -58,7 +58,7 @@ sys.path.insert(0, str(ROOT))
 from core.config import load_settings  # noqa: E402
 from core.model import Action, Principal, PrincipalKind  # noqa: E402
 from core.service.facade import bootstrap  # noqa: E402
-from core.wrapper.spec import RunSpec  # noqa: E402
+from core.specs import RunSpec  # noqa: E402
 from mcp_server.server import build_server  # noqa: E402
 
 WORKLOAD = "local:load-subject"

@@ -53,7 +53,7 @@ from core.checkpoint import stats  # noqa: E402
 from core.config import load_settings  # noqa: E402
 from core.model import Action, Principal, PrincipalKind  # noqa: E402
 from core.service.facade import bootstrap  # noqa: E402
-from core.wrapper.spec import RunSpec  # noqa: E402
+from core.specs import RunSpec  # noqa: E402
 
 PERSON = Principal(id="bench", kind=PrincipalKind.PERSON)
 VARIANTS = ("raw-criu", "plain", "stop-and-copy", "post-copy")

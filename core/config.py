@@ -20,31 +20,22 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import platformdirs
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     ValidationError,
-    WithJsonSchema,
     field_validator,
     model_validator,
 )
 
 from core import errors
-from core.checkpoint.engine import DEFAULT_ENGINE, ENGINES, validate_name
+from core.engine_names import DEFAULT_ENGINE, EngineName
 from core.guardrail_settings import ApprovalsConfig, NotifyConfig, PolicyConfig
 from core.signals.config import SignalsConfig
-
-# An engine's name, checked against the registry (``core.checkpoint.engine.ENGINES``).
-EngineName = Annotated[
-    str,
-    AfterValidator(validate_name),
-    WithJsonSchema({"type": "string", "enum": list(ENGINES)}),
-]
 
 
 class _Section(BaseModel):

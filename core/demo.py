@@ -29,7 +29,8 @@ from core.checkpoint import engine as engines
 from core.config import CheckpointConfig, load_settings
 from core.model import Action, Principal, PrincipalKind, WorkloadState
 from core.service.facade import Service, bootstrap
-from core.wrapper.spec import RunSpec, output_files
+from core.specs import RunSpec
+from core.wrapper.spec import output_files
 
 NAME = "train-demo"
 CHECKPOINT_EVERY_S = 5.0

@@ -35,9 +35,13 @@ from core.model import Action, CheckpointInfo, NodeInfo, PlanStep, PrincipalKind
 from core.model import ProgressFn as ProgressFn
 from core.model import no_progress as no_progress
 
+# Defined in core.specs (the interfaces build it without importing a backend); re-exported
+# here for backends.
+from core.specs import BatchSpec
+
 if TYPE_CHECKING:
     from core.signals.sla import Progress
-    from core.wrapper.spec import RunSpec
+    from core.specs import RunSpec
 
 
 # Who asked for the execution whose step is running (its principal, "agent:mcp:stdio/ab12"):
@@ -142,30 +146,6 @@ class Launcher(Protocol):
     def launch(self, spec: RunSpec, *, detach: bool) -> int | WorkloadInfo:
         """Detached: the running workload. Foreground: run to the end, the exit code."""
         ...
-
-
-_SAFE_OPT = r"^[A-Za-z0-9_.,:=@/+\-\[\]]*$"
-
-
-class BatchSpec(BaseModel):
-    """A checkpointable batch job: the payload runs under the wrapper and restores the newest
-    good checkpoint of ``lineage`` on every start. Every field is validated before anything
-    is written or run; fields a scheduler has no use for are refused by its backend."""
-
-    lineage: str
-    command: list[str] = Field(min_length=1)
-    partition: str | None = Field(default=None, pattern=_SAFE_OPT)
-    nodelist: str | None = Field(default=None, pattern=_SAFE_OPT)
-    exclude: str | None = Field(default=None, pattern=_SAFE_OPT)
-    cpus: int = Field(default=1, ge=1)
-    mem_mb: int | None = Field(default=None, ge=1)
-    gpus: int = Field(default=0, ge=0)
-    time_limit: str | None = Field(default=None, pattern=r"^[0-9:-]+$")
-    signal_before_end_s: int | None = Field(default=None, ge=1, le=65535)
-    checkpoint_every_s: float | None = Field(default=None, gt=0)
-    output: str | None = None
-    workdir: str | None = None
-    extra_env: dict[str, str] = Field(default_factory=dict)
 
 
 @runtime_checkable

@@ -1,7 +1,7 @@
 """The checkpoint engine protocol, the registry of engines, and helpers on process trees.
 
 An engine is one module of ``core.checkpoint`` that defines ``ENGINE``, an object following
-``Engine``; ``ENGINES`` names each engine's module. Everything else (the wrapper, the
+``Engine``; ``ENGINES`` (``core.engine_names``) names each engine's module. Everything else (the wrapper, the
 configuration, the command line, cluster status, diagnostics, the demo) reads these two, so
 adding an engine is one module plus one ``ENGINES`` entry. ``core.checkpoint.ops`` drives an
 engine through the one checkpoint sequence (begin -> dump -> publish, or abort and resume)
@@ -29,18 +29,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 from pydantic import BaseModel
 
+# The names live below every layer (core.engine_names: the configuration checks them without
+# importing the engines); re-exported here for the engines' readers.
+from core.engine_names import DEFAULT_ENGINE as DEFAULT_ENGINE
+from core.engine_names import ENGINES as ENGINES
+from core.engine_names import check
+
 if TYPE_CHECKING:
     from core.config import CheckpointConfig
     from core.model import CheckpointInfo
     from core.store.store import PendingCheckpoint
-
-# name -> module defining ENGINE. The first is the default engine.
-ENGINES: dict[str, str] = {
-    "criu": "core.checkpoint.criu",
-    "cooperative": "core.checkpoint.cooperative",
-    "cuda": "core.checkpoint.cuda",
-}
-DEFAULT_ENGINE = "criu"
 
 log = structlog.get_logger(__name__)
 
@@ -173,24 +171,8 @@ def names() -> list[str]:
 
 def get(name: str) -> Engine:
     """The engine called ``name``; InvalidInput naming the known ones otherwise."""
-    from core import errors
-
-    module = ENGINES.get(name)
-    if module is None:
-        raise errors.InvalidInput(
-            f"unknown engine {name!r}",
-            hint=f"use one of: {', '.join(ENGINES)}",
-            details={"engines": list(ENGINES)},
-        )
-    found: Engine = importlib.import_module(module).ENGINE
+    found: Engine = importlib.import_module(ENGINES[check(name)]).ENGINE
     return found
-
-
-def validate_name(value: str) -> str:
-    """For pydantic fields holding an engine name (config, run specs)."""
-    if value not in ENGINES:
-        raise ValueError(f"unknown engine {value!r}: use one of {', '.join(ENGINES)}")
-    return value
 
 
 def statuses(cfg: CheckpointConfig) -> dict[str, EngineStatus]:

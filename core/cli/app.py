@@ -23,8 +23,6 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from core import actions, errors
 from core.actions import Interface
-from core.checkpoint.engine import ENGINES
-from core.checkpoint.engine import get as get_engine
 from core.cli import output
 from core.cli.approvals import approvals_app, audit_app
 from core.cli.runbook import runbook_app
@@ -32,6 +30,9 @@ from core.cli.slurm import slurm_app
 from core.cli.spot import spot_app
 from core.cli.watch import watch_command
 from core.config import Settings, load_settings
+from core.engine_names import ENGINES
+from core.engine_names import check as check_engine
+from core.lineage import pod_lineage
 from core.model import (
     Action,
     CheckpointStatus,
@@ -44,8 +45,7 @@ from core.model import (
     validate_name,
 )
 from core.service.facade import ActionResult, Service, bootstrap
-from core.wrapper.lineage import pod_lineage
-from core.wrapper.spec import RunSpec
+from core.specs import RunSpec
 
 app = typer.Typer(
     name="clawpoint",
@@ -406,7 +406,7 @@ def run(
     labels = parse_labels(label or [], what="--label")
     settings = _settings()
     engine = engine or settings.checkpoint.default_engine
-    get_engine(engine)  # an unknown name is refused here, naming the known ones
+    check_engine(engine)  # an unknown name is refused here, naming the known ones
     # In a pod of a multi-pod workload (an Indexed Job, a StatefulSet) every pod runs the same
     # --name: the pod's index from its environment makes its lineage its own (NAME-INDEX).
     workload_name = (

@@ -8,11 +8,11 @@ from typing import Annotated
 
 import typer
 
-from core.backends.base import BatchSpec
 from core.cli import output
 from core.config import load_settings
 from core.model import Principal, PrincipalKind
 from core.service.facade import bootstrap
+from core.specs import BatchSpec
 
 slurm_app = typer.Typer(
     help="Submit checkpointable jobs to Slurm; inspect its queues.", no_args_is_help=True

@@ -158,7 +158,7 @@ class ApprovalStore:
         if view.status is not ApprovalStatus.PENDING:
             raise errors.Conflict(
                 f"approval {approval_id} is {view.status.value}; its code is no longer usable",
-                hint="list pending approvals with 'clawpoint approvals list'",
+                hint=f"list pending approvals with {errors.step('list_approvals')}",
             )
         return self._code_for(approval_id)
 
@@ -489,7 +489,7 @@ class ApprovalStore:
         if cur.rowcount != 1:
             raise errors.Conflict(
                 f"approval {approval_id} is {self.get(approval_id).status.value}, not pending",
-                hint="list pending approvals with 'clawpoint approvals list'",
+                hint=f"list pending approvals with {errors.step('list_approvals')}",
             )
         self._audit(
             f"approval.{status.value}",

@@ -404,7 +404,7 @@ class Engine:
         if acting and last is not None and last.status == "started":
             raise errors.Conflict(
                 f"action step {step.id!r} was interrupted before its result was recorded",
-                hint="check 'clawpoint audit' and 'clawpoint approvals list' for what ran, "
+                hint=f"check the audit log (resource clawpoint://audit/recent, or 'clawpoint audit') and {errors.step('list_approvals')} for what ran, "
                 "then start a new run if still needed; actions are never repeated blindly",
             )
         try:
@@ -508,7 +508,7 @@ class Engine:
         raise errors.Conflict(
             f"approval {approval_id} was already used"
             + (" by this run, but its result was not recorded" if started else ""),
-            hint="see 'clawpoint audit' for the execution; start a new run if still needed",
+            hint="see the audit log (resource clawpoint://audit/recent, or 'clawpoint audit') for the execution; start a new run if still needed",
         )
 
     def _withdraw(self, run: RunRecord, approval_id: str) -> ApprovalStatus:

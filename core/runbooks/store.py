@@ -181,7 +181,7 @@ class RunStore:
         if row is None:
             raise errors.NotFound(
                 f"no runbook run {run_id!r}",
-                hint="list runs with 'clawpoint runbook status' (no argument)",
+                hint=f"list runs with {errors.step('list_runs')}",
             )
         return RunRecord.model_validate(loads(row["body"]))
 

@@ -170,7 +170,7 @@ class Journal:
                 raise errors.Conflict(
                     f"{shared[0]} is already being changed by execution {row['id']} "
                     f"({row['action']} {row['target']})",
-                    hint="wait for it to finish ('clawpoint audit' shows it), then plan again",
+                    hint="wait for it to finish (the audit log (resource clawpoint://audit/recent, or 'clawpoint audit') shows it), then plan again",
                 )
 
     def step_started(self, execution_id: str, idx: int) -> datetime:
@@ -228,7 +228,8 @@ class Journal:
         row = conn.execute("SELECT * FROM executions WHERE id=?", (execution_id,)).fetchone()
         if row is None:
             raise errors.NotFound(
-                f"no execution {execution_id}", hint="list executions with 'clawpoint audit'"
+                f"no execution {execution_id}",
+                hint="executions are in the audit log (resource clawpoint://audit/recent, or 'clawpoint audit')",
             )
         steps = conn.execute(
             "SELECT * FROM execution_steps WHERE execution_id=? ORDER BY idx", (execution_id,)

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from typing import cast
 
 from core import errors
-from core.backends.base import Backend, BatchSpec, BatchSubmitter, Launcher
+from core.backends.base import Backend, BatchSubmitter, Launcher
 from core.model import Principal, WorkloadInfo
 from core.service.lookup import Lookup
-from core.wrapper.spec import RunSpec
+from core.specs import BatchSpec, RunSpec
 
 
 class Launching(Lookup):

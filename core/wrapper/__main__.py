@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from core import errors
 from core.config import load_settings
+from core.specs import RunSpec
 from core.wrapper.launch import ERROR_LINE
-from core.wrapper.spec import RunSpec
 from core.wrapper.supervisor import run
 
 

@@ -33,11 +33,11 @@ from core.checkpoint import engine, ops
 from core.config import Settings
 from core.model import CheckpointInfo, WorkloadState
 from core.polling import poll_until
+from core.specs import RunSpec
 from core.state.workloads import WorkloadRegistry
 from core.store.store import CheckpointStore
 from core.wrapper import fence, handoff, payload
 from core.wrapper.faults import die_if
-from core.wrapper.spec import RunSpec
 
 log = structlog.get_logger(__name__)
 

@@ -32,12 +32,12 @@ from core.checkpoint import engine, lazy_pages, ops
 from core.config import Settings
 from core.model import CheckpointInfo, utcnow
 from core.polling import poll_until
+from core.specs import RunSpec
 from core.state.workloads import WorkloadRegistry
 from core.store import staging
 from core.store.store import CheckpointStore, parse_checkpoint_id
 from core.wrapper import handoff
 from core.wrapper.progress import ProgressFile, Stamp
-from core.wrapper.spec import RunSpec
 
 log = structlog.get_logger(__name__)
 

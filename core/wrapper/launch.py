@@ -22,11 +22,12 @@ from core import errors
 from core.config import Settings, ensure_dirs
 from core.model import WorkloadState
 from core.polling import poll_until
+from core.specs import RunSpec
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.wrapper import handoff
 from core.wrapper.control import error_from
-from core.wrapper.spec import RunSpec, output_path
+from core.wrapper.spec import output_path
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 ERROR_LINE = "clawpoint-wrapper-error: "

@@ -51,6 +51,7 @@ from core.config import Settings, ensure_dirs
 from core.guardrails.audit import AuditLog
 from core.model import CheckpointInfo, WorkloadState, utcnow
 from core.polling import poll_until
+from core.specs import RunSpec
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store import staging
@@ -61,7 +62,7 @@ from core.wrapper.faults import die_if
 from core.wrapper.handoff_source import HandoffSource
 from core.wrapper.handoff_target import HandoffTarget
 from core.wrapper.progress import ProgressFile
-from core.wrapper.spec import RunSpec, output_path
+from core.wrapper.spec import output_path
 
 log = structlog.get_logger(__name__)
 

@@ -1,12 +1,14 @@
 """Subjects for the backend contract suite: every backend with workloads in every state.
 
-``subject`` is parametrised over the backends: ``local`` (a fresh CLAWPOINT_HOME with three
-small counters under the cooperative engine, so no CRIU is needed: one running on node-a,
-one preempted, one that died after a checkpoint) and ``slurm`` (the loopback cluster of
-scripts/slurm-cluster.sh with a running and a held job that carry a lineage; the Slurm
-cases skip, with the reason, where that cluster cannot run), and ``fake`` (the in-memory
-backend of tests/fakes/backend.py with a running and a preempted workload). Planning is
-read-only, so the subjects are made once per module.
+``subject`` is parametrised over every backend of the registry plus the fake (``SUBJECTS``;
+a registered backend without a ``NAME_subject`` fixture fails the suite): ``local`` (a fresh
+CLAWPOINT_HOME with three small counters under the cooperative engine, so no CRIU is needed:
+one running on node-a, one preempted, one that died after a checkpoint), ``slurm`` (the
+loopback cluster of scripts/slurm-cluster.sh with a running and a held job that carry a
+lineage; the Slurm cases skip, with the reason, where that cluster cannot run), ``k8s`` (the
+API emulator of tests/k8s) and ``fake`` (the in-memory backend of tests/fakes/backend.py with
+a running and a preempted workload). Planning is read-only, so the subjects are made once
+per module.
 
 Also here: the installed CLI read through its ``--help`` (``cli``) and the tool list of a
 live ``clawpoint serve`` read by a real MCP client (``live_tools``).
@@ -30,6 +32,7 @@ from mcp import Client, StdioServerParameters
 from core import errors
 from core.actions import NoParams
 from core.backends.base import Backend, PlanDraft, no_progress
+from core.backends.registry import REGISTRY
 from core.config import load_settings
 from core.model import Action, Principal, PrincipalKind, WorkloadState
 from core.service.executor import resolve_args
@@ -311,9 +314,18 @@ def k8s_subject(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Subject]:
         backend.close()
 
 
-@pytest.fixture(params=["local", "slurm", "fake", "k8s"])
+# Every backend of the registry plus the in-memory fake, read from the registry itself: a
+# backend added there is a subject of the whole suite, and without a ``NAME_subject``
+# fixture above the suite fails naming it (tests/backends/test_registry.py pins this list).
+SUBJECTS = list(dict.fromkeys([*REGISTRY, "fake"]))
+
+
+@pytest.fixture(params=SUBJECTS)
 def subject(request: pytest.FixtureRequest) -> Subject:
-    return request.getfixturevalue(f"{request.param}_subject")  # type: ignore[no-any-return]
+    name = request.param
+    if f"{name}_subject" not in globals():
+        pytest.fail(f"the registered backend {name!r} has no {name}_subject fixture here")
+    return request.getfixturevalue(f"{name}_subject")  # type: ignore[no-any-return]
 
 
 # --------------------------------------------------------------------------- interfaces

@@ -31,7 +31,7 @@ from pydantic import BaseModel
 ROOT = Path(__file__).resolve().parents[2]
 CLAWPOINT = ROOT / ".venv" / "bin" / "clawpoint"
 
-_PROGRAM = re.compile(r"(?<![\w/.-])clawpoint(?![\w/.-])")
+_PROGRAM = re.compile(r"(?<![\w/.-])clawpoint(?![\w/.:-])")  # clawpoint:// is a URI
 _PROSE_BEFORE = {"the", "this", "that", "let", "a", "an", "newer", "older", "your", "of"}
 _END = re.compile(r"['\"`();,]|\s[-\u2014]\s|$")
 _SNAKE = re.compile(r"(?<![\w.$/-])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w/]|\.[a-z])")

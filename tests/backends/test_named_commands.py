@@ -61,6 +61,7 @@ def test_tools_named_in_hints_and_rollbacks_exist(
         ("check the wrapper's log under the clawpoint log directory", []),
         ("upgrade clawpoint, or point CLAWPOINT_HOME elsewhere", []),
         ("see /tmp/clawpoint-slurm-job-1 and clawpoint_x", []),
+        ("the audit log (resource clawpoint://audit/recent)", []),
     ],
 )  # fmt: skip
 def test_references_are_read_from_text(text: str, refs: list[list[str]]) -> None:

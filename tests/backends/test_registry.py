@@ -11,8 +11,10 @@ refused with errors naming them.
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,10 +24,11 @@ from core.backends.registry import BackendEntry
 from core.config import load_settings
 from core.model import Action, Principal, PrincipalKind, WorkloadState
 from core.service.facade import Service, bootstrap
-from core.wrapper.spec import RunSpec
+from core.specs import RunSpec
 from tests.fakes.backend import ENTRY, FakeBackend, FakeConfig
 
 PERSON = Principal(id="tester", kind=PrincipalKind.PERSON)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -124,3 +127,40 @@ def test_entries_that_break_the_rules_are_refused() -> None:
     with pytest.raises(TypeError, match="enabled"):
         registry.register("bare", BackendEntry(Bare, ENTRY.factory))
     assert "loose" not in registry.REGISTRY and "bare" not in registry.REGISTRY
+
+
+# --------------------------------------------------------------------------- nobody forgets one
+def _package(entry: BackendEntry[Any]) -> str:
+    """The package under core/backends an entry's config model lives in."""
+    return ".".join(entry.config.__module__.split(".")[:3])
+
+
+def _in_tree() -> dict[str, str]:
+    """Registry name -> package, for the backends that ship in core/backends."""
+    return {
+        name: _package(entry)
+        for name, entry in registry.REGISTRY.items()
+        if entry.config.__module__.startswith("core.backends.")
+    }
+
+
+def test_every_backend_package_is_registered() -> None:
+    # A package under core/backends is a backend only through its registry entry.
+    packages = {
+        f"core.backends.{p.name}"
+        for p in (ROOT / "core" / "backends").iterdir()
+        if (p / "__init__.py").exists()
+    }
+    assert packages == set(_in_tree().values())
+
+
+def test_the_independence_contract_lists_every_registered_backend() -> None:
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (independence,) = [c for c in contracts["contracts"] if c["type"] == "independence"]
+    assert sorted(independence["modules"]) == sorted(_in_tree().values())
+
+
+def test_the_contract_suite_covers_every_registered_backend() -> None:
+    from tests.backends.conftest import SUBJECTS
+
+    assert set(SUBJECTS) == {*_in_tree(), "fake"}

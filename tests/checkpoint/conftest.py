@@ -14,12 +14,12 @@ from core import errors
 from core.checkpoint.criu import criu_status
 from core.config import Settings, load_settings
 from core.model import WorkloadState
+from core.specs import RunSpec
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.wrapper import fence
 from core.wrapper.control import ControlClient
 from core.wrapper.launch import launch_detached
-from core.wrapper.spec import RunSpec
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -16,9 +16,9 @@ import pytest
 
 from core import errors
 from core.config import load_settings
+from core.specs import RunSpec
 from core.store import staging
 from core.wrapper import supervisor
-from core.wrapper.spec import RunSpec
 
 
 def _age(path: Path, seconds: float = staging.STALE_S + 5) -> None:

@@ -17,10 +17,10 @@ from core import errors
 from core.checkpoint import ops
 from core.config import load_settings
 from core.polling import poll_until
+from core.specs import RunSpec
 from core.wrapper import payload
 from core.wrapper.handoff_source import HandoffSource
 from core.wrapper.progress import ProgressFile, Stamp
-from core.wrapper.spec import RunSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -207,7 +207,9 @@ def test_waits_go_through_poll_until() -> None:
         "core/wrapper/supervisor.py", "core/wrapper/handoff.py", "core/wrapper/handoff_source.py",
         "core/wrapper/handoff_target.py", "core/wrapper/launch.py", "core/wrapper/fence.py",
         "core/wrapper/payload.py", "core/backends/local/verify.py",
-        "core/backends/local/backend.py", "core/checkpoint/lazy_pages.py",
+        "core/backends/local/backend.py", "core/backends/local/starting.py",
+        "core/backends/local/steps.py", "core/backends/local/recovery.py",
+        "core/checkpoint/lazy_pages.py",
         "core/checkpoint/cooperative.py",
     ):  # fmt: skip
         assert "time.sleep(" not in (ROOT / rel).read_text(), rel

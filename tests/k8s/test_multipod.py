@@ -2,7 +2,7 @@
 ``BASE-INDEX`` and a preempt + resume restores each from its own checkpoint; a resume that
 lacks one index's checkpoint does not report success; workloads whose pods have no stable
 identity are refused at plan time by name. The wrapper and the backend derive the per-pod
-lineage by one rule (``core.wrapper.lineage``).
+lineage by one rule (``core.lineage``).
 
 One scenario runs real CRIU (two wrapped counters); the others only plan."""
 
@@ -18,9 +18,9 @@ import pytest
 
 from core import errors
 from core.backends.kubernetes import lineages
+from core.lineage import pod_index, pod_lineage
 from core.model import Action
 from core.service.facade import Service
-from core.wrapper.lineage import pod_index, pod_lineage
 from tests.k8s.conftest import wrapped_job, wrapped_meta, wrapped_spec
 from tests.k8s.test_actions import (  # noqa: F401 - fixtures
     PERSON,

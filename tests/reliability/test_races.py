@@ -20,7 +20,7 @@ import pytest
 from core.config import Settings
 from core.model import Action, WorkloadState
 from core.service.facade import Service
-from core.wrapper.spec import RunSpec
+from core.specs import RunSpec
 from tests.reliability.conftest import Record
 from tests.reliability.test_fault_matrix import (
     LIVE,

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from core.config import load_settings
+from core.specs import RunSpec
 from core.wrapper.desk import Job
-from core.wrapper.spec import RunSpec
 from core.wrapper.supervisor import Supervisor
 
 

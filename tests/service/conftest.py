@@ -15,7 +15,8 @@ from core.checkpoint.criu import criu_status
 from core.config import Settings, load_settings
 from core.model import Action, Principal, PrincipalKind, WorkloadState
 from core.service.facade import Service, bootstrap
-from core.wrapper.spec import RunSpec, output_files
+from core.specs import RunSpec
+from core.wrapper.spec import output_files
 
 ROOT = Path(__file__).resolve().parents[2]
 PERSON = Principal(id="tester", kind=PrincipalKind.PERSON)

@@ -23,11 +23,11 @@ import pytest
 
 from core.checkpoint import lazy_pages
 from core.config import load_settings
+from core.specs import RunSpec
 from core.store import staging
 from core.wrapper import handoff
 from core.wrapper.control import ControlClient
 from core.wrapper.launch import launch_standby
-from core.wrapper.spec import RunSpec
 from tests.reliability.test_fault_matrix import payload_pids
 from tests.workloads.conftest import Cli
 

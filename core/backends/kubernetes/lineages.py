@@ -4,7 +4,7 @@ workloads cannot be given one lineage per pod.
 A wrapped workload names its base lineage in the ``clawpoint.io/lineage`` annotation (on
 the workload and its pod template). Every pod runs the same ``clawpoint run --name BASE``,
 and its wrapper derives the pod's own lineage from the container's environment by the rule
-in ``core.wrapper.lineage`` (``BASE-INDEX`` when ``CLAWPOINT_POD_INDEX`` or
+in ``core.lineage`` (``BASE-INDEX`` when ``CLAWPOINT_POD_INDEX`` or
 ``JOB_COMPLETION_INDEX`` is set, else ``BASE``). ``lineage_of`` applies that same rule to the
 environment the pod's container gets, resolved from the pod object as the kubelet does
 (literal values and the downward API's ``fieldRef``), so the backend and the wrapper in the
@@ -26,7 +26,7 @@ from typing import Any
 
 from core import errors
 from core.backends.kubernetes import ids
-from core.wrapper.lineage import INDEX_ENVS, JOB_INDEX_ENV, POD_INDEX_ENV, pod_lineage
+from core.lineage import INDEX_ENVS, JOB_INDEX_ENV, POD_INDEX_ENV, pod_lineage
 
 Obj = dict[str, Any]
 

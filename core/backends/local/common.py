@@ -1,4 +1,5 @@
-"""Shared pieces of the local backend: its name, capabilities and process liveness checks."""
+"""Shared pieces of the local backend: its name and process liveness checks (its
+capabilities are its plan table's keys: ``plans.PLANS``)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,7 @@ from pathlib import Path
 import structlog
 
 from core.config import Settings
-from core.model import (
-    Action,
-    WorkloadState,
-)
+from core.model import WorkloadState
 from core.state.workloads import WorkloadRecord
 from core.wrapper import fence as fencing
 
@@ -19,23 +17,6 @@ log = structlog.get_logger("clawpoint.local")
 
 NAME = "local"
 _LIVE = (WorkloadState.RUNNING, WorkloadState.CHECKPOINTING)
-_CAPABILITIES = frozenset(
-    {
-        Action.CHECKPOINT,
-        Action.RESTORE,
-        Action.MIGRATE,
-        Action.PREEMPT,
-        Action.RESUME,
-        Action.FAILOVER,
-        Action.DRAIN_NODE,
-        Action.UNDRAIN_NODE,
-        Action.CORDON_NODE,
-        Action.KILL,
-        Action.DELETE_CHECKPOINT,
-        Action.SUSPEND_GPU,
-        Action.RESUME_GPU,
-    }
-)
 
 
 def _pid_alive(pid: int | None) -> bool:

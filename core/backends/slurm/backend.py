@@ -38,7 +38,7 @@ from pydantic import ValidationError
 from core import errors
 from core.actions import ActionParams
 from core.backends import dispatch
-from core.backends.base import BatchSpec, PlanDraft, ProgressFn, poll_until
+from core.backends.base import PlanDraft, ProgressFn, poll_until
 from core.backends.slurm import plans, sbatch, steps
 from core.backends.slurm.config import SlurmConfig
 from core.backends.slurm.ids import job_id, node_name
@@ -59,6 +59,7 @@ from core.model import (
     WorkloadInfo,
     validate_name,
 )
+from core.specs import BatchSpec
 from core.store.store import CheckpointStore
 
 log = structlog.get_logger(__name__)

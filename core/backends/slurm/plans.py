@@ -260,7 +260,7 @@ def plan_cordon(b: SlurmContext, node: NodeInfo, params: CordonParams) -> PlanDr
     if not node.schedulable:
         raise errors.Conflict(
             f"Slurm node {node.name} is {node.state}: it already takes no new jobs",
-            hint="nothing to do; 'clawpoint nodes --backend slurm' shows each node's state",
+            hint=f"nothing to do; {errors.step('list_nodes', backend='slurm')} shows each node's state",
         )
     steps = [
         _step(
@@ -285,7 +285,7 @@ def plan_undrain(b: SlurmContext, node: NodeInfo, params: NoParams) -> PlanDraft
     if node.schedulable and node.health is NodeHealth.HEALTHY:
         raise errors.Conflict(
             f"Slurm node {node.name} is {node.state}: not drained or down",
-            hint="nothing to undo; 'clawpoint nodes --backend slurm' shows each node's state",
+            hint=f"nothing to undo; {errors.step('list_nodes', backend='slurm')} shows each node's state",
         )
     return PlanDraft(
         steps=[

@@ -21,11 +21,11 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from core import errors
-from core.backends.base import BatchSpec
 from core.backends.slurm.config import SlurmConfig
 from core.backends.slurm.transport import SlurmTransport
-from core.config import EngineName
+from core.engine_names import EngineName
 from core.model import validate_name
+from core.specs import BatchSpec
 
 
 class SbatchSpec(BatchSpec):

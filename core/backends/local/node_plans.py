@@ -1,0 +1,169 @@
+"""The local backend's plans on nodes (drain, cordon, undrain) and on checkpoints (delete),
+entries of ``plans.PLANS``.
+
+Each takes a ``LocalContext`` (never the backend class) and the catalogue's parameter model
+for its action. Read-only: a plan names the steps, ``steps`` runs them. Limits: nodes are
+the virtual ones of the ``[local]`` configuration; deletion is re-checked under the store's
+lock when it runs (``planning.last_good``).
+"""
+
+from __future__ import annotations
+
+from core import errors
+from core.actions import CordonParams, DrainParams, NoParams
+from core.backends.base import PlanDraft
+from core.backends.local.common import _LIVE, NAME
+from core.backends.local.context import LocalContext
+from core.backends.local.planning import last_good, pick_target
+from core.model import PlanStep
+
+
+def plan_delete(ctx: LocalContext, checkpoint_id: str, params: NoParams) -> PlanDraft:
+    ckpt = ctx.store.get(checkpoint_id)
+    rec = ctx.registry.get(ckpt.lineage)
+    # Protected by goodness, not age: the newest checkpoint that verifies (newer corrupt
+    # ones are found, marked and skipped here), whatever lies above it. Execution asks
+    # again, under the store's lock (``check_deletable`` and the delete step).
+    protected = last_good(ctx, ckpt.id) is not None
+    return PlanDraft(
+        steps=[
+            PlanStep(
+                name="delete",
+                op="delete_checkpoint",
+                args={"checkpoint_id": ckpt.id},
+                description=f"delete checkpoint {NAME}:{ckpt.id}",
+            )
+        ],
+        summary=f"Delete checkpoint {NAME}:{ckpt.id} ({ckpt.size_bytes / 2**20:.0f} MiB)",
+        saves="nothing; the image is removed for good",
+        rollback="none: a deleted checkpoint cannot be recovered",
+        scope={
+            "backend": NAME,
+            "labels": rec.labels if rec else {},
+            "newest_of_live_workload": protected,
+        },
+    )
+
+
+def plan_drain(ctx: LocalContext, node: str, params: DrainParams) -> PlanDraft:
+    info = ctx.get_node(node)
+    save = params.save
+    steps: list[PlanStep] = []
+    running = [w for w in ctx.workloads() if w.node == node and w.state in _LIVE]
+    targets: list[str] = []
+    for w in running:
+        if save:
+            dest = pick_target(ctx, exclude={node}, requested=params.to)
+            targets.append(dest)
+            steps.append(
+                PlanStep(
+                    name=f"checkpoint-{w.name}",
+                    op="checkpoint",
+                    args={"workload": w.name, "stop": True},
+                    description=f"checkpoint {w.id} and stop it",
+                )
+            )
+            steps.append(
+                PlanStep(
+                    name=f"start-{w.name}",
+                    op="start",
+                    args={
+                        "workload": w.name,
+                        "node": dest,
+                        "restore_from": f"$checkpoint-{w.name}.checkpoint_id",
+                    },
+                    description=f"restore {w.id} on {dest}",
+                )
+            )
+        else:
+            steps.append(
+                PlanStep(
+                    name=f"terminate-{w.name}",
+                    op="terminate",
+                    args={"workload": w.name},
+                    description=f"terminate {w.id} without saving",
+                )
+            )
+    steps.append(
+        PlanStep(
+            name="cordon",
+            op="set_node",
+            args={
+                "node": node,
+                "schedulable": False,
+                "reason": params.reason or "drained by clawpoint",
+            },
+            description=f"mark {info.id} unschedulable",
+        )
+    )
+    onto = f" onto {params.to}" if targets and params.to else ""
+    return PlanDraft(
+        steps=steps,
+        summary=f"Drain {info.id}: "
+        + (
+            f"move {len(running)} workload(s) off it{onto}"
+            if save
+            else f"kill {len(running)} workload(s) on it"
+        )
+        + ", then cordon it",
+        saves="the full state of every workload on it" if save else "nothing: running work is lost",
+        rollback=f"return it to service: clawpoint nodes undrain {info.id}",
+        scope={
+            "backend": NAME,
+            "node": node,
+            "node_labels": info.labels,
+            "workloads": [w.id for w in running],
+            "targets": targets,
+        },
+    )
+
+
+def plan_cordon(ctx: LocalContext, node: str, params: CordonParams) -> PlanDraft:
+    info = ctx.get_node(node)
+    if not info.schedulable:
+        raise errors.Conflict(
+            f"{info.id} is already {info.state}: it takes no new workloads",
+            hint=f"nothing to do; {errors.step('list_nodes')} shows each node's state",
+        )
+    return PlanDraft(
+        steps=[
+            PlanStep(
+                name="cordon",
+                op="set_node",
+                args={
+                    "node": node,
+                    "schedulable": False,
+                    "reason": params.reason or "cordoned by clawpoint",
+                },
+                description=f"mark {info.id} unschedulable; its workloads keep running",
+            )
+        ],
+        summary=f"Cordon {info.id}: nothing new lands there; "
+        f"{len(info.workloads)} workload(s) keep running",
+        saves="nothing to save: no workload moves",
+        rollback=f"return it to service: clawpoint nodes undrain {info.id}",
+        scope={"backend": NAME, "node": node, "node_labels": info.labels},
+    )
+
+
+def plan_undrain(ctx: LocalContext, node: str, params: NoParams) -> PlanDraft:
+    info = ctx.get_node(node)
+    if info.schedulable:
+        raise errors.Conflict(
+            f"{info.id} is not drained: it already takes workloads",
+            hint=f"nothing to undo; {errors.step('list_nodes')} shows each node's state",
+        )
+    return PlanDraft(
+        steps=[
+            PlanStep(
+                name="uncordon",
+                op="set_node",
+                args={"node": node, "schedulable": True, "reason": ""},
+                description=f"mark {info.id} schedulable again",
+            )
+        ],
+        summary=f"Undrain {info.id}: return it to service (new workloads may land there)",
+        saves="nothing to save: no workload moves",
+        rollback=f"drain it again: clawpoint drain {info.id}",
+        scope={"backend": NAME, "node": node, "node_labels": info.labels},
+    )

@@ -1,0 +1,364 @@
+"""The local backend's workload plans and ``PLANS``, the dispatch table it plans and declares
+its capabilities from (``core.backends.dispatch``).
+
+One function per catalogue action, each ``plan(ctx, target, params)`` with ``params`` already
+the catalogue's model for it (parsed before the function runs) and ``ctx`` a
+``LocalContext``, never the backend class. Node plans and checkpoint deletion are in
+``node_plans``; the shared pieces (target choice, scope, pause estimate, refusals) in
+``planning``. Read-only: a plan never changes a workload. Limits: a local workload is one
+process tree, so it is moved, never scaled.
+"""
+
+from __future__ import annotations
+
+from core import errors
+from core.actions import CordonParams, DrainParams, MoveParams, NoParams, StartParams
+from core.backends.base import PlanDraft
+from core.backends.dispatch import PlanEntry
+from core.backends.local import node_plans
+from core.backends.local.common import _LIVE, NAME
+from core.backends.local.context import LocalContext
+from core.backends.local.planning import (
+    cost_effect,
+    estimate_pause,
+    move_scope,
+    move_steps,
+    pick_target,
+    price_note,
+    refuse_unsupported,
+    require_restorable,
+    require_state,
+    scope,
+    size_hint,
+    start_step,
+    with_files,
+    work_lost_note,
+    workload_record,
+)
+from core.model import Action, PlanStep, WorkloadState
+from core.state.workloads import WorkloadRecord
+
+
+def plan_checkpoint(ctx: LocalContext, target: str, params: NoParams) -> PlanDraft:
+    """Checkpoint a running workload; it keeps running."""
+    action = Action.CHECKPOINT
+    rec = workload_record(ctx, target)
+    ref = f"{NAME}:{target}"
+    size = size_hint(ctx, target)
+    require_state(rec, {WorkloadState.RUNNING}, action)
+    refuse_unsupported(rec, action)
+    return PlanDraft(
+        steps=[
+            PlanStep(
+                name="checkpoint",
+                op="checkpoint",
+                args={"workload": target, "stop": False},
+                description=f"checkpoint {ref}, leave it running",
+            )
+        ],
+        summary=f"Checkpoint {ref} on {rec.node} (it keeps running)",
+        expected_pause_s=estimate_pause(ctx, target),
+        saves=f"the full process state of {ref}{size}",
+        rollback="nothing to undo: a checkpoint only adds an image",
+        scope=scope(ctx, rec),
+    )
+
+
+def plan_migrate(ctx: LocalContext, target: str, params: MoveParams) -> PlanDraft:
+    """Move a running workload to another node (a handoff to a standby where it can)."""
+    action = Action.MIGRATE
+    rec = workload_record(ctx, target)
+    ref = f"{NAME}:{target}"
+    size = size_hint(ctx, target)
+    require_state(rec, {WorkloadState.RUNNING}, action)
+    refuse_unsupported(rec, action)
+    to = params.to
+    dest = pick_target(ctx, exclude={rec.node or ""}, requested=to)
+    return PlanDraft(
+        steps=[
+            *(stops := move_steps(ctx, rec, dest)),
+            PlanStep(
+                name="start",
+                op="start",
+                args={
+                    "workload": target,
+                    "node": dest,
+                    "restore_from": "$checkpoint.checkpoint_id",
+                    **(
+                        {"standby_pid": "$standby.pid", "standby": "$standby.socket"}
+                        if len(stops) > 1
+                        else {}
+                    ),
+                },
+                description=f"restore it on {dest} from that checkpoint",
+            ),
+        ],
+        on_failure=[
+            PlanStep(
+                name="restart-source",
+                op="start",
+                args={"workload": target, "node": rec.node, "restore_from": None},
+                description=f"restart it on {rec.node} from its newest good checkpoint",
+            )
+        ],
+        summary=f"Move {ref} from {rec.node} to {dest} without losing progress",
+        expected_pause_s=estimate_pause(ctx, target, move=stops),
+        saves=f"the full process state of {ref}{size}",
+        rollback=f"migrate it back: clawpoint migrate {ref} --to {rec.node}",
+        cost_effect=cost_effect(ctx, rec.node, dest),
+        scope=move_scope(ctx, rec, dest),
+    )
+
+
+def plan_preempt(ctx: LocalContext, target: str, params: NoParams) -> PlanDraft:
+    """Checkpoint a running workload and stop it, freeing its node."""
+    action = Action.PREEMPT
+    rec = workload_record(ctx, target)
+    ref = f"{NAME}:{target}"
+    size = size_hint(ctx, target)
+    require_state(rec, {WorkloadState.RUNNING}, action)
+    refuse_unsupported(rec, action)
+    return PlanDraft(
+        steps=[
+            PlanStep(
+                name="checkpoint",
+                op="checkpoint",
+                args={"workload": target, "stop": True},
+                description=f"checkpoint {ref} and stop it, freeing {rec.node}",
+            )
+        ],
+        summary=f"Preempt {ref}: save its state and stop it, freeing node {rec.node}",
+        expected_pause_s=None,
+        saves=f"the full process state of {ref}{size}",
+        rollback=f"resume it: clawpoint resume {ref}",
+        cost_effect=f"frees {rec.node}" + price_note(ctx, rec.node),
+        scope=scope(ctx, rec),
+    )
+
+
+def plan_resume(ctx: LocalContext, target: str, params: StartParams) -> PlanDraft:
+    """Start a stopped workload again from its newest good checkpoint (or from scratch)."""
+    action = Action.RESUME
+    rec = workload_record(ctx, target)
+    ref = f"{NAME}:{target}"
+    require_state(rec, {WorkloadState.STOPPED}, action)
+    start = params
+    wanted: str | None = start.to or rec.node
+    dest = pick_target(ctx, exclude=set(), requested=wanted)
+    if start.fresh:
+        return _plan_fresh(ctx, rec, dest, fence=False)
+    require_restorable(ctx, target)
+    return PlanDraft(
+        steps=[
+            start_step(
+                target,
+                dest,
+                None,
+                f"restore {ref} on {dest} from its newest good checkpoint",
+            )
+        ],
+        summary=f"Resume {ref} on {dest} from its newest good checkpoint",
+        saves="nothing new; restores the saved state",
+        rollback=f"preempt it again: clawpoint preempt {ref}",
+        scope=move_scope(ctx, rec, dest),
+    )
+
+
+def plan_failover(ctx: LocalContext, target: str, params: StartParams) -> PlanDraft:
+    """Fence a failed workload and restore it elsewhere from its newest good checkpoint."""
+    action = Action.FAILOVER
+    rec = workload_record(ctx, target)
+    ref = f"{NAME}:{target}"
+    if rec.state in _LIVE:
+        raise errors.Conflict(
+            f"{ref} is running on {rec.node}; failover is for a workload that died",
+            hint=f"to move a live workload use {errors.step('migrate_workload', workload=ref)}",
+        )
+    require_state(rec, {WorkloadState.FAILED}, action)
+    exclude = {rec.node} if rec.node else set()
+    start = params
+    if start.fresh:
+        dest = pick_target(ctx, exclude=exclude, requested=start.to)
+        return _plan_fresh(ctx, rec, dest, fence=True)
+    good = ctx.store.newest_good(target)
+    if good is None:
+        require_restorable(ctx, target)  # names the corrupt ones, if any
+        raise errors.CorruptCheckpoint(
+            f"no checkpoint of {ref} verifies: nothing to fail over from",
+            hint="a person can start it from scratch: "
+            + errors.step("failover_workload", workload=ref, fresh=True),
+        )
+    dest = pick_target(ctx, exclude=exclude, requested=start.to)
+    lost = work_lost_note(ctx, good)
+    return PlanDraft(
+        steps=[
+            PlanStep(
+                name="fence",
+                op="fence",
+                args={"workload": target},
+                description="make sure no copy of the workload is still running",
+            ),
+            start_step(target, dest, None, f"restore it on {dest} from its newest good checkpoint"),
+        ],
+        summary=f"Fail over {ref} from {rec.node} to {dest}, restoring checkpoint {NAME}:{good.id}",
+        saves=with_files(ctx, f"resumes from {NAME}:{good.id}; {lost}", good),
+        rollback=f"migrate it back: clawpoint migrate {ref} --to {rec.node}",
+        cost_effect=cost_effect(ctx, rec.node, dest),
+        scope=move_scope(ctx, rec, dest),
+    )
+
+
+def plan_kill(ctx: LocalContext, target: str, params: NoParams) -> PlanDraft:
+    """Terminate a running workload without saving."""
+    action = Action.KILL
+    rec = workload_record(ctx, target)
+    ref = f"{NAME}:{target}"
+    require_state(rec, {WorkloadState.RUNNING}, action)
+    return PlanDraft(
+        steps=[
+            PlanStep(
+                name="terminate",
+                op="terminate",
+                args={"workload": target},
+                description=f"terminate {ref} without saving",
+            )
+        ],
+        summary=f"Kill {ref} without saving: work since its last checkpoint is lost",
+        saves="nothing",
+        rollback=f"resume from its newest checkpoint: clawpoint failover {ref}",
+        scope=scope(ctx, rec),
+    )
+
+
+def _plan_gpu(ctx: LocalContext, target: str, action: Action) -> PlanDraft:
+    """Suspend or resume the GPU state of a running workload in place."""
+    rec = workload_record(ctx, target)
+    ref = f"{NAME}:{target}"
+    require_state(rec, {WorkloadState.RUNNING}, action)
+    suspend = action is Action.SUSPEND_GPU
+    return PlanDraft(
+        steps=[
+            PlanStep(
+                name=action.value,
+                op=action.value,
+                args={"workload": target},
+                description=(
+                    f"move {ref}'s GPU memory to host memory and free its GPU"
+                    if suspend
+                    else f"put {ref}'s GPU memory back and let its GPU calls go on"
+                ),
+            )
+        ],
+        summary=(
+            f"Suspend the GPU state of {ref} in place: it stays alive, its GPU is freed"
+            if suspend
+            else f"Resume the GPU state of {ref} on its GPU"
+        ),
+        saves="the workload's GPU state is kept in its host memory; nothing is lost",
+        rollback=(f"clawpoint resume-gpu {ref}" if suspend else f"clawpoint suspend-gpu {ref}"),
+        scope=scope(ctx, rec),
+    )
+
+
+def _plan_fresh(ctx: LocalContext, rec: WorkloadRecord, dest: str, *, fence: bool) -> PlanDraft:
+    """Start ``rec`` from scratch on ``dest``: an explicit request by a person (``--fresh``)."""
+    ref = f"{NAME}:{rec.name}"
+    n = len(ctx.store.published_ids(rec.name))
+    steps = [
+        PlanStep(
+            name="fence",
+            op="fence",
+            args={"workload": rec.name},
+            description="make sure no copy of the workload is still running",
+        )
+    ] if fence else []  # fmt: skip
+    steps.append(
+        start_step(
+            rec.name,
+            dest,
+            None,
+            f"start {ref} on {dest} FROM SCRATCH: restore no checkpoint",
+            fresh=True,
+        )
+    )
+    return PlanDraft(
+        steps=steps,
+        summary=f"Start {ref} on {dest} from scratch (--fresh): none of its {n} checkpoint(s) "
+        "is restored and all its progress is lost",
+        saves="nothing: the workload starts over (its checkpoints are kept)",
+        rollback=f"its checkpoints stay in the store: clawpoint checkpoints {ref}",
+        scope=move_scope(ctx, rec, dest),
+    )
+
+
+def plan_restore(ctx: LocalContext, checkpoint_id: str, params: MoveParams) -> PlanDraft:
+    ckpt = ctx.store.get(checkpoint_id)
+    ctx.store.verify(checkpoint_id, digests=False)  # known corrupt or truncated: refuse now
+    rec = ctx.registry.get(ckpt.lineage)
+    if rec is not None:
+        rec = ctx.refresh(rec)
+        if rec.state in _LIVE:
+            raise errors.Conflict(
+                f"{NAME}:{ckpt.lineage} is running; restoring it would run two copies",
+                hint=f"preempt it first ({errors.step('preempt_workload', workload=f'{NAME}:{ckpt.lineage}')})"
+                " or migrate it",
+            )
+    if rec is None:
+        raise errors.NotFound(
+            f"checkpoint {checkpoint_id} belongs to no known workload",
+            hint="start it with 'clawpoint run --name NAME -- CMD' to restore it",
+        )
+    dest = pick_target(ctx, exclude=set(), requested=params.to or rec.node)
+    return PlanDraft(
+        steps=[
+            PlanStep(
+                name="fence",
+                op="fence",
+                args={"workload": ckpt.lineage},
+                description="make sure no copy of the workload is still running",
+            ),
+            PlanStep(
+                name="start",
+                op="start",
+                args={"workload": ckpt.lineage, "node": dest, "restore_from": ckpt.id},
+                description=f"restore {NAME}:{ckpt.id} on {dest}",
+            ),
+        ],
+        summary=f"Restore {NAME}:{ckpt.lineage} on {dest} from checkpoint {NAME}:{ckpt.id}",
+        saves=with_files(
+            ctx, f"restores the state saved at {ckpt.created_at:%Y-%m-%d %H:%M:%S} UTC", ckpt
+        ),
+        rollback=f"preempt it: clawpoint preempt {NAME}:{ckpt.lineage}",
+        scope=move_scope(ctx, rec, dest),
+    )
+
+
+def plan_suspend_gpu(ctx: LocalContext, target: str, params: NoParams) -> PlanDraft:
+    """Move a running workload's GPU memory to host memory; it stays alive."""
+    return _plan_gpu(ctx, target, Action.SUSPEND_GPU)
+
+
+def plan_resume_gpu(ctx: LocalContext, target: str, params: NoParams) -> PlanDraft:
+    """Put a suspended workload's GPU memory back."""
+    return _plan_gpu(ctx, target, Action.RESUME_GPU)
+
+
+PLANS: dict[Action, PlanEntry[LocalContext]] = {
+    Action.CHECKPOINT: PlanEntry(plan_checkpoint, NoParams),
+    Action.RESTORE: PlanEntry(plan_restore, MoveParams),
+    Action.MIGRATE: PlanEntry(plan_migrate, MoveParams),
+    Action.PREEMPT: PlanEntry(plan_preempt, NoParams),
+    Action.RESUME: PlanEntry(plan_resume, StartParams),
+    Action.FAILOVER: PlanEntry(plan_failover, StartParams),
+    Action.DRAIN_NODE: PlanEntry(node_plans.plan_drain, DrainParams),
+    Action.UNDRAIN_NODE: PlanEntry(node_plans.plan_undrain, NoParams),
+    Action.CORDON_NODE: PlanEntry(node_plans.plan_cordon, CordonParams),
+    Action.KILL: PlanEntry(plan_kill, NoParams),
+    Action.DELETE_CHECKPOINT: PlanEntry(node_plans.plan_delete, NoParams),
+    Action.SUSPEND_GPU: PlanEntry(plan_suspend_gpu, NoParams),
+    Action.RESUME_GPU: PlanEntry(plan_resume_gpu, NoParams),
+}
+
+# Why an action is not in the table: every other action is refused with this reason.
+WHY_NOT = "local workloads are single processes; use migrate"
+WHY_NOT_BY_ACTION: dict[Action, str] = {a: WHY_NOT for a in Action if a not in PLANS}

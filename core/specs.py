@@ -1,0 +1,105 @@
+"""What the interfaces hand the service to start work: a ``RunSpec`` and a ``BatchSpec``.
+
+A ``RunSpec`` is what one wrapper runs (``clawpoint run``; also the wrapper's own
+command-line argument, as JSON): the CLI builds it, the service passes it to a ``Launcher``
+backend, which places it on a node and starts the wrapper with it. A ``BatchSpec`` is a
+checkpointable batch job, handed the same way to a ``BatchSubmitter`` backend. Both sit below
+the service, the backends and the wrapper, so the interfaces build them without importing
+any of those.
+
+Limits: validation is about shape (names, engine, non-empty command, safe scheduler
+options); whether the command exists is only known when it starts, and whether a scheduler
+takes a field is its backend's call.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from core.engine_names import DEFAULT_ENGINE, EngineName
+from core.model import validate_name
+from core.store.store import parse_checkpoint_id
+
+
+class RunSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    node: str | None = None
+    engine: EngineName = DEFAULT_ENGINE
+    checkpoint_every: float | None = Field(default=None, gt=0)
+    command: list[str] = Field(min_length=1)
+    cwd: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    restore_from: str | None = None
+    # auto: the newest good checkpoint of the lineage, or a fresh start for a lineage that has
+    # no checkpoint at all (``clawpoint run``, a Slurm job's every start); restore: a verified
+    # checkpoint (``restore_from`` exactly, else the newest good one) or nothing at all;
+    # fresh: from scratch, never restoring (an explicit, audited request by a person).
+    start_mode: Literal["auto", "restore", "fresh"] = "auto"
+    # Where the payload's stdout/stderr go: the wrapper's own (a foreground run, a Slurm job's
+    # output file) or logs/NAME.out, rotated by size (a detached wrapper).
+    output: Literal["inherit", "file"] = "inherit"
+    home: str
+    # A standby wrapper (``core.wrapper.handoff``): it waits up to ``standby_timeout_s`` for
+    # the order naming the checkpoint to restore, and exits without one.
+    standby: str | None = Field(default=None, pattern=r"^[0-9a-f]{4,32}$")
+    standby_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return validate_name(value, what="workload name")
+
+    @field_validator("restore_from")
+    @classmethod
+    def _restore_from(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_checkpoint_id(value)
+        return value
+
+    @model_validator(mode="after")
+    def _fresh_restores_nothing(self) -> RunSpec:
+        if self.start_mode == "fresh" and self.restore_from is not None:
+            raise ValueError("a fresh start restores no checkpoint: drop restore_from")
+        return self
+
+    @model_validator(mode="after")
+    def _standby_restores_its_order(self) -> RunSpec:
+        if self.standby is not None and (self.start_mode != "restore" or self.restore_from):
+            raise ValueError("a standby restores the checkpoint its order names: start_mode "
+                             "'restore' and no restore_from")  # fmt: skip
+        return self
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: list[str]) -> list[str]:
+        if not value[0]:
+            raise ValueError("the command's program is empty")
+        return value
+
+
+_SAFE_OPT = r"^[A-Za-z0-9_.,:=@/+\-\[\]]*$"
+
+
+class BatchSpec(BaseModel):
+    """A checkpointable batch job: the payload runs under the wrapper and restores the newest
+    good checkpoint of ``lineage`` on every start. Every field is validated before anything
+    is written or run; fields a scheduler has no use for are refused by its backend."""
+
+    lineage: str
+    command: list[str] = Field(min_length=1)
+    partition: str | None = Field(default=None, pattern=_SAFE_OPT)
+    nodelist: str | None = Field(default=None, pattern=_SAFE_OPT)
+    exclude: str | None = Field(default=None, pattern=_SAFE_OPT)
+    cpus: int = Field(default=1, ge=1)
+    mem_mb: int | None = Field(default=None, ge=1)
+    gpus: int = Field(default=0, ge=0)
+    time_limit: str | None = Field(default=None, pattern=r"^[0-9:-]+$")
+    signal_before_end_s: int | None = Field(default=None, ge=1, le=65535)
+    checkpoint_every_s: float | None = Field(default=None, gt=0)
+    output: str | None = None
+    workdir: str | None = None
+    extra_env: dict[str, str] = Field(default_factory=dict)
