@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Literal
 import structlog
 
 from core import config, errors
-from core.checkpoint import engine, files, lazy_pages, nsinit, stats
+from core.checkpoint import cwd_lock, engine, files, lazy_pages, nsinit, stats
 from core.store import digest
 from core.store.store import PendingCheckpoint
 
@@ -395,7 +395,9 @@ def dump(
         follower.start()
     t0 = time.perf_counter()
     try:
-        proc = _run_until(argv, env=env, timeout_s=timeout_s, abort=abort)
+        # CRIU's parasite uses the task's cwd for a scratch mount: one dump per directory.
+        with cwd_lock.dump_slot(pid, timeout_s=min(timeout_s, 60)):
+            proc = _run_until(argv, env=env, timeout_s=timeout_s, abort=abort)
     except _Stopped as exc:
         if follower is not None:
             follower.cancel()
