@@ -12,6 +12,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -335,17 +336,19 @@ def test_a_wrapper_still_starting_is_waited_for() -> None:
     holds its lock) counts as a wrapper of its lineage, and of each pod's BASE-INDEX."""
     from core.backends.kubernetes import incontainer
 
-    fake = subprocess.Popen(  # argv as a starting `clawpoint run --name train -- ...`
+    # /proc is the whole host's: a name no other test (another worker's `run`) uses.
+    base = f"tr{uuid.uuid4().hex[:10]}"
+    fake = subprocess.Popen(  # argv as a starting `clawpoint run --name BASE -- ...`
         [sys.executable, "-c", "import time; time.sleep(30)", "clawpoint", "run", "--name",
-         "train", "--", "x"]
+         base, "--", "x"]
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 10
-        while not incontainer.wrapper_starting("train"):
+        while not incontainer.wrapper_starting(base):
             assert time.monotonic() < deadline, "the starting wrapper was not seen"
             time.sleep(0.05)
-        assert incontainer.wrapper_starting("train-1")
-        assert not incontainer.wrapper_starting("trainer")
+        assert incontainer.wrapper_starting(f"{base}-1")
+        assert not incontainer.wrapper_starting(f"{base}er")
     finally:
         fake.kill()
         fake.wait()
