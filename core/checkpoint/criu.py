@@ -124,6 +124,9 @@ class CriuOptions:
 # unless told again (and one dumped without it holds no established connection), and
 # --file-locks only puts back locks the image records.
 RESTORE_ARGS = ("--tcp-close", "--file-locks")
+# The longest a killed restore's leftovers may keep its output pipes open (see
+# _end_half_restored): past it the output is abandoned rather than the wrapper hung.
+REAP_S = 30.0
 
 _last_good = CriuOptions()
 
@@ -515,12 +518,7 @@ def restore(
                     stopped = abort is not None and abort.is_set()
                     if stopped or time.perf_counter() - t0 > timeout_s:
                         proc.kill()
-                        # --restore-sibling makes restored tasks our children; CRIU, killed
-                        # mid-way, cannot clean them up, so the half-restored tree is ours to end.
-                        # First: they hold CRIU's output pipes, so reading those to the end
-                        # (communicate) would wait for them for ever.
-                        _kill_new_children(before | {proc.pid})
-                        proc.communicate()
+                        _end_half_restored(proc, before)
                         why = (
                             "stopped: its images failed verification"
                             if stopped
@@ -614,6 +612,32 @@ def _kill_new_children(before: set[int]) -> None:
             os.waitpid(pid, 0)
         except ChildProcessError:
             pass
+
+
+def _end_half_restored(proc: subprocess.Popen[str], before: set[int]) -> None:
+    """After CRIU (``proc``) was killed mid-restore: end the tasks it left and reap it.
+
+    ``--restore-sibling`` makes restored tasks our children (each forks the next with
+    CLONE_PARENT); CRIU, killed, cannot clean them up, so they are ours to end. They hold
+    CRIU's output pipes, so reading those to the end waits for them. A task may fork another
+    between our look at /proc and our kill (seen under load: a stopped half-restored task
+    kept the pipes open and the wrapper waited for ever), so look again until none is left,
+    and never wait on the pipes for more than ``REAP_S`` in all."""
+    deadline = time.monotonic() + REAP_S
+    while True:
+        _kill_new_children(before | {proc.pid})
+        try:
+            proc.communicate(timeout=0.5)
+            return
+        except subprocess.TimeoutExpired:
+            if time.monotonic() < deadline:
+                continue
+        log.warning("criu.restore_output_abandoned", pid=proc.pid, waited_s=REAP_S)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        proc.wait()
+        return
 
 
 def resume(pid: int) -> None:

@@ -3,6 +3,7 @@ CRIU's parasite makes ``proc.crtools`` in the task's cwd, and two at once collid
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -61,3 +62,40 @@ def test_a_busy_directory_is_given_up_after_the_timeout(
 def test_a_gone_task_is_not_waited_for() -> None:
     with cwd_lock.dump_slot(2**22 + 12345, timeout_s=30) as waited:
         assert waited == 0.0
+
+
+def test_a_directory_a_killed_dump_left_is_removed(tmp_path: Path) -> None:
+    """A dump killed mid-way leaves ``proc.crtools`` in the task's cwd; later dumps would all
+    fail on it (EEXIST). Only an empty one (CRIU's) is removed; anything else stays."""
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.Popen(["sleep", "60"], cwd=work)
+    try:
+        (work / cwd_lock.PARASITE_DIR).mkdir()
+        with cwd_lock.dump_slot(proc.pid, timeout_s=5):
+            assert not (work / cwd_lock.PARASITE_DIR).exists()
+        # Not CRIU's: a user's directory with content, or a file, is never touched.
+        (work / cwd_lock.PARASITE_DIR).mkdir()
+        (work / cwd_lock.PARASITE_DIR / "mine").write_text("keep")
+        with cwd_lock.dump_slot(proc.pid, timeout_s=5):
+            assert (work / cwd_lock.PARASITE_DIR / "mine").read_text() == "keep"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a proc needs root")
+def test_a_proc_left_mounted_by_a_killed_parasite_is_detached_and_removed(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    left = work / cwd_lock.PARASITE_DIR
+    left.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "proc", "proc", str(left)], check=True)
+    proc = subprocess.Popen(["sleep", "60"], cwd=work)
+    try:
+        with cwd_lock.dump_slot(proc.pid, timeout_s=5):
+            assert not left.exists()
+    finally:
+        proc.kill()
+        proc.wait()
+        if left.exists():
+            subprocess.run(["umount", "-l", str(left)], check=False)

@@ -142,3 +142,19 @@ def _payloads_of(home: Path, name: str) -> set[int | None]:
         if wanted <= env and state != "Z":
             found.add(int(entry.name))
     return found
+
+
+def test_a_parasite_directory_left_by_a_killed_dump_does_not_block_checkpoints(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """CRIU's parasite makes ``proc.crtools`` in the task's cwd and removes it at the end; a
+    dump killed in between leaves it, and every later dump failed with EEXIST."""
+    h = harness
+    work = tmp_path / "work"
+    work.mkdir()
+    h.launch("stale", counter_cmd(4), cwd=str(work))
+    h.wait_step("stale", 2)
+    (work / "proc.crtools").mkdir()  # as a killed dump leaves it
+    done = h.client("stale").checkpoint(stop=False)
+    assert done.id == "stale@1"
+    assert not (work / "proc.crtools").exists()
