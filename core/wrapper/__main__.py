@@ -1,13 +1,17 @@
 """Entrypoint of a detached wrapper: ``python -m core.wrapper '<RunSpec JSON>'``.
 
 Started by ``core.wrapper.launch.launch_detached`` with stdout/stderr on the workload's log
-file. Logs go to stderr. Exit code: the payload's, or the error's exit code; an error also
+file. Logs go to stderr. ``kill -QUIT`` on the wrapper writes every thread's stack to that
+log and changes nothing else (as a JVM's thread dump does): how a wrapper that seems stuck
+is diagnosed, and what ``launch_detached`` does before it gives up waiting for one. Exit code: the payload's, or the error's exit code; an error also
 ends the log with one ``ERROR_LINE`` + JSON line that ``launch_detached`` raises again.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -23,6 +27,7 @@ from core.wrapper.supervisor import run
 
 def main(argv: list[str]) -> int:
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    faulthandler.register(signal.SIGQUIT, all_threads=True, chain=False)
     if len(argv) != 1:
         print("usage: python -m core.wrapper '<RunSpec JSON>'", file=sys.stderr)
         return 2

@@ -12,10 +12,13 @@ Limits: waits by polling the registry (every 50 ms); this host only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from core import errors
@@ -35,6 +38,17 @@ ERROR_LINE = "clawpoint-wrapper-error: "
 
 def log_path(settings: Settings, name: str) -> Path:
     return settings.log_dir / f"{name}.log"
+
+
+def _catches(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` has a handler for ``sig`` (``SigCgt`` of /proc/PID/status)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except (OSError, ValueError):
+        pass
+    return False
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -150,9 +164,15 @@ def launch_detached(settings: Settings, spec: RunSpec, *, wait_s: float = 60) ->
     started = poll_until(running, timeout_s=wait_s, every_s=0.05)
     if started is not None:
         return started
+    # Where it is stuck, for whoever reads the error: its threads' stacks, into its log. Only
+    # once it catches SIGQUIT (an interpreter still starting would be killed by it).
+    if _catches(proc.pid, signal.SIGQUIT):
+        with contextlib.suppress(OSError):
+            os.kill(proc.pid, signal.SIGQUIT)
+            time.sleep(0.5)
     raise errors.OperationFailed(
         f"the wrapper of {spec.name} (pid {proc.pid}) did not report RUNNING within "
-        f"{wait_s:g}s:\n{_tail(logfile)}",
+        f"{wait_s:g}s (its threads' stacks are at the end of its log):\n{_tail(logfile, 60)}",
         hint=f"it may still be restoring a large checkpoint; check {logfile} and the workload list",
         details={"wrapper_pid": proc.pid, "log": str(logfile)},
     )
