@@ -24,4 +24,19 @@ trap cleanup EXIT
 # `scripts/run-tests.sh -n 0` runs serially and `scripts/run-tests.sh tests/cli -k name` one test.
 cpus=$(nproc 2>/dev/null || echo 2)
 workers=${PYTEST_WORKERS:-$(( cpus * 2 < 2 ? 2 : (cpus * 2 > 8 ? 8 : cpus * 2) ))}
+# TYPECHECK=1 (what `make test` sets): mypy runs beside the suite and fails the run as well.
+mypy_pid=""
+if [[ ${TYPECHECK:-0} == 1 ]]; then
+  mypy_out=$(mktemp)
+  .venv/bin/mypy >"$mypy_out" 2>&1 &
+  mypy_pid=$!
+fi
 .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadgroup --durations=20 -rs "$@"
+rc=$?
+if [[ -n $mypy_pid ]]; then
+  wait "$mypy_pid"; mypy_rc=$?
+  echo "--- mypy (run beside the tests) ---"
+  cat "$mypy_out"; rm -f "$mypy_out"
+  (( rc == 0 && mypy_rc != 0 )) && rc=$mypy_rc
+fi
+exit $rc
