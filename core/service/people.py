@@ -12,7 +12,8 @@ from core.guardrails.approvals import ApprovalStatus, ApprovalView
 from core.guardrails.grants import Grant
 from core.guardrails.guard import Guard
 from core.guardrails.prompts import approval_text
-from core.model import Action, Principal
+from core.guardrails.request_facts import RequestFacts, Situation, request_facts
+from core.model import Action, Plan, Principal
 
 
 class PeopleDesk:
@@ -35,15 +36,28 @@ class PeopleDesk:
     def get_approval(self, approval_id: str) -> ApprovalView:
         return self.guard.approvals.get(approval_id)
 
+    def situation(self, plan: Plan) -> Situation:
+        """What the world says about a plan's workload now (deadline, checkpoint, nodes)."""
+        from core.service.situation import situation_of  # reads the backends
+
+        return situation_of(self, plan)  # type: ignore[arg-type]
+
+    def request_facts(self, approval_id: str) -> RequestFacts:
+        """What a request says, with the situation now: the one source every people path
+        renders (the page, the webhook message, ``approvals show``)."""
+        view = self.guard.approvals.get(approval_id)
+        return request_facts(view, self.situation(view.plan))
+
     def approval_text(self, approval_id: str, *, principal: Principal) -> str:
         """The human-readable request, for people paths only: a pending one with its one-time
         code; a decided, used, expired or locked one (a person reviewing it afterwards) with
         its state and who decided, never with a code."""
         view = self.guard.approvals.get(approval_id)
+        text = approval_text(view.plan, view, [], self.situation(view.plan))
         if view.status is not ApprovalStatus.PENDING:
-            return approval_text(view.plan, view, []).as_text() + "\n" + _state_line(view)
+            return text.as_text() + "\n" + _state_line(view)
         code = self.guard.approvals.reveal_code(approval_id, principal=principal)
-        return approval_text(view.plan, view, []).as_text(code=code)
+        return text.as_text(code=code)
 
     def approve(
         self, approval_id: str, *, principal: Principal, via: str, any_session: bool = False

@@ -110,7 +110,7 @@ def test_approve_needs_the_sessions_csrf_token(
     assert page.status_code == 200
     code = approvals.reveal_code(view.id, principal=Principal(id="p", kind=PrincipalKind.PERSON))
     assert f"{code[:4]}-{code[4:]}" in page.text
-    for text in ("node-a is being reclaimed", "about 40 seconds", "Restore it on node-b"):
+    for text in ("node-a is being reclaimed", "about 40 s", "Restore it on node-b"):
         assert text in page.text
     token = csrf_of(page.text)
 

@@ -121,7 +121,7 @@ def test_webhook_payload_and_paths(db: Database, receiver: Receiver) -> None:
     assert body["clawpoint"]["plan_hash"] == plan.hash
     assert "node-a is being reclaimed" in body["text"]
     assert f"{code[:4]}-{code[4:]}" in body["text"]
-    assert "about 40 seconds" in body["text"] and "$2.14" in body["text"]
+    assert "about 40 s" in body["text"] and "$2.14" in body["text"]
     assert body["blocks"][0]["type"] == "header"
     # What the agent gets back never contains the code.
     agent_side = view.model_dump_json() + json.dumps([p.model_dump() for p in paths])
