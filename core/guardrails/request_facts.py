@@ -61,6 +61,7 @@ class Situation(BaseModel):
     now: datetime = Field(default_factory=utcnow)
     notices: list[Notice] = Field(default_factory=list)
     workload: str | None = None  # BACKEND:NAME
+    state: str | None = None  # its state now (running, stopped, failed...)
     node: str | None = None  # the node it runs on (BACKEND:NAME)
     last_good_checkpoint: str | None = None
     last_good_at: datetime | None = None

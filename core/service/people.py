@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from core import errors
 from core.guardrails.approvals import ApprovalStatus, ApprovalView
+from core.guardrails.desk import PAGE_SIZE, DeskPage, Outcome, desk_page
 from core.guardrails.grants import Grant
 from core.guardrails.guard import Guard
 from core.guardrails.prompts import approval_text
@@ -47,6 +48,20 @@ class PeopleDesk:
         renders (the page, the webhook message, ``approvals show``)."""
         view = self.guard.approvals.get(approval_id)
         return request_facts(view, self.situation(view.plan))
+
+    def desk_page(self, *, page: int = 1, size: int = PAGE_SIZE) -> DeskPage:
+        """A page of the people's desk: pending requests, urgent workloads first."""
+        from core.service.situation import deadlines, live_notices
+
+        live = live_notices(self)  # type: ignore[arg-type]
+        return desk_page(self.guard.approvals, live=live, page=page, size=size,
+                         deadlines=deadlines(self, live))  # type: ignore[arg-type]  # fmt: skip
+
+    def request_outcome(self, approval_id: str) -> Outcome:
+        """After a decision: the plan's execution (steps, result) and the workload now."""
+        from core.service.situation import outcome_of
+
+        return outcome_of(self, self.guard.approvals.get(approval_id))  # type: ignore[arg-type]
 
     def approval_text(self, approval_id: str, *, principal: Principal) -> str:
         """The human-readable request, for people paths only: a pending one with its one-time
