@@ -126,11 +126,9 @@ def outcome(view: ApprovalView, result: Outcome) -> tuple[str, bool]:
         took = f" in {human_duration((ex.finished_at - ex.started_at).total_seconds())}"
     elif running:
         took = f", running for {human_duration((utcnow() - ex.started_at).total_seconds())}"
-    good = ex.status is ExecutionStatus.SUCCEEDED
-    verdict = (
-        f'<p>Execution {e(ex.id)}: <b class="{"ok" if good else "bad" if not running else ""}">'
-        f"{e(ex.status.value)}</b>{e(took)}</p>"
-    )
+    mark = "" if running else (' class="ok"' if ex.status is ExecutionStatus.SUCCEEDED
+                               else ' class="bad"')  # fmt: skip
+    verdict = f"<p>Execution {e(ex.id)}: <b{mark}>{e(ex.status.value)}</b>{e(took)}</p>"
     if ex.error:
         verdict += f'<p class="bad">{e(ex.error)}</p>'
     now = f"<p>Now: {e(result.workload_now)}</p>" if result.workload_now and not running else ""

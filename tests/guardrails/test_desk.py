@@ -16,10 +16,10 @@ from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from core.guardrails.approval_queue import insert_pending
-from core.guardrails.approvals import ApprovalStore
-from core.guardrails.desk import PAGE_SIZE, desk_page
+from core.guardrails.approvals import ApprovalStore, ApprovalView
+from core.guardrails.desk import PAGE_SIZE, Outcome, desk_page
 from core.guardrails.evidence import NOTICE_GRACE_S, Evidence
-from core.model import utcnow
+from core.model import Action, Execution, ExecutionStatus, StepRecord, utcnow
 from mcp_server.approval_page import approval_routes
 from tests.guardrails.conftest import AGENT, make_plan
 from tests.guardrails.test_approval_page import APPROVER_TOKEN, StoreDesk, login
@@ -81,3 +81,50 @@ def test_twenty_thousand_pending_first_page_is_small_and_paged(approvals: Approv
     assert 'rel="next"' not in last.text
     for bad in ("0", "-1", "x", "<script>", "99999999"):
         assert client.get("/approvals", params={"page": bad}).status_code == 400, bad
+
+
+class RunDesk(StoreDesk):
+    """The store's desk with an execution the test sets (what the journal would say)."""
+
+    result = Outcome()
+
+    def outcome(self, view: ApprovalView) -> Outcome:
+        return self.result
+
+
+def test_after_approval_the_page_follows_the_execution(approvals: ApprovalStore) -> None:
+    view = approvals.create(make_plan(), AGENT, "spot notice on node-a")
+    desk = RunDesk(approvals)
+    routes = approval_routes(desk, approver_token_ok=lambda t: t == APPROVER_TOKEN)
+    client = TestClient(Starlette(routes=routes))
+    login(client)
+    page = client.get(f"/approvals/{view.id}")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert csrf is not None and 'http-equiv="refresh"' not in page.text  # nothing urgent
+    done = client.post(f"/approvals/{view.id}/approve", data={"csrf": csrf.group(1)})
+    assert "is now <b>approved</b>" in done.text and "waiting for the agent" in done.text
+    # The answer to the POST reloads the request's own page, not the form's address.
+    assert f'content="2;url=/approvals/{view.id}"' in done.text
+    started = utcnow()
+    desk.result = Outcome(execution=Execution(
+        id="exe-1", plan_hash=view.plan_hash, action=Action.MIGRATE, target="local:train-1",
+        status=ExecutionStatus.RUNNING, principal="agent-1", started_at=started,
+        steps=[StepRecord(name="checkpoint", status="done", started_at=started,
+                          finished_at=started + timedelta(seconds=0.4)),
+               StepRecord(name="start", status="started", started_at=started)],
+    ))  # fmt: skip
+    running = client.get(f"/approvals/{view.id}").text
+    assert "<b>running</b>" in running and "checkpoint: <b>done</b> (0.4 s)" in running
+    assert 'http-equiv="refresh" content="2;' in running
+    finished = desk.result.execution
+    assert finished is not None
+    desk.result = Outcome(
+        execution=finished.model_copy(update={
+            "status": ExecutionStatus.SUCCEEDED, "finished_at": started + timedelta(seconds=3),
+            "steps": [s.model_copy(update={"status": "done"}) for s in finished.steps]}),
+        workload_now="local:train-1 is running on node-b; newest good checkpoint "
+        "local:train-1/4, taken 2 s ago",
+    )  # fmt: skip
+    settled = client.get(f"/approvals/{view.id}").text
+    assert '<b class="ok">succeeded</b> in 3 s' in settled
+    assert "running on node-b" in settled and 'http-equiv="refresh"' not in settled

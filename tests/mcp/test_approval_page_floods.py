@@ -20,9 +20,10 @@ import httpx2
 
 from core.config import load_settings
 from core.guardrails.approvals import ApprovalsConfig
+from core.guardrails.desk import PAGE_SIZE
 from core.model import Principal, PrincipalKind
 from core.service.facade import bootstrap
-from mcp_server.approval_page import LOGIN_FAILURES, LOGIN_GLOBAL_FAILURES, PAGE_SIZE
+from mcp_server.approval_page import LOGIN_FAILURES, LOGIN_GLOBAL_FAILURES
 from tests.guardrails.conftest import make_plan
 
 # That module's ``page`` fixture (a server per test), used here by its name.
