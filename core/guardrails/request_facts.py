@@ -177,14 +177,15 @@ def _if_nothing(plan: Plan, situation: Situation, deadline_at: datetime | None) 
     now = situation.now
     notice = next((n for n in situation.notices if n.deadline == deadline_at), None)
     if situation.last_good_at is not None:
-        age = human_duration((now - situation.last_good_at).total_seconds())
+        age_s = (now - situation.last_good_at).total_seconds()
+        age = human_duration(age_s)
         lost = (
             f"failover restores its last good checkpoint {situation.last_good_checkpoint} "
-            f"(taken {age} ago), losing the work since then ({age}"
+            f"(taken {age} ago), losing the work since then: {age} of work now"
         )
         if deadline_at is not None and deadline_at > now:
-            lost += f", {human_duration((deadline_at - now).total_seconds())} more by then"
-        lost += ")"
+            by_then = age_s + (deadline_at - now).total_seconds()
+            lost += f", {human_duration(by_then)} by the deadline"
     elif situation.started_at is not None:
         ran = human_duration((now - situation.started_at).total_seconds())
         lost = f"it has no good checkpoint: all its work ({ran} since it started) is lost"

@@ -83,6 +83,7 @@ def test_the_spot_notice_request_tells_the_truth(approvals: ApprovalStore) -> No
     # Doing nothing: the node dies, failover loses the work since the last good checkpoint.
     assert "node-a goes away and local:train-1 dies with it" in facts.if_nothing
     assert "local:train-1/3 (taken 12 min ago)" in facts.if_nothing
+    assert "12 min of work now, 14 min by the deadline" in facts.if_nothing
 
 
 def test_without_a_notice_the_plan_words_stand(approvals: ApprovalStore) -> None:
