@@ -434,7 +434,8 @@ async def _request_page(
     code, refresh = "", None
     if view.status is ApprovalStatus.PENDING:
         code = await run_in_threadpool(desk.reveal_code, view.id)
-        refresh = desk_html.LIST_REFRESH_S if facts.urgent else None  # the countdown moves
+        # Never reloaded while pending: a person may be typing a reason to deny; the
+        # deadline also gives its clock time, so a countdown read a minute ago still helps.
         body = _detail(prefix, view, facts, code, session)
     else:
         result = await run_in_threadpool(desk.outcome, view)

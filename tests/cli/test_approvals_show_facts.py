@@ -23,6 +23,7 @@ def test_approvals_show_says_the_deadline_the_cost_and_a_possible_undo(cli: Cli)
     cli.extra_env["PYTHONPATH"] = str(ROOT)
     ref = cli.start_counter("spot", node="node-a")
     service = bootstrap(load_settings(cli.home))
+    assert service.guard.situation is not None  # the webhook message reads the world too
     reclaim = utcnow() + timedelta(seconds=300)
     service.guard.grants.evidence.record(
         "spot-interruption", "local:node-a", source="aws-imds",
