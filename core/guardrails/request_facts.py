@@ -228,7 +228,8 @@ def request_facts(view: ApprovalView, situation: Situation | None = None) -> Req
         could_lose += f" Saved first: {plan.saves}."
     deadline_at, deadline = _deadline(situation)
     expires = f"{view.expires_at:%Y-%m-%d %H:%M} UTC (request {view.id})"
-    if deadline_at is not None and view.expires_at > deadline_at:
+    pending = view.status is ApprovalStatus.PENDING
+    if pending and deadline_at is not None and view.expires_at > deadline_at:
         expires += ", after the deadline: decide before the deadline"
     return RequestFacts(
         id=view.id,
@@ -240,7 +241,9 @@ def request_facts(view: ApprovalView, situation: Situation | None = None) -> Req
         risk_line=f"{plan.risk.value} ({plan.action.value} of {plan.target})",
         deadline_at=deadline_at,
         deadline=deadline,
-        if_nothing=_if_nothing(plan, situation, deadline_at),
+        if_nothing=_if_nothing(plan, situation, deadline_at)
+        if pending
+        else f"not a choice any more: the request is {view.status.value}",
         could_lose=could_lose,
         pause=describe_pause(plan),
         cost=plan.cost_effect.strip() or "no change stated",

@@ -130,3 +130,12 @@ def test_a_notice_deadline_is_read_from_the_watch_evidence() -> None:
     assert notice_deadline(seen) == deadline
     undated = seen.model_copy(update={"detail": "aws terminate"})
     assert notice_deadline(undated) is None
+
+
+def test_a_decided_request_no_longer_weighs_doing_nothing(approvals: ApprovalStore) -> None:
+    from tests.guardrails.conftest import ALICE
+
+    view = approvals.approve(_spot_request(approvals).id, ALICE, via="page")
+    facts = request_facts(view, _spot_situation())
+    assert facts.if_nothing == "not a choice any more: the request is approved"
+    assert "after the deadline" not in facts.expires and facts.urgent
