@@ -3,9 +3,14 @@
 Used by the CLI (``clawpoint approvals ...``) and the approval web page, always with a
 PERSON principal. No MCP tool calls these: an agent can list and read approvals (without
 codes) through ``list_approvals``/``get_approval`` but can never approve, deny or grant.
+What a request says to people (``request_facts``, ``approval_text``) adds the situation now
+(``core.service.situation``); the page's list is ``desk_page``, and what happened after a
+decision is ``request_outcome``.
 """
 
 from __future__ import annotations
+
+import structlog
 
 from core import errors
 from core.guardrails.approvals import ApprovalStatus, ApprovalView
@@ -15,6 +20,8 @@ from core.guardrails.guard import Guard
 from core.guardrails.prompts import approval_text
 from core.guardrails.request_facts import RequestFacts, Situation, request_facts
 from core.model import Action, Plan, Principal
+
+log = structlog.get_logger(__name__)
 
 
 class PeopleDesk:
@@ -38,10 +45,16 @@ class PeopleDesk:
         return self.guard.approvals.get(approval_id)
 
     def situation(self, plan: Plan) -> Situation:
-        """What the world says about a plan's workload now (deadline, checkpoint, nodes)."""
+        """What the world says about a plan's workload now (deadline, checkpoint, nodes).
+        Best effort: a backend that fails in an unforeseen way leaves the plan's own words,
+        so a person can still read and decide the request."""
         from core.service.situation import situation_of  # reads the backends
 
-        return situation_of(self, plan)  # type: ignore[arg-type]
+        try:
+            return situation_of(self, plan)  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001 - the request must stay readable
+            log.warning("request situation unreadable", target=plan.target, error=str(exc))
+            return Situation()
 
     def request_facts(self, approval_id: str) -> RequestFacts:
         """What a request says, with the situation now: the one source every people path

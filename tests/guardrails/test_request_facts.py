@@ -10,9 +10,11 @@ facts (``approval_text``/``build_payload`` here; the page and the CLI in their o
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
+from core.config import load_settings
 from core.guardrails.approvals import ApprovalStore, ApprovalView
 from core.guardrails.evidence import NOTICE_GRACE_S, Evidence
 from core.guardrails.notify import build_payload
@@ -25,6 +27,7 @@ from core.guardrails.request_facts import (
     request_facts,
 )
 from core.model import Action, utcnow
+from core.service.facade import bootstrap
 from tests.guardrails.conftest import AGENT, make_plan
 
 
@@ -139,3 +142,16 @@ def test_a_decided_request_no_longer_weighs_doing_nothing(approvals: ApprovalSto
     facts = request_facts(view, _spot_situation())
     assert facts.if_nothing == "not a choice any more: the request is approved"
     assert "after the deadline" not in facts.expires and facts.urgent
+
+
+def test_an_unreadable_backend_leaves_the_plans_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = bootstrap(load_settings(tmp_path))
+
+    def broken() -> list[object]:
+        raise OSError("backend state unreadable")
+
+    monkeypatch.setattr(service.backends["local"], "nodes", broken)
+    plan = make_plan(target="local:train-1")
+    assert service.situation(plan).notices == []  # no crash: the request stays readable
