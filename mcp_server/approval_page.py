@@ -1,6 +1,10 @@
 """The approval web page: people log in with an approver token, read a request, approve or deny.
 
 Server-rendered HTML, no JavaScript, nothing loaded from elsewhere (a strict CSP says so).
+The list is the people's desk (``core.guardrails.desk``: grouped by workload, the soonest
+deadline from the evidence first, a page at a time); a request shows its facts
+(``core.guardrails.request_facts``) and, once decided, the execution's steps and result,
+reloading itself while it moves (``mcp_server.desk_html`` renders them).
 Login posts the approver token once; the page then keeps a random session id in an
 HttpOnly, SameSite=Strict cookie scoped to the page's path. Every state-changing form
 carries a per-session CSRF token that is checked, and cross-origin posts are refused.
@@ -45,8 +49,11 @@ from starlette.routing import Route
 
 from core import errors
 from core.guardrails.approvals import ApprovalStatus, ApprovalView
-from core.guardrails.prompts import approval_text, format_code
+from core.guardrails.desk import PAGE_SIZE, DeskPage, Outcome
+from core.guardrails.prompts import format_code
+from core.guardrails.request_facts import RequestFacts
 from core.model import Principal, PrincipalKind
+from mcp_server import desk_html
 
 COOKIE = "clawpoint_approver"
 SESSION_LIFETIME = timedelta(hours=8)
@@ -55,7 +62,7 @@ LOGIN_FAILURES = 5  # wrong tokens per client address per window, then 429
 LOGIN_GLOBAL_FAILURES = 20  # wrong tokens from all addresses together per window, then 429
 LOGIN_WINDOW_S = 60.0
 _MAX_CLIENTS = 10_000  # addresses remembered by the throttle (oldest forgotten first)
-PAGE_SIZE = 50  # requests listed per page, newest first
+_PAGE_RE = re.compile(r"^[1-9][0-9]{0,6}$")
 _ID_RE = re.compile(r"^apr-[0-9a-f]{1,32}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,62}$")
 _CSP = (
@@ -67,11 +74,16 @@ _CSP = (
 class ApprovalDesk(Protocol):
     """What the page needs from the service (people-side operations only)."""
 
-    def pending_page(
-        self, limit: int, cursor: str | None
-    ) -> tuple[Sequence[ApprovalView], str | None, int]:
-        """``limit`` pending requests newest first after ``cursor``, the next cursor (None on
-        the last page) and how many are pending in all."""
+    def desk_page(self, page: int, size: int) -> DeskPage:
+        """Page ``page`` (from 1) of the pending requests, grouped, urgent first."""
+        ...
+
+    def facts(self, view: ApprovalView) -> RequestFacts:
+        """What the request says, with the situation now."""
+        ...
+
+    def outcome(self, view: ApprovalView) -> Outcome:
+        """After a decision: its execution and the workload now."""
         ...
 
     def get(self, approval_id: str) -> ApprovalView: ...
@@ -268,29 +280,15 @@ def approval_routes(
         session = session_of(request)
         if session is None:
             return _page("Approver login", _login_form(prefix))
-        after = request.query_params.get("after")
-        if after is not None and not _ID_RE.fullmatch(after):
+        number = request.query_params.get("page", "1")
+        if not _PAGE_RE.fullmatch(number):
             return _page("Cannot do that", "<p>That is not a page of this list.</p>"
                          + _back(prefix), 400)  # fmt: skip
-        pending, more, total = await run_in_threadpool(desk.pending_page, PAGE_SIZE, after)
-        items = "".join(
-            f'<li><a href="{prefix}/{_e(v.id)}">{_e(v.summary or v.action)}</a> '
-            f"<small>{_e(v.risk.value)} · by {_e(v.requester)} · expires "
-            f"{v.expires_at:%H:%M} UTC</small></li>"
-            for v in pending
-        )
-        body = f"<ul>{items}</ul>" if items else "<p>Nothing is waiting for approval.</p>"
-        links = []
-        if after is not None:
-            links.append(f'<a href="{prefix}">Newest</a>')
-        if more is not None:
-            links.append(f'<a href="{prefix}?after={_e(more)}">Next {PAGE_SIZE}</a>')
-        if links:
-            body += f"<p>{' · '.join(links)}</p>"
-        title = f"Pending approvals ({total})"
-        if more is not None or after is not None:
-            title += f": {len(pending)} on this page"
-        return _page(title, body + _logout_form(prefix, session))
+        listed = await run_in_threadpool(desk.desk_page, int(number), PAGE_SIZE)
+        body = desk_html.listing(prefix, listed)
+        title = f"Pending approvals ({listed.total})"
+        return _page(title, body + _logout_form(prefix, session),
+                     refresh=desk_html.LIST_REFRESH_S)  # fmt: skip
 
     async def login(request: Request) -> Response:
         client = request.client.host if request.client else "unknown"
@@ -341,10 +339,7 @@ def approval_routes(
             return RedirectResponse(prefix, status_code=303)
         approval_id = request.path_params["approval_id"]
         view = await run_in_threadpool(desk.get, approval_id)
-        code = ""
-        if view.status is ApprovalStatus.PENDING:
-            code = await run_in_threadpool(desk.reveal_code, approval_id)
-        return _page(view.summary or view.action, _detail(prefix, view, code, session))
+        return await _request_page(desk, prefix, view, session)
 
     async def decide(request: Request) -> Response:
         session = session_of(request)
@@ -360,8 +355,8 @@ def approval_routes(
         else:
             why = form.get("why", "").strip() or "denied on the approval page"
             view = await run_in_threadpool(desk.deny, approval_id, session.principal, why)
-        body = f"<p>Request {_e(view.id)} is now <b>{_e(view.status.value)}</b>.</p>"
-        return _page("Done", body + _back(prefix))
+        said = f"<p>Request {_e(view.id)} is now <b>{_e(view.status.value)}</b>.</p>"
+        return await _request_page(desk, prefix, view, session, said=said)
 
     return [
         Route(prefix, guarded(index), methods=["GET"]),
@@ -430,24 +425,41 @@ def _logout_form(prefix: str, session: _Session) -> str:
     )
 
 
-def _detail(prefix: str, view: ApprovalView, code: str, session: _Session) -> str:
-    text = approval_text(view.plan, view)
-    rows = [
-        ("What", text.headline),
-        ("Why", text.why),
-        ("Risk", text.risk),
-        ("Could lose", text.could_lose),
-        ("Pause", text.pause),
-        ("Cost", text.cost),
-        ("Undo", text.undo),
-        ("Requested by", view.requester),
-        ("Status", view.status.value),
-        ("Expires", text.expires),
-        ("Plan hash", view.plan_hash[:16]),
-    ]
-    table = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
+async def _request_page(
+    desk: ApprovalDesk, prefix: str, view: ApprovalView, session: _Session, *, said: str = ""
+) -> Response:
+    """A request: its facts, then the decision form (pending) or what happened (decided);
+    reloaded every few seconds while its execution is awaited or running."""
+    facts = await run_in_threadpool(desk.facts, view)
+    code, refresh = "", None
+    if view.status is ApprovalStatus.PENDING:
+        code = await run_in_threadpool(desk.reveal_code, view.id)
+        # Never reloaded while pending: a person may be typing a reason to deny; the
+        # deadline also gives its clock time, so a countdown read a minute ago still helps.
+        body = _detail(prefix, view, facts, code, session)
+    else:
+        result = await run_in_threadpool(desk.outcome, view)
+        after, moving = desk_html.outcome(view, result)
+        body = _detail(prefix, view, facts, code, session, after=after)
+        refresh = desk_html.RUNNING_REFRESH_S if moving else None
+    url = f"{prefix}/{view.id}"  # after a decision (a POST), reload the request, not the form
+    return _page(view.summary or view.action, said + body, refresh=refresh, refresh_url=url)
+
+
+def _detail(
+    prefix: str,
+    view: ApprovalView,
+    facts: RequestFacts,
+    code: str,
+    session: _Session,
+    *,
+    after: str = "",
+) -> str:
     steps = "".join(f"<li>{_e(s.description)}</li>" for s in view.plan.steps)
-    body = f"<table>{table}</table><h2>Steps</h2><ol>{steps}</ol>"
+    body = (
+        f"{desk_html.facts_table(facts)}<p><small>Plan hash {_e(view.plan_hash[:16])}</small>"
+        f"</p>{after}<h2>Planned steps</h2><ol>{steps}</ol>"
+    )
     if view.status is ApprovalStatus.PENDING:
         csrf = f'<input type="hidden" name="csrf" value="{_e(session.csrf)}">'
         body += (
@@ -461,15 +473,24 @@ def _detail(prefix: str, view: ApprovalView, code: str, session: _Session) -> st
     return body + _back(prefix)
 
 
-def _page(title: str, body: str, status: int = 200, *, close: bool = False) -> HTMLResponse:
+def _page(
+    title: str,
+    body: str,
+    status: int = 200,
+    *,
+    close: bool = False,
+    refresh: int | None = None,
+    refresh_url: str | None = None,
+) -> HTMLResponse:
+    again = ""
+    if refresh is not None:  # a meta refresh: no script needed, inside the strict CSP
+        to = f";url={_e(refresh_url)}" if refresh_url else ""
+        again = f'<meta http-equiv="refresh" content="{refresh}{to}">'
     doc = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{_e(title)} · clawpoint</title><style>"
-        "body{font-family:system-ui,sans-serif;max-width:40rem;margin:1rem auto;padding:0 1rem}"
-        "th{text-align:left;vertical-align:top;padding-right:1rem}form{margin:1rem 0}"
-        "label{display:block;margin:.5rem 0}button{padding:.6rem 1.2rem;font-size:1rem}"
-        f"</style></head><body><h1>{_e(title)}</h1>{body}</body></html>"
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">{again}'
+        f"<title>{_e(title)} · clawpoint</title><style>{desk_html.STYLE}"
+        f"</style></head><body><main><h1>{_e(title)}</h1>{body}</main></body></html>"
     )
     headers = {
         "Content-Security-Policy": _CSP,

@@ -22,6 +22,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from core import errors
 from core.config import Settings
 from core.guardrails.approvals import ApprovalView
+from core.guardrails.desk import DeskPage, Outcome
+from core.guardrails.request_facts import RequestFacts, request_facts
 from core.guardrails.tokens import token_problem, weak_token_hint
 from core.model import Principal, PrincipalKind
 from core.service.facade import Service, bootstrap
@@ -36,10 +38,14 @@ class ServiceDesk:
     def __init__(self, service: Service) -> None:
         self.service = service
 
-    def pending_page(
-        self, limit: int, cursor: str | None
-    ) -> tuple[Sequence[ApprovalView], str | None, int]:
-        return self.service.page_approvals(status="pending", limit=limit, cursor=cursor)
+    def desk_page(self, page: int, size: int) -> DeskPage:
+        return self.service.desk_page(page=page, size=size)
+
+    def facts(self, view: ApprovalView) -> RequestFacts:
+        return request_facts(view, self.service.situation(view.plan))
+
+    def outcome(self, view: ApprovalView) -> Outcome:
+        return self.service.request_outcome(view.id)
 
     def get(self, approval_id: str) -> ApprovalView:
         return self.service.get_approval(approval_id)

@@ -10,6 +10,8 @@ the caller's connection; ``core.guardrails.approvals`` owns the lifecycle) bound
   per agent identity, all its sessions together (``session_free``);
 - ``page_rows``/``count_rows``: newest first, a page at a time, by keyset on
   (status, created_at, id), so a page costs the same with 20 rows or 20,000;
+- ``desk_ids``/``waiting_per_target``: the people's desk, urgent targets first, then
+  grouped by target, a page at a time (only ids are sorted);
 - ``refusal``: what running a request that is not approved answers (pending: wait).
 
 Each is an index lookup (the guardrails schema's third migration adds the columns and
@@ -20,6 +22,7 @@ ones are not withdrawn to make room.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -166,3 +169,36 @@ def count_rows(conn: sqlite3.Connection, status: str | None) -> int:
     sql, args = where(status)
     (n,) = conn.execute(f"SELECT COUNT(*) FROM approvals{sql}", args).fetchone()
     return int(n)
+
+
+def desk_ids(
+    conn: sqlite3.Connection, *, first: Sequence[str], limit: int, offset: int
+) -> list[str]:
+    """Pending request ids for the people's desk: those whose target is in ``first`` (in that
+    order: soonest deadline first), then the rest grouped by target, newest first within one.
+    Only ids pass through the sort (never the plans), so 20,000 pending sort in milliseconds."""
+    rank, args = "", list[Any]()
+    if first:
+        rank = "CASE target " + "WHEN ? THEN ? " * len(first) + "ELSE ? END, "
+        for i, target in enumerate(first):
+            args += [target, i]
+        args.append(len(first))
+    rows = conn.execute(
+        f"SELECT id FROM approvals WHERE status='pending' "
+        f"ORDER BY {rank}target, created_at DESC, id DESC LIMIT ? OFFSET ?",
+        [*args, limit, offset],
+    ).fetchall()
+    return [r["id"] for r in rows]
+
+
+def waiting_per_target(conn: sqlite3.Connection, targets: Sequence[str]) -> dict[str, int]:
+    """How many requests are pending per target, for ``targets`` (a page's groups)."""
+    if not targets:
+        return {}
+    marks = ",".join("?" * len(targets))
+    rows = conn.execute(
+        f"SELECT target, COUNT(*) AS n FROM approvals WHERE status='pending' "
+        f"AND target IN ({marks}) GROUP BY target",
+        list(targets),
+    ).fetchall()
+    return {r["target"]: int(r["n"]) for r in rows}

@@ -31,6 +31,7 @@ import hmac
 import os
 import secrets
 import sqlite3
+from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -293,6 +294,20 @@ class ApprovalStore:
             )
         views = [_view(r) for r in rows]
         return views, (views[-1].id if more and views else None)
+
+    def desk(
+        self, *, first: Sequence[str], limit: int, offset: int
+    ) -> tuple[Views, dict[str, int]]:
+        """A page of the people's desk (``approval_queue.desk_ids``) and how many wait per
+        target on it."""
+        self._expire_due()
+        with self.db.read() as conn:
+            ids = queue.desk_ids(conn, first=first, limit=limit, offset=offset)
+            marks = ",".join("?" * len(ids))
+            rows = {r["id"]: r for r in conn.execute(
+                f"SELECT * FROM approvals WHERE id IN ({marks})", ids).fetchall()}  # fmt: skip
+            views = [_view(rows[i]) for i in ids if i in rows]
+            return views, queue.waiting_per_target(conn, sorted({v.target for v in views}))
 
     def count(self, *, status: ApprovalStatus | None = None) -> int:
         """How many requests there are (of ``status``): an index count."""

@@ -23,7 +23,10 @@ Limits: the guard trusts the ``PolicyContext`` the service builds (counts, pool 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+
+import structlog
 
 from core import errors
 from core.guardrails.approvals import (
@@ -45,8 +48,11 @@ from core.guardrails.policy import (
     evaluate,
 )
 from core.guardrails.prompts import ApprovalPath, approval_text
+from core.guardrails.request_facts import Situation
 from core.model import Plan, Principal
 from core.state.db import Database
+
+log = structlog.get_logger(__name__)
 
 
 class Guard:
@@ -64,6 +70,9 @@ class Guard:
         self.grants = grants
         self.audit = audit
         self.notifier = notifier
+        # What the world says about a plan (deadline, checkpoint, nodes), for the webhook
+        # message; set by the service (``Service.situation``). None: the plan's words only.
+        self.situation: Callable[[Plan], Situation] | None = None
 
     @classmethod
     def open(
@@ -155,6 +164,16 @@ class Guard:
         )
         return decision
 
+    def _situation(self, plan: Plan) -> Situation | None:
+        """The situation for the message; a world that cannot be read never stops a request."""
+        if self.situation is None:
+            return None
+        try:
+            return self.situation(plan)
+        except Exception as exc:  # noqa: BLE001 - the message falls back to the plan's words
+            log.warning("no situation for the approval message", error=str(exc))
+            return None
+
     def _policy(self, plan: Plan, principal: Principal, context: PolicyContext) -> Decision:
         context = context.model_copy(update={"principal_kind": principal.kind})
         return evaluate(plan, self.policy, context)
@@ -218,7 +237,7 @@ class Guard:
             # The message needs the paths known so far (page, CLI), then reports its own fate.
             code = self.approvals.delivery_code(view.id)
             announced = [*paths, _chat_path(view.id)]
-            text = approval_text(plan, view, announced)
+            text = approval_text(plan, view, announced, self._situation(plan))
             delivered = self.notifier.send(build_payload(view, text, code, announced))
             paths.append(
                 ApprovalPath(

@@ -66,6 +66,8 @@ def build_payload(
             "fields": [
                 field("Why", text.why),
                 field("Risk", text.risk),
+                field("Deadline", text.deadline),
+                field("If nobody acts", text.if_nothing),
                 field("Pause", text.pause),
                 field("Cost", text.cost),
                 field("Could lose", text.could_lose),
@@ -89,6 +91,8 @@ def build_payload(
             "risk": view.risk.value,
             "requester": view.requester,
             "reason": text.why,
+            "deadline": text.deadline,
+            "if_nothing": text.if_nothing,
             "expected_pause": text.pause,
             "cost_effect": text.cost,
             "undo": text.undo,

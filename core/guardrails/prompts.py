@@ -1,10 +1,11 @@
 """The human text of an approval request, written to be read on a phone.
 
-Pure functions from a plan and an approval to short sentences: what will happen (one
-sentence), the agent's reason, what could be lost, the expected pause, the cost effect, how
-to undo it, and how to approve. Used by the webhook message, the approval page and the CLI,
-so people see the same words everywhere. Limits: English only; the words come from the plan's
-own fields (``summary``, ``saves``, ``rollback``, ``cost_effect``), so a plan with thin
+Pure functions from a request's facts (``core.guardrails.request_facts``: the one source of
+what a request says) to short sentences: what will happen (one sentence), the agent's
+reason, the deadline the evidence gives, what doing nothing costs, what could be lost, the
+expected pause, the cost effect, how to undo it, and how to approve. Used by the webhook
+message, the approval page and the CLI, so people see the same words everywhere. Limits:
+English only; besides the situation, the words come from the plan's own fields (``summary``, ``saves``, ``rollback``, ``cost_effect``), so a plan with thin
 fields gives thin text, with explicit "not stated" placeholders rather than guesses.
 """
 
@@ -13,16 +14,9 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from core.guardrails.approvals import ApprovalView
-from core.model import Plan, RiskClass
-
-_LOSS_BY_RISK = {
-    RiskClass.READ: "Nothing: it only reads.",
-    RiskClass.SAFE: "Nothing: it only adds a checkpoint; the workload keeps running.",
-    RiskClass.DISRUPTIVE: "No work should be lost (state is saved first), but the workload pauses "
-    "or moves; if saving fails the plan stops before anything is stopped.",
-    RiskClass.DESTRUCTIVE: "Work or capacity can be lost for good: unsaved progress, or a "
-    "checkpoint that cannot be recovered.",
-}
+from core.guardrails.request_facts import RequestFacts, Situation, request_facts
+from core.guardrails.request_facts import describe_pause as describe_pause
+from core.model import Plan
 
 
 class ApprovalPath(BaseModel):
@@ -37,6 +31,8 @@ class ApprovalText(BaseModel):
     headline: str
     why: str
     risk: str
+    deadline: str = ""
+    if_nothing: str = ""
     could_lose: str
     pause: str
     cost: str
@@ -49,6 +45,8 @@ class ApprovalText(BaseModel):
             self.headline,
             f"Why: {self.why}",
             f"Risk: {self.risk}",
+            f"Deadline: {self.deadline}",
+            f"If nobody acts: {self.if_nothing}",
             f"Could lose: {self.could_lose}",
             f"Pause: {self.pause}",
             f"Cost: {self.cost}",
@@ -68,34 +66,30 @@ def format_code(code: str) -> str:
     return "-".join(code[i : i + 4] for i in range(0, len(code), 4))
 
 
-def describe_pause(plan: Plan) -> str:
-    if plan.expected_pause_s is None:
-        return "not stated by the plan"
-    seconds = plan.expected_pause_s
-    if seconds <= 0:
-        return "none expected"
-    if seconds < 90:
-        return f"about {seconds:.0f} seconds"
-    return f"about {seconds / 60:.0f} minutes"
+def text_of(facts: RequestFacts, paths: list[ApprovalPath] | None = None) -> ApprovalText:
+    """The sentences of a request's facts, with the ways to approve it."""
+    return ApprovalText(
+        headline=facts.headline,
+        why=facts.why,
+        risk=facts.risk_line,
+        deadline=facts.deadline,
+        if_nothing=facts.if_nothing,
+        could_lose=facts.could_lose,
+        pause=facts.pause,
+        cost=facts.cost,
+        undo=facts.undo,
+        expires=facts.expires,
+        how_to_approve=[p.how for p in (paths or []) if p.available],
+    )
 
 
 def approval_text(
-    plan: Plan, view: ApprovalView, paths: list[ApprovalPath] | None = None
+    plan: Plan,
+    view: ApprovalView,
+    paths: list[ApprovalPath] | None = None,
+    situation: Situation | None = None,
 ) -> ApprovalText:
-    headline = plan.summary.strip() or f"{plan.action.value} {plan.target} on {plan.backend}."
-    if not headline.endswith("."):
-        headline += "."
-    could_lose = _LOSS_BY_RISK[plan.risk]
-    if plan.saves:
-        could_lose += f" Saved first: {plan.saves}."
-    return ApprovalText(
-        headline=headline,
-        why=view.reason.strip() or plan.reason.strip() or "no reason given",
-        risk=f"{plan.risk.value} ({plan.action.value} of {plan.target})",
-        could_lose=could_lose,
-        pause=describe_pause(plan),
-        cost=plan.cost_effect.strip() or "no change stated",
-        undo=plan.rollback.strip() or "no undo stated: treat as one-way",
-        expires=f"{view.expires_at:%Y-%m-%d %H:%M} UTC (request {view.id})",
-        how_to_approve=[p.how for p in (paths or []) if p.available],
-    )
+    """The request's text; ``situation`` adds what the world says (deadline, undo)."""
+    if plan is not view.plan:
+        view = view.model_copy(update={"plan": plan})
+    return text_of(request_facts(view, situation), paths)

@@ -90,6 +90,10 @@ MIGRATIONS: list[str] = [
         WHERE status = 'pending';
     CREATE INDEX approvals_pending_identity ON approvals(identity) WHERE status = 'pending';
     """,
+    # The people's desk groups pending requests by target (``approval_queue.desk_ids``).
+    """
+    CREATE INDEX approvals_status_target ON approvals(status, target, created_at, id);
+    """,
 ]
 
 

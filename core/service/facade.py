@@ -68,6 +68,7 @@ class Service(PeopleDesk, Acting, Launching):
         self.moves = MoveLog(db)  # each workload's last move, for its SLA projection
         # A grant's claim asks whether the evidence it rests on still holds (the world now).
         guard.grants.evidence.checker = lambda seen: evidence_check.contradiction(self, seen)
+        guard.situation = self.situation  # the approval message says what the world says
         self.dry_runs = DryRunAudit()  # which dry runs are audited (a per-principal budget)
         # This host's GPU report, shared by the read tools (core.service.insights.observe).
         self.gpu_reports = ReportCache()

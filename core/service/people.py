@@ -3,16 +3,25 @@
 Used by the CLI (``clawpoint approvals ...``) and the approval web page, always with a
 PERSON principal. No MCP tool calls these: an agent can list and read approvals (without
 codes) through ``list_approvals``/``get_approval`` but can never approve, deny or grant.
+What a request says to people (``request_facts``, ``approval_text``) adds the situation now
+(``core.service.situation``); the page's list is ``desk_page``, and what happened after a
+decision is ``request_outcome``.
 """
 
 from __future__ import annotations
 
+import structlog
+
 from core import errors
 from core.guardrails.approvals import ApprovalStatus, ApprovalView
+from core.guardrails.desk import PAGE_SIZE, DeskPage, Outcome, desk_page
 from core.guardrails.grants import Grant
 from core.guardrails.guard import Guard
 from core.guardrails.prompts import approval_text
-from core.model import Action, Principal
+from core.guardrails.request_facts import RequestFacts, Situation, request_facts
+from core.model import Action, Plan, Principal
+
+log = structlog.get_logger(__name__)
 
 
 class PeopleDesk:
@@ -35,15 +44,48 @@ class PeopleDesk:
     def get_approval(self, approval_id: str) -> ApprovalView:
         return self.guard.approvals.get(approval_id)
 
+    def situation(self, plan: Plan) -> Situation:
+        """What the world says about a plan's workload now (deadline, checkpoint, nodes).
+        Best effort: a backend that fails in an unforeseen way leaves the plan's own words,
+        so a person can still read and decide the request."""
+        from core.service.situation import situation_of  # reads the backends
+
+        try:
+            return situation_of(self, plan)  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001 - the request must stay readable
+            log.warning("request situation unreadable", target=plan.target, error=str(exc))
+            return Situation()
+
+    def request_facts(self, approval_id: str) -> RequestFacts:
+        """What a request says, with the situation now: the one source every people path
+        renders (the page, the webhook message, ``approvals show``)."""
+        view = self.guard.approvals.get(approval_id)
+        return request_facts(view, self.situation(view.plan))
+
+    def desk_page(self, *, page: int = 1, size: int = PAGE_SIZE) -> DeskPage:
+        """A page of the people's desk: pending requests, urgent workloads first."""
+        from core.service.situation import deadlines, live_notices
+
+        live = live_notices(self)  # type: ignore[arg-type]
+        return desk_page(self.guard.approvals, live=live, page=page, size=size,
+                         deadlines=deadlines(self, live))  # type: ignore[arg-type]  # fmt: skip
+
+    def request_outcome(self, approval_id: str) -> Outcome:
+        """After a decision: the plan's execution (steps, result) and the workload now."""
+        from core.service.situation import outcome_of
+
+        return outcome_of(self, self.guard.approvals.get(approval_id))  # type: ignore[arg-type]
+
     def approval_text(self, approval_id: str, *, principal: Principal) -> str:
         """The human-readable request, for people paths only: a pending one with its one-time
         code; a decided, used, expired or locked one (a person reviewing it afterwards) with
         its state and who decided, never with a code."""
         view = self.guard.approvals.get(approval_id)
+        text = approval_text(view.plan, view, [], self.situation(view.plan))
         if view.status is not ApprovalStatus.PENDING:
-            return approval_text(view.plan, view, []).as_text() + "\n" + _state_line(view)
+            return text.as_text() + "\n" + _state_line(view)
         code = self.guard.approvals.reveal_code(approval_id, principal=principal)
-        return approval_text(view.plan, view, []).as_text(code=code)
+        return text.as_text(code=code)
 
     def approve(
         self, approval_id: str, *, principal: Principal, via: str, any_session: bool = False

@@ -103,10 +103,11 @@ class Browser:
         return str(self.js("document.body.innerText"))
 
     def click(self, selector: str, *, navigates: bool = True) -> None:
-        """A real mouse click in the middle of the element."""
+        """A real mouse click in the middle of the element (scrolled into view first)."""
         box = self.js(
-            f"(() => {{ const r = document.querySelector({json.dumps(selector)})"
-            ".getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+            f"(() => {{ const el = document.querySelector({json.dumps(selector)});"
+            " el.scrollIntoView({block: 'center'}); const r = el.getBoundingClientRect();"
+            " return [r.x + r.width / 2, r.y + r.height / 2]; })()"
         )
         x, y = box
         for kind in ("mousePressed", "mouseReleased"):

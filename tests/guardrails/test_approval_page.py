@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
 import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from core.guardrails.approvals import ApprovalStatus, ApprovalStore, ApprovalView
+from core.guardrails.desk import DeskPage, Outcome, desk_page
+from core.guardrails.request_facts import RequestFacts, request_facts
 from core.model import Principal, PrincipalKind
 from mcp_server.approval_page import COOKIE, approval_routes
 from tests.guardrails.conftest import AGENT, make_plan
@@ -24,11 +25,14 @@ class StoreDesk:
     def __init__(self, store: ApprovalStore) -> None:
         self.store = store
 
-    def pending_page(
-        self, limit: int, cursor: str | None
-    ) -> tuple[Sequence[ApprovalView], str | None, int]:
-        items, more = self.store.page(status=ApprovalStatus.PENDING, limit=limit, cursor=cursor)
-        return items, more, self.store.count(status=ApprovalStatus.PENDING)
+    def desk_page(self, page: int, size: int) -> DeskPage:
+        return desk_page(self.store, page=page, size=size)
+
+    def facts(self, view: ApprovalView) -> RequestFacts:
+        return request_facts(view)
+
+    def outcome(self, view: ApprovalView) -> Outcome:
+        return Outcome()
 
     def get(self, approval_id: str) -> ApprovalView:
         return self.store.get(approval_id)
@@ -110,7 +114,7 @@ def test_approve_needs_the_sessions_csrf_token(
     assert page.status_code == 200
     code = approvals.reveal_code(view.id, principal=Principal(id="p", kind=PrincipalKind.PERSON))
     assert f"{code[:4]}-{code[4:]}" in page.text
-    for text in ("node-a is being reclaimed", "about 40 seconds", "Restore it on node-b"):
+    for text in ("node-a is being reclaimed", "about 40 s", "Restore it on node-b"):
         assert text in page.text
     token = csrf_of(page.text)
 

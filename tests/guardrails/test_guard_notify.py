@@ -121,7 +121,7 @@ def test_webhook_payload_and_paths(db: Database, receiver: Receiver) -> None:
     assert body["clawpoint"]["plan_hash"] == plan.hash
     assert "node-a is being reclaimed" in body["text"]
     assert f"{code[:4]}-{code[4:]}" in body["text"]
-    assert "about 40 seconds" in body["text"] and "$2.14" in body["text"]
+    assert "about 40 s" in body["text"] and "$2.14" in body["text"]
     assert body["blocks"][0]["type"] == "header"
     # What the agent gets back never contains the code.
     agent_side = view.model_dump_json() + json.dumps([p.model_dump() for p in paths])
@@ -158,3 +158,34 @@ def test_open_wires_everything_from_settings(db: Database, tmp_path: Path) -> No
     assert {p.kind for p in paths} == {"cli", "page", "chat-code"}
     assert (tmp_path / "approval.key").exists() and guard.audit.verify().ok
     assert guard.notifier is None and view.status is ApprovalStatus.PENDING
+
+
+def test_webhook_message_says_what_the_situation_says(db: Database, receiver: Receiver) -> None:
+    from datetime import timedelta
+
+    from core.guardrails.request_facts import Notice, Situation
+    from core.model import utcnow
+
+    guard = make_guard(db, webhook=receiver.url)
+    plan = make_plan().model_copy(update={"rollback": "migrate it back --to node-a"}).sealed()
+    now = utcnow()
+    guard.situation = lambda p: Situation(
+        now=now,
+        notices=[Notice(trigger="spot-interruption", node="local:node-a", source="aws-imds",
+                        deadline=now + timedelta(seconds=110))],
+        node="local:node-a",
+        unsafe_nodes={"local:node-a": "being reclaimed"},
+    )  # fmt: skip
+    guard.request_approval(plan, AGENT, "spot notice")
+    said = receiver.bodies[-1]
+    assert "node-a is reclaimed in 1 min 50 s" in said["clawpoint"]["deadline"]
+    assert "no way back to node-a" in said["clawpoint"]["undo"]
+    assert "If nobody acts" in json.dumps(said["blocks"])
+
+    def unreadable(p: object) -> Situation:
+        raise RuntimeError("backend down")
+
+    guard.situation = unreadable  # a world that cannot be read never stops a request
+    view, _ = guard.request_approval(make_plan(target="local:other"), AGENT, "x")
+    assert view.status is ApprovalStatus.PENDING
+    assert receiver.bodies[-1]["clawpoint"]["undo"] == "restore the previous checkpoint on node-a"

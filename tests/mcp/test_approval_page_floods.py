@@ -20,9 +20,10 @@ import httpx2
 
 from core.config import load_settings
 from core.guardrails.approvals import ApprovalsConfig
+from core.guardrails.desk import PAGE_SIZE
 from core.model import Principal, PrincipalKind
 from core.service.facade import bootstrap
-from mcp_server.approval_page import LOGIN_FAILURES, LOGIN_GLOBAL_FAILURES, PAGE_SIZE
+from mcp_server.approval_page import LOGIN_FAILURES, LOGIN_GLOBAL_FAILURES
 from tests.guardrails.conftest import make_plan
 
 # That module's ``page`` fixture (a server per test), used here by its name.
@@ -102,17 +103,15 @@ def test_the_pending_list_comes_a_page_at_a_time(page: Page, tmp_path: Path) -> 
     agent = Principal(id="mcp:flood", kind=PrincipalKind.AGENT)
     count = PAGE_SIZE + 10
     ids = [store.create(make_plan(target=f"local:j{i}"), agent, "x").id for i in range(count)]
-    newest = ids[::-1]
     with httpx2.Client(timeout=30, follow_redirects=True) as http:
         r = http.post(f"{page.url}/login", data={"token": page.approver, "name": "alice"})
         assert r.status_code == 200 and f"Pending approvals ({count})" in r.text
         shown = re.findall(r'href="/approvals/(apr-[0-9a-f]+)"', r.text)
-        assert shown == newest[:PAGE_SIZE]
-        after = re.search(r'href="/approvals\?after=(apr-[0-9a-f]+)"', r.text)
-        assert after is not None and after.group(1) == newest[PAGE_SIZE - 1]
-        r = http.get(page.url, params={"after": after.group(1)})
+        assert len(shown) == PAGE_SIZE and 'rel="next" href="/approvals?page=2"' in r.text
+        r = http.get(page.url, params={"page": "2"})
         assert r.status_code == 200
-        assert re.findall(r'href="/approvals/(apr-[0-9a-f]+)"', r.text) == newest[PAGE_SIZE:]
-        assert "?after=" not in r.text and 'href="/approvals">Newest' in r.text
-        assert http.get(page.url, params={"after": "<script>"}).status_code == 400
-        assert http.get(page.url, params={"after": "apr-0000000000"}).status_code == 400
+        rest = re.findall(r'href="/approvals/(apr-[0-9a-f]+)"', r.text)
+        assert sorted(shown + rest) == sorted(ids)  # each once, none skipped
+        assert 'rel="next"' not in r.text and 'rel="prev" href="/approvals?page=1"' in r.text
+        assert http.get(page.url, params={"page": "<script>"}).status_code == 400
+        assert http.get(page.url, params={"page": "0"}).status_code == 400
