@@ -19,7 +19,7 @@ from core import errors, logs
 from core.cli import output
 from core.config import load_settings
 from core.model import Principal, PrincipalKind
-from core.runbooks import schema
+from core.runbooks import loading
 from core.runbooks.engine import Engine, RunView
 from core.runbooks.store import RunStatus
 from core.service.facade import bootstrap
@@ -203,7 +203,7 @@ def check(
         ) from None
     if not exists and "/" not in file and not file.endswith((".yaml", ".yml")):
         path = _engine().dir / f"{file}.yaml"
-    problems = schema.check_file(path)
+    problems = loading.check_file(path)
     if json_:
         output.emit_json({"file": str(path), "ok": not problems,
                           "problems": [str(p) for p in problems]})  # fmt: skip

@@ -37,7 +37,7 @@ from core import errors
 from core.guardrails.approvals import ApprovalStatus, session_free
 from core.guardrails.notify import slack_escape
 from core.model import ExecutionStatus, Principal, PrincipalKind, utcnow
-from core.runbooks import schema, templates, tools
+from core.runbooks import loading, schema, templates, tools
 from core.runbooks.calls import CALLS, CallContext, ToolCall, check_params
 from core.runbooks.store import RunRecord, RunStatus, RunStore, StepRecord, Waiting, new_run_id
 from core.service.facade import ActionResult, Service
@@ -161,7 +161,7 @@ class Engine:
 
     # ------------------------------------------------------------------ catalogue
     def runbooks(self) -> dict[str, schema.Runbook]:
-        return schema.load_all(self.dir)
+        return loading.load_all(self.dir)
 
     def runbook(self, name: str) -> schema.Runbook:
         path = self.dir / f"{name}.yaml"
@@ -172,7 +172,7 @@ class Engine:
                 f"no runbook {name[:80]!r}",
                 hint=f"runbooks are: {', '.join(sorted(self.runbooks()))}",
             )
-        return schema.load_runbook(path)
+        return loading.load_runbook(path)
 
     def _list_call(self) -> Any:
         return {"runbooks": sorted(self.runbooks())}
