@@ -20,8 +20,9 @@ from core.cli import output
 from core.config import load_settings
 from core.model import Principal, PrincipalKind
 from core.runbooks import loading
-from core.runbooks.engine import Engine, RunView
+from core.runbooks.engine import Engine
 from core.runbooks.store import RunStatus
+from core.runbooks.views import RunView
 from core.service.facade import bootstrap
 
 runbook_app = typer.Typer(help="Run YAML runbooks with approval gates.", no_args_is_help=True)
