@@ -26,11 +26,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from core import errors
+from core.guardrails.approval_codes import load_or_create_secret
 from core.guardrails.approvals import (
     ApprovalsConfig,
     ApprovalStore,
     ApprovalView,
-    load_or_create_secret,
 )
 from core.guardrails.audit import AuditLog
 from core.guardrails.grants import Grant, GrantStore
