@@ -2,7 +2,7 @@
 the primitives that make images durable (hashing, fsync) or tell what lies in a lineage
 directory (a published checkpoint, a writer that is gone).
 
-``ROOT/LINEAGE/SEQ/{manifest.json, manifest.seal, images/}`` is a published checkpoint;
+``ROOT/LINEAGE/SEQ/{manifest.json, manifest.mac, images/}`` is a published checkpoint;
 ``.tmp-SEQ-RANDOM`` a pending one (its writer holds ``.writer.lock``), ``.del-*`` one being
 deleted. ``core.store.store`` decides what to do with them; this module only names and reads
 them.
