@@ -4,11 +4,11 @@ directory (a published checkpoint, a writer that is gone).
 
 ``ROOT/LINEAGE/SEQ/{manifest.json, manifest.mac, images/}`` is a published checkpoint;
 ``.tmp-SEQ-RANDOM`` a pending one (its writer holds ``.writer.lock``), ``.del-*`` one being
-deleted. ``core.store.store`` decides what to do with them; this module only names and reads
-them.
+deleted. ``core.store.store`` decides what to do with them; this module names them, reads
+them and makes a pending one's images durable.
 
-Limits: no locking here (the store's lineage lock orders writers); hashing and fsync use two
-and four threads, which is what a local disk or a shared filesystem rewards.
+Limits: no locking here (the store's lineage lock orders writers); images are hashed with two
+threads and flushed with four.
 """
 
 from __future__ import annotations
