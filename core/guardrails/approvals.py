@@ -9,8 +9,9 @@ webhook message, the approval page or ``clawpoint approvals show`` and types it 
 agent, which presents it with ``approve_with_code``). The code is derived from a local
 secret with HMAC and only its hash is stored, so the database never holds it; ``ApprovalView``
 (what agents see) has no code field, and ``reveal_code`` refuses anyone but a person.
-Too many wrong codes lock the request (the codes themselves: ``core.guardrails.approval_codes``). ``consume`` turns approved into used in one guarded
-UPDATE inside ``BEGIN IMMEDIATE``, so two concurrent executions of the same plan run once.
+Too many wrong codes lock the request (the codes themselves: ``core.guardrails.approval_codes``).
+``consume`` turns approved into used in one guarded UPDATE inside ``BEGIN IMMEDIATE``, so two
+concurrent executions of the same plan run once.
 
 An approved plan belongs to the session that requested it: only that principal (agent ids
 carry their session, ``mcp:stdio/3fa9c2d1``) or a person may execute it, unless the person

@@ -181,6 +181,7 @@ def _unfixable(plans: PlanReport, nodes: Sequence[Any], workloads: Sequence[Any]
 def add_findings(service: Service, report: WatchReport, plans: PlanReport, nodes: Sequence[Any],
               state: WatchState, now: datetime, remind_s: float, pending: Sequence[ApprovalView],
               more: str | None) -> None:  # fmt: skip
+    """The pass's events and conditions as findings, conditions marked new or not."""
     events: list[Finding] = []
     for e in report.recovered:
         ok = e.status is ExecutionStatus.SUCCEEDED
