@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from core.engine_names import DEFAULT_ENGINE, EngineName
 from core.model import validate_name
-from core.store.store import parse_checkpoint_id
+from core.store.disk import parse_checkpoint_id
 
 
 class RunSpec(BaseModel):

@@ -27,8 +27,9 @@ from pydantic import BaseModel, Field
 
 from core import errors
 from core.runbooks import schema
-from core.runbooks.engine import Engine, RunSummary, RunView
+from core.runbooks.engine import Engine
 from core.runbooks.store import RunStatus, StepRecord
+from core.runbooks.views import RunSummary, RunView
 from core.service import views
 from core.service.facade import Service
 from mcp_server.common import READ, Cursor, Detail, Limit, agent, call, page, tool_error

@@ -30,7 +30,7 @@ import structlog
 from core import errors
 from core.checkpoint import engine
 from core.polling import poll_until
-from core.store.store import PendingCheckpoint
+from core.store.disk import PendingCheckpoint
 
 if TYPE_CHECKING:
     from core.config import CheckpointConfig

@@ -38,7 +38,7 @@ from core.engine_names import check
 if TYPE_CHECKING:
     from core.config import CheckpointConfig
     from core.model import CheckpointInfo
-    from core.store.store import PendingCheckpoint
+    from core.store.disk import PendingCheckpoint
 
 log = structlog.get_logger(__name__)
 

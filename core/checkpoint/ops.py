@@ -32,7 +32,8 @@ from core.checkpoint.engine import DumpRequest, Engine, Restored, RestoreRequest
 from core.config import CheckpointConfig
 from core.model import CheckpointInfo
 from core.store import retention, staging
-from core.store.store import CheckpointStore, PendingCheckpoint
+from core.store.disk import PendingCheckpoint
+from core.store.store import CheckpointStore
 
 log = structlog.get_logger(__name__)
 

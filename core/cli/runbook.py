@@ -19,9 +19,10 @@ from core import errors, logs
 from core.cli import output
 from core.config import load_settings
 from core.model import Principal, PrincipalKind
-from core.runbooks import schema
-from core.runbooks.engine import Engine, RunView
+from core.runbooks import loading
+from core.runbooks.engine import Engine
 from core.runbooks.store import RunStatus
+from core.runbooks.views import RunView
 from core.service.facade import bootstrap
 
 runbook_app = typer.Typer(help="Run YAML runbooks with approval gates.", no_args_is_help=True)
@@ -203,7 +204,7 @@ def check(
         ) from None
     if not exists and "/" not in file and not file.endswith((".yaml", ".yml")):
         path = _engine().dir / f"{file}.yaml"
-    problems = schema.check_file(path)
+    problems = loading.check_file(path)
     if json_:
         output.emit_json({"file": str(path), "ok": not problems,
                           "problems": [str(p) for p in problems]})  # fmt: skip

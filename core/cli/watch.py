@@ -32,7 +32,8 @@ from core.cli import output
 from core.config import load_settings
 from core.service.facade import bootstrap
 from core.signals.sla import parse_duration_s
-from core.watch.loop import WatchReport, watch, watch_once
+from core.watch.loop import watch, watch_once
+from core.watch.report import WatchReport
 
 MIN_EVERY_S = 1.0
 MAX_EVERY_S = 86400.0

@@ -9,8 +9,9 @@ webhook message, the approval page or ``clawpoint approvals show`` and types it 
 agent, which presents it with ``approve_with_code``). The code is derived from a local
 secret with HMAC and only its hash is stored, so the database never holds it; ``ApprovalView``
 (what agents see) has no code field, and ``reveal_code`` refuses anyone but a person.
-Too many wrong codes lock the request. ``consume`` turns approved into used in one guarded
-UPDATE inside ``BEGIN IMMEDIATE``, so two concurrent executions of the same plan run once.
+Too many wrong codes lock the request (the codes themselves: ``core.guardrails.approval_codes``).
+``consume`` turns approved into used in one guarded UPDATE inside ``BEGIN IMMEDIATE``, so two
+concurrent executions of the same plan run once.
 
 An approved plan belongs to the session that requested it: only that principal (agent ids
 carry their session, ``mcp:stdio/3fa9c2d1``) or a person may execute it, unless the person
@@ -26,21 +27,19 @@ Limits: the secret file protects the code only from those who cannot read it.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import os
 import secrets
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from core import errors
 from core.guardrail_settings import ApprovalsConfig as ApprovalsConfig
+from core.guardrails import approval_codes as codes
 from core.guardrails import approval_queue as queue
 from core.guardrails import schema
 from core.guardrails.approval_queue import MAX_PAGE as MAX_PAGE
@@ -49,7 +48,6 @@ from core.guardrails.policy import ApprovalKind
 from core.model import Plan, Principal, PrincipalKind, RiskClass, utcnow
 from core.state.db import Database, loads
 
-CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: easy to read and type
 SESSION_SEP = "/"  # agent principal ids: IDENTITY/SESSION, e.g. mcp:stdio/3fa9c2d1
 ExecutableBy = Literal["requester", "agent"]
 
@@ -98,28 +96,6 @@ class ApprovalView(BaseModel):
 Views = list[ApprovalView]  # (``ApprovalStore.list`` shadows the builtin in its class)
 
 
-def load_or_create_secret(path: Path) -> bytes:
-    """The key codes are derived from: 32 random bytes in a 0600 file, created on first use."""
-    try:
-        return bytes.fromhex(path.read_text().strip())
-    except FileNotFoundError:
-        pass
-    except ValueError as exc:
-        raise errors.OperationFailed(
-            f"the approval key {path} is corrupt", hint="delete it; pending codes become invalid"
-        ) from exc
-    path.parent.mkdir(parents=True, exist_ok=True)
-    key = secrets.token_bytes(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(key.hex())
-    return key
-
-
-def normalize_code(code: str) -> str:
-    return "".join(ch for ch in code.upper() if ch.isalnum())
-
-
 class ApprovalStore:
     def __init__(
         self,
@@ -139,19 +115,6 @@ class ApprovalStore:
 
     # -- codes ------------------------------------------------------------------------------
 
-    def _code_for(self, approval_id: str) -> str:
-        digest = hmac.new(self._secret, f"approval-code:{approval_id}".encode(), "sha256")
-        number = int.from_bytes(digest.digest(), "big")
-        chars = []
-        for _ in range(self.config.code_length):
-            number, index = divmod(number, len(CODE_ALPHABET))
-            chars.append(CODE_ALPHABET[index])
-        return "".join(chars)
-
-    @staticmethod
-    def _code_hash(approval_id: str, code: str) -> str:
-        return hashlib.sha256(f"{approval_id}:{normalize_code(code)}".encode()).hexdigest()
-
     def reveal_code(self, approval_id: str, *, principal: Principal) -> str:
         """The one-time code, for people paths only (webhook, page, CLI ``approvals show``)."""
         _require_person(principal, "see an approval code")
@@ -161,12 +124,12 @@ class ApprovalStore:
                 f"approval {approval_id} is {view.status.value}; its code is no longer usable",
                 hint=f"list pending approvals with {errors.step('list_approvals')}",
             )
-        return self._code_for(approval_id)
+        return codes.derive(self._secret, approval_id, self.config.code_length)
 
     def delivery_code(self, approval_id: str) -> str:
         """The code for a people channel the guard writes to (the webhook). Never expose this
         through anything an agent can call; people-facing interfaces use ``reveal_code``."""
-        return self._code_for(approval_id)
+        return codes.derive(self._secret, approval_id, self.config.code_length)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -250,7 +213,9 @@ class ApprovalStore:
             plan,
             requester,
             reason=reason,
-            code_hash=self._code_hash(approval_id, self._code_for(approval_id)),
+            code_hash=codes.digest(
+                approval_id, codes.derive(self._secret, approval_id, self.config.code_length)
+            ),
             expires_at=utcnow() + self.config.expiry_delta,
             needs=needs,
             identity=identity,
@@ -394,9 +359,11 @@ class ApprovalStore:
                 f"{presenter.id} requested approval {approval_id} and cannot approve it",
                 hint="another person must approve it",
             )
-        expected = self._code_hash(approval_id, self._code_for(approval_id))
+        expected = codes.digest(
+            approval_id, codes.derive(self._secret, approval_id, self.config.code_length)
+        )
         if view.status is ApprovalStatus.PENDING and hmac.compare_digest(
-            expected, self._code_hash(approval_id, code)
+            expected, codes.digest(approval_id, code)
         ):
             return self._decide(
                 approval_id,
@@ -611,13 +578,10 @@ def _view(row: Any) -> ApprovalView:
 
 
 __all__ = [
-    "CODE_ALPHABET",
     "ApprovalStatus",
     "ApprovalStore",
     "ApprovalView",
     "ApprovalsConfig",
-    "load_or_create_secret",
-    "normalize_code",
     "not_usable",
     "session_free",
 ]

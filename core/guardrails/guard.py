@@ -29,11 +29,11 @@ from pathlib import Path
 import structlog
 
 from core import errors
+from core.guardrails.approval_codes import load_or_create_secret
 from core.guardrails.approvals import (
     ApprovalsConfig,
     ApprovalStore,
     ApprovalView,
-    load_or_create_secret,
 )
 from core.guardrails.audit import AuditLog
 from core.guardrails.grants import Grant, GrantStore

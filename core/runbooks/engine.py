@@ -17,6 +17,9 @@ run whose gate or question timed out along its ``on_timeout`` branch (the watch 
 MCP server's periodic task call it). A gate that times out withdraws its pending approval, so
 a late "approve" can no longer run an action the run has given up on.
 
+What interfaces show of a run (``RunView``, ``RunSummary``, ``RunChange``) is
+``core.runbooks.views``'s.
+
 Limits: ``wait`` steps and ``until`` polling sleep in the calling thread (keep them short or
 prefer an ask/approval).
 """
@@ -31,18 +34,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from core import errors
 from core.guardrails.approvals import ApprovalStatus, session_free
 from core.guardrails.notify import slack_escape
 from core.model import ExecutionStatus, Principal, PrincipalKind, utcnow
-from core.runbooks import schema, templates, tools
+from core.runbooks import loading, schema, templates, tools
 from core.runbooks.calls import CALLS, CallContext, ToolCall, check_params
-from core.runbooks.store import RunRecord, RunStatus, RunStore, StepRecord, Waiting, new_run_id
+from core.runbooks.store import RunRecord, RunStatus, RunStore, Waiting, new_run_id
+from core.runbooks.views import RunChange, RunSummary, RunView, summary, view
 from core.service.facade import ActionResult, Service
 
-__all__ = ["Engine", "RunChange", "RunSummary", "RunView", "default_runbooks_dir"]
+__all__ = ["Engine", "default_runbooks_dir"]
 
 _OK_ACTION = ("executed", "planned", "approval_required")
 
@@ -51,88 +53,6 @@ def default_runbooks_dir() -> Path:
     """``$CLAWPOINT_RUNBOOKS``, else the ``runbooks/`` folder shipped with clawpoint."""
     env = os.environ.get("CLAWPOINT_RUNBOOKS")
     return Path(env) if env else Path(__file__).resolve().parents[2] / "runbooks"
-
-
-class RunView(BaseModel):
-    """A run as interfaces show it; ``next`` says what has to happen for it to go on."""
-
-    id: str
-    runbook: str
-    status: RunStatus
-    principal: str
-    params: dict[str, Any]
-    current: str | None
-    waiting: Waiting | None = None
-    steps: list[StepRecord] = Field(default_factory=list)
-    messages: list[str] = Field(default_factory=list)
-    error: str | None = None
-    started_at: datetime
-    updated_at: datetime
-    next: str = ""
-
-
-def view(run: RunRecord) -> RunView:
-    w = run.waiting
-    hint = ""
-    if run.status is RunStatus.WAITING_APPROVAL and w and w.kind == "confirm":
-        hint = f"A person confirms the plan with: clawpoint runbook continue {run.id} --yes"
-    elif run.status is RunStatus.WAITING_APPROVAL and w:
-        hint = (f"A person must approve {w.approval_id} (clawpoint approvals approve "
-                f"{w.approval_id}); then continue_runbook {run.id}. Do not approve it yourself.")  # fmt: skip
-    elif run.status is RunStatus.WAITING_ANSWER and w:
-        values = ", ".join(c["value"] for c in w.choices)
-        hint = f"Ask the person, then continue_runbook {run.id} with answer one of: {values}"
-    elif run.status is RunStatus.RUNNING:
-        hint = f"interrupted; continue_runbook {run.id} resumes it"
-    return RunView(
-        id=run.id, runbook=run.runbook, status=run.status, principal=str(run.principal),
-        params=run.params, current=run.current, waiting=w, steps=run.steps,
-        messages=run.messages, error=run.error, started_at=run.started_at,
-        updated_at=run.updated_at, next=hint,
-    )  # fmt: skip
-
-
-class RunSummary(BaseModel):
-    """A run in one line's worth of fields: what a fresh session needs to find and go on."""
-
-    id: str
-    runbook: str
-    status: RunStatus
-    principal: str
-    started_at: datetime
-    updated_at: datetime
-    waits_for: str | None = Field(default=None, description="approval ID, answer or confirm")
-    current: str | None = None
-    next: str = ""
-    outcome: str | None = Field(default=None, description="last message or error of a run")
-
-
-def summary(run: RunRecord) -> RunSummary:
-    v = view(run)
-    w = run.waiting
-    waits = None
-    if w is not None and not run.status.finished:
-        waits = f"approval {w.approval_id}" if w.approval_id else w.kind
-    outcome = None
-    if run.status.finished:
-        outcome = run.error or (run.messages[-1] if run.messages else None)
-    return RunSummary(
-        id=run.id, runbook=run.runbook, status=run.status, principal=str(run.principal),
-        started_at=run.started_at, updated_at=run.updated_at, waits_for=waits,
-        current=run.current, next=v.next, outcome=outcome,
-    )  # fmt: skip
-
-
-class RunChange(BaseModel):
-    """What ``advance_due`` did to one run: where it was, where it is now, and why."""
-
-    id: str
-    runbook: str
-    step: str
-    before: RunStatus
-    status: RunStatus
-    current: str | None
-    message: str
 
 
 _WAITING = (RunStatus.WAITING_APPROVAL.value, RunStatus.WAITING_ANSWER.value)
@@ -161,7 +81,7 @@ class Engine:
 
     # ------------------------------------------------------------------ catalogue
     def runbooks(self) -> dict[str, schema.Runbook]:
-        return schema.load_all(self.dir)
+        return loading.load_all(self.dir)
 
     def runbook(self, name: str) -> schema.Runbook:
         path = self.dir / f"{name}.yaml"
@@ -172,7 +92,7 @@ class Engine:
                 f"no runbook {name[:80]!r}",
                 hint=f"runbooks are: {', '.join(sorted(self.runbooks()))}",
             )
-        return schema.load_runbook(path)
+        return loading.load_runbook(path)
 
     def _list_call(self) -> Any:
         return {"runbooks": sorted(self.runbooks())}

@@ -40,14 +40,14 @@ import structlog
 from core import errors
 from core.model import CheckpointInfo, CheckpointStatus
 from core.store import perms
-from core.store.store import ON_REQUEST, REQUESTED_BY, CheckpointStore, parse_checkpoint_id
+from core.store.disk import NEVER_RESTORED, ON_REQUEST, REQUESTED_BY, parse_checkpoint_id
+from core.store.store import CheckpointStore
 
 log = structlog.get_logger(__name__)
 
 HOLD = ".hold"  # in each checkpoint directory; flocked shared by restores, exclusively by deletion
 LAST_GOOD = "last-good-checkpoint"
 IN_USE = "checkpoint-in-use"
-_NEVER_RESTORED = frozenset({CheckpointStatus.CORRUPT, CheckpointStatus.UNTRUSTED})
 
 
 def _gone(checkpoint_id: str) -> errors.NotFound:
@@ -111,7 +111,7 @@ def _delete_unheld(store: CheckpointStore, checkpoint_id: str) -> None:
 
 def _verifies(store: CheckpointStore, info: CheckpointInfo) -> str | None:
     """None when ``info`` verifies (digests included); else why not (a corrupt one is marked)."""
-    if info.status in _NEVER_RESTORED:
+    if info.status in NEVER_RESTORED:
         return f"{info.id} is {info.status.value}"
     try:
         store.verify(info.id)
@@ -174,7 +174,7 @@ def _protected(
     """The newest checkpoint that verifies (``fresh``, just published and hashed, is trusted);
     the statuses of those above it that fail are updated in ``infos`` (and marked)."""
     for info in infos:
-        if info.status in _NEVER_RESTORED:
+        if info.status in NEVER_RESTORED:
             continue
         if info.id == fresh:
             return info.id

@@ -32,6 +32,9 @@ cannot fix); 21 it acted this pass (executed, recovered, withdrew, advanced a ru
 error this pass (a signal source, an action or a recovery failed). Several: 1, then 21,
 then 20. The code describes this pass; the printed lines only what is new.
 
+What a pass records as evidence is ``core.watch.evidence``'s; its report, findings and exit
+code ``core.watch.report``'s.
+
 Limits: one pass acts sequentially, most urgent first; a notice 120 s out leaves time for
 a few checkpoints of moderate size, not dozens. Reaction latency is at most one poll
 interval plus the time of the proposals ranked before it.
@@ -39,148 +42,34 @@ interval plus the time of the proposals ranked before it.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
-from typing import Any, Literal, Protocol
+from datetime import datetime
+from typing import Any, Protocol
 
 import structlog
-from pydantic import BaseModel, Field
 
 from core import errors
 from core.backends.base import ProgressSource
-from core.guardrails.approvals import ApprovalStatus, ApprovalView
-from core.guardrails.evidence import NOTICE_GRACE_S, EvidenceStore, plan_subjects
-from core.model import (
-    Execution,
-    ExecutionStatus,
-    NodeHealth,
-    Principal,
-    PrincipalKind,
-    utcnow,
-)
+from core.guardrails.approvals import ApprovalStatus
+from core.guardrails.evidence import EvidenceStore, plan_subjects
+from core.model import Principal, PrincipalKind, utcnow
 from core.planner.planner import PlannerConfig, Proposal
-from core.service import evidence_check, insights
+from core.service import insights
 from core.service.facade import Service
 from core.service.insights import PlanReport, propose
 from core.signals.cloud import NoticePoller, ProviderStatus
-from core.signals.model import GpuHealth, GpuVerdict, InterruptionAction, InterruptionNotice
-from core.signals.nodes import node_health
+from core.signals.model import GpuHealth
 from core.signals.nvml import NvmlMonitor
+from core.watch.evidence import record_evidence
+from core.watch.report import APPROVAL_FINDINGS, WatchAction, WatchReport, Withdrawn, add_findings
 from core.watch.state import Request, WatchState
 
 log = structlog.get_logger("clawpoint.watch")
 
 SCHEDULER = Principal(id="watch", kind=PrincipalKind.SCHEDULER)
-EXIT_NOTHING, EXIT_ERROR, EXIT_APPROVALS, EXIT_ACTED = 0, 1, 20, 21
 REMIND_S = 3600.0  # a condition still there is reported again after this long
-# Pending approvals reported one by one per pass (the newest); the rest in one finding, so a
-# flood of requests cannot make a pass slow or its report long.
-APPROVAL_FINDINGS = 20
-# Notice actions that are planned maintenance rather than a spot reclaim (also recorded
-# as "spot-interruption", the trigger the planner gives every notice).
-_MAINTENANCE = frozenset(
-    {InterruptionAction.REBOOT, InterruptionAction.REDEPLOY, InterruptionAction.FREEZE,
-     InterruptionAction.DRAIN}
-)  # fmt: skip
-# Triggers whose evidence is the raw sighting of a node's signal (recorded per node).
-SIGNAL_TRIGGERS = frozenset({"spot-interruption", "maintenance", "gpu-failure", "node-down"})
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
-
-Level = Literal["acted", "attention", "error"]
-
-
-class WatchAction(BaseModel):
-    key: str
-    trigger: str
-    action: str
-    target: str
-    params: dict[str, Any] = Field(default_factory=dict)
-    reason: str
-    status: str  # executed | approval_required | denied | failed | planned | error
-    message: str = ""
-    plan_hash: str | None = None
-    approval_id: str | None = None
-    started_at: datetime
-    finished_at: datetime
-    notice_deadline: datetime | None = None
-    met_deadline: bool | None = None
-
-
-class Finding(BaseModel):
-    """One thing a person or an agent may want to know, with a stable key."""
-
-    key: str
-    level: Level
-    kind: str  # action | recovered | withdrawn | runbook | approval | sla | dead | error
-    message: str
-    subject: str | None = None
-    approval_id: str | None = None
-    new: bool = True
-
-    def line(self) -> str:
-        return _CONTROL.sub(" ", f"{self.level}: {self.message}")
-
-
-class Withdrawn(BaseModel):
-    approval_id: str
-    target: str
-    reason: str
-
-
-class WatchReport(BaseModel):
-    observed_at: datetime
-    proposals: list[Proposal] = Field(default_factory=list)
-    actions: list[WatchAction] = Field(default_factory=list)
-    still_pending: list[str] = Field(
-        default_factory=list,
-        description="ids of approvals waiting for a person: the newest APPROVAL_FINDINGS",
-    )
-    pending_total: int = Field(default=0, description="approvals waiting for a person, in all")
-    skipped: list[str] = Field(default_factory=list, description="keys asked for recently")
-    notices: list[InterruptionNotice] = Field(default_factory=list)
-    gpu_status: str | None = None
-    errors: list[str] = Field(default_factory=list)
-    recovered: list[Execution] = Field(
-        default_factory=list, description="interrupted executions finished this pass"
-    )
-    withdrawn: list[Withdrawn] = Field(default_factory=list)
-    runs: list[dict[str, Any]] = Field(
-        default_factory=list, description="runbook runs advanced this pass (timeouts)"
-    )
-    evidence: list[dict[str, Any]] = Field(
-        default_factory=list, description="signals recorded as evidence this pass"
-    )
-    ended: list[dict[str, Any]] = Field(
-        default_factory=list, description="evidence this pass contradicted, and why"
-    )
-    findings: list[Finding] = Field(default_factory=list)
-
-    @property
-    def changed(self) -> bool:
-        """Something new since the previous pass (what gets printed)."""
-        return any(f.new for f in self.findings)
-
-    @property
-    def exit_code(self) -> int:
-        levels = {f.level for f in self.findings}
-        if "error" in levels:
-            return EXIT_ERROR
-        if "acted" in levels:
-            return EXIT_ACTED
-        if "attention" in levels:
-            return EXIT_APPROVALS
-        return EXIT_NOTHING
-
-    def lines(self) -> list[str]:
-        """One line per new finding (none when nothing changed)."""
-        return [f.line() for f in self.findings if f.new]
-
-    def summary(self) -> str:
-        """The new findings on one line (empty when nothing changed)."""
-        return "; ".join(self.lines())
 
 
 class RunbookAdvancer(Protocol):
@@ -250,89 +139,6 @@ def _node_ids(service: Service) -> tuple[dict[str, str], list[Any]]:
         ids.setdefault(n.name, n.id)
         ids[n.id] = n.id
     return ids, nodes
-
-
-def _record_evidence(
-    evidence: EvidenceStore,
-    report: WatchReport,
-    *,
-    now: datetime,
-    ids: dict[str, str],
-    nodes: Sequence[Any],
-    gpus: Sequence[GpuHealth],
-    plans: PlanReport,
-    providers: Sequence[ProviderStatus] = (),
-    here: str | None = None,
-) -> None:
-    """What this pass observed itself becomes evidence for trigger-scoped grants; what it
-    observed to the contrary ends earlier evidence (only a positive observation does)."""
-
-    def put(trigger: str, subject: str, source: str, until: datetime | None, detail: str) -> None:
-        got = evidence.record(trigger, subject, source=source, observed_at=now, expires_at=until,
-                              detail=detail)  # fmt: skip
-        report.evidence.append(got.brief())
-
-    for n in report.notices:
-        raw = n.node or n.subject or ""
-        if not raw:
-            continue
-        subject = ids.get(raw, raw)
-        until = n.deadline + timedelta(seconds=NOTICE_GRACE_S) if n.deadline else None
-        what = f"{n.provider.value} {n.action.value}" + (
-            f" at {n.deadline:%H:%M:%S} UTC" if n.deadline else ""
-        )
-        put("spot-interruption", subject, n.source, until, what)
-        if n.action in _MAINTENANCE:
-            put("maintenance", subject, n.source, until, what)
-    for g in gpus:
-        raw = g.node or g.subject or ""
-        if g.verdict is GpuVerdict.FAILED and raw:
-            put("gpu-failure", ids.get(raw, raw), g.source, None,
-                f"GPU {g.index}: {'; '.join(g.reasons)[:200]}")  # fmt: skip
-    for node in nodes:
-        h = node_health(node, observed_at=now)
-        if h.health is NodeHealth.DOWN:
-            put("node-down", node.id, h.source, None, "; ".join(h.reasons)[:200])
-    _end_contradicted(evidence, report, now=now, nodes=nodes, gpus=gpus, providers=providers,
-                      here=here)  # fmt: skip
-    for p in plans.proposals:
-        # The planner's own readings (SLA, queue, cost): evidence for its target only. Its
-        # notice, GPU and node proposals rest on the sightings above, which expire with them.
-        if p.trigger not in SIGNAL_TRIGGERS:
-            put(p.trigger, p.target, "watch:planner", None, p.reason[:200])
-
-
-def _end_contradicted(
-    evidence: EvidenceStore,
-    report: WatchReport,
-    *,
-    now: datetime,
-    nodes: Sequence[Any],
-    gpus: Sequence[GpuHealth],
-    providers: Sequence[ProviderStatus],
-    here: str | None,
-) -> None:
-    """End the live evidence this pass saw contradicted: a node not down, a node whose GPUs
-    all read healthy, this host's notice gone while a provider answered."""
-    live = evidence.live(now)
-
-    def end(trigger: str, subject: str, why: str | None) -> None:
-        if why is None or not any(e.trigger == trigger and e.subject == subject for e in live):
-            return
-        for e in evidence.end(trigger, subject, reason=why, now=now):
-            report.ended.append({**e.brief(), "reason": why})
-
-    for node in nodes:
-        end("node-down", node.id, evidence_check.node_is_up(node))
-    for subject in {e.subject for e in live if e.trigger == "gpu-failure"}:
-        end("gpu-failure", subject, evidence_check.gpus_are_healthy(subject, gpus))
-    # The metadata endpoints speak for this host only: another node's notice is left to
-    # expire (or to that node's own watch).
-    for trigger in evidence_check.NOTICE_TRIGGERS:
-        for subject in {e.subject for e in live if e.trigger == trigger}:
-            if evidence_check.same_node(here, subject):
-                end(trigger, subject,
-                    evidence_check.notice_is_gone(subject, report.notices, providers))  # fmt: skip
 
 
 def _run_approved(service: Service, state: WatchState, report: WatchReport) -> None:
@@ -410,55 +216,6 @@ def _advance_runs(runbooks: RunbookAdvancer | None, service: Service, now: datet
         report.runs.append(dump(mode="json") if callable(dump) else dict(c))
 
 
-def _action_finding(a: WatchAction) -> Finding:
-    what = f"{a.action} {a.target} ({a.trigger})"
-    level: Level
-    if a.status == "executed":
-        level, text = "acted", f"{what}: {a.message}"
-    elif a.status == "approval_required":
-        level = "attention"
-        text = (f"approval {a.approval_id} waiting: {what}; approve with 'clawpoint approvals "
-                f"approve {a.approval_id}' or deny it")  # fmt: skip
-    elif a.status in ("failed", "error"):
-        level, text = "error", f"{what} failed: {a.message}"
-    else:  # denied by policy, or planned only (dry run)
-        level, text = "attention", f"{what} {a.status}: {a.message}"
-    return Finding(key=f"action:{a.key}:{a.finished_at.isoformat()}", level=level, kind="action",
-                   message=text, subject=a.target, approval_id=a.approval_id)  # fmt: skip
-
-
-def _unfixable(plans: PlanReport, nodes: Sequence[Any], workloads: Sequence[Any]) -> list[Finding]:
-    """Risks the planner has no move for: someone has to decide."""
-    out: list[Finding] = []
-    proposed = {p.target for p in plans.proposals}
-    for r in plans.sla:
-        if r.level.value != "high" or r.workload in proposed:
-            continue
-        late = (
-            f"late by {-r.slack_s / 60:.0f} min"
-            if r.slack_s is not None and r.slack_s < 0
-            else (f"slack {r.slack_s / 60:.0f} min" if r.slack_s is not None else "at risk")
-        )
-        need = f"; needs a node {r.needed_speed:.2f}x as fast" if r.needed_speed else ""
-        out.append(Finding(
-            key=f"sla:{r.workload}", level="attention", kind="sla", subject=r.workload,
-            message=f"{r.workload} will miss its deadline {r.deadline:%Y-%m-%d %H:%M} UTC "
-            f"({late}) and no faster node is free{need}: add capacity, preempt lower-priority "
-            "work or move the deadline",
-        ))  # fmt: skip
-    health = {n.id: n.health for n in nodes}
-    for w in workloads:
-        node = f"{w.backend}:{w.node}" if w.node else None
-        if (w.died() and node is not None
-                and health.get(node) is NodeHealth.DEGRADED and w.id not in proposed):  # fmt: skip
-            out.append(Finding(
-                key=f"dead:{w.id}", level="attention", kind="dead", subject=w.id,
-                message=f"{w.id} died on degraded node {node} and nothing restarts it: "
-                f"fail it over ('clawpoint failover {w.id}') or ask a person",
-            ))  # fmt: skip
-    return out
-
-
 def _plan_and_act(
     service: Service, state: WatchState, evidence: EvidenceStore, report: WatchReport,
     gpus: list[GpuHealth], now: datetime, config: PlannerConfig | None,
@@ -472,7 +229,7 @@ def _plan_and_act(
         config=config,
     )  # fmt: skip
     report.proposals = plans.proposals
-    _record_evidence(evidence, report, now=now, ids=ids, nodes=nodes, gpus=gpus, plans=plans,
+    record_evidence(evidence, report, now=now, ids=ids, nodes=nodes, gpus=gpus, plans=plans,
                      providers=providers, here=service.settings.signals.node)  # fmt: skip
     _run_approved(service, state, report)
     for p in plans.proposals:
@@ -537,71 +294,8 @@ def watch_once(
         if more is None
         else service.guard.approvals.count(status=ApprovalStatus.PENDING)
     )
-    _findings(service, report, plans, nodes, state, now, remind_s, pending, more)
+    add_findings(service, report, plans, nodes, state, now, remind_s, pending, more)
     return report
-
-
-def _findings(service: Service, report: WatchReport, plans: PlanReport, nodes: Sequence[Any],
-              state: WatchState, now: datetime, remind_s: float, pending: Sequence[ApprovalView],
-              more: str | None) -> None:  # fmt: skip
-    events: list[Finding] = []
-    for e in report.recovered:
-        ok = e.status is ExecutionStatus.SUCCEEDED
-        events.append(Finding(
-            key=f"recovered:{e.id}", level="acted" if ok else "error", kind="recovered",
-            subject=e.target, message=f"finished interrupted {e.action.value} of {e.target}: "
-            f"{e.status.value}" + ("" if ok else f" ({e.error})"),
-        ))  # fmt: skip
-    events += [_action_finding(a) for a in report.actions]
-    events += [
-        Finding(key=f"withdrawn:{w.approval_id}", level="acted", kind="withdrawn",
-                subject=w.target, approval_id=w.approval_id,
-                message=f"withdrew approval {w.approval_id} for {w.target}: {w.reason}")
-        for w in report.withdrawn
-    ]  # fmt: skip
-    for r in report.runs:
-        status = str(r.get("status", ""))
-        level: Level = ("error" if status == "failed" else "attention"
-                        if status.startswith("waiting") else "acted")  # fmt: skip
-        events.append(Finding(
-            key=f"run:{r.get('id')}:{r.get('step')}", level=level, kind="runbook",
-            subject=str(r.get("id")), message=f"runbook run {r.get('id')} ({r.get('runbook')}): "
-            f"step {r.get('step')} timed out; now {status}" + (
-                f" at {r['current']}" if r.get("current") else "") + (
-                f": {r['message']}" if r.get("message") else ""),
-        ))  # fmt: skip
-    try:
-        conditions = _unfixable(plans, nodes, service.workloads() if nodes else [])
-    except errors.ClawpointError as exc:
-        conditions = []
-        report.errors.append(f"inventory: {exc}")
-    conditions += [
-        Finding(key=f"error:{e}", level="error", kind="error", message=e) for e in report.errors
-    ]
-    asked_now = {a.approval_id for a in report.actions if a.approval_id}
-    for view in pending:  # the newest page; the rest in one finding below
-        if view.id in asked_now:
-            state.seen(f"approval:{view.id}", f"approval{view.id}", now, remind_s=remind_s)
-            continue
-        conditions.append(Finding(
-            key=f"approval:{view.id}", level="attention", kind="approval", subject=view.target,
-            approval_id=view.id,
-            message=f"approval {view.id} still waiting: {view.action} {view.target} asked by "
-            f"{view.requester} (expires {view.expires_at:%H:%M:%S} UTC); approve with "
-            f"'clawpoint approvals approve {view.id}' or deny it",
-        ))  # fmt: skip
-    if more is not None:
-        rest = report.pending_total - len(pending)
-        conditions.append(Finding(
-            key="approvals:more", level="attention", kind="approval",
-            message=f"{rest} more approvals waiting ({report.pending_total} in all; the newest "
-            f"{len(pending)} are reported one by one); see them with 'clawpoint approvals list --cursor {more}'",
-        ))  # fmt: skip
-    for f in conditions:
-        # The fingerprint leaves out times that move every pass (expiry shown, slack).
-        f.new = state.seen(f.key, f.kind + (f.approval_id or ""), now, remind_s=remind_s)
-    state.forget_others({f.key for f in conditions} | {f"approval:{i}" for i in asked_now})
-    report.findings = events + conditions
 
 
 def watch(

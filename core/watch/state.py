@@ -12,7 +12,7 @@ Two tables (component ``watch`` of the state database):
 - ``watch_findings``: the conditions already reported (pending approvals, unfixable risks,
   failing sources) with a fingerprint and when they were last reported, so a pass prints
   only what is new, in one process or across ``--once`` runs (``seen``/``forget_others``).
-  A pass reports a page of pending approvals (``core.watch.loop.APPROVAL_FINDINGS``), so
+  A pass reports a page of pending approvals (``core.watch.report.APPROVAL_FINDINGS``), so
   this table stays small however many requests wait.
 
 Limits: bounded by the number of distinct proposal keys and workloads; rows of workloads

@@ -35,7 +35,8 @@ from core.polling import poll_until
 from core.specs import RunSpec
 from core.state.workloads import WorkloadRegistry
 from core.store import staging
-from core.store.store import CheckpointStore, parse_checkpoint_id
+from core.store.disk import parse_checkpoint_id
+from core.store.store import CheckpointStore
 from core.wrapper import handoff
 from core.wrapper.progress import ProgressFile, Stamp
 

@@ -55,7 +55,8 @@ from core.specs import RunSpec
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store import staging
-from core.store.store import ON_REQUEST, REQUESTED_BY, CheckpointStore
+from core.store.disk import ON_REQUEST, REQUESTED_BY
+from core.store.store import CheckpointStore
 from core.wrapper import ending, fence, handoff, payload, restoring
 from core.wrapper.desk import ControlDesk, Job
 from core.wrapper.faults import die_if

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from core.model import Action, CheckpointStatus
-from core.store.store import ON_REQUEST, CheckpointStore
+from core.store.disk import ON_REQUEST
+from core.store.store import CheckpointStore
 from tests.adversarial.conftest import PERSON, TRANSPORTS, Lab, agent_session
 from tests.checkpoint import stores
 

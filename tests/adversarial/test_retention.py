@@ -25,7 +25,8 @@ import pytest
 from core import errors
 from core.model import CheckpointStatus
 from core.store import retention
-from core.store.store import ON_REQUEST, CheckpointStore
+from core.store.disk import ON_REQUEST
+from core.store.store import CheckpointStore
 from tests.adversarial.conftest import Lab, agent_session, approval_id_of
 from tests.adversarial.test_checkpoint_protection import flip_bytes
 from tests.checkpoint import stores

@@ -12,7 +12,7 @@ import yaml
 
 from core import errors
 from core.config import load_settings
-from core.runbooks import schema, templates, tools
+from core.runbooks import loading, schema, templates, tools
 from core.service.facade import bootstrap
 from mcp_server.server import build_server
 
@@ -34,7 +34,7 @@ def _raw(name: str) -> dict[str, Any]:
 
 
 def test_all_shipped_runbooks_load() -> None:
-    loaded = schema.load_all(RUNBOOKS)
+    loaded = loading.load_all(RUNBOOKS)
     assert set(loaded) >= SHIPPED
     for rb in loaded.values():
         assert rb.digest().startswith("sha256:")
@@ -42,7 +42,7 @@ def test_all_shipped_runbooks_load() -> None:
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_steps_call_only_known_tools(name: str) -> None:
-    rb = schema.load_runbook(RUNBOOKS / f"{name}.yaml")
+    rb = loading.load_runbook(RUNBOOKS / f"{name}.yaml")
     called = {s.tool for s in rb.steps if isinstance(s, schema.ToolStep)}
     assert called, "a runbook without tool calls does nothing"
     assert called <= tools.ALL_TOOLS
@@ -65,7 +65,7 @@ def test_tool_catalogue_is_consistent(tmp_path: Path) -> None:
 
 
 def _problems(data: dict[str, Any]) -> list[str]:
-    _, problems = schema.check_data(data)
+    _, problems = loading.check_data(data)
     return [str(p) for p in problems]
 
 
@@ -75,7 +75,7 @@ def test_unknown_tool_is_named_with_file_and_key(tmp_path: Path) -> None:
     path = tmp_path / "sla-rescue.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     with pytest.raises(errors.InvalidInput) as info:
-        schema.load_runbook(path)
+        loading.load_runbook(path)
     assert str(path) in info.value.message
     assert "steps[0](risk).tool" in info.value.message
     assert "unknown tool 'sla_risks'" in info.value.message
@@ -128,18 +128,18 @@ def test_name_must_match_file(tmp_path: Path) -> None:
     path = tmp_path / "other.yaml"
     path.write_text((RUNBOOKS / "sla-rescue.yaml").read_text(encoding="utf-8"), encoding="utf-8")
     with pytest.raises(errors.InvalidInput, match="differs from the file name"):
-        schema.load_runbook(path)
+        loading.load_runbook(path)
 
 
 def test_duplicate_yaml_keys_are_rejected(tmp_path: Path) -> None:
     path = tmp_path / "dup.yaml"
     path.write_text("version: 1\nname: dup\nname: dup\n", encoding="utf-8")
     with pytest.raises(errors.InvalidInput, match="duplicate key"):
-        schema.load_runbook(path)
+        loading.load_runbook(path)
 
 
 def test_bind_params() -> None:
-    rb = schema.load_runbook(RUNBOOKS / "sla-rescue.yaml")
+    rb = loading.load_runbook(RUNBOOKS / "sla-rescue.yaml")
     bound = rb.bind_params({"workload": "slurm:1234"})
     assert bound == {"workload": "slurm:1234", "min_late_minutes": 15.0}
     with pytest.raises(errors.InvalidInput, match="needs parameter 'workload'"):
@@ -152,13 +152,13 @@ def test_bind_params() -> None:
 
 def test_digest_changes_with_content() -> None:
     data = _raw("sla-rescue")
-    a = schema.validate_runbook(data).digest()
+    a = loading.validate_runbook(data).digest()
     data["steps"][0]["title"] = "changed"
-    assert schema.validate_runbook(data).digest() != a
+    assert loading.validate_runbook(data).digest() != a
 
 
 def test_conditions_evaluate_against_run_context() -> None:
-    rb = schema.load_runbook(RUNBOOKS / "queue-backlog.yaml")
+    rb = loading.load_runbook(RUNBOOKS / "queue-backlog.yaml")
     check = rb.step("backlogged")
     assert isinstance(check, schema.CheckStep)
     ctx: dict[str, Any] = {

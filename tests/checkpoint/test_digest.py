@@ -14,7 +14,8 @@ import pytest
 from core import errors
 from core.model import CheckpointStatus
 from core.store import digest
-from core.store.store import MANIFEST, CheckpointStore
+from core.store.disk import MANIFEST
+from core.store.store import CheckpointStore
 from tests.checkpoint import stores
 
 MIB = 1024 * 1024

@@ -20,7 +20,8 @@ from core.checkpoint import stats
 from core.model import CheckpointStatus
 from core.store import digest
 from core.store import seal as seal_mod
-from core.store.store import CheckpointStore, parse_checkpoint_id
+from core.store.disk import parse_checkpoint_id
+from core.store.store import CheckpointStore
 from tests.checkpoint import stores
 
 

@@ -10,13 +10,12 @@ import pytest
 
 from core import errors
 from core.guardrails import approvals as approvals_mod
+from core.guardrails.approval_codes import CODE_ALPHABET, load_or_create_secret
 from core.guardrails.approvals import (
-    CODE_ALPHABET,
     ApprovalsConfig,
     ApprovalStatus,
     ApprovalStore,
     ApprovalView,
-    load_or_create_secret,
 )
 from core.guardrails.audit import AuditLog
 from core.model import Action, Principal, PrincipalKind, utcnow

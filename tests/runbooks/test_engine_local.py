@@ -12,8 +12,9 @@ from core.backends.local import LocalBackend
 from core.config import Settings
 from core.model import WorkloadState, utcnow
 from core.runbooks.calls import CallContext
-from core.runbooks.engine import Engine, RunView
+from core.runbooks.engine import Engine
 from core.runbooks.store import RunStatus
+from core.runbooks.views import RunView
 from core.service.facade import Service
 from tests.runbooks.conftest import AGENT, approve, cli
 from tests.service.conftest import PERSON, counter, step, wait_step

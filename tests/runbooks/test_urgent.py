@@ -29,7 +29,7 @@ from core.backends.local import LocalBackend
 from core.config import Settings, load_settings
 from core.errors import Conflict, NotFound
 from core.model import Action, WorkloadState, utcnow
-from core.runbooks import schema
+from core.runbooks import loading, schema
 from core.runbooks.engine import Engine
 from core.runbooks.store import RunStatus
 from core.service.facade import Service, bootstrap
@@ -408,7 +408,7 @@ def _ends_failing(rb: schema.Runbook, target: str) -> bool:
 def test_no_shipped_runbook_ends_silently_on_a_timeout(name: str) -> None:
     """Every gate has a timeout that ends the run as failed with a message (not a quiet
     success), and every question without a default does the same."""
-    rb = schema.load_runbook(ROOT / "runbooks" / f"{name}.yaml")
+    rb = loading.load_runbook(ROOT / "runbooks" / f"{name}.yaml")
     for s in rb.steps:
         if isinstance(s, schema.ApprovalStep) or (
             isinstance(s, schema.AskStep) and s.default is None

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core.watch.loop import EXIT_ACTED, EXIT_APPROVALS
+from core.watch.report import EXIT_ACTED, EXIT_APPROVALS
 from tests.scheduling.conftest import CLAWPOINT, REPO
 
 UNITS = REPO / "contrib" / "systemd"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from core.watch.loop import APPROVAL_FINDINGS
+from core.watch.report import APPROVAL_FINDINGS
 from tests.cli.conftest import ROOT, Cli
 from tests.cli.test_approval_list_pages import _seed
 

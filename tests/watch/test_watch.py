@@ -15,7 +15,8 @@ from core.model import Action, WorkloadInfo, WorkloadState
 from core.service.facade import Service, bootstrap
 from core.signals.cloud import NoticePoller
 from core.signals.config import SignalsConfig
-from core.watch.loop import EXIT_ACTED, EXIT_APPROVALS, EXIT_NOTHING, watch_once
+from core.watch.loop import watch_once
+from core.watch.report import EXIT_ACTED, EXIT_APPROVALS, EXIT_NOTHING
 from tests.service.conftest import PERSON, counter, step, wait_step
 from tests.signals.fakes import FakeAwsImds
 from tests.watch.conftest import Receiver

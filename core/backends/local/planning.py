@@ -26,7 +26,7 @@ from core.model import (
 )
 from core.state.workloads import WorkloadRecord
 from core.store import retention
-from core.store.store import parse_checkpoint_id
+from core.store.disk import parse_checkpoint_id
 
 
 def start_step(

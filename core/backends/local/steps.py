@@ -23,7 +23,7 @@ from core.backends.local.context import LocalStepContext
 from core.model import KILLED, WorkloadState
 from core.state.workloads import WorkloadRecord
 from core.store import retention
-from core.store.store import parse_checkpoint_id
+from core.store.disk import parse_checkpoint_id
 from core.wrapper import fence as fencing
 from core.wrapper.control import ControlClient
 
