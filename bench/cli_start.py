@@ -78,7 +78,7 @@ def run(reps: int, clawpoint: str) -> dict[str, object]:
         cpu: dict[str, list[float]] = {name: [] for name, _ in cases}
         wall: dict[str, list[float]] = {name: [] for name, _ in cases}
         codes: dict[str, set[int]] = {name: set() for name, _ in cases}
-        for name, argv in cases:  # warm-up: state database, byte code
+        for _name, argv in cases:  # warm-up: state database, byte code
             measure(argv, env)
         for _ in range(reps):
             for name, argv in cases:
