@@ -12,7 +12,8 @@ same run (target: CPU <= 4x). Every command runs against its own empty ``CLAWPOI
 code, so the figures are a command's start, not a first install.
 
 Commands: ``--help``, ``workloads --json``, ``approvals list --json`` and ``checkpoints``
-(the table). Results go to ``bench/results/cli_start.json``.
+(the table), and ``--help`` again with ``TYPER_USE_RICH=0`` (plain text, no boxes: what a
+script that reads the help can ask for). Results go to ``bench/results/cli_start.json``.
 
 Limits: one machine, whatever else runs on it; wall varies with load far more than CPU does,
 which is why CPU is the target. The console script's own Python start is in both sides.
@@ -50,6 +51,9 @@ def _clawpoint() -> str:
     return found
 
 
+PLAIN = {"TYPER_USE_RICH": "0"}
+
+
 def measure(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
     """(CPU s, wall s, exit code) of one run of ``argv``, output discarded."""
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -70,26 +74,29 @@ def measure(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
 
 def run(reps: int, clawpoint: str) -> dict[str, object]:
     python = sys.executable
-    cases: list[tuple[str, list[str]]] = [("python -c pass", [python, "-c", "pass"])]
-    cases += [("clawpoint " + " ".join(c), [clawpoint, *c]) for c in COMMANDS]
+    cases: list[tuple[str, list[str], dict[str, str]]] = [
+        ("python -c pass", [python, "-c", "pass"], {})
+    ]
+    cases += [("clawpoint " + " ".join(c), [clawpoint, *c], {}) for c in COMMANDS]
+    cases.append(("TYPER_USE_RICH=0 clawpoint --help", [clawpoint, "--help"], PLAIN))
     with tempfile.TemporaryDirectory(prefix="clawpoint-bench-") as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CLAWPOINT_")}
         env["CLAWPOINT_HOME"] = str(Path(tmp) / "home")
-        cpu: dict[str, list[float]] = {name: [] for name, _ in cases}
-        wall: dict[str, list[float]] = {name: [] for name, _ in cases}
-        codes: dict[str, set[int]] = {name: set() for name, _ in cases}
-        for _name, argv in cases:  # warm-up: state database, byte code
-            measure(argv, env)
+        cpu: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+        wall: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+        codes: dict[str, set[int]] = {name: set() for name, _, _ in cases}
+        for _name, argv, extra in cases:  # warm-up: state database, byte code
+            measure(argv, env | extra)
         for _ in range(reps):
-            for name, argv in cases:
-                c, w, code = measure(argv, env)
+            for name, argv, extra in cases:
+                c, w, code = measure(argv, env | extra)
                 cpu[name].append(c)
                 wall[name].append(w)
                 codes[name].add(code)
     base_cpu = statistics.median(cpu["python -c pass"])
     base_wall = statistics.median(wall["python -c pass"])
     rows = []
-    for name, _ in cases:
+    for name, _, _ in cases:
         c, w = statistics.median(cpu[name]), statistics.median(wall[name])
         rows.append(
             {
