@@ -200,7 +200,7 @@ def _top_level() -> dict[str, typer.Typer]:
         word = spec.cli[0]
         if word in commands or word in GROUPS_ELSEWHERE:
             continue
-        commands[word] = typer.Typer(no_args_is_help=len(spec.cli) > 1)
+        commands[word] = typer.Typer(no_args_is_help=len(spec.cli) > 1, add_completion=False)
         if len(spec.cli) == 1:
             commands[word].command(word)(_action_command(spec))
         else:  # a group (the callback makes it one even with a single action under it)

@@ -14,8 +14,8 @@ from core.cli import output
 from core.cli.common import JsonOpt, person, service
 from core.model import CheckpointStatus
 
-workloads_app = typer.Typer()
-checkpoints_app = typer.Typer()
+workloads_app = typer.Typer(add_completion=False)
+checkpoints_app = typer.Typer(add_completion=False)
 COMMANDS = {"workloads": workloads_app, "checkpoints": checkpoints_app}
 
 

@@ -18,7 +18,7 @@ from core.engine_names import check as check_engine
 from core.lineage import pod_lineage
 from core.model import parse_labels, validate_interval_s, validate_name
 
-run_app = typer.Typer()
+run_app = typer.Typer(add_completion=False)
 COMMANDS = {"run": run_app}
 
 

@@ -12,8 +12,8 @@ from core import errors
 from core.cli import output
 from core.cli.common import JsonOpt, settings
 
-serve_app = typer.Typer()
-demo_app = typer.Typer()
+serve_app = typer.Typer(add_completion=False)
+demo_app = typer.Typer(add_completion=False)
 config_app = typer.Typer(help="Inspect and validate configuration.", no_args_is_help=True)
 COMMANDS = {"serve": serve_app, "demo": demo_app, "config": config_app}
 

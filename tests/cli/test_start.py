@@ -92,6 +92,9 @@ def test_the_table_is_the_command_tree() -> None:
             f"COMMANDS[{name!r}].help differs from the command's own help: "
             f"{_first_paragraph(command.help)!r}"
         )
+        # Mounted as under one root: shell completion is the root's option (off), not theirs.
+        options = {o for p in command.params for o in getattr(p, "opts", ())}
+        assert not options & {"--install-completion", "--show-completion"}, name
         assert entry.group == hasattr(command, "list_commands"), (
             f"{name}: group={entry.group} but the command "
             f"{'is' if hasattr(command, 'list_commands') else 'is not'} a group"
