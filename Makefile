@@ -54,6 +54,7 @@ bench: deps venv
 	$(BIN)/python bench/notice_to_safe.py
 	$(BIN)/python bench/agent_cost.py
 	$(BIN)/python bench/mcp_load.py
+	$(BIN)/python bench/cli_start.py
 	$(MAKE) reliability
 
 # The full fault matrix (every operation x journal step x before/after); rewrites its table

@@ -35,7 +35,7 @@ from pydantic import (
 from core import errors
 from core.engine_names import DEFAULT_ENGINE, EngineName
 from core.guardrail_settings import ApprovalsConfig, NotifyConfig, PolicyConfig
-from core.signals.config import SignalsConfig
+from core.signal_settings import SignalsConfig
 
 
 class _Section(BaseModel):

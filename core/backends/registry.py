@@ -26,7 +26,6 @@ from pydantic import BaseModel, ValidationError
 from core import errors
 from core.backends.base import Backend
 from core.backends.kubernetes.connection import KubernetesConfig
-from core.backends.local import LocalBackend
 from core.backends.local.config import LocalBackendConfig
 from core.backends.slurm.config import SlurmConfig
 from core.config import Settings, config_path
@@ -46,6 +45,8 @@ class BackendEntry(Generic[C]):
 
 
 def _local(settings: Settings, db: Database, config: LocalBackendConfig) -> Backend:
+    from core.backends.local import LocalBackend
+
     return LocalBackend(settings, db, config)
 
 

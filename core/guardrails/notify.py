@@ -14,21 +14,16 @@ disguised link. The ``clawpoint`` object carries the raw values as data. Limits:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx2
 import structlog
-from tenacity import (
-    RetryError,
-    retry,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_exponential,
-)
 
 from core.guardrail_settings import NotifyConfig as NotifyConfig
 from core.guardrails.approvals import ApprovalView
 from core.guardrails.prompts import ApprovalPath, ApprovalText, format_code
+
+if TYPE_CHECKING:
+    import httpx2
 
 log = structlog.get_logger(__name__)
 
@@ -117,6 +112,15 @@ class Notifier:
         url = self.config.webhook_url
         if url is None:
             return False
+        # Imported here: every process that builds the guard would pay for them otherwise.
+        import httpx2
+        from tenacity import (
+            RetryError,
+            retry,
+            retry_if_exception_type,
+            stop_after_attempt,
+            wait_exponential,
+        )
 
         @retry(
             stop=stop_after_attempt(self.config.attempts),

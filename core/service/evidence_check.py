@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING
 from core import errors
 from core.guardrails.evidence import Evidence
 from core.model import NodeHealth, NodeInfo
-from core.signals.cloud import NoticePoller, ProviderStatus
 from core.signals.model import GpuHealth, GpuVerdict, InterruptionNotice
 from core.signals.nodes import node_health
 from core.signals.nvml import NvmlStatus
 
 if TYPE_CHECKING:
     from core.service.facade import Service
+    from core.signals.cloud import ProviderStatus
 
 NOTICE_TRIGGERS = frozenset({"spot-interruption", "maintenance"})
 
@@ -118,6 +118,9 @@ def _notice(service: Service, subject: str) -> str | None:
         return None
     if not _here(service, subject):
         return None  # the metadata endpoint speaks for this host only
+    # Imported here: the cloud probes bring an HTTP client that most processes never use.
+    from core.signals.cloud import NoticePoller
+
     with NoticePoller(cfg) as poller:
         polled = poller.poll()
     return notice_is_gone(subject, polled.notices, polled.providers)

@@ -25,7 +25,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -397,7 +397,7 @@ def _check_cli(spans: set[str]) -> list[str]:
         rest = span.split()[1:]
         for word in words:
             commands = getattr(cmd, "commands", None)
-            if not isinstance(commands, dict):
+            if not isinstance(commands, Mapping):  # the root's loads each command on lookup
                 break  # a leaf command: the rest are its arguments
             cmd = commands.get(word)
             if cmd is None:
@@ -407,7 +407,7 @@ def _check_cli(spans: set[str]) -> list[str]:
             path.append(word)
             rest = rest[1:]
         else:
-            if isinstance(getattr(cmd, "commands", None), dict) and not getattr(
+            if isinstance(getattr(cmd, "commands", None), Mapping) and not getattr(
                 cmd, "invoke_without_command", False
             ):
                 problems.append(f"`{span}`: names a command group, not a command")
