@@ -9,9 +9,10 @@ would make the restore fail.
 
 Speed: while CRIU writes, a follower thread hands each complete 16 MiB chunk of the page
 images to the digest pool (``core.store.digest``: sha256 tree, hashed from the page cache on
-every core), so publishing does not re-read them and only waits for the last chunks. Restores run with
-``--leave-stopped`` so the caller can verify digests concurrently and resume the tree only
-when they match (``resume``), or kill it (``kill_tree``).
+every core), so publishing does not re-read them and only waits for the last chunks. Restores
+(``core.checkpoint.criu_restore``) run with ``--leave-stopped`` so the caller can verify
+digests concurrently and resume the tree only when they match (``resume``), or kill it
+(``kill_tree``). Whether CRIU is here and how it is called: ``core.checkpoint.criu_setup``.
 
 Options (``CriuOptions``, from the ``[checkpoint]`` section): deleted-but-open files up to
 ``criu_ghost_limit_mib`` are carried in the image (``--ghost-limit``); established TCP
@@ -36,13 +37,9 @@ CheckpointError or EngineUnavailable with the tail of CRIU's log.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
-import shutil
-import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -53,7 +50,23 @@ from typing import TYPE_CHECKING, Literal
 import structlog
 
 from core import config, errors
-from core.checkpoint import cwd_lock, engine, files, lazy_pages, nsinit, stats
+from core.checkpoint import cwd_lock, engine, files, lazy_pages, stats
+from core.checkpoint.criu_restore import restore, resume
+
+# criu_status, require and required_version are the engine's public face too (callers and
+# tests ask ``criu.criu_status()``); they live with the rest of "is CRIU here".
+from core.checkpoint.criu_setup import (
+    INSTALL_HINT,
+    in_namespaces,
+    log_tail,
+    require,
+)
+from core.checkpoint.criu_setup import (
+    criu_status as criu_status,
+)
+from core.checkpoint.criu_setup import (
+    required_version as required_version,
+)
 from core.store import digest
 from core.store.store import PendingCheckpoint
 
@@ -61,34 +74,6 @@ if TYPE_CHECKING:
     from core.config import CheckpointConfig
 
 log = structlog.get_logger(__name__)
-
-# CRIU < 4.1 fails on kernels >= 6.13 (split vvar mapping); CRIU < 4.2.1 cannot dump any TCP
-# socket on kernels >= 6.16, which answer SO_PASSCRED/SO_PASSSEC only for AF_UNIX/NETLINK.
-MIN_VERSION = (4, 1)
-MIN_VERSION_SOCKETS = (4, 2, 1)
-SOCKETS_KERNEL = (6, 16)
-_INSTALL_HINT = "run scripts/install-criu.sh as root"
-_USERNS_HINT = (
-    "allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0; on Ubuntu "
-    "kernel.apparmor_restrict_unprivileged_userns = 0 or an AppArmor profile allowing userns): "
-    "see docs/checkpointing.md, 'Ordinary users'"
-)
-_NSINIT = str(Path(nsinit.__file__).resolve())
-_COOP_HINT = (
-    "or run the workload with the cooperative engine (engine='cooperative'), "
-    "which needs neither root nor CRIU"
-)
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
-    return tuple(int(g) for g in m.groups() if g is not None) if m else ()
-
-
-def required_version(kernel_release: str | None = None) -> tuple[int, ...]:
-    """The oldest CRIU that works on this kernel (``uname -r`` when not given)."""
-    kernel = _version_tuple(kernel_release or os.uname().release)
-    return MIN_VERSION_SOCKETS if kernel >= SOCKETS_KERNEL else MIN_VERSION
 
 
 @dataclass(frozen=True)
@@ -120,14 +105,6 @@ class CriuOptions:
         return argv
 
 
-# Restore flags do not depend on the options: CRIU refuses an image dumped with --tcp-close
-# unless told again (and one dumped without it holds no established connection), and
-# --file-locks only puts back locks the image records.
-RESTORE_ARGS = ("--tcp-close", "--file-locks")
-# The longest a killed restore's leftovers may keep its output pipes open (see
-# _end_half_restored): past it the output is abandoned rather than the wrapper hung.
-REAP_S = 30.0
-
 _last_good = CriuOptions()
 
 
@@ -145,117 +122,6 @@ def current_options() -> CriuOptions:
     except errors.ClawpointError as exc:
         log.warning("criu.options_unreadable", error=exc.message, using=str(_last_good))
     return _last_good
-
-
-@functools.lru_cache(maxsize=4)
-def criu_status(criu_path: str = "criu") -> engine.EngineStatus:
-    """Is CRIU usable here? Cached per process: ``criu check`` takes a moment."""
-    name = "criu"
-    exe = shutil.which(criu_path)
-    if exe is None:
-        return engine.EngineStatus(
-            name=name, available=False, reason=f"criu not installed: {_INSTALL_HINT}"
-        )
-    try:
-        out = subprocess.run(  # noqa: S603 (argv list, resolved criu binary)
-            [exe, "--version"], capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return engine.EngineStatus(name=name, available=False, reason=f"cannot run {exe}: {exc}")
-    m = re.search(r"Version:\s*([0-9]+\.[0-9]+(?:\.[0-9]+)?)", out.stdout)
-    version = m.group(1) if m else None
-    needed = required_version()
-    if version is None or _version_tuple(version) < needed:
-        return engine.EngineStatus(
-            name=name,
-            available=False,
-            version=version,
-            reason=f"criu {version or '(unknown version)'} is older than "
-            f"{'.'.join(map(str, needed))}, which this kernel ({os.uname().release}) needs: "
-            f"{_INSTALL_HINT}",
-        )
-    # Under a seccomp filter (a container's RuntimeDefault or Localhost profile) CRIU cannot
-    # checkpoint anything: it must suspend the filter the payload inherits, which the kernel
-    # allows only to a tracer outside any filter with CAP_SYS_ADMIN in the host's user
-    # namespace (kernel/ptrace.c ptrace_setoptions, PTRACE_O_SUSPEND_SECCOMP). Say so now,
-    # not at the first dump.
-    mode = nsinit.seccomp_mode()
-    if mode:
-        return engine.EngineStatus(
-            name=name,
-            available=False,
-            version=version,
-            reason=f"this process runs under a seccomp filter (Seccomp: {mode}), and CRIU "
-            "cannot suspend a filter from inside one: in Kubernetes leave the pod's "
-            "seccompProfile unset and the kubelet's seccompDefault off (docs/kubernetes.md, "
-            "'securityContext for CRIU')",
-        )
-    # Without privilege CRIU runs inside user namespaces the user owns (core.checkpoint.nsinit).
-    # ``criu check`` is no gate there: it also tests TCP repair, which needs CAP_NET_ADMIN
-    # over the host's network namespace and which a dump without established connections
-    # never uses. What must work is making those namespaces.
-    checker = [exe, "check"] if nsinit.privileged() else in_namespaces([exe, "--version"], None)
-    try:
-        check = subprocess.run(checker, capture_output=True, text=True, timeout=60)  # noqa: S603 (argv list)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return engine.EngineStatus(
-            name=name, available=False, version=version, reason=f"criu check failed: {exc}"
-        )
-    if check.returncode != 0:
-        tail = (check.stderr or check.stdout).strip().splitlines()[-3:]
-        if not nsinit.privileged():
-            return engine.EngineStatus(
-                name=name,
-                available=False,
-                version=version,
-                reason=f"this user cannot create user namespaces ({' | '.join(tail)}): "
-                f"{_USERNS_HINT}",
-            )
-        return engine.EngineStatus(
-            name=name,
-            available=False,
-            version=version,
-            reason=f"criu check failed: {' | '.join(tail)}",
-        )
-    return engine.EngineStatus(name=name, available=True, version=version)
-
-
-def in_namespaces(argv: list[str], pid: int | None) -> list[str]:
-    """``argv`` (a criu command) as it must run for this process: unchanged when privileged,
-    else inside the user and mount namespaces of the payload ``pid`` (a dump) or new ones
-    (``pid`` None: a restore), with ``--unprivileged`` (see core.checkpoint.nsinit)."""
-    if nsinit.privileged():
-        return argv
-    where = ["--join", str(pid)] if pid is not None else ["--new"]
-    return [sys.executable, "-I", "-S", _NSINIT, *where, *argv, "--unprivileged"]
-
-
-def require(criu_path: str = "criu") -> str:
-    """The criu executable, or EngineUnavailable saying why and that cooperative still works."""
-    status = criu_status(criu_path)
-    if not status.available:
-        raise errors.EngineUnavailable(
-            f"the criu engine cannot run here: {status.reason}",
-            hint=f"{_INSTALL_HINT} if CRIU is missing or old, {_COOP_HINT}",
-            details={"engine": "criu", "reason": status.reason},
-        )
-    return shutil.which(criu_path) or criu_path
-
-
-# Error lines CRIU logs on every run where it lacks a capability it can do without (root in a
-# container without CAP_SYS_RESOURCE: criu/util.c rlimit_unlimit_nofile): never the cause.
-_HARMLESS_ERRORS = ("rlimit: Can't setup RLIMIT_NOFILE for self",)
-
-
-def _log_tail(path: Path, lines: int = 12) -> str:
-    """The CRIU log's error lines (else its last lines), for an error message."""
-    try:
-        text = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return "(no CRIU log)"
-    text = [ln for ln in text if not any(h in ln for h in _HARMLESS_ERRORS)]
-    errs = [ln for ln in text if "Error" in ln or "error" in ln]
-    return " | ".join((errs or text)[-lines:])
 
 
 _GHOST_RE = re.compile(r"Can't dump ghost file (.+) of (\d+) size")
@@ -300,7 +166,7 @@ def _refusal(logfile: Path, options: CriuOptions) -> tuple[str, str] | None:
         return (
             "this CRIU cannot dump the workload's TCP sockets on this kernel "
             f"({os.uname().release}): it needs CRIU >= 4.2.1",
-            f"{_INSTALL_HINT}; {keep}",
+            f"{INSTALL_HINT}; {keep}",
         )
     return None
 
@@ -438,7 +304,7 @@ def dump(
                 details={"log": str(kept)},
             )
         raise errors.CheckpointError(
-            f"criu dump of pid {pid} failed (exit {proc.returncode}): {_log_tail(logfile)}",
+            f"criu dump of pid {pid} failed (exit {proc.returncode}): {log_tail(logfile)}",
             hint=f"see {kept}; the previous checkpoints are untouched"
             + ("" if leave_running else "; CRIU does not stop a tree whose dump failed"),
             details={"log": str(kept)},
@@ -455,112 +321,6 @@ def dump(
     timings = {"criu_dump_s": wall, **dump_stats}
     log.info("criu.dumped", pid=pid, wall_s=round(wall, 3), leave_running=leave_running)
     return timings
-
-
-def restore(
-    images_dir: Path,
-    *,
-    work_dir: Path,
-    inherit_pipes: Mapping[int, int] | None = None,
-    leave_stopped: bool = True,
-    criu_path: str = "criu",
-    timeout_s: float = 900,
-    abort: threading.Event | None = None,
-    env: Mapping[str, str] | None = None,
-    lazy: bool = False,
-) -> engine.Restored:
-    """Restore a dumped tree as a child of the calling process; returns its root's host pid.
-
-    ``inherit_pipes`` maps a pipe inode recorded at dump to the write end (an fd of ours)
-    that replaces it. With ``leave_stopped`` the tree stays stopped until ``resume``.
-    Call from a long-lived thread: the tree's parent-death signal is tied to the thread that
-    starts CRIU (``--restore-sibling`` makes the tree our child, not CRIU's).
-    ``abort`` (set by the concurrent verifier when an image is corrupt) stops CRIU at once:
-    CRIU can spin for ever on damaged page images, so it is never waited out.
-    ``lazy``: post-copy (``core.checkpoint.lazy``): the tree is restored without its memory,
-    which a ``criu lazy-pages`` daemon then faults in and copies in the background.
-    """
-    exe = require(criu_path)
-    work_dir.mkdir(parents=True, exist_ok=True)
-    daemon = lazy_pages.start(exe, images_dir, work_dir, env=env) if lazy else None
-    try:
-        logfile = work_dir / "criu-restore.log"
-        pidfile = work_dir / "restore.pid"
-        pidfile.unlink(missing_ok=True)
-        argv = [exe, "restore", "-D", str(images_dir), "-W", str(work_dir), "-o", str(logfile)]
-        argv += ["-v2", "-d", "--restore-sibling", "--pidfile", str(pidfile)]
-        argv += RESTORE_ARGS
-        if leave_stopped:
-            argv.append("--leave-stopped")
-        if daemon is not None:
-            argv.append("--lazy-pages")
-        fds = []
-        for inode, fd in (inherit_pipes or {}).items():
-            argv += ["--inherit-fd", f"fd[{fd}]:pipe:[{inode}]"]
-            fds.append(fd)
-        argv = in_namespaces(argv, None)
-        t0 = time.perf_counter()
-        before = _children()
-        try:
-            proc = subprocess.Popen(  # noqa: S603 (argv list)
-                argv,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                pass_fds=fds,
-                env=None if env is None else dict(env),
-            )
-            while True:
-                try:
-                    proc.communicate(timeout=0.05)
-                    break
-                except subprocess.TimeoutExpired:
-                    stopped = abort is not None and abort.is_set()
-                    if stopped or time.perf_counter() - t0 > timeout_s:
-                        proc.kill()
-                        _end_half_restored(proc, before)
-                        why = (
-                            "stopped: its images failed verification"
-                            if stopped
-                            else (f"timed out after {timeout_s:.0f} s")
-                        )
-                        raise errors.CheckpointError(
-                            f"criu restore from {images_dir} {why}",
-                            hint="the checkpoint is kept; an older good one may be tried",
-                        ) from None
-        except OSError as exc:
-            raise errors.CheckpointError(
-                f"criu restore from {images_dir} did not start: {exc}",
-                hint="check 'criu check'; the checkpoint itself is unchanged",
-            ) from exc
-        wall = time.perf_counter() - t0
-        if proc.returncode != 0:
-            raise errors.CheckpointError(
-                f"criu restore from {images_dir} failed (exit {proc.returncode}): {_log_tail(logfile)}",
-                hint=f"see {logfile}; the checkpoint is kept, an older one may be tried",
-                details={"log": str(logfile)},
-            )
-        try:
-            pid = int(pidfile.read_text().strip())
-        except (OSError, ValueError) as exc:
-            raise errors.CheckpointError(
-                f"criu restore reported success but wrote no pid file {pidfile}: {exc}",
-                hint=f"see {logfile}",
-            ) from exc
-        timings = {"criu_restore_s": wall}
-        if daemon is not None:
-            daemon.adopt(pid)
-            timings["lazy_daemon_start_s"] = daemon.start_s
-        restore_stats = stats.read_stats(work_dir / "stats-restore") or stats.read_stats(
-            images_dir / "stats-restore"
-        )
-        timings.update({f"restore_{k}": v for k, v in restore_stats.items()})
-        log.info("criu.restored", pid=pid, wall_s=round(wall, 3))
-        return engine.Restored(pid=pid, timings=timings)
-    except BaseException:
-        if daemon is not None:
-            daemon.stop()  # its tree is gone: nothing to feed
-        raise
 
 
 def written_files(images_dir: Path) -> list[str]:
@@ -586,63 +346,6 @@ def written_files(images_dir: Path) -> list[str]:
         if writes and regular and isinstance(name, bytes):
             found.append(name.decode(errors="replace"))
     return found
-
-
-def _children() -> set[int]:
-    """Pids whose parent is this process (from /proc; empty if unreadable)."""
-    me = os.getpid()
-    found: set[int] = set()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 1 and fields[1] == str(me):
-            found.add(int(entry.name))
-    return found
-
-
-def _kill_new_children(before: set[int]) -> None:
-    for pid in _children() - before:
-        engine.kill_tree(pid)
-        try:
-            os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass
-
-
-def _end_half_restored(proc: subprocess.Popen[str], before: set[int]) -> None:
-    """After CRIU (``proc``) was killed mid-restore: end the tasks it left and reap it.
-
-    ``--restore-sibling`` makes restored tasks our children (each forks the next with
-    CLONE_PARENT); CRIU, killed, cannot clean them up, so they are ours to end. They hold
-    CRIU's output pipes, so reading those to the end waits for them. A task may fork another
-    between our look at /proc and our kill (seen under load: a stopped half-restored task
-    kept the pipes open and the wrapper waited for ever), so look again until none is left,
-    and never wait on the pipes for more than ``REAP_S`` in all."""
-    deadline = time.monotonic() + REAP_S
-    while True:
-        _kill_new_children(before | {proc.pid})
-        try:
-            proc.communicate(timeout=0.5)
-            return
-        except subprocess.TimeoutExpired:
-            if time.monotonic() < deadline:
-                continue
-        log.warning("criu.restore_output_abandoned", pid=proc.pid, waited_s=REAP_S)
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
-        proc.wait()
-        return
-
-
-def resume(pid: int) -> None:
-    """Let a tree restored with ``leave_stopped`` run (SIGCONT to every task of the tree)."""
-    engine.signal_tree(pid, signal.SIGCONT)
 
 
 class CriuEngine:

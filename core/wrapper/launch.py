@@ -18,7 +18,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from core import errors
@@ -167,9 +166,15 @@ def launch_detached(settings: Settings, spec: RunSpec, *, wait_s: float = 60) ->
     # Where it is stuck, for whoever reads the error: its threads' stacks, into its log. Only
     # once it catches SIGQUIT (an interpreter still starting would be killed by it).
     if _catches(proc.pid, signal.SIGQUIT):
+        sizes = [logfile.stat().st_size if logfile.exists() else 0]
+
+        def written() -> bool:  # grown, and no longer growing: every thread's stack is in
+            sizes.append(logfile.stat().st_size)
+            return sizes[-1] > sizes[0] and sizes[-1] == sizes[-2]
+
         with contextlib.suppress(OSError):
             os.kill(proc.pid, signal.SIGQUIT)
-            time.sleep(0.5)
+            poll_until(written, timeout_s=2, every_s=0.1)
     raise errors.OperationFailed(
         f"the wrapper of {spec.name} (pid {proc.pid}) did not report RUNNING within "
         f"{wait_s:g}s (its threads' stacks are at the end of its log):\n{_tail(logfile, 60)}",

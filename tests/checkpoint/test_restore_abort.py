@@ -1,5 +1,5 @@
 """A restore stopped mid-way (its images failed verification) never hangs the wrapper
-(``core.checkpoint.criu._end_half_restored``): tasks CRIU left may hold its output pipes."""
+(``core.checkpoint.criu_restore._end_half_restored``): tasks CRIU left may hold its output pipes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from core.checkpoint import criu
+from core.checkpoint import criu_restore
 
 # A stand-in for a killed CRIU: it leaves a task behind that holds its stdout and is not our
 # child (so it cannot be found and killed as one), as a half-restored task forked after our
@@ -27,8 +27,8 @@ _LEAVES_A_HOLDER = (
 def test_leftovers_holding_the_pipes_are_not_waited_for_ever(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(criu, "REAP_S", 1.0)
-    before = criu._children()
+    monkeypatch.setattr(criu_restore, "REAP_S", 1.0)
+    before = criu_restore._children()
     proc = subprocess.Popen(
         [sys.executable, "-c", _LEAVES_A_HOLDER],
         stdout=subprocess.PIPE,
@@ -39,7 +39,7 @@ def test_leftovers_holding_the_pipes_are_not_waited_for_ever(
     holder = int(proc.stdout.readline())
     proc.kill()
     t0 = time.monotonic()
-    criu._end_half_restored(proc, before)
+    criu_restore._end_half_restored(proc, before)
     assert time.monotonic() - t0 < 10
     assert proc.returncode is not None
     os.kill(holder, signal.SIGKILL)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from core.checkpoint import criu
+from core.checkpoint import criu_setup
 from tests.cli.conftest import CLAWPOINT, Cli
 
 
@@ -60,7 +60,7 @@ def test_a_harmless_criu_error_line_never_leads_a_failure_message(tmp_path: Path
         "(00.004000) Warn  (criu/files-reg.c:2094): File a.log has bad size 10 (expect 4)\n"
         "(00.004100) Error (criu/files-reg.c:2107): Can't open file a.log on restore\n"
     )
-    tail = criu._log_tail(log)
+    tail = criu_setup.log_tail(log)
     assert "RLIMIT_NOFILE" not in tail
     assert tail.startswith("(00.004100) Error") and "Can't open file a.log" in tail
 
