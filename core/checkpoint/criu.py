@@ -68,7 +68,7 @@ from core.checkpoint.criu_setup import (
     required_version as required_version,
 )
 from core.store import digest
-from core.store.store import PendingCheckpoint
+from core.store.disk import PendingCheckpoint
 
 if TYPE_CHECKING:
     from core.config import CheckpointConfig

@@ -57,9 +57,6 @@ from core import errors
 from core.model import CheckpointInfo, CheckpointStatus, utcnow, validate_name
 from core.store import disk, perms, seal, trust
 
-# core.checkpoint.criu imports the pending checkpoint from here.
-from core.store.disk import PendingCheckpoint as PendingCheckpoint
-
 log = structlog.get_logger(__name__)
 
 
