@@ -26,7 +26,9 @@ Pinning (the default on a machine with two CPUs or more): the load generator run
 last CPU this process may use and the server on the others (``os.sched_setaffinity``; the
 server inherits its CPUs at start), so the generator's own work never competes with the
 server's and the figure is the server's. Other processes on the machine still share both
-sets. ``--no-pin`` leaves both to the scheduler.
+sets. ``--no-pin`` leaves both to the scheduler. ``--nice N`` runs both at niceness N
+(below 0 needs CAP_SYS_NICE): on a machine others load, it keeps their work from
+delaying the server's (it does nothing about I/O or a hypervisor's stalls).
 
 The load phases post the exact request the SDK client sends for each call (headers and
 JSON-RPC body captured from one SDK call per tool during discovery) and parse the JSON
@@ -349,6 +351,13 @@ def pin_self(cpus: set[int]) -> None:
         os.sched_setaffinity(int(task.name), cpus)
 
 
+def renice_self(niceness: int) -> None:
+    """Every thread of this process (and so what it starts) at ``niceness`` (per thread on
+    Linux, like the CPU set)."""
+    for task in Path("/proc/self/task").iterdir():
+        os.setpriority(os.PRIO_PROCESS, int(task.name), niceness)
+
+
 def machine() -> dict[str, Any]:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text()
                 .splitlines() if line.startswith("model name")), platform.processor())  # fmt: skip
@@ -373,6 +382,8 @@ def main() -> None:
     ap.add_argument("--sdk", action="store_true", help="load with SDK sessions, not raw posts")
     ap.add_argument("--no-pin", dest="pin", action="store_false",
                     help="leave the server and the load generator to the scheduler")  # fmt: skip
+    ap.add_argument("--nice", type=int, default=None,
+                    help="niceness of the server and the load generator (<0: CAP_SYS_NICE)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "mcp_load.json")
     opts = ap.parse_args()
 
@@ -392,6 +403,8 @@ def main() -> None:
     port, token = free_port(), "agent-" + os.urandom(16).hex()
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
     env.update(CLAWPOINT_HOME=str(home), PYTHONPATH=str(ROOT), CLAWPOINT_MCP_TOKEN=token)
+    if opts.nice is not None:
+        renice_self(opts.nice)  # before the server starts: it inherits the niceness
     cpus = split_cpus() if opts.pin else None
     if cpus is not None:
         pin_self(cpus[1])  # the server starts with the server's CPUs, then this process moves
@@ -402,7 +415,7 @@ def main() -> None:
     if cpus is not None:
         pin_self(cpus[0])
     url = f"http://127.0.0.1:{port}/mcp"
-    report: dict[str, Any] = {"machine": machine()}
+    report: dict[str, Any] = {"machine": machine(), "nice": opts.nice}
     report["pinned"] = (
         {"load_generator_cpus": sorted(cpus[0]), "server_cpus": sorted(cpus[1])} if cpus else None
     )
