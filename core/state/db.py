@@ -1,8 +1,9 @@
 """SQLite state (WAL) shared by the CLI, the MCP server and every workload wrapper.
 
 Several processes write at once (a wrapper records its workload's state while the CLI
-journals an execution), so each operation opens a short connection with a busy timeout and
-writes inside ``BEGIN IMMEDIATE``. Schema versioning is per component: each component
+journals an execution), so each operation has a connection of its own with a busy timeout
+(opened for it, or reused by a long-lived handle, see ``Database``) and writes inside
+``BEGIN IMMEDIATE``. Schema versioning is per component: each component
 (``core``, ``guardrails``, ``runbooks``, ...) registers an ordered list of migrations and
 ``migrate()`` applies the missing ones, so capabilities can add tables without touching one
 another's. Limits: one machine's file system (SQLite over NFS is not supported; on Slurm the
