@@ -1,7 +1,7 @@
 """MCP load: concurrent agents over streamable HTTP against one ``clawpoint serve --http``,
 plus in-process calls; throughput, p50/p99 latency, errors and CPU per call.
 
-``python bench/mcp_load.py [--clients 50] [--duration 60] [--period 1] [--inproc 1000]``
+``python bench/mcp_load.py [--clients 50] [--duration 60] [--period 1] [--inproc 1000] [--no-pin]``
 
 One server on loopback (fresh ``CLAWPOINT_HOME``, one small cooperative counter so that
 ``get_workload`` and the dry-run plans have a real subject). The calls are every read tool
@@ -20,15 +20,24 @@ Each client calls them round-robin over its own keep-alive HTTP connection. Two 
 
 Then ``--inproc`` calls through an in-memory SDK session (no HTTP). Results go to
 bench/results/mcp_load.json, with the server's and the load generator's CPU seconds per
-call, and the load average around each run.
+call, the CPUs each ran on, and the load average around each run.
+
+Pinning (the default on a machine with two CPUs or more): the load generator runs on the
+last CPU this process may use and the server on the others (``os.sched_setaffinity``; the
+server inherits its CPUs at start), so the generator's own work never competes with the
+server's and the figure is the server's. Other processes on the machine still share both
+sets. ``--no-pin`` leaves both to the scheduler. ``--nice N`` runs both at niceness N
+(below 0 needs CAP_SYS_NICE): on a machine others load, it keeps their work from
+delaying the server's (it does nothing about I/O or a hypervisor's stalls).
 
 The load phases post the exact request the SDK client sends for each call (headers and
 JSON-RPC body captured from one SDK call per tool during discovery) and parse the JSON
 answer, without the SDK's client-side machinery: that keeps the load generator's own CPU
 use per call low, as it shares the machine with the server. ``--sdk`` uses one SDK
 ``Client`` session per client instead. Limits: the clients run in this one Python process on
-the same machine as the server, so the figures include competition for the CPUs with the
-load generator (its CPU time is reported) and with whatever else runs there.
+the same machine as the server; unpinned, the figures include competition for the CPUs with
+the load generator (its CPU time is reported), and pinned or not, with whatever else runs
+there.
 """
 
 from __future__ import annotations
@@ -326,6 +335,29 @@ async def in_process(home: Path, n: int) -> dict[str, Any]:
         return summary(samples, errors, time.monotonic() - t0, {c[0]: c[2] for c in calls})
 
 
+def split_cpus() -> tuple[set[int], set[int]] | None:
+    """(the load generator's CPU, the server's CPUs) from this process's own set, or None
+    with fewer than two."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        return None
+    return {allowed[-1]}, set(allowed[:-1])
+
+
+def pin_self(cpus: set[int]) -> None:
+    """Every thread of this process onto ``cpus`` (a thread keeps the set it had when it
+    started, so each is set, not only the calling one)."""
+    for task in Path("/proc/self/task").iterdir():
+        os.sched_setaffinity(int(task.name), cpus)
+
+
+def renice_self(niceness: int) -> None:
+    """Every thread of this process (and so what it starts) at ``niceness`` (per thread on
+    Linux, like the CPU set)."""
+    for task in Path("/proc/self/task").iterdir():
+        os.setpriority(os.PRIO_PROCESS, int(task.name), niceness)
+
+
 def machine() -> dict[str, Any]:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text()
                 .splitlines() if line.startswith("model name")), platform.processor())  # fmt: skip
@@ -348,6 +380,10 @@ def main() -> None:
     ap.add_argument("--jitter", type=float, default=0.25, help="of the period, either way")
     ap.add_argument("--inproc", type=int, default=1000, help="in-process calls")
     ap.add_argument("--sdk", action="store_true", help="load with SDK sessions, not raw posts")
+    ap.add_argument("--no-pin", dest="pin", action="store_false",
+                    help="leave the server and the load generator to the scheduler")  # fmt: skip
+    ap.add_argument("--nice", type=int, default=None,
+                    help="niceness of the server and the load generator (<0: CAP_SYS_NICE)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "mcp_load.json")
     opts = ap.parse_args()
 
@@ -367,12 +403,22 @@ def main() -> None:
     port, token = free_port(), "agent-" + os.urandom(16).hex()
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
     env.update(CLAWPOINT_HOME=str(home), PYTHONPATH=str(ROOT), CLAWPOINT_MCP_TOKEN=token)
+    if opts.nice is not None:
+        renice_self(opts.nice)  # before the server starts: it inherits the niceness
+    cpus = split_cpus() if opts.pin else None
+    if cpus is not None:
+        pin_self(cpus[1])  # the server starts with the server's CPUs, then this process moves
     server = subprocess.Popen(
         [sys.executable, "-m", "core.cli", "serve", "--http", "--port", str(port)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
+    if cpus is not None:
+        pin_self(cpus[0])
     url = f"http://127.0.0.1:{port}/mcp"
-    report: dict[str, Any] = {"machine": machine()}
+    report: dict[str, Any] = {"machine": machine(), "nice": opts.nice}
+    report["pinned"] = (
+        {"load_generator_cpus": sorted(cpus[0]), "server_cpus": sorted(cpus[1])} if cpus else None
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -397,6 +443,8 @@ def main() -> None:
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     opts.out.write_text(json.dumps(report, indent=2) + "\n")
     h = report["http"]
+    if cpus is not None:
+        print(f"pinned: load generator on CPU {sorted(cpus[0])}, server on {sorted(cpus[1])}")
     if "paced" in h:
         p = h["paced"]
         print(_line(f"HTTP paced, {p['clients']} clients, {p['arrival_rate_per_s']} calls/s "

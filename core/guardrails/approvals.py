@@ -485,6 +485,16 @@ class ApprovalStore:
 
     def _expire_due(self) -> None:
         now = utcnow().isoformat()
+        # Every read of the queue expires what is due, but most find nothing: look first and
+        # take the write lock (which waits behind every other writer) only when there is.
+        with self.db.read() as conn:
+            due = conn.execute(
+                "SELECT 1 FROM approvals WHERE status IN ('pending','approved') AND expires_at<? "
+                "LIMIT 1",
+                (now,),
+            ).fetchone()
+        if due is None:
+            return
         with self.db.write() as conn:
             expired = [
                 r["id"]

@@ -110,12 +110,18 @@ def lock_holder(settings: Settings, name: str) -> int | None:
 
 def wrapper_alive(settings: Settings, record: WorkloadRecord) -> bool:
     """A wrapper holds the workload's lock from its first instant (before it records its
-    identity), so the lock is checked as well as the recorded identity."""
-    holder = lock_holder(settings, record.name)
-    if holder is not None and holder != os.getpid():  # a wrapper checking on its own name
-        return True
+    identity), so the lock is checked as well as the recorded identity.
+
+    The recorded identity is checked first: to list /proc/locks the kernel write-locks
+    every file lock in the system (``percpu_down_write``, which waits for an RCU grace
+    period): 0.25 ms at the median and 17 ms at the 99th percentile on a busy 2-CPU
+    machine, on every read of a running workload; a live wrapper's identity is two small
+    reads. Either one says alive, so the order does not change the answer."""
     ident = read_identity(settings, record.name)
-    return same_process(ident.get("wrapper_pid"), ident.get("wrapper_start"))
+    if same_process(ident.get("wrapper_pid"), ident.get("wrapper_start")):
+        return True
+    holder = lock_holder(settings, record.name)
+    return holder is not None and holder != os.getpid()  # a wrapper checking on its own name
 
 
 def payload_alive(settings: Settings, record: WorkloadRecord) -> bool:

@@ -106,6 +106,28 @@ def test_expiry_of_pending_and_of_approved(
         approvals.consume(approved.id, plan.hash, AGENT)
 
 
+def test_reading_the_queue_waits_for_no_writer_unless_something_is_due(
+    tmp_path: Path, audit: AuditLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every read expires what is due; with nothing due it must not queue for the write lock
+    # behind another process's write (the MCP read tools list approvals on every call).
+    path = tmp_path / "state.db"
+    store = ApprovalStore(Database(path, timeout_s=0.2), secret=SECRET, audit=audit,
+                          config=ApprovalsConfig())  # fmt: skip
+    view = store.create(make_plan(), AGENT, "x")
+    other = Database(path)
+    with other.write() as conn:  # another writer holds the lock meanwhile
+        conn.execute("SELECT 1")
+        assert store.get(view.id).status is ApprovalStatus.PENDING
+        assert store.count(status=ApprovalStatus.PENDING) == 1
+        assert [v.id for v in store.page(status=ApprovalStatus.PENDING)[0]] == [view.id]
+        later = utcnow() + timedelta(minutes=16)
+        monkeypatch.setattr(approvals_mod, "utcnow", lambda: later)
+        with pytest.raises(errors.OperationFailed, match="locked"):
+            store.count()  # now one is due: expiring it needs the lock
+    assert store.get(view.id).status is ApprovalStatus.EXPIRED
+
+
 def test_two_threads_consume_once(approvals: ApprovalStore) -> None:
     plan = make_plan()
     view = approvals.create(plan, AGENT, "x")
