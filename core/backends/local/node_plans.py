@@ -15,7 +15,7 @@ from core.backends.base import PlanDraft
 from core.backends.local.common import _LIVE, NAME
 from core.backends.local.context import LocalContext
 from core.backends.local.planning import last_good, pick_target
-from core.model import PlanStep
+from core.model import PlanScope, PlanStep
 
 
 def plan_delete(ctx: LocalContext, checkpoint_id: str, params: NoParams) -> PlanDraft:
@@ -37,11 +37,9 @@ def plan_delete(ctx: LocalContext, checkpoint_id: str, params: NoParams) -> Plan
         summary=f"Delete checkpoint {NAME}:{ckpt.id} ({ckpt.size_bytes / 2**20:.0f} MiB)",
         saves="nothing; the image is removed for good",
         rollback="none: a deleted checkpoint cannot be recovered",
-        scope={
-            "backend": NAME,
-            "labels": rec.labels if rec else {},
-            "newest_of_live_workload": protected,
-        },
+        scope=PlanScope(
+            backend=NAME, labels=rec.labels if rec else {}, newest_of_live_workload=protected
+        ),
     )
 
 
@@ -108,13 +106,13 @@ def plan_drain(ctx: LocalContext, node: str, params: DrainParams) -> PlanDraft:
         + ", then cordon it",
         saves="the full state of every workload on it" if save else "nothing: running work is lost",
         rollback=f"return it to service: clawpoint nodes undrain {info.id}",
-        scope={
-            "backend": NAME,
-            "node": node,
-            "node_labels": info.labels,
-            "workloads": [w.id for w in running],
-            "targets": targets,
-        },
+        scope=PlanScope(
+            backend=NAME,
+            node=node,
+            node_labels=info.labels,
+            workloads=[w.id for w in running],
+            targets=targets,
+        ),
     )
 
 
@@ -142,7 +140,7 @@ def plan_cordon(ctx: LocalContext, node: str, params: CordonParams) -> PlanDraft
         f"{len(info.workloads)} workload(s) keep running",
         saves="nothing to save: no workload moves",
         rollback=f"return it to service: clawpoint nodes undrain {info.id}",
-        scope={"backend": NAME, "node": node, "node_labels": info.labels},
+        scope=PlanScope(backend=NAME, node=node, node_labels=info.labels),
     )
 
 
@@ -165,5 +163,5 @@ def plan_undrain(ctx: LocalContext, node: str, params: NoParams) -> PlanDraft:
         summary=f"Undrain {info.id}: return it to service (new workloads may land there)",
         saves="nothing to save: no workload moves",
         rollback=f"drain it again: clawpoint drain {info.id}",
-        scope={"backend": NAME, "node": node, "node_labels": info.labels},
+        scope=PlanScope(backend=NAME, node=node, node_labels=info.labels),
     )

@@ -19,6 +19,7 @@ from core.model import (
     CheckpointInfo,
     CheckpointStatus,
     NodeHealth,
+    PlanScope,
     PlanStep,
     WorkloadState,
     utcnow,
@@ -114,13 +115,12 @@ def pick_target(ctx: LocalContext, *, exclude: set[str], requested: str | None) 
     return candidates[0].name
 
 
-def move_scope(ctx: LocalContext, rec: WorkloadRecord, dest: str) -> dict[str, Any]:
+def move_scope(ctx: LocalContext, rec: WorkloadRecord, dest: str) -> PlanScope:
     """The scope of a plan that moves ``rec`` onto ``dest`` (policies match both ends)."""
-    return {
-        **scope(ctx, rec),
-        "target_node": dest,
-        "target_node_labels": labels_of(ctx, dest),
-    }
+    moved = scope(ctx, rec)
+    moved.target_node = dest
+    moved.target_node_labels = labels_of(ctx, dest)
+    return moved
 
 
 def labels_of(ctx: LocalContext, node: str) -> dict[str, str]:
@@ -153,17 +153,17 @@ def estimate_pause(
     return round(2 * rss / 1e9 + 0.5, 2) if rss else None
 
 
-def scope(ctx: LocalContext, rec: WorkloadRecord) -> dict[str, Any]:
+def scope(ctx: LocalContext, rec: WorkloadRecord) -> PlanScope:
     node = ctx.node_config.get(rec.node or "")
-    return {
-        "backend": NAME,
-        "pool": (node.labels.get("pool") if node else None) or f"{NAME}:{rec.node}",
-        "node": rec.node,
-        "labels": rec.labels,
-        "node_labels": node.labels if node else {},
-        "spot": node.spot if node else False,
-        "gpus": node.gpus if node else 0,
-    }
+    return PlanScope(
+        backend=NAME,
+        pool=(node.labels.get("pool") if node else None) or f"{NAME}:{rec.node}",
+        node=rec.node,
+        labels=rec.labels,
+        node_labels=node.labels if node else {},
+        spot=node.spot if node else False,
+        gpus=node.gpus if node else 0,
+    )
 
 
 def move_steps(ctx: LocalContext, rec: WorkloadRecord, dest: str) -> list[PlanStep]:
