@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core import errors
+from core import errors, timings
 from core.backends.local import moves
 from core.backends.local.common import NAME, _resident_bytes
 from core.backends.local.context import LocalContext
@@ -131,26 +131,19 @@ def labels_of(ctx: LocalContext, node: str) -> dict[str, str]:
 def estimate_pause(
     ctx: LocalContext, name: str, move: list[PlanStep] | None = None
 ) -> float | None:
-    """Seconds the workload is paused by a move: dump + restore of its state.
+    """Seconds the workload is paused by a move: dump + restore of its state
+    (``core.timings.estimate_pause``, which the service's insights use too).
 
     From the last checkpoint's own timings when there is one, else from the payload's
-    resident memory at ~1 GB/s each way (measured order of magnitude here). A handoff
-    (``move`` has a standby step) pauses for the dump, the restore (a tenth of a second
-    for post-copy) and little else (docs/migration.md)."""
+    resident memory. A handoff (``move`` has a standby step) pauses for the dump, the
+    restore (a tenth of a second for post-copy) and little else (docs/migration.md)."""
     ckpts = ctx.store.list(name)
     mode = next((str(s.args.get("mode")) for s in move or [] if s.args.get("handoff")), None)
-    if ckpts and mode is not None:
-        t = ckpts[0].timings
-        dump = float(t.get("frozen_s") or t.get("criu_dump_s") or ckpts[0].size_bytes / 1e9)
-        restore = 0.1 if mode == "post-copy" else dump
-        return round(dump + restore + 0.1, 2)
     if ckpts:
-        last = ckpts[0]
-        dump = last.timings.get("total_s") or last.size_bytes / 1e9
-        return round(2 * float(dump) + 0.5, 2)
+        return timings.estimate_pause(ckpts[0], handoff_mode=mode)
     rec = ctx.registry.get(name)
     rss = _resident_bytes(rec.pid) if rec and rec.pid else None
-    return round(2 * rss / 1e9 + 0.5, 2) if rss else None
+    return timings.estimate_pause(None, resident_bytes=rss)
 
 
 def scope(ctx: LocalContext, rec: WorkloadRecord) -> PlanScope:
