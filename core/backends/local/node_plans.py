@@ -15,6 +15,14 @@ from core.backends.base import PlanDraft
 from core.backends.local.common import _LIVE, NAME
 from core.backends.local.context import LocalContext
 from core.backends.local.planning import last_good, pick_target
+from core.backends.local.step_args import (
+    CheckpointArgs,
+    DeleteCheckpointArgs,
+    SetNodeArgs,
+    StartArgs,
+    WorkloadArgs,
+    step,
+)
 from core.model import PlanScope, PlanStep
 
 
@@ -27,11 +35,11 @@ def plan_delete(ctx: LocalContext, checkpoint_id: str, params: NoParams) -> Plan
     protected = last_good(ctx, ckpt.id) is not None
     return PlanDraft(
         steps=[
-            PlanStep(
-                name="delete",
-                op="delete_checkpoint",
-                args={"checkpoint_id": ckpt.id},
-                description=f"delete checkpoint {NAME}:{ckpt.id}",
+            step(
+                "delete",
+                "delete_checkpoint",
+                DeleteCheckpointArgs(checkpoint_id=ckpt.id),
+                f"delete checkpoint {NAME}:{ckpt.id}",
             )
         ],
         summary=f"Delete checkpoint {NAME}:{ckpt.id} ({ckpt.size_bytes / 2**20:.0f} MiB)",
@@ -54,44 +62,42 @@ def plan_drain(ctx: LocalContext, node: str, params: DrainParams) -> PlanDraft:
             dest = pick_target(ctx, exclude={node}, requested=params.to)
             targets.append(dest)
             steps.append(
-                PlanStep(
-                    name=f"checkpoint-{w.name}",
-                    op="checkpoint",
-                    args={"workload": w.name, "stop": True},
-                    description=f"checkpoint {w.id} and stop it",
+                step(
+                    f"checkpoint-{w.name}",
+                    "checkpoint",
+                    CheckpointArgs(workload=w.name, stop=True),
+                    f"checkpoint {w.id} and stop it",
                 )
             )
             steps.append(
-                PlanStep(
-                    name=f"start-{w.name}",
-                    op="start",
-                    args={
-                        "workload": w.name,
-                        "node": dest,
-                        "restore_from": f"$checkpoint-{w.name}.checkpoint_id",
-                    },
-                    description=f"restore {w.id} on {dest}",
+                step(
+                    f"start-{w.name}",
+                    "start",
+                    StartArgs(
+                        workload=w.name,
+                        node=dest,
+                        restore_from=f"$checkpoint-{w.name}.checkpoint_id",
+                    ),
+                    f"restore {w.id} on {dest}",
                 )
             )
         else:
             steps.append(
-                PlanStep(
-                    name=f"terminate-{w.name}",
-                    op="terminate",
-                    args={"workload": w.name},
-                    description=f"terminate {w.id} without saving",
+                step(
+                    f"terminate-{w.name}",
+                    "terminate",
+                    WorkloadArgs(workload=w.name),
+                    f"terminate {w.id} without saving",
                 )
             )
     steps.append(
-        PlanStep(
-            name="cordon",
-            op="set_node",
-            args={
-                "node": node,
-                "schedulable": False,
-                "reason": params.reason or "drained by clawpoint",
-            },
-            description=f"mark {info.id} unschedulable",
+        step(
+            "cordon",
+            "set_node",
+            SetNodeArgs(
+                node=node, schedulable=False, reason=params.reason or "drained by clawpoint"
+            ),
+            f"mark {info.id} unschedulable",
         )
     )
     onto = f" onto {params.to}" if targets and params.to else ""
@@ -125,15 +131,13 @@ def plan_cordon(ctx: LocalContext, node: str, params: CordonParams) -> PlanDraft
         )
     return PlanDraft(
         steps=[
-            PlanStep(
-                name="cordon",
-                op="set_node",
-                args={
-                    "node": node,
-                    "schedulable": False,
-                    "reason": params.reason or "cordoned by clawpoint",
-                },
-                description=f"mark {info.id} unschedulable; its workloads keep running",
+            step(
+                "cordon",
+                "set_node",
+                SetNodeArgs(
+                    node=node, schedulable=False, reason=params.reason or "cordoned by clawpoint"
+                ),
+                f"mark {info.id} unschedulable; its workloads keep running",
             )
         ],
         summary=f"Cordon {info.id}: nothing new lands there; "
@@ -153,11 +157,11 @@ def plan_undrain(ctx: LocalContext, node: str, params: NoParams) -> PlanDraft:
         )
     return PlanDraft(
         steps=[
-            PlanStep(
-                name="uncordon",
-                op="set_node",
-                args={"node": node, "schedulable": True, "reason": ""},
-                description=f"mark {info.id} schedulable again",
+            step(
+                "uncordon",
+                "set_node",
+                SetNodeArgs(node=node, schedulable=True, reason=""),
+                f"mark {info.id} schedulable again",
             )
         ],
         summary=f"Undrain {info.id}: return it to service (new workloads may land there)",

@@ -7,12 +7,11 @@ death it finds, as every read does).
 
 from __future__ import annotations
 
-from typing import Any
-
 from core import errors, timings
 from core.backends.local import moves
 from core.backends.local.common import NAME, _resident_bytes
 from core.backends.local.context import LocalContext
+from core.backends.local.step_args import CheckpointArgs, StandbyArgs, StartArgs, step
 from core.checkpoint import engine, files
 from core.model import (
     Action,
@@ -37,13 +36,19 @@ def start_step(
     description: str,
     *,
     fresh: bool = False,
+    after_standby: bool = False,
 ) -> PlanStep:
     """Start the workload's wrapper on ``node``, restoring ``restore_from`` (None = newest
-    good; a start step never falls back to a fresh start), or from scratch when ``fresh``."""
-    args: dict[str, Any] = {"workload": workload, "node": node, "restore_from": restore_from}
-    if fresh:
-        args["fresh"] = True
-    return PlanStep(name="start", op="start", args=args, description=description)
+    good; a start step never falls back to a fresh start), or from scratch when ``fresh``;
+    ``after_standby``: the standby step's wrapper took the workload over, await it."""
+    if after_standby:
+        args = StartArgs(workload=workload, node=node, restore_from=restore_from,
+                         standby_pid="$standby.pid", standby="$standby.socket")  # fmt: skip
+    elif fresh:
+        args = StartArgs(workload=workload, node=node, restore_from=restore_from, fresh=True)
+    else:
+        args = StartArgs(workload=workload, node=node, restore_from=restore_from)
+    return step("start", "start", args, description)
 
 
 def _hands_off(name: str) -> bool:
@@ -165,32 +170,32 @@ def move_steps(ctx: LocalContext, rec: WorkloadRecord, dest: str) -> list[PlanSt
     ref = f"{NAME}:{rec.name}"
     if not (ctx.settings.migration.handoff and _hands_off(rec.engine)):
         return [
-            PlanStep(
-                name="checkpoint",
-                op="checkpoint",
-                args={"workload": rec.name, "stop": True},
-                description=f"checkpoint {ref} and stop it on {rec.node}",
+            step(
+                "checkpoint",
+                "checkpoint",
+                CheckpointArgs(workload=rec.name, stop=True),
+                f"checkpoint {ref} and stop it on {rec.node}",
             )
         ]
     last = next(iter(ctx.store.list(rec.name)), None)
     size = last.size_bytes if last else (_resident_bytes(rec.pid) if rec.pid else None)
     mode, why = moves.choose_mode(ctx.settings, rec.engine, size)
+    handoff = CheckpointArgs(workload=rec.name, stop=True, handoff="$standby.socket", mode=mode)
     return [
-        PlanStep(
-            name="standby",
-            op="standby",
-            args={"workload": rec.name, "node": dest},
-            description=f"start a standby wrapper for {ref} on {dest} (nothing paused yet)",
+        step(
+            "standby",
+            "standby",
+            StandbyArgs(workload=rec.name, node=dest),
+            f"start a standby wrapper for {ref} on {dest} (nothing paused yet)",
         ),
-        PlanStep(
-            name="checkpoint",
-            op="checkpoint",
-            args={"workload": rec.name, "stop": True, "handoff": "$standby.socket",
-                  "mode": mode},
-            description=f"checkpoint {ref} and stop it on {rec.node}, then hand it to the "
+        step(
+            "checkpoint",
+            "checkpoint",
+            handoff,
+            f"checkpoint {ref} and stop it on {rec.node}, then hand it to the "
             f"standby ({mode}: {why})",
         ),
-    ]  # fmt: skip
+    ]
 
 
 def require_restorable(ctx: LocalContext, name: str) -> None:
