@@ -101,22 +101,22 @@ class PolicyRule(_Section):
             return False
         if self.backends is not None and plan.backend not in self.backends:
             return False
-        for key, allowed in (
-            ("namespace", self.namespaces),
-            ("partition", self.partitions),
-            ("node", self.nodes),
+        for have, allowed in (
+            (scope.namespace, self.namespaces),
+            (scope.partition, self.partitions),
+            (scope.node, self.nodes),
         ):
-            if allowed is not None and scope.get(key) not in allowed:
+            if allowed is not None and have not in allowed:
                 return False
-        if not _labels_match(self.node_labels, scope.get("node_labels")):
+        if not _labels_match(self.node_labels, scope.node_labels):
             return False
-        if not _labels_match(self.target_node_labels, scope.get("target_node_labels")):
+        if not _labels_match(self.target_node_labels, scope.target_node_labels):
             return False
-        if not _labels_match(self.workload_labels, scope.get("labels")):
+        if not _labels_match(self.workload_labels, scope.labels):
             return False
         if self.gpus_min is not None or self.gpus_max is not None:
-            gpus = scope.get("gpus")
-            if not isinstance(gpus, int):
+            gpus = scope.gpus
+            if gpus is None:
                 return False
             if self.gpus_min is not None and gpus < self.gpus_min:
                 return False
@@ -125,12 +125,12 @@ class PolicyRule(_Section):
         return self.when is None or any(w.contains(now) for w in self.when)
 
 
-def _labels_match(wanted: dict[str, str], have: Any) -> bool:
+def _labels_match(wanted: dict[str, str], have: dict[str, str] | None) -> bool:
     if not wanted:
         return True
-    if not isinstance(have, dict):
+    if have is None:
         return False
-    return all(k in have and str(have[k]) == v for k, v in wanted.items())
+    return all(k in have and have[k] == v for k, v in wanted.items())
 
 
 class PolicyLimits(_Section):

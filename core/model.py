@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from core import errors
 
@@ -350,6 +350,56 @@ class Preconditions(BaseModel):
         return not self.model_dump(exclude_none=True)
 
 
+class PlanScope(BaseModel):
+    """What a plan touches, as a backend states it and policy, grants, views and audit read it.
+
+    A backend fills the fields that apply to it; a field it leaves out is absent, not
+    "unknown", and serialises as absent: the model dumps to exactly the keys that were set
+    (the dict plans have always recorded, so journals and audit records keep their shape).
+    Unknown keys are refused, so a misspelt one fails the plan instead of silently switching
+    a rule off. The last group are facts a backend reports on a plan for people to read
+    (nothing decides on them)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # Where the work is: policy rules, grants and the blast-radius pool match these.
+    backend: str | None = None
+    pool: str | None = None
+    namespace: str | None = None
+    kind: str | None = None  # a Kubernetes workload's kind
+    partition: str | None = None
+    partitions: list[str] | None = None  # a Slurm node's partitions
+    node: str | None = None
+    labels: dict[str, str] | None = None  # the workload's
+    node_labels: dict[str, str] | None = None
+    spot: bool | None = None
+    gpus: int | None = None
+    # Where a move puts it (policies match both ends).
+    target_node: str | None = None
+    target_node_labels: dict[str, str] | None = None
+    # What a node plan moves, and where.
+    workloads: list[str] | None = None
+    targets: list[str] | None = None
+    # Facts only a person may decide on (core.guardrails.policy).
+    newest_of_live_workload: bool | None = None
+    drained_by: str | None = None
+    node_down: bool | None = None
+    # Reported for people: placement, what a drain leaves, fencing, the API's previews.
+    fits: list[str] | None = None
+    warnings: list[str] | None = None
+    not_handled: list[str] | None = None
+    other_namespaces_visible: bool | None = None
+    left: list[str] | None = None
+    forced: list[str] | None = None
+    fencing: dict[str, Any] | None = None
+    dry_run: list[dict[str, Any]] | None = None
+
+    @model_serializer(mode="wrap")
+    def _set_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        return {k: v for k, v in data.items() if k in self.model_fields_set}
+
+
 class Plan(BaseModel):
     action: Action
     target: str
@@ -366,7 +416,7 @@ class Plan(BaseModel):
     rollback: str = ""
     cost_effect: str = ""
     reason: str = ""
-    scope: dict[str, Any] = Field(default_factory=dict)  # namespace/partition/labels/gpus/node
+    scope: PlanScope = Field(default_factory=PlanScope)
     preconditions: Preconditions = Field(default_factory=Preconditions)
     created_at: datetime = Field(default_factory=utcnow)
     hash: str = ""

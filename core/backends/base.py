@@ -28,7 +28,15 @@ from pydantic import BaseModel, Field
 
 from core import errors, polling
 from core.actions import ActionParams
-from core.model import Action, CheckpointInfo, NodeInfo, PlanStep, PrincipalKind, WorkloadInfo
+from core.model import (
+    Action,
+    CheckpointInfo,
+    NodeInfo,
+    PlanScope,
+    PlanStep,
+    PrincipalKind,
+    WorkloadInfo,
+)
 
 # Defined in core.model (below every layer, so engines and the wrapper use them without
 # importing a backend); re-exported here for backends.
@@ -65,7 +73,7 @@ class PlanDraft(BaseModel):
     saves: str = ""
     rollback: str = ""
     cost_effect: str = ""
-    scope: dict[str, Any] = Field(default_factory=dict)
+    scope: PlanScope = Field(default_factory=PlanScope)
 
 
 @runtime_checkable

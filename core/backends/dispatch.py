@@ -9,6 +9,8 @@ A backend keeps two tables instead of if-chains:
   (``core.actions``) gives its action (a test pins that there is none).
 - ``StepTable``: step op -> the function that runs it (``run_step``); an op not in the
   table is refused before anything runs (a journal could name anything).
+- ``ArgsTable``: step op -> the model of its arguments; ``plan`` checks every step of a
+  draft against it, so a plan never records arguments its step cannot read.
 
 The functions receive the backend's narrow context (a protocol of what plans and steps
 need: its client, settings, inventory reads), never the backend class, so the modules
@@ -21,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from core import actions as catalogue
 from core import errors
@@ -44,6 +48,7 @@ class PlanEntry(Generic[C]):
 PlanTable = Mapping[Action, PlanEntry[C]]
 StepFn = Callable[[C, Obj, ProgressFn], Obj]
 StepTable = Mapping[str, StepFn[C]]
+ArgsTable = Mapping[str, type[BaseModel]]
 
 
 def capabilities(table: PlanTable[Any]) -> frozenset[Action]:
@@ -60,15 +65,36 @@ def plan(
     *,
     backend: str,
     why_not: Mapping[Action, str] | None = None,
+    args: ArgsTable | None = None,
 ) -> PlanDraft:
     """The draft of ``action`` on ``target``: NotSupported (with ``why_not[action]`` when the
     backend says why) for an action not in the table; parameters of another action's model
-    are refused (``core.actions.parse``) before the plan function runs."""
+    are refused (``core.actions.parse``) before the plan function runs. With ``args``, each
+    step's arguments are checked against their op's model (``check_args``)."""
     entry = table.get(action)
     if entry is None:
         raise not_supported(backend, action, (why_not or {}).get(action, ""))
     typed = catalogue.expect(catalogue.parse(action, params), entry.params)
-    return entry.plan(context, target, typed)
+    draft = entry.plan(context, target, typed)
+    if args is not None:
+        check_args(args, draft, backend=backend)
+    return draft
+
+
+def check_args(table: ArgsTable, draft: PlanDraft, *, backend: str) -> None:
+    """OperationFailed (a bug in the backend: no plan is made) when a step of ``draft`` has
+    an op without an arguments model, or arguments its model refuses."""
+    for s in [*draft.steps, *draft.on_failure]:
+        model = table.get(s.op)
+        try:
+            if model is None:
+                raise ValueError(f"no arguments model for the op {s.op!r}")
+            model.model_validate(s.args)
+        except (ValueError, ValidationError) as exc:
+            raise errors.OperationFailed(
+                f"the {backend} plan's step {s.name!r} has arguments its op refuses: {exc}",
+                hint="this is a bug in the backend's plan; report it with the action and target",
+            ) from exc
 
 
 def run_step(

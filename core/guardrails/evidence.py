@@ -114,8 +114,8 @@ def plan_subjects(plan: Plan) -> list[str]:
     pre = plan.preconditions
     if pre.workload:
         out.append(pre.workload)
-    for node in (plan.scope.get("node"), pre.node):
-        if isinstance(node, str) and node:
+    for node in (plan.scope.node, pre.node):
+        if node:
             out.append(node if ":" in node else f"{plan.backend}:{node}")
     return list(dict.fromkeys(out))
 

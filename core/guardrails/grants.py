@@ -30,6 +30,7 @@ from __future__ import annotations
 import difflib
 import re
 import secrets
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -94,18 +95,23 @@ def principal_matches(scope: dict[str, str], principal: Principal | None) -> boo
         return False
 
 
+# What each plain scope key of a grant matches in a plan, and each label group (``labels.KEY``):
+# fields of the plan and its PlanScope, never string keys, so mypy checks them.
+_PLAN_VALUES: dict[str, Callable[[Plan], str | None]] = {
+    "backend": lambda p: p.backend,
+    "target": lambda p: p.target,
+    "namespace": lambda p: p.scope.namespace,
+    "partition": lambda p: p.scope.partition,
+    "node": lambda p: p.scope.node,
+    "pool": lambda p: p.scope.pool,
+}
+_PLAN_LABELS: dict[str, Callable[[Plan], dict[str, str] | None]] = {
+    "labels": lambda p: p.scope.labels,
+    "node_labels": lambda p: p.scope.node_labels,
+}
 # The scope keys a grant may name (see the module docstring), and the label key prefixes.
-SCOPE_KEYS = (
-    "trigger",
-    "principals",
-    "backend",
-    "target",
-    "namespace",
-    "partition",
-    "node",
-    "pool",
-)
-LABEL_PREFIXES = ("labels.", "node_labels.")
+SCOPE_KEYS = ("trigger", PRINCIPALS_KEY, *_PLAN_VALUES)
+LABEL_PREFIXES = tuple(f"{group}." for group in _PLAN_LABELS)
 # A label key as Kubernetes, Slurm and local labels write it: ``team``, ``app.kubernetes.io/name``.
 _LABEL_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,252}[A-Za-z0-9])?$")
 MAX_SCOPE_VALUE = 256
@@ -143,20 +149,16 @@ def scope_matches(scope: dict[str, str], plan: Plan) -> bool:
     """Every key but ``trigger`` (which ``GrantStore`` checks against evidence) and
     ``principals`` (checked against who runs the plan)."""
     for key, wanted in scope.items():
-        have: Any
         if key in ("trigger", PRINCIPALS_KEY):
             continue
-        if key == "backend":
-            have = plan.backend
-        elif key == "target":
-            have = plan.target
-        elif key.startswith(("labels.", "node_labels.")):
-            group, _, label = key.partition(".")
-            labels = plan.scope.get(group)
-            have = labels.get(label) if isinstance(labels, dict) else None
-        else:
-            have = plan.scope.get(key)
-        if have is None or str(have) != wanted:
+        group, dot, label = key.partition(".")
+        if dot and group in _PLAN_LABELS:
+            have = (_PLAN_LABELS[group](plan) or {}).get(label)
+        elif key in _PLAN_VALUES:
+            have = _PLAN_VALUES[key](plan)
+        else:  # a key check_scope refuses (stored before it did): fail closed
+            return False
+        if have is None or have != wanted:
             return False
     return True
 

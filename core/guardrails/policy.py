@@ -51,7 +51,15 @@ from core.guardrail_settings import (
     TimeWindow,
     Weekday,
 )
-from core.model import Action, Plan, PrincipalKind, RiskClass, WorkloadState, utcnow
+from core.model import (
+    Action,
+    Plan,
+    PlanScope,
+    PrincipalKind,
+    RiskClass,
+    WorkloadState,
+    utcnow,
+)
 
 # The [policy] section's models live in core.guardrail_settings (core.config gathers them);
 # they are imported above under their own names so callers keep importing them from here.
@@ -105,11 +113,8 @@ def effective_risk(plan: Plan) -> RiskClass:
 
 def pool_of(plan: Plan) -> str:
     """The pool a plan's blast radius is counted in: scope pool, partition, namespace, backend."""
-    for key in ("pool", "partition", "namespace"):
-        value = plan.scope.get(key)
-        if isinstance(value, str) and value:
-            return value
-    return plan.backend
+    scope = plan.scope
+    return scope.pool or scope.partition or scope.namespace or plan.backend
 
 
 PERSON_ONLY_RULE = "person-only"
@@ -137,13 +142,13 @@ def evaluate(plan: Plan, policy: PolicyConfig, context: PolicyContext) -> Decisi
     )
 
 
-def undrain_claims(scope: dict[str, Any]) -> list[str]:
+def undrain_claims(scope: PlanScope) -> list[str]:
     """What in an undrain plan's scope only a person may decide (empty: nothing). A plan
     without the facts (``drained_by`` absent) is treated as undoing a person's drain."""
     out: list[str] = []
-    if scope.get("node_down"):
+    if scope.node_down:
         out.append("returning a down node to service")
-    by = scope.get("drained_by")
+    by = scope.drained_by
     if by not in (PrincipalKind.AGENT.value, PrincipalKind.SCHEDULER.value):
         who = "a person" if by == PrincipalKind.PERSON.value else "someone outside clawpoint"
         out.append(f"undoing a drain made by {who}")

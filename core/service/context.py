@@ -83,6 +83,6 @@ class WorldContext:
             running_disruptive=len(disrupting),
             actions_last_hour=per_class,
             pools=pools,
-            deletes_newest_good_checkpoint=bool(plan.scope.get("newest_of_live_workload")),
+            deletes_newest_good_checkpoint=bool(plan.scope.newest_of_live_workload),
             agent_checkpoints_last_hour=int(agent_checkpoints),
         )

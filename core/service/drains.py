@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from core.model import Action, ExecutionStatus, NodeHealth, NodeInfo
+from core.model import Action, ExecutionStatus, NodeHealth, NodeInfo, PlanScope
 from core.signals.nodes import node_health
 from core.state.db import Database
 
@@ -66,9 +66,13 @@ def drained_by(db: Database, node: NodeInfo) -> str:
     return str(row["principal"]).partition(":")[0] or UNKNOWN
 
 
-def undrain_scope(db: Database, node: NodeInfo) -> dict[str, Any]:
-    """What an undrain plan of ``node`` records about who drained it (see the module)."""
-    return {
-        "drained_by": drained_by(db, node),
-        "node_down": node_health(node).health is NodeHealth.DOWN,
-    }
+def undrain_scope(db: Database, node: NodeInfo | None, scope: PlanScope) -> PlanScope:
+    """``scope`` with what an undrain plan of ``node`` records about who drained it (see the
+    module); a node the backend does not list was drained by someone unknown."""
+    out = scope.model_copy()
+    if node is None:
+        out.drained_by = UNKNOWN
+        return out
+    out.drained_by = drained_by(db, node)
+    out.node_down = node_health(node).health is NodeHealth.DOWN
+    return out

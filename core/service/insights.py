@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from core import errors
+from core import errors, timings
 from core.model import NodeInfo, WorkloadInfo, WorkloadState, utcnow
 from core.planner.planner import PlannerConfig, PlannerInput, Proposal, plan_actions
 from core.service.facade import Service
@@ -295,9 +295,9 @@ def _checkpoint_facts(service: Service) -> tuple[dict[str, float], dict[str, dat
         if wid in last and last[wid] >= c.created_at:
             continue
         last[wid] = c.created_at
-        dump = c.timings.get("total_s") or c.size_bytes / 1e9
-        # Same estimate the local backend puts on its plans: dump + restore, plus start-up.
-        pause[wid] = round(2 * float(dump) + 0.5, 2)
+        estimate = timings.estimate_pause(c)  # the estimate the local backend plans with
+        if estimate is not None:
+            pause[wid] = estimate
     return pause, last
 
 

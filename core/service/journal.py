@@ -334,8 +334,7 @@ def overrides_lease(plan: Plan, principal: str) -> bool:
 
 def touched(plan: Plan) -> set[str]:
     """The workloads a plan changes: its target and the workloads in its scope."""
-    scoped = plan.scope.get("workloads")
-    return {plan.target, *(str(w) for w in scoped or [])}
+    return {plan.target, *(plan.scope.workloads or [])}
 
 
 def _alive(pid: int) -> bool:

@@ -19,6 +19,7 @@ from core.model import (
     Action,
     CheckpointStatus,
     Plan,
+    PlanScope,
     Preconditions,
     Principal,
     WorkloadState,
@@ -102,15 +103,13 @@ class Planning(Inventory):
         return plan
 
     def _scope(
-        self, backend: Backend, action: Action, local_target: str, scope: dict[str, Any]
-    ) -> dict[str, Any]:
+        self, backend: Backend, action: Action, local_target: str, scope: PlanScope
+    ) -> PlanScope:
         """The backend's scope, plus who drained the node for an undrain (core.service.drains)."""
         if action is not Action.UNDRAIN_NODE:
             return scope
         node = next((n for n in backend.nodes() if n.name == local_target), None)
-        if node is None:
-            return {**scope, "drained_by": drains.UNKNOWN}
-        return {**scope, **drains.undrain_scope(self.db, node)}
+        return drains.undrain_scope(self.db, node, scope)
 
     def _preconditions(self, backend: Backend, action: Action, local_target: str) -> Preconditions:
         """What the plan's steps assume (``Preconditions``), read from the world as it is now.

@@ -30,8 +30,8 @@ def projection(svc: Service, plan: Plan, *, now: datetime | None = None) -> dict
     if risk is None or risk.remaining_s is None:
         return None
     nodes = {n.name: n for n in svc.nodes(plan.backend)}
-    dest = plan.scope.get("target_node")
-    target = nodes.get(str(dest)) if dest else None
+    dest = plan.scope.target_node
+    target = nodes.get(dest) if dest else None
     to_speed = node_speed(target)
     pause = float(plan.expected_pause_s or 0.0)
     left = risk.remaining_s * risk.node_speed / to_speed + pause

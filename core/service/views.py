@@ -120,7 +120,7 @@ def plan(p: Plan, *, detail: bool = False) -> dict[str, Any]:
     if detail:
         return _full(p)
     return compact({
-        "action": p.action.value, "target": p.target, "to": p.scope.get("target_node"),
+        "action": p.action.value, "target": p.target, "to": p.scope.target_node,
         "risk": p.risk.value, "summary": p.summary, "steps": [s.description for s in p.steps],
         "expected_pause_s": p.expected_pause_s, "saves": p.saves,
         "cost_effect": p.cost_effect, "rollback": p.rollback, "hash": p.hash,

@@ -220,9 +220,9 @@ def test_drain_moves_wrapped_workloads_honours_a_pdb_and_cordons(
         Action.DRAIN_NODE, "k8s:n1", {}, principal=PERSON, confirmed=True, dry_run=True
     )
     assert preview.status == "planned"
-    shown = {e["request"].split(" ")[0] + " " + e["step"]: e for e in preview.plan.scope["dry_run"]}
+    shown = {e["request"].split(" ")[0] + " " + e["step"]: e for e in preview.plan.scope.dry_run}
     assert any(k.startswith("PATCH cordon") for k in shown)
-    refused = [e for e in preview.plan.scope["dry_run"] if e.get("refused")]
+    refused = [e for e in preview.plan.scope.dry_run if e.get("refused")]
     assert [e["step"] for e in refused] == ["default-web-evict"]
     assert "web-pdb" in refused[0]["refused"]
     assert not emu.store.get(emu.store.kinds[("", "nodes")], "", "n1")["spec"].get("unschedulable")
@@ -264,7 +264,7 @@ def test_failover_restores_from_the_newest_good_checkpoint_elsewhere(
 
     before = len(emu.requests)
     result = act(svc, Action.FAILOVER, "k8s:n2")
-    assert result.plan.scope["fencing"]["by"] == "lease"
+    assert result.plan.scope.fencing["by"] == "lease"
     # Fenced (cordoned, tainted out-of-service) before any pod is deleted or created.
     sent = [r for r in emu.requests[before:] if r.method != "GET" and not r.query.get("dryRun")]
     fence = next(i for i, r in enumerate(sent) if r.path.endswith("/nodes/n2"))
@@ -322,7 +322,7 @@ def test_scale_deployment_respects_the_floor_and_previews_with_server_dry_run(
         dry_run=True,
     )
     assert preview.status == "planned"
-    (entry,) = preview.plan.scope["dry_run"]
+    (entry,) = preview.plan.scope.dry_run
     assert entry["object"]["kind"] == "Scale" and entry["object"]["spec"]["replicas"] == 2
     writes = [r for r in emu.requests[before:] if r.method in ("POST", "PATCH", "PUT", "DELETE")]
     assert writes and all(r.query.get("dryRun") == "All" for r in writes)
@@ -352,7 +352,7 @@ def test_preempt_and_resume_of_a_deployment_scale_to_zero_and_back(emu: Any, svc
     preview = svc.act(
         Action.PREEMPT, "k8s:Deployment/default/svc", {}, principal=PERSON, dry_run=True
     )
-    (entry,) = preview.plan.scope["dry_run"]
+    (entry,) = preview.plan.scope.dry_run
     assert entry["object"]["spec"]["replicas"] == 0
     assert emu.store.get(deploy, "default", "svc")["spec"]["replicas"] == 3
     act(svc, Action.PREEMPT, "k8s:Deployment/default/svc")
@@ -456,7 +456,7 @@ def test_operator_workloads_are_suspended_and_resumed_through_their_own_fields(
         return obj
 
     preview = svc.act(Action.PREEMPT, target, {}, principal=PERSON, dry_run=True)
-    (entry,) = preview.plan.scope["dry_run"]
+    (entry,) = preview.plan.scope.dry_run
     shown: Any = entry["object"]
     for key in path:
         shown = shown.get(key)

@@ -286,7 +286,7 @@ def test_the_deployed_rbac_allows_what_the_backend_does_and_no_more(emu: Any, ap
         backend.plan(Action.CORDON_NODE, "n1", {}),
     ]
     for p in plans:
-        assert p.scope["dry_run"], p.summary  # each previewed through the API, allowed
+        assert p.scope.dry_run, p.summary  # each previewed through the API, allowed
     # failover reads a node's heartbeat lease (fencing); a drain sees the other namespaces'
     # pods on the node (list only, cluster-wide), so it can confirm the node empty
     from core.backends.kubernetes import nodes
@@ -301,7 +301,7 @@ def test_the_deployed_rbac_allows_what_the_backend_does_and_no_more(emu: Any, ap
         }
     )
     assert nodes.read_lease(backend, "n1")["spec"]["holderIdentity"] == "n1"
-    assert plans[3].scope["other_namespaces_visible"] is True
+    assert plans[3].scope.other_namespaces_visible is True
     # and the rules are no wider than that: other namespaces and kinds are refused
     from core import errors
 

@@ -108,7 +108,7 @@ def test_dry_run_preview_of_a_job_migrate_passes_while_the_job_runs(
     )
 
     assert preview.status == "planned" and preview.plan, preview.message
-    shown = {e["step"]: e for e in preview.plan.scope["dry_run"]}
+    shown = {e["step"]: e for e in preview.plan.scope.dry_run}
     assert shown["suspend"]["object"]["spec"]["suspend"] is True
     for later in ("clear_start_time", "place"):
         assert "object" not in shown[later] and "when reached" in shown[later]["deferred"]
@@ -204,7 +204,7 @@ def test_kueue_job_is_preempted_and_resumed_through_its_workload(emu: Any, svc: 
 
     preview = svc.act(Action.PREEMPT, "k8s:Job/default/train", {}, principal=PERSON, dry_run=True)
     assert preview.plan is not None
-    (entry,) = preview.plan.scope["dry_run"]
+    (entry,) = preview.plan.scope.dry_run
     assert entry["object"]["kind"] == "Workload" and entry["object"]["spec"]["active"] is False
     act(svc, Action.PREEMPT, "k8s:Job/default/train")
     assert emu.store.get(wl_kind, "default", "job-train-3f9a1")["spec"]["active"] is False
@@ -304,6 +304,6 @@ def test_the_deployed_rbac_lets_a_job_be_moved(emu: Any, api: Any) -> None:
     emu.rules = rules_from_manifests()
     backend = KubernetesBackend(KubernetesConfig(namespaces=[NS], retry_total_s=1), api_client=api)
     plan = backend.plan(Action.RESUME, f"Job/{NS}/train", {"to": "n2"})
-    shown = {e["step"]: e for e in plan.scope["dry_run"]}
+    shown = {e["step"]: e for e in plan.scope.dry_run}
     assert "startTime" not in shown["clear_start_time"]["object"]["status"]
     assert shown["place"]["deferred"]

@@ -85,7 +85,7 @@ def test_scoped_drain_lists_a_pod_of_another_namespace_and_is_not_reported_execu
     emu.seed(node("n1"), node("n2"), managed("web"), managed("other", "team-a"))
 
     plan = service.plan(Action.DRAIN_NODE, "k8s:n1", {})
-    assert plan.scope["not_handled"] == ["team-a/other"]
+    assert plan.scope.not_handled == ["team-a/other"]
     assert "NOT HANDLED" in plan.summary and "team-a/other" in plan.summary
 
     result = service.act(Action.DRAIN_NODE, "k8s:n1", {}, principal=PERSON, confirmed=True)
@@ -107,7 +107,7 @@ def test_scoped_drain_says_when_it_cannot_see_other_namespaces(
     ]
 
     plan = service.plan(Action.DRAIN_NODE, "k8s:n1", {})
-    assert plan.scope["other_namespaces_visible"] is False
+    assert plan.scope.other_namespaces_visible is False
     assert "cannot list pods outside default" in plan.summary
 
     result = service.act(Action.DRAIN_NODE, "k8s:n1", {}, principal=PERSON, confirmed=True)
@@ -141,7 +141,7 @@ def test_drain_refuses_unmanaged_pods_unless_forced_as_a_destructive_action(
 
     forced = service.plan(Action.DRAIN_NODE, "k8s:n1", {"force": True})
     assert forced.risk is RiskClass.DESTRUCTIVE
-    assert sorted(f.split(":")[0] for f in forced.scope["forced"]) == [
+    assert sorted(f.split(":")[0] for f in forced.scope.forced) == [
         "default/loose",
         "default/scratchy",
     ]
@@ -169,7 +169,7 @@ def test_drain_leaves_daemonset_and_mirror_pods_and_still_reports_drained(
     result = service.act(Action.DRAIN_NODE, "k8s:n1", {}, principal=PERSON, confirmed=True)
     assert result.status == "executed", result.message
     assert {"agent", "etcd-n1"} <= set(pods(emu)) and "web" not in pods(emu)
-    assert result.plan is not None and len(result.plan.scope["left"]) == 2
+    assert result.plan is not None and len(result.plan.scope.left) == 2
 
 
 # ----- fencing: the guardrail --------------------------------------------------------------
@@ -279,7 +279,7 @@ def test_failover_with_a_persons_word_fences_then_restores(
         "dryRun" in r.query for r in emu.requests[before:] if r.method in WRITES
     )
     plan = service.plan(Action.FAILOVER, "k8s:n2", {"fenced": True})
-    assert plan.scope["fencing"]["by"] == "person"
+    assert plan.scope.fencing["by"] == "person"
     assert plan.risk is RiskClass.DESTRUCTIVE
 
     before = len(emu.requests)

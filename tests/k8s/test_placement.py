@@ -111,7 +111,7 @@ def test_tolerations_follow_the_upstream_matching_rules(
     )
     if ok:
         draft = migrate(backend, "k8s:Pod/default/mover", to="n2")
-        assert draft.scope["fits"] == ["n2"]
+        assert draft.scope.fits == ["n2"]
     else:
         with pytest.raises(errors.Conflict, match="dedicated=gpu:NoSchedule"):
             migrate(backend, "k8s:Pod/default/mover", to="n2")
@@ -124,11 +124,11 @@ def test_prefer_noschedule_does_not_refuse_and_noexecute_does(emu: Any, backend:
         tainted(node("hard"), {"key": "maintenance", "value": "now", "effect": "NoExecute"}),
         running_pod("mover", "n1"),
     )
-    assert migrate(backend, "k8s:Pod/default/mover", to="soft").scope["fits"] == ["soft"]
+    assert migrate(backend, "k8s:Pod/default/mover", to="soft").scope.fits == ["soft"]
     with pytest.raises(errors.Conflict, match="maintenance=now:NoExecute"):
         migrate(backend, "k8s:Pod/default/mover", to="hard")
     # without --to only the soft-tainted node is a candidate
-    assert migrate(backend, "k8s:Pod/default/mover").scope["fits"] == ["soft"]
+    assert migrate(backend, "k8s:Pod/default/mover").scope.fits == ["soft"]
 
 
 def test_a_cordoned_or_not_ready_target_is_refused_with_every_reason(
@@ -167,7 +167,7 @@ def test_migrate_without_to_chooses_only_nodes_that_fit_gpus_and_selectors(
     squatter["metadata"]["annotations"] = {}
     emu.seed(squatter)
     draft = migrate(backend, "k8s:Pod/default/mover")
-    assert draft.scope["fits"] == ["n4"]
+    assert draft.scope.fits == ["n4"]
     assert "n4" in draft.summary
     with pytest.raises(errors.Conflict, match=r"insufficient nvidia.com/gpu: requests 1, 0 free"):
         migrate(backend, "k8s:Pod/default/mover", to="n2")
@@ -222,7 +222,7 @@ def test_required_node_affinity_of_the_pod_is_kept_and_checked(
         "nodeSelectorTerms": [{"matchExpressions": expressions}]}}}  # fmt: skip
     emu.seed(running_pod("mover", "n1", affinity=affinity))
     draft = migrate(backend, "k8s:Pod/default/mover")
-    assert draft.scope["fits"] == fits
+    assert draft.scope.fits == fits
     # the copy keeps the pod's own requirement, with the move's placement ANDed in
     create = next(s for s in draft.steps if s.op == "create_pod")
     terms = create.args["body"]["spec"]["affinity"]["nodeAffinity"][
@@ -284,10 +284,10 @@ def test_an_image_not_pinned_by_digest_is_warned_about(emu: Any, backend: Any) -
     pinned["spec"]["containers"][0]["image"] = DIGEST
     emu.seed(pinned)
     tagged = migrate(backend, "k8s:Pod/default/tagged", to="n2")
-    (warning,) = tagged.scope["warnings"]
+    (warning,) = tagged.scope.warnings
     assert "not pinned by digest" in warning and "clawpoint-job:latest" in warning
     assert "Warning:" in tagged.summary
-    assert migrate(backend, "k8s:Pod/default/pinned", to="n2").scope["warnings"] == []
+    assert migrate(backend, "k8s:Pod/default/pinned", to="n2").scope.warnings == []
 
 
 def test_a_wrapped_pod_whose_command_is_not_the_wrapper_is_refused_at_plan_time(

@@ -69,7 +69,7 @@ def test_migrate_without_to_lands_on_a_node_with_a_free_gpu(
     wait_for("trainer on n2", lambda: running(emu, "trainer"))
     wait_for("progress", lambda: step_of(kubelet, "trainer") > 10)
     result = act(svc, Action.MIGRATE, "k8s:Pod/default/trainer")
-    assert result.plan.scope["fits"] == ["n4"]
+    assert result.plan.scope.fits == ["n4"]
     wait_for("the old pod removed", lambda: "trainer" not in pods(emu))
     (name,) = pods(emu)
     assert pods(emu)[name]["spec"]["nodeName"] == "n4"

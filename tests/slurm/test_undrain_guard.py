@@ -58,7 +58,7 @@ def test_an_agent_does_not_return_a_down_or_hand_drained_node(service: Service, 
     down = service.act(Action.UNDRAIN_NODE, n2, {}, principal=AGENT, reason="looks idle")
     assert down.status == "approval_required", down.message
     assert "returning a down node to service" in down.message
-    assert down.plan is not None and down.plan.scope["node_down"] is True
+    assert down.plan is not None and down.plan.scope.node_down is True
     assert "down" in _n2(service).state
     # The person declines it (an agent's repeat of a pending request would return that same
     # request: one pending request per requester, action and target).
@@ -72,7 +72,7 @@ def test_an_agent_does_not_return_a_down_or_hand_drained_node(service: Service, 
     drained = service.act(Action.UNDRAIN_NODE, n2, {}, principal=AGENT, reason="looks idle")
     assert drained.status == "approval_required", drained.message
     assert "undoing a drain made by someone outside clawpoint" in drained.message
-    assert drained.plan is not None and drained.plan.scope["drained_by"] == "unknown"
+    assert drained.plan is not None and drained.plan.scope.drained_by == "unknown"
 
     # A drain clawpoint made for an agent (granted), undone by the agent alone.
     sh("scontrol", "update", "nodename=n2", "state=RESUME")
@@ -83,4 +83,4 @@ def test_an_agent_does_not_return_a_down_or_hand_drained_node(service: Service, 
     assert cordoned.status == "executed", cordoned.message
     undone = service.act(Action.UNDRAIN_NODE, n2, {}, principal=AGENT, reason="done")
     assert undone.status == "executed", undone.message
-    assert undone.plan is not None and undone.plan.scope["drained_by"] == "agent"
+    assert undone.plan is not None and undone.plan.scope.drained_by == "agent"

@@ -3,7 +3,7 @@
 Inventory and queue depth come from ``inventory`` / ``queue``. Actions are plans of small
 named steps, each one API request or one wait, routed through two dispatch tables
 (``plans.PLANS`` by action, ``steps.STEPS`` by step; ``capabilities()`` is the first's
-keys); every mutating request is previewed with ``dryRun=All`` when the plan is made (``scope["dry_run"]``):
+keys); every mutating request is previewed with ``dryRun=All`` when the plan is made (``scope.dry_run``):
 
 - checkpoint: ``pods/exec`` into each wrapped pod of the workload; the wrapper (container
   entrypoint) writes the checkpoint to the checkpoint volume (a PVC).
@@ -245,9 +245,9 @@ class KubernetesBackend:
     def plan(self, action: Action, target: str, params: ActionParams) -> PlanDraft:
         draft = dispatch.plan(plans.PLANS, self, action, target, params, backend=self.name)
         previews = mutations.preview(self, draft.steps)
-        draft.scope["dry_run"] = previews
+        draft.scope.dry_run = previews
         # Every interface shows the step lines: each mutating one says what the server
-        # answered to it with dryRun=All (the objects themselves are in scope["dry_run"]).
+        # answered to it with dryRun=All (the objects themselves are in scope.dry_run).
         verdicts = {p["step"]: p for p in previews}
         for s in draft.steps:
             p = verdicts.get(s.name)

@@ -3,7 +3,7 @@
 
 While planning each mutating step is sent once with ``dryRun=All``: the server validates and
 authorizes it and answers the object as it would be, which the plan carries in
-``scope["dry_run"]``; so a preview shows exactly what would change, and a missing RBAC
+``scope.dry_run``; so a preview shows exactly what would change, and a missing RBAC
 permission is reported before anything runs. A step the server would refuse in the state
 the plan starts from (a Job's template change while it runs, see ``jobs``) carries
 ``deferred`` and is shown as validated when reached. Every name is validated again before

@@ -35,7 +35,7 @@ from core.backends.kubernetes.pods import (
     pods_of,
     require_wrapped,
 )
-from core.model import Action, PlanStep
+from core.model import Action, PlanScope, PlanStep
 
 Obj = dict[str, Any]
 
@@ -151,14 +151,14 @@ def plan_drain(b: KubeContext, node: str, params: DrainParams) -> PlanDraft:
         if save
         else "only what each wrapper saves on SIGTERM within the grace period",
         rollback=f"undrain it: {command_of(Action.UNDRAIN_NODE)} {ids.PREFIX}{node}",
-        scope={
-            "node": node,
-            "not_handled": not_handled,
-            "other_namespaces_visible": visible,
-            "left": left,
-            "forced": forced,
-            "warnings": warnings,
-        },
+        scope=PlanScope(
+            node=node,
+            not_handled=not_handled,
+            other_namespaces_visible=visible,
+            left=left,
+            forced=forced,
+            warnings=warnings,
+        ),
     )
 
 
@@ -173,7 +173,7 @@ def plan_cordon(b: KubeContext, node: str, params: CordonParams) -> PlanDraft:
         steps=[_cordon_step(node, reason, f"cordon {node}: nothing new lands there; what runs stays")],
         summary=f"cordon {node}",
         rollback=f"undrain it: {command_of(Action.UNDRAIN_NODE)} {ids.PREFIX}{node}",
-        scope={"node": node},
+        scope=PlanScope(node=node),
     )  # fmt: skip
 
 
@@ -195,7 +195,7 @@ def plan_undrain(b: KubeContext, node: str, params: NoParams) -> PlanDraft:
         steps=[patch_step("uncordon", "Node", "", node, patch, f"uncordon {node}")],
         summary=f"undrain {node}: it takes pods again",
         rollback=f"drain it again: {command_of(Action.DRAIN_NODE)} {ids.PREFIX}{node}",
-        scope={"node": node},
+        scope=PlanScope(node=node),
     )  # fmt: skip
 
 
@@ -284,5 +284,5 @@ def plan_failover(
         + "".join(f". Warning: {w}" for w in warnings),
         saves="the newest good checkpoint of each; work since it is lost",
         rollback="nothing to undo: the old pods were on a lost node" + back,
-        scope={"node": node, "fencing": fencing, "warnings": warnings},
+        scope=PlanScope(node=node, fencing=fencing, warnings=warnings),
     )

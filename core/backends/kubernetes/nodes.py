@@ -220,7 +220,7 @@ def _not_ready_since(node_obj: Obj) -> datetime | None:
 
 def fence_steps(b: KubeContext, node: str, fenced: bool) -> tuple[list[PlanStep], Obj]:
     """The steps that fence a NotReady ``node`` before anything of it is restored, and what
-    the plan says about it (``scope["fencing"]``); Conflict when it cannot be fenced now."""
+    the plan says about it (``scope.fencing``); Conflict when it cannot be fenced now."""
     node_obj = read_node(b, node)
     steps: list[PlanStep] = []
     info: Obj = {"node": node}

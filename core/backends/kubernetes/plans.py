@@ -45,7 +45,7 @@ from core.backends.kubernetes.pods import (
     require_wrapped,
     selector,
 )
-from core.model import Action, PlanStep
+from core.model import Action, PlanScope, PlanStep
 
 Obj = dict[str, Any]
 
@@ -67,8 +67,8 @@ SUSPEND: dict[str, tuple[Obj, Obj]] = {
 }  # fmt: skip
 
 
-def _scope(b: KubeContext, ref: ids.WorkloadRef, node: str | None = None) -> Obj:
-    return {"namespace": ref.namespace, "kind": ref.kind.kind, "node": node}
+def _scope(b: KubeContext, ref: ids.WorkloadRef, node: str | None = None) -> PlanScope:
+    return PlanScope(namespace=ref.namespace, kind=ref.kind.kind, node=node)
 
 
 def plan_checkpoint(b: KubeContext, ref: ids.WorkloadRef, raw: Obj, params: NoParams) -> PlanDraft:
@@ -263,6 +263,8 @@ def plan_migrate(b: KubeContext, ref: ids.WorkloadRef, raw: Obj, params: MovePar
         wrapped = [p for p in pods if lineage_of(p)] or [pod]
         steps = move_job_steps(b, raw, wrapped, to=to, away=[source], prefix="")
     warnings = image_warnings(spec)
+    scope = _scope(b, ref, source)
+    scope.fits, scope.warnings = fits, warnings
     return PlanDraft(
         steps=steps,
         summary=f"migrate {ref} from {source} to {to or 'another node'} through a checkpoint"
@@ -271,7 +273,7 @@ def plan_migrate(b: KubeContext, ref: ids.WorkloadRef, raw: Obj, params: MovePar
         expected_pause_s=None,
         saves="the pod's full state: the new pod's wrapper restores the checkpoint just taken",
         rollback=f"migrate it back: {command_of(Action.MIGRATE)} {ref} --to {ids.PREFIX}{source}",
-        scope={**_scope(b, ref, source), "fits": fits, "warnings": warnings},
+        scope=scope,
     )
 
 

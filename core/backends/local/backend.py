@@ -24,7 +24,7 @@ from core import errors
 from core.actions import ActionParams
 from core.backends import dispatch
 from core.backends.base import PlanDraft, ProgressFn
-from core.backends.local import planning, plans, recovery, steps
+from core.backends.local import planning, plans, recovery, step_args, steps
 from core.backends.local.common import (
     _LIVE,
     NAME,
@@ -211,10 +211,12 @@ class LocalBackend:
 
     # ---------------------------------------------------------------- planning and steps
     def plan(self, action: Action, target: str, params: ActionParams) -> PlanDraft:
-        """The draft of ``action`` on ``target`` from the plan table (``plans.PLANS``)."""
+        """The draft of ``action`` on ``target`` from the plan table (``plans.PLANS``), its
+        steps' arguments checked against their models (``step_args.ARGS``)."""
         return dispatch.plan(
-            plans.PLANS, self, action, target, params, backend=NAME, why_not=plans.WHY_NOT_BY_ACTION
-        )
+            plans.PLANS, self, action, target, params, backend=NAME,
+            why_not=plans.WHY_NOT_BY_ACTION, args=step_args.ARGS,
+        )  # fmt: skip
 
     def check_deletable(self, checkpoint_id: str) -> None:
         """Refuse (Conflict ``last-good-checkpoint``) the deletion of the newest good

@@ -34,6 +34,7 @@ from core.checkpoint import lazy_pages
 from core.config import Settings
 from core.model import CheckpointInfo
 from core.state.workloads import WorkloadRecord
+from core.timings import DumpTimings, HandoffTimes, PauseReport, RestoreTimings
 from core.wrapper.control import ControlClient
 
 log = structlog.get_logger(__name__)
@@ -65,12 +66,13 @@ def choose_mode(settings: Settings, engine: str, size_bytes: int | None) -> tupl
     return "stop-and-copy", f"state {size_mib:.0f} MiB < {cfg.post_copy_min_mib} MiB; {pre}"
 
 
-def _point(report: Any) -> dict[str, float] | None:
+def _point(report: Any) -> tuple[float, float] | None:
+    """(step, ts) of a workload's progress report, when it has both."""
     if not isinstance(report, dict):
         return None
     step, ts = report.get("step"), report.get("ts")
     if isinstance(step, int | float) and isinstance(ts, int | float):
-        return {"step": float(step), "ts": float(ts)}
+        return float(step), float(ts)
     return None
 
 
@@ -104,34 +106,13 @@ def handed_over(restore: dict[str, Any] | None, checkpoint_id: str) -> bool:
     )
 
 
-def handoff_report(restore: dict[str, Any], ckpt: CheckpointInfo) -> dict[str, Any]:
+def handoff_report(restore: dict[str, Any], ckpt: CheckpointInfo) -> PauseReport:
     """The pause of a handoff that restored ``ckpt``: CRIU's figures, the handoff's, and
     where the workload reports progress with a ``ts``, its own view."""
-    hand = restore.get("handoff") or {}
-    timings = restore.get("timings") or {}
-    report: dict[str, Any] = {
-        "mode": hand.get("mode"),
-        # Staged: restored from the images before they were hashed and synced (then
-        # published and verified by the start step); else from the published checkpoint.
-        "staged": bool(hand.get("staged")),
-        "criu_frozen_s": ckpt.timings.get("frozen_s"),  # the dump, as CRIU measured it
-        "criu_restore_s": timings.get("restore_restore_s"),
-        "restore_wall_s": timings.get("criu_restore_s"),
-    }
-    sent, received, resumed = hand.get("sent_at"), hand.get("received_at"), hand.get("resumed_at")
-    if isinstance(sent, float) and isinstance(received, float):
-        report["handoff_s"] = round(received - sent, 4)
-    if isinstance(resumed, float) and isinstance(received, float):
-        report["takeover_s"] = round(resumed - received, 4)  # the target's part of the pause
-        report["takeover_marks"] = hand.get("marks")
-    before = _point(ckpt.extra.get("progress"))
-    after = _point(restore.get("first_progress"))
-    if isinstance(resumed, float) and before is not None:
-        # From the workload's last report before the freeze to the moment it ran again.
-        report["paused_s"] = round(resumed - before["ts"], 4)
-    if before is not None and after is not None:
-        report["workload_gap"] = {
-            "steps": after["step"] - before["step"],
-            "seconds": round(after["ts"] - before["ts"], 4),
-        }
-    return report
+    return PauseReport.measured(
+        DumpTimings.of(ckpt),
+        RestoreTimings.model_validate(restore.get("timings") or {}),
+        HandoffTimes.model_validate(restore.get("handoff") or {}),
+        before=_point(ckpt.extra.get("progress")),
+        after=_point(restore.get("first_progress")),
+    )

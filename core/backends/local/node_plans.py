@@ -15,7 +15,15 @@ from core.backends.base import PlanDraft
 from core.backends.local.common import _LIVE, NAME
 from core.backends.local.context import LocalContext
 from core.backends.local.planning import last_good, pick_target
-from core.model import PlanStep
+from core.backends.local.step_args import (
+    CheckpointArgs,
+    DeleteCheckpointArgs,
+    SetNodeArgs,
+    StartArgs,
+    WorkloadArgs,
+    step,
+)
+from core.model import PlanScope, PlanStep
 
 
 def plan_delete(ctx: LocalContext, checkpoint_id: str, params: NoParams) -> PlanDraft:
@@ -27,21 +35,19 @@ def plan_delete(ctx: LocalContext, checkpoint_id: str, params: NoParams) -> Plan
     protected = last_good(ctx, ckpt.id) is not None
     return PlanDraft(
         steps=[
-            PlanStep(
-                name="delete",
-                op="delete_checkpoint",
-                args={"checkpoint_id": ckpt.id},
-                description=f"delete checkpoint {NAME}:{ckpt.id}",
+            step(
+                "delete",
+                "delete_checkpoint",
+                DeleteCheckpointArgs(checkpoint_id=ckpt.id),
+                f"delete checkpoint {NAME}:{ckpt.id}",
             )
         ],
         summary=f"Delete checkpoint {NAME}:{ckpt.id} ({ckpt.size_bytes / 2**20:.0f} MiB)",
         saves="nothing; the image is removed for good",
         rollback="none: a deleted checkpoint cannot be recovered",
-        scope={
-            "backend": NAME,
-            "labels": rec.labels if rec else {},
-            "newest_of_live_workload": protected,
-        },
+        scope=PlanScope(
+            backend=NAME, labels=rec.labels if rec else {}, newest_of_live_workload=protected
+        ),
     )
 
 
@@ -56,44 +62,42 @@ def plan_drain(ctx: LocalContext, node: str, params: DrainParams) -> PlanDraft:
             dest = pick_target(ctx, exclude={node}, requested=params.to)
             targets.append(dest)
             steps.append(
-                PlanStep(
-                    name=f"checkpoint-{w.name}",
-                    op="checkpoint",
-                    args={"workload": w.name, "stop": True},
-                    description=f"checkpoint {w.id} and stop it",
+                step(
+                    f"checkpoint-{w.name}",
+                    "checkpoint",
+                    CheckpointArgs(workload=w.name, stop=True),
+                    f"checkpoint {w.id} and stop it",
                 )
             )
             steps.append(
-                PlanStep(
-                    name=f"start-{w.name}",
-                    op="start",
-                    args={
-                        "workload": w.name,
-                        "node": dest,
-                        "restore_from": f"$checkpoint-{w.name}.checkpoint_id",
-                    },
-                    description=f"restore {w.id} on {dest}",
+                step(
+                    f"start-{w.name}",
+                    "start",
+                    StartArgs(
+                        workload=w.name,
+                        node=dest,
+                        restore_from=f"$checkpoint-{w.name}.checkpoint_id",
+                    ),
+                    f"restore {w.id} on {dest}",
                 )
             )
         else:
             steps.append(
-                PlanStep(
-                    name=f"terminate-{w.name}",
-                    op="terminate",
-                    args={"workload": w.name},
-                    description=f"terminate {w.id} without saving",
+                step(
+                    f"terminate-{w.name}",
+                    "terminate",
+                    WorkloadArgs(workload=w.name),
+                    f"terminate {w.id} without saving",
                 )
             )
     steps.append(
-        PlanStep(
-            name="cordon",
-            op="set_node",
-            args={
-                "node": node,
-                "schedulable": False,
-                "reason": params.reason or "drained by clawpoint",
-            },
-            description=f"mark {info.id} unschedulable",
+        step(
+            "cordon",
+            "set_node",
+            SetNodeArgs(
+                node=node, schedulable=False, reason=params.reason or "drained by clawpoint"
+            ),
+            f"mark {info.id} unschedulable",
         )
     )
     onto = f" onto {params.to}" if targets and params.to else ""
@@ -108,13 +112,13 @@ def plan_drain(ctx: LocalContext, node: str, params: DrainParams) -> PlanDraft:
         + ", then cordon it",
         saves="the full state of every workload on it" if save else "nothing: running work is lost",
         rollback=f"return it to service: clawpoint nodes undrain {info.id}",
-        scope={
-            "backend": NAME,
-            "node": node,
-            "node_labels": info.labels,
-            "workloads": [w.id for w in running],
-            "targets": targets,
-        },
+        scope=PlanScope(
+            backend=NAME,
+            node=node,
+            node_labels=info.labels,
+            workloads=[w.id for w in running],
+            targets=targets,
+        ),
     )
 
 
@@ -127,22 +131,20 @@ def plan_cordon(ctx: LocalContext, node: str, params: CordonParams) -> PlanDraft
         )
     return PlanDraft(
         steps=[
-            PlanStep(
-                name="cordon",
-                op="set_node",
-                args={
-                    "node": node,
-                    "schedulable": False,
-                    "reason": params.reason or "cordoned by clawpoint",
-                },
-                description=f"mark {info.id} unschedulable; its workloads keep running",
+            step(
+                "cordon",
+                "set_node",
+                SetNodeArgs(
+                    node=node, schedulable=False, reason=params.reason or "cordoned by clawpoint"
+                ),
+                f"mark {info.id} unschedulable; its workloads keep running",
             )
         ],
         summary=f"Cordon {info.id}: nothing new lands there; "
         f"{len(info.workloads)} workload(s) keep running",
         saves="nothing to save: no workload moves",
         rollback=f"return it to service: clawpoint nodes undrain {info.id}",
-        scope={"backend": NAME, "node": node, "node_labels": info.labels},
+        scope=PlanScope(backend=NAME, node=node, node_labels=info.labels),
     )
 
 
@@ -155,15 +157,15 @@ def plan_undrain(ctx: LocalContext, node: str, params: NoParams) -> PlanDraft:
         )
     return PlanDraft(
         steps=[
-            PlanStep(
-                name="uncordon",
-                op="set_node",
-                args={"node": node, "schedulable": True, "reason": ""},
-                description=f"mark {info.id} schedulable again",
+            step(
+                "uncordon",
+                "set_node",
+                SetNodeArgs(node=node, schedulable=True, reason=""),
+                f"mark {info.id} schedulable again",
             )
         ],
         summary=f"Undrain {info.id}: return it to service (new workloads may land there)",
         saves="nothing to save: no workload moves",
         rollback=f"drain it again: clawpoint drain {info.id}",
-        scope={"backend": NAME, "node": node, "node_labels": info.labels},
+        scope=PlanScope(backend=NAME, node=node, node_labels=info.labels),
     )

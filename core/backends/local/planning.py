@@ -7,18 +7,18 @@ death it finds, as every read does).
 
 from __future__ import annotations
 
-from typing import Any
-
-from core import errors
+from core import errors, timings
 from core.backends.local import moves
 from core.backends.local.common import NAME, _resident_bytes
 from core.backends.local.context import LocalContext
+from core.backends.local.step_args import CheckpointArgs, StandbyArgs, StartArgs, step
 from core.checkpoint import engine, files
 from core.model import (
     Action,
     CheckpointInfo,
     CheckpointStatus,
     NodeHealth,
+    PlanScope,
     PlanStep,
     WorkloadState,
     utcnow,
@@ -36,13 +36,19 @@ def start_step(
     description: str,
     *,
     fresh: bool = False,
+    after_standby: bool = False,
 ) -> PlanStep:
     """Start the workload's wrapper on ``node``, restoring ``restore_from`` (None = newest
-    good; a start step never falls back to a fresh start), or from scratch when ``fresh``."""
-    args: dict[str, Any] = {"workload": workload, "node": node, "restore_from": restore_from}
-    if fresh:
-        args["fresh"] = True
-    return PlanStep(name="start", op="start", args=args, description=description)
+    good; a start step never falls back to a fresh start), or from scratch when ``fresh``;
+    ``after_standby``: the standby step's wrapper took the workload over, await it."""
+    if after_standby:
+        args = StartArgs(workload=workload, node=node, restore_from=restore_from,
+                         standby_pid="$standby.pid", standby="$standby.socket")  # fmt: skip
+    elif fresh:
+        args = StartArgs(workload=workload, node=node, restore_from=restore_from, fresh=True)
+    else:
+        args = StartArgs(workload=workload, node=node, restore_from=restore_from)
+    return step("start", "start", args, description)
 
 
 def _hands_off(name: str) -> bool:
@@ -114,13 +120,12 @@ def pick_target(ctx: LocalContext, *, exclude: set[str], requested: str | None) 
     return candidates[0].name
 
 
-def move_scope(ctx: LocalContext, rec: WorkloadRecord, dest: str) -> dict[str, Any]:
+def move_scope(ctx: LocalContext, rec: WorkloadRecord, dest: str) -> PlanScope:
     """The scope of a plan that moves ``rec`` onto ``dest`` (policies match both ends)."""
-    return {
-        **scope(ctx, rec),
-        "target_node": dest,
-        "target_node_labels": labels_of(ctx, dest),
-    }
+    moved = scope(ctx, rec)
+    moved.target_node = dest
+    moved.target_node_labels = labels_of(ctx, dest)
+    return moved
 
 
 def labels_of(ctx: LocalContext, node: str) -> dict[str, str]:
@@ -131,39 +136,32 @@ def labels_of(ctx: LocalContext, node: str) -> dict[str, str]:
 def estimate_pause(
     ctx: LocalContext, name: str, move: list[PlanStep] | None = None
 ) -> float | None:
-    """Seconds the workload is paused by a move: dump + restore of its state.
+    """Seconds the workload is paused by a move: dump + restore of its state
+    (``core.timings.estimate_pause``, which the service's insights use too).
 
     From the last checkpoint's own timings when there is one, else from the payload's
-    resident memory at ~1 GB/s each way (measured order of magnitude here). A handoff
-    (``move`` has a standby step) pauses for the dump, the restore (a tenth of a second
-    for post-copy) and little else (docs/migration.md)."""
+    resident memory. A handoff (``move`` has a standby step) pauses for the dump, the
+    restore (a tenth of a second for post-copy) and little else (docs/migration.md)."""
     ckpts = ctx.store.list(name)
     mode = next((str(s.args.get("mode")) for s in move or [] if s.args.get("handoff")), None)
-    if ckpts and mode is not None:
-        t = ckpts[0].timings
-        dump = float(t.get("frozen_s") or t.get("criu_dump_s") or ckpts[0].size_bytes / 1e9)
-        restore = 0.1 if mode == "post-copy" else dump
-        return round(dump + restore + 0.1, 2)
     if ckpts:
-        last = ckpts[0]
-        dump = last.timings.get("total_s") or last.size_bytes / 1e9
-        return round(2 * float(dump) + 0.5, 2)
+        return timings.estimate_pause(ckpts[0], handoff_mode=mode)
     rec = ctx.registry.get(name)
     rss = _resident_bytes(rec.pid) if rec and rec.pid else None
-    return round(2 * rss / 1e9 + 0.5, 2) if rss else None
+    return timings.estimate_pause(None, resident_bytes=rss)
 
 
-def scope(ctx: LocalContext, rec: WorkloadRecord) -> dict[str, Any]:
+def scope(ctx: LocalContext, rec: WorkloadRecord) -> PlanScope:
     node = ctx.node_config.get(rec.node or "")
-    return {
-        "backend": NAME,
-        "pool": (node.labels.get("pool") if node else None) or f"{NAME}:{rec.node}",
-        "node": rec.node,
-        "labels": rec.labels,
-        "node_labels": node.labels if node else {},
-        "spot": node.spot if node else False,
-        "gpus": node.gpus if node else 0,
-    }
+    return PlanScope(
+        backend=NAME,
+        pool=(node.labels.get("pool") if node else None) or f"{NAME}:{rec.node}",
+        node=rec.node,
+        labels=rec.labels,
+        node_labels=node.labels if node else {},
+        spot=node.spot if node else False,
+        gpus=node.gpus if node else 0,
+    )
 
 
 def move_steps(ctx: LocalContext, rec: WorkloadRecord, dest: str) -> list[PlanStep]:
@@ -172,32 +170,32 @@ def move_steps(ctx: LocalContext, rec: WorkloadRecord, dest: str) -> list[PlanSt
     ref = f"{NAME}:{rec.name}"
     if not (ctx.settings.migration.handoff and _hands_off(rec.engine)):
         return [
-            PlanStep(
-                name="checkpoint",
-                op="checkpoint",
-                args={"workload": rec.name, "stop": True},
-                description=f"checkpoint {ref} and stop it on {rec.node}",
+            step(
+                "checkpoint",
+                "checkpoint",
+                CheckpointArgs(workload=rec.name, stop=True),
+                f"checkpoint {ref} and stop it on {rec.node}",
             )
         ]
     last = next(iter(ctx.store.list(rec.name)), None)
     size = last.size_bytes if last else (_resident_bytes(rec.pid) if rec.pid else None)
     mode, why = moves.choose_mode(ctx.settings, rec.engine, size)
+    handoff = CheckpointArgs(workload=rec.name, stop=True, handoff="$standby.socket", mode=mode)
     return [
-        PlanStep(
-            name="standby",
-            op="standby",
-            args={"workload": rec.name, "node": dest},
-            description=f"start a standby wrapper for {ref} on {dest} (nothing paused yet)",
+        step(
+            "standby",
+            "standby",
+            StandbyArgs(workload=rec.name, node=dest),
+            f"start a standby wrapper for {ref} on {dest} (nothing paused yet)",
         ),
-        PlanStep(
-            name="checkpoint",
-            op="checkpoint",
-            args={"workload": rec.name, "stop": True, "handoff": "$standby.socket",
-                  "mode": mode},
-            description=f"checkpoint {ref} and stop it on {rec.node}, then hand it to the "
+        step(
+            "checkpoint",
+            "checkpoint",
+            handoff,
+            f"checkpoint {ref} and stop it on {rec.node}, then hand it to the "
             f"standby ({mode}: {why})",
         ),
-    ]  # fmt: skip
+    ]
 
 
 def require_restorable(ctx: LocalContext, name: str) -> None:

@@ -35,7 +35,8 @@ from core.backends.local.planning import (
     work_lost_note,
     workload_record,
 )
-from core.model import Action, PlanStep, WorkloadState
+from core.backends.local.step_args import CheckpointArgs, StartArgs, WorkloadArgs, step
+from core.model import Action, WorkloadState
 from core.state.workloads import WorkloadRecord
 
 
@@ -49,11 +50,11 @@ def plan_checkpoint(ctx: LocalContext, target: str, params: NoParams) -> PlanDra
     refuse_unsupported(rec, action)
     return PlanDraft(
         steps=[
-            PlanStep(
-                name="checkpoint",
-                op="checkpoint",
-                args={"workload": target, "stop": False},
-                description=f"checkpoint {ref}, leave it running",
+            step(
+                "checkpoint",
+                "checkpoint",
+                CheckpointArgs(workload=target, stop=False),
+                f"checkpoint {ref}, leave it running",
             )
         ],
         summary=f"Checkpoint {ref} on {rec.node} (it keeps running)",
@@ -77,28 +78,20 @@ def plan_migrate(ctx: LocalContext, target: str, params: MoveParams) -> PlanDraf
     return PlanDraft(
         steps=[
             *(stops := move_steps(ctx, rec, dest)),
-            PlanStep(
-                name="start",
-                op="start",
-                args={
-                    "workload": target,
-                    "node": dest,
-                    "restore_from": "$checkpoint.checkpoint_id",
-                    **(
-                        {"standby_pid": "$standby.pid", "standby": "$standby.socket"}
-                        if len(stops) > 1
-                        else {}
-                    ),
-                },
-                description=f"restore it on {dest} from that checkpoint",
+            start_step(
+                target,
+                dest,
+                "$checkpoint.checkpoint_id",
+                f"restore it on {dest} from that checkpoint",
+                after_standby=len(stops) > 1,
             ),
         ],
         on_failure=[
-            PlanStep(
-                name="restart-source",
-                op="start",
-                args={"workload": target, "node": rec.node, "restore_from": None},
-                description=f"restart it on {rec.node} from its newest good checkpoint",
+            step(
+                "restart-source",
+                "start",
+                StartArgs(workload=target, node=rec.node, restore_from=None),
+                f"restart it on {rec.node} from its newest good checkpoint",
             )
         ],
         summary=f"Move {ref} from {rec.node} to {dest} without losing progress",
@@ -120,11 +113,11 @@ def plan_preempt(ctx: LocalContext, target: str, params: NoParams) -> PlanDraft:
     refuse_unsupported(rec, action)
     return PlanDraft(
         steps=[
-            PlanStep(
-                name="checkpoint",
-                op="checkpoint",
-                args={"workload": target, "stop": True},
-                description=f"checkpoint {ref} and stop it, freeing {rec.node}",
+            step(
+                "checkpoint",
+                "checkpoint",
+                CheckpointArgs(workload=target, stop=True),
+                f"checkpoint {ref} and stop it, freeing {rec.node}",
             )
         ],
         summary=f"Preempt {ref}: save its state and stop it, freeing node {rec.node}",
@@ -192,11 +185,11 @@ def plan_failover(ctx: LocalContext, target: str, params: StartParams) -> PlanDr
     lost = work_lost_note(ctx, good)
     return PlanDraft(
         steps=[
-            PlanStep(
-                name="fence",
-                op="fence",
-                args={"workload": target},
-                description="make sure no copy of the workload is still running",
+            step(
+                "fence",
+                "fence",
+                WorkloadArgs(workload=target),
+                "make sure no copy of the workload is still running",
             ),
             start_step(target, dest, None, f"restore it on {dest} from its newest good checkpoint"),
         ],
@@ -216,11 +209,11 @@ def plan_kill(ctx: LocalContext, target: str, params: NoParams) -> PlanDraft:
     require_state(rec, {WorkloadState.RUNNING}, action)
     return PlanDraft(
         steps=[
-            PlanStep(
-                name="terminate",
-                op="terminate",
-                args={"workload": target},
-                description=f"terminate {ref} without saving",
+            step(
+                "terminate",
+                "terminate",
+                WorkloadArgs(workload=target),
+                f"terminate {ref} without saving",
             )
         ],
         summary=f"Kill {ref} without saving: work since its last checkpoint is lost",
@@ -238,15 +231,13 @@ def _plan_gpu(ctx: LocalContext, target: str, action: Action) -> PlanDraft:
     suspend = action is Action.SUSPEND_GPU
     return PlanDraft(
         steps=[
-            PlanStep(
-                name=action.value,
-                op=action.value,
-                args={"workload": target},
-                description=(
-                    f"move {ref}'s GPU memory to host memory and free its GPU"
-                    if suspend
-                    else f"put {ref}'s GPU memory back and let its GPU calls go on"
-                ),
+            step(
+                action.value,
+                action.value,
+                WorkloadArgs(workload=target),
+                f"move {ref}'s GPU memory to host memory and free its GPU"
+                if suspend
+                else f"put {ref}'s GPU memory back and let its GPU calls go on",
             )
         ],
         summary=(
@@ -264,14 +255,18 @@ def _plan_fresh(ctx: LocalContext, rec: WorkloadRecord, dest: str, *, fence: boo
     """Start ``rec`` from scratch on ``dest``: an explicit request by a person (``--fresh``)."""
     ref = f"{NAME}:{rec.name}"
     n = len(ctx.store.published_ids(rec.name))
-    steps = [
-        PlanStep(
-            name="fence",
-            op="fence",
-            args={"workload": rec.name},
-            description="make sure no copy of the workload is still running",
-        )
-    ] if fence else []  # fmt: skip
+    steps = (
+        [
+            step(
+                "fence",
+                "fence",
+                WorkloadArgs(workload=rec.name),
+                "make sure no copy of the workload is still running",
+            )
+        ]
+        if fence
+        else []
+    )
     steps.append(
         start_step(
             rec.name,
@@ -311,17 +306,17 @@ def plan_restore(ctx: LocalContext, checkpoint_id: str, params: MoveParams) -> P
     dest = pick_target(ctx, exclude=set(), requested=params.to or rec.node)
     return PlanDraft(
         steps=[
-            PlanStep(
-                name="fence",
-                op="fence",
-                args={"workload": ckpt.lineage},
-                description="make sure no copy of the workload is still running",
+            step(
+                "fence",
+                "fence",
+                WorkloadArgs(workload=ckpt.lineage),
+                "make sure no copy of the workload is still running",
             ),
-            PlanStep(
-                name="start",
-                op="start",
-                args={"workload": ckpt.lineage, "node": dest, "restore_from": ckpt.id},
-                description=f"restore {NAME}:{ckpt.id} on {dest}",
+            step(
+                "start",
+                "start",
+                StartArgs(workload=ckpt.lineage, node=dest, restore_from=ckpt.id),
+                f"restore {NAME}:{ckpt.id} on {dest}",
             ),
         ],
         summary=f"Restore {NAME}:{ckpt.lineage} on {dest} from checkpoint {NAME}:{ckpt.id}",

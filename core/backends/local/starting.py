@@ -177,7 +177,7 @@ def _confirm_handoff(
         # what was published, and verify (the same files: hard links of them).
         _verify_or_stop(ctx, rec, restore_from)
     report = moves.handoff_report(restore, ctx.store.get(restore_from))
-    return {"handoff": report, "verified": seen.model_dump(mode="json")}
+    return {"handoff": report.model_dump(mode="json"), "verified": seen.model_dump(mode="json")}
 
 
 def _verify_or_stop(ctx: LocalContext, rec: WorkloadRecord, checkpoint_id: str) -> None:

@@ -20,6 +20,7 @@ from core.backends.dispatch import StepFn
 from core.backends.local import planning, starting
 from core.backends.local.common import NAME, _pid_alive, _wrapper_alive
 from core.backends.local.context import LocalStepContext
+from core.backends.local.step_args import CheckpointArgs, StandbyArgs, StartArgs
 from core.model import KILLED, WorkloadState
 from core.state.workloads import WorkloadRecord
 from core.store import retention
@@ -33,7 +34,8 @@ Obj = dict[str, Any]
 def checkpoint(ctx: LocalStepContext, args: Obj, progress: ProgressFn) -> Obj:
     """Checkpoint the workload through its wrapper; with ``stop``, wait for the wrapper to
     exit (after a handoff: the old wrapper's process only, the lock is the standby's)."""
-    rec = ctx.registry.require(args["workload"])
+    a = CheckpointArgs.model_validate(args)
+    rec = ctx.registry.require(a.workload)
     if not rec.socket or not _wrapper_alive(ctx.settings, rec):
         raise errors.Conflict(
             f"the wrapper of {NAME}:{rec.name} is not running",
@@ -42,15 +44,13 @@ def checkpoint(ctx: LocalStepContext, args: Obj, progress: ProgressFn) -> Obj:
         )
     client = ControlClient(Path(rec.socket))
     said: str | None = None
-    if args["stop"] and args.get("handoff"):
+    if a.stop and a.handoff:
         ckpt, said = client.stop_and_hand_over(
-            standby=str(args["handoff"]), mode=str(args.get("mode")), progress=progress
+            standby=a.handoff, mode=str(a.mode), progress=progress
         )
     else:
-        ckpt = client.checkpoint(
-            stop=bool(args["stop"]), progress=progress, by_agent=asked_by_agent()
-        )
-    if args["stop"]:
+        ckpt = client.checkpoint(stop=a.stop, progress=progress, by_agent=asked_by_agent())
+    if a.stop:
         starting.wait_wrapper_exit(ctx, rec, only_pid=said == "sent")
     return {
         "checkpoint_id": ckpt.id.split(":", 1)[-1],
@@ -63,14 +63,18 @@ def checkpoint(ctx: LocalStepContext, args: Obj, progress: ProgressFn) -> Obj:
 
 def standby(ctx: LocalStepContext, args: Obj, progress: ProgressFn) -> Obj:
     """Start a standby wrapper on the destination (``moves``); nothing is paused yet."""
-    return starting.start_standby(ctx, args["workload"], node=args["node"])
+    a = StandbyArgs.model_validate(args)
+    return starting.start_standby(ctx, a.workload, node=a.node)
 
 
 def start(ctx: LocalStepContext, args: Obj, progress: ProgressFn) -> Obj:
     """Start the workload's wrapper on a node, restoring a checkpoint (or fresh)."""
-    if args.get("standby_pid"):
-        starting.await_standby(ctx, args["workload"], int(args["standby_pid"]), args.get("standby"))
-    restore_from = args.get("restore_from")
+    a = StartArgs.model_validate(args)
+    if a.node is None:  # plans name the node of every start; a journal could say anything
+        raise errors.InvalidInput("the start step names no node", hint="re-plan the action")
+    if a.standby_pid:
+        starting.await_standby(ctx, a.workload, int(a.standby_pid), a.standby)
+    restore_from = a.restore_from
     # Held from here until the wrapper reports the restore (it holds it too while it
     # reads it): retention never rotates out what this execution restores.
     with (
@@ -79,11 +83,7 @@ def start(ctx: LocalStepContext, args: Obj, progress: ProgressFn) -> Obj:
         else contextlib.nullcontext()
     ):
         return starting.start(
-            ctx,
-            args["workload"],
-            node=args["node"],
-            restore_from=restore_from,
-            fresh=bool(args.get("fresh")),
+            ctx, a.workload, node=a.node, restore_from=restore_from, fresh=a.fresh
         )
 
 

@@ -28,6 +28,7 @@ from core.model import (
     Action,
     NodeHealth,
     NodeInfo,
+    PlanScope,
     PlanStep,
     WorkloadInfo,
     WorkloadState,
@@ -104,8 +105,8 @@ def _restart(b: SlurmContext, job: str, fields: dict[str, str], prefix: str = ""
     return steps
 
 
-def _scope(w: WorkloadInfo) -> dict[str, Any]:
-    return {"partition": w.partition, "node": w.node, "gpus": w.gpus, "labels": w.labels}
+def _scope(w: WorkloadInfo) -> PlanScope:
+    return PlanScope(partition=w.partition, node=w.node, gpus=w.gpus, labels=w.labels)
 
 
 def _target(b: SlurmContext, params: MoveParams, *, away_from: str | None) -> str | None:
@@ -251,7 +252,7 @@ def plan_drain(b: SlurmContext, node: NodeInfo, params: DrainParams) -> PlanDraf
         + note,
         saves="each wrapped job's state, restored on another node" if save else "",
         rollback=f"return it to service: clawpoint nodes undrain slurm:{node.name}",
-        scope={"node": node.name, "partitions": node.partitions},
+        scope=PlanScope(node=node.name, partitions=node.partitions),
     )
 
 
@@ -277,7 +278,7 @@ def plan_cordon(b: SlurmContext, node: NodeInfo, params: CordonParams) -> PlanDr
         f"{len(node.workloads)} job(s) keep running",
         saves="nothing to save: no job moves",
         rollback=f"return it to service: clawpoint nodes undrain slurm:{node.name}",
-        scope={"node": node.name, "partitions": node.partitions},
+        scope=PlanScope(node=node.name, partitions=node.partitions),
     )
 
 
@@ -301,7 +302,7 @@ def plan_undrain(b: SlurmContext, node: NodeInfo, params: NoParams) -> PlanDraft
         summary=f"undrain Slurm node {node.name} ({node.state}): jobs may start there again",
         saves="nothing to save: no job moves",
         rollback=f"drain it again: clawpoint drain slurm:{node.name}",
-        scope={"node": node.name, "partitions": node.partitions},
+        scope=PlanScope(node=node.name, partitions=node.partitions),
     )
 
 
@@ -338,7 +339,7 @@ def plan_failover_node(b: SlurmContext, node: NodeInfo, params: StartParams) -> 
         summary=f"fail over every wrapped job of node {node.name}"
         + (f" onto {target}" if target else ""),
         saves="nothing new: each job restarts from its newest checkpoint",
-        scope={"node": node.name, "partitions": node.partitions},
+        scope=PlanScope(node=node.name, partitions=node.partitions),
     )
 
 

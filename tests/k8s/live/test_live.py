@@ -219,7 +219,7 @@ def test_scale_with_floor_and_dry_run(backend: KubernetesBackend, svc: Service) 
     preview = svc.act(
         Action.SCALE, f"k8s:Deployment/{NS}/floor", {"replicas": 1}, principal=PERSON, dry_run=True
     )
-    assert preview.plan and preview.plan.scope["dry_run"][0]["object"]["spec"]["replicas"] == 1
+    assert preview.plan and preview.plan.scope.dry_run[0]["object"]["spec"]["replicas"] == 1
     act(svc, Action.SCALE, f"k8s:Deployment/{NS}/floor", replicas=1)
     got = backend.conn.call_json(
         Op("get", "deployments", "apps", NS), apps.read_namespaced_deployment, "floor", NS
@@ -286,7 +286,7 @@ def test_drain_honours_a_pdb(backend: KubernetesBackend, svc: Service) -> None:
     )
     wait_for("guarded runs", lambda: running_pods(backend, "app=guarded"))
     preview = svc.act(Action.DRAIN_NODE, f"k8s:{target}", {}, principal=PERSON, dry_run=True)
-    assert any(e.get("refused") for e in preview.plan.scope["dry_run"])
+    assert any(e.get("refused") for e in preview.plan.scope.dry_run)
     try:
         result = svc.act(Action.DRAIN_NODE, f"k8s:{target}", {}, principal=PERSON, confirmed=True)
         assert result.status == "failed" and "budget" in result.message.lower()
