@@ -32,6 +32,7 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from pydantic import Strict, ValidationError
 
 from core import errors
+from mcp_server import registered
 from mcp_server.common import tool_error
 
 __all__ = ["ArgumentChecks", "strict_arguments"]
@@ -45,7 +46,7 @@ def strict_arguments(mcp: MCPServer[Any], choices: Mapping[str, Sequence[str]]) 
 
     ``choices`` maps an argument name (every tool's argument of that name) or ``TOOL.ARG``
     (that tool's only; it wins) to the values it accepts."""
-    for tool in mcp._tool_manager.list_tools():  # the SDK has no public hook for this
+    for tool in registered.every(mcp):
         model = tool.fn_metadata.arg_model
         props = tool.parameters.setdefault("properties", {})
         changed: list[str] = []
@@ -88,7 +89,7 @@ class ArgumentChecks(MCPServer[Any]):
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
             cause = exc.__cause__
-            tool = self._tool_manager.get_tool(name)
+            tool = registered.find(self, name)
             # Only the arguments' own validation: a tool body that fails to build its result
             # is a bug (UnexpectedToolError), reported as the SDK reports it.
             if (isinstance(exc, UnexpectedToolError) or tool is None

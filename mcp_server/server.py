@@ -41,7 +41,7 @@ from core.runbooks.engine import Engine
 from core.runbooks.store import RunStatus
 from core.service import views
 from core.service.facade import Service, bootstrap
-from mcp_server import tools_actions, tools_insights, tools_runbooks
+from mcp_server import registered, tools_actions, tools_insights, tools_runbooks
 from mcp_server.arguments import ArgumentChecks, strict_arguments
 from mcp_server.common import (
     READ,
@@ -275,7 +275,7 @@ def build_server(
     tools_runbooks.register(mcp, service, prompts="runbooks" in chosen and not read_only)
     _claim(mcp, sets, "runbooks")
     strict_arguments(mcp, filters(service))
-    for tool in mcp._tool_manager.list_tools():  # the SDK has no public list of its own
+    for tool in registered.every(mcp):
         keep = sets[tool.name] in chosen
         if read_only and not (tool.annotations and tool.annotations.read_only_hint):
             keep = False
@@ -298,7 +298,7 @@ def check_toolsets(toolsets: Collection[str]) -> frozenset[str]:
 
 def _claim(mcp: MCPServer[Any], sets: dict[str, str], toolset: str) -> None:
     """Every tool registered since the last claim belongs to ``toolset``."""
-    for tool in mcp._tool_manager.list_tools():
+    for tool in registered.every(mcp):
         sets.setdefault(tool.name, toolset)
 
 

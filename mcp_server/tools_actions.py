@@ -34,6 +34,7 @@ from core.guardrails.approvals import ApprovalView
 from core.model import Action, Plan, RiskClass
 from core.service import views
 from core.service.facade import ClientAnswer, ClientAsker, Service
+from mcp_server import registered as registered_tools
 from mcp_server.common import (
     READ,
     ActionOut,
@@ -180,7 +181,7 @@ def _register_action(
     tool.__annotations__ = {p.name: p.annotation for p in params} | {"return": ActionOut}
     mcp.tool(name=spec.mcp_tool, title=spec.title, annotations=_annotations(spec))(tool)
     if spec.redirects:
-        registered = mcp._tool_manager.get_tool(spec.mcp_tool)  # no public hook for this
+        registered = registered_tools.find(mcp, spec.mcp_tool)
         if registered is not None:
             for name in spec.redirects:
                 registered.parameters.get("properties", {}).pop(name, None)
