@@ -10,8 +10,9 @@ section (``core.backends.slurm.config``) does not import the backend.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from core.lazy_exports import exports
 
 if TYPE_CHECKING:
     from core.backends.slurm.backend import SlurmBackend
@@ -45,9 +46,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name]), name)
-    globals()[name] = value  # the next lookup is a plain attribute
-    return value
+__getattr__ = exports(__name__, _WHERE)
