@@ -38,12 +38,14 @@ backend's ``capabilities()``, not this table.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
 
 from core import errors
 from core.model import Action, RiskClass
@@ -53,6 +55,7 @@ __all__ = [
     "TARGET_HELP",
     "ActionParams",
     "ActionSpec",
+    "Argument",
     "CordonParams",
     "DrainParams",
     "FailoverParams",
@@ -70,6 +73,7 @@ __all__ = [
     "parse",
     "person_claims",
     "risk_of",
+    "signed",
     "spec",
 ]
 
@@ -238,6 +242,49 @@ class ActionSpec:
     def fields(self) -> list[str]:
         """The parameters an interface offers (``reason`` is common to every action)."""
         return [name for name in self.params.model_fields if name != "reason"]
+
+    def arguments(self) -> list[Argument]:
+        """The parameters an interface offers, as its generated signature needs them."""
+        found = []
+        for name in self.fields():
+            info = self.params.model_fields[name]
+            found.append(Argument(name, info.annotation, info.is_required(), info.default, info))
+        return found
+
+
+@dataclass(frozen=True)
+class Argument:
+    """One parameter of an action as an interface offers it (the MCP tool's argument, the
+    CLI command's option): each interface wraps ``annotation`` in its own metadata and
+    writes "required" its own way (``...`` for typer, no default for the MCP SDK)."""
+
+    name: str
+    annotation: Any
+    required: bool
+    default: Any
+    info: FieldInfo
+
+
+def signed(
+    fn: Callable[..., Any],
+    *,
+    name: str,
+    doc: str,
+    params: list[inspect.Parameter],
+    returns: Any = inspect.Signature.empty,
+) -> Callable[..., Any]:
+    """``fn`` (a ``**kwargs`` function) presented with the signature ``params``: the MCP SDK
+    and typer both read ``__signature__`` and ``__annotations__`` to build a tool's schema
+    or a command's options, so a catalogue entry becomes a tool or a command this way."""
+    fn.__name__ = name
+    fn.__doc__ = doc
+    fn.__signature__ = inspect.Signature(params, return_annotation=returns)  # type: ignore[attr-defined]
+    fn.__annotations__ = {
+        p.name: p.annotation for p in params if p.annotation is not inspect.Parameter.empty
+    }
+    if returns is not inspect.Signature.empty:
+        fn.__annotations__["return"] = returns
+    return fn
 
 
 def _spec(

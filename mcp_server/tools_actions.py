@@ -152,12 +152,10 @@ def _register_action(
             description=actions.TARGET_HELP[spec.target], max_length=140)]),
         inspect.Parameter("ctx", kw, annotation=Context),
     ]  # fmt: skip
-    for name in spec.fields():
-        info = spec.params.model_fields[name]
-        default = inspect.Parameter.empty if info.is_required() else info.default
-        copy = FieldInfo.merge_field_infos(info)
-        params.append(inspect.Parameter(name, kw, default=default,
-                                        annotation=Annotated[info.annotation, copy]))  # fmt: skip
+    for arg in spec.arguments():
+        described: Any = Annotated[arg.annotation, FieldInfo.merge_field_infos(arg.info)]
+        default = inspect.Parameter.empty if arg.required else arg.default
+        params.append(inspect.Parameter(arg.name, kw, default=default, annotation=described))
     for name, other in spec.redirects.items():
         hidden = Annotated[bool | None, Field(description=f"use {actions.spec(other).mcp_tool}")]
         params.append(inspect.Parameter(name, kw, default=None, annotation=hidden))
@@ -175,10 +173,7 @@ def _register_action(
         return cast(ActionOut, await act(spec.action, ref, kwargs, dry_run=dry_run,
                                          reason=reason, asked=asked, ctx=ctx))  # fmt: skip
 
-    tool.__name__ = spec.mcp_tool
-    tool.__doc__ = spec.description
-    tool.__signature__ = inspect.Signature(params, return_annotation=ActionOut)  # type: ignore[attr-defined]
-    tool.__annotations__ = {p.name: p.annotation for p in params} | {"return": ActionOut}
+    actions.signed(tool, name=spec.mcp_tool, doc=spec.description, params=params, returns=ActionOut)
     mcp.tool(name=spec.mcp_tool, title=spec.title, annotations=_annotations(spec))(tool)
     if spec.redirects:
         registered = registered_tools.find(mcp, spec.mcp_tool)
@@ -212,15 +207,12 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
             return Elicit(_question(plan), PersonDecision)
 
         # The SDK matches resolver parameters to tool arguments by name.
-        import inspect
-
         parameters = [
             inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Context)
         ]
         for name in (target_arg, *extra, "dry_run"):
             parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None))
-        resolve.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
-        return resolve
+        return actions.signed(resolve, name="resolve", doc="", params=parameters)
 
     async def act(action: Action, target: str, params: dict[str, Any], *, dry_run: bool, reason: str,
                   asked: Any, ctx: Context) -> ActionOut:  # fmt: skip

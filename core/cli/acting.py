@@ -142,11 +142,10 @@ def _action_command(spec: actions.ActionSpec) -> Callable[..., None]:
         inspect.Parameter(target, kw, annotation=Annotated[str, typer.Argument(
             metavar=target.upper(), help=actions.TARGET_HELP[spec.target])]),
     ]  # fmt: skip
-    for name in spec.fields():
-        info = spec.params.model_fields[name]
-        default = ... if info.is_required() else info.default
-        params.append(inspect.Parameter(name, kw, default=default,
-                                        annotation=Annotated[info.annotation, _option(name, info)]))  # fmt: skip
+    for arg in spec.arguments():
+        option: Any = Annotated[arg.annotation, _option(arg.name, arg.info)]
+        default = ... if arg.required else arg.default
+        params.append(inspect.Parameter(arg.name, kw, default=default, annotation=option))
     for name, other in spec.redirects.items():
         hidden = typer.Option(
             "--" + name, hidden=True, help=f"see {actions.spec(other).cli_command}"
@@ -166,11 +165,8 @@ def _action_command(spec: actions.ActionSpec) -> Callable[..., None]:
         flags = {k: kwargs.pop(k) for k in ("json_", "yes", "reason", "dry_run")}
         _act(spec.action, ref, kwargs, **flags)
 
-    command.__name__ = spec.cli[-1].replace("-", "_")
-    command.__doc__ = spec.description
-    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    command.__annotations__ = {p.name: p.annotation for p in params}
-    return command
+    name = spec.cli[-1].replace("-", "_")
+    return actions.signed(command, name=name, doc=spec.description, params=params)
 
 
 def add_actions(group: typer.Typer, prefix: tuple[str, ...]) -> None:
