@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from tests.scheduling.conftest import CLAWPOINT, Gateway, Site, render_trigger, wait_for
-from tests.service_reads import workload_rows
 
 pytestmark = pytest.mark.node
 
@@ -123,8 +122,8 @@ def test_stream_job_does_not_wake_for_what_watch_settled(gateway: Gateway, site:
         time.sleep(6)
         site.imds.mark_instance_action("terminate", in_seconds=120)
 
-        def moved() -> bool:  # polled: read in-process, not an interpreter start a second
-            got = workload_rows(site.home)
+        def moved() -> bool:
+            got = json.loads(site.cli("workloads", "--json").stdout)
             return [(w["node"], w["state"]) for w in got] == [("node-a", "running")]
 
         wait_for("watch to move the workload under the grant", moved, timeout=120)
