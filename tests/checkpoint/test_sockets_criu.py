@@ -37,6 +37,7 @@ from core.state.db import Database
 from core.state.workloads import WorkloadRegistry
 from core.wrapper import fence
 from core.wrapper.control import ControlClient
+from tests.service_reads import workload_row
 
 pytestmark = pytest.mark.criu
 
@@ -65,8 +66,9 @@ class Cli:
         (self.home / "config.toml").write_text(textwrap.dedent(text))
 
     def workload(self, name: str) -> dict[str, Any]:
-        rows = json.loads(self("workloads", "--json").stdout)
-        return next(w for w in rows if w["name"] == name)
+        """Its row of ``clawpoint workloads --json``, read in-process (tests/service_reads.py:
+        the checks and polls here would otherwise start an interpreter each)."""
+        return workload_row(self.home, name)
 
     def wait_state(self, name: str, state: str, timeout_s: float = 30) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s

@@ -26,6 +26,7 @@ from core import errors
 from core.config import load_settings
 from core.model import Action, Principal, PrincipalKind, WorkloadState
 from core.service.facade import bootstrap
+from tests.service_reads import workload_row
 
 ROOT = Path(__file__).resolve().parents[2]
 CLAWPOINT = Path(sys.executable).parent / "clawpoint"
@@ -103,8 +104,10 @@ class Cli:
         return ref
 
     def workload(self, ref: str) -> dict[str, Any]:
-        found: list[dict[str, Any]] = self("workloads", "--json").json()
-        return next(w for w in found if w["id"] == ref)
+        """Its row of ``clawpoint workloads --json``, read in-process (tests/service_reads.py:
+        checks and polls that would otherwise start an interpreter each; the command itself
+        is tested as a subprocess in test_bad_input and test_exit_codes)."""
+        return workload_row(self.home, ref, by="id")
 
 
 def _step_above(progress: Path, above: int) -> bool:

@@ -116,6 +116,7 @@ def test_stream_job_wakes_the_agent_on_a_line_that_needs_it(gateway: Gateway, si
 def test_stream_job_does_not_wake_for_what_watch_settled(gateway: Gateway, site: Site) -> None:
     site.start_workload()
     site.grant_spot_moves()
+    added = time.monotonic()
     job = _stream_job(gateway, site)
     try:
         time.sleep(6)
@@ -126,7 +127,11 @@ def test_stream_job_does_not_wake_for_what_watch_settled(gateway: Gateway, site:
             return [(w["node"], w["state"]) for w in got] == [("node-a", "running")]
 
         wait_for("watch to move the workload under the grant", moved, timeout=120)
-        time.sleep(35)  # past the gateway's 30 s minimum interval between stream fires
+        # A matching line would fire at once: the gateway's 30 s minimum interval between
+        # stream fires counts from the job's last run, and a new job has none. Still wait a
+        # full interval from the job's start (the move took part of it), and at least a few
+        # seconds after the move for watch's "acted" line and its 1 s batch.
+        time.sleep(max(added + 35 - time.monotonic(), 5))
         assert gateway.runs(job) == []  # "acted: ..." does not match: nobody is woken
     finally:
         gateway.openclaw("cron", "rm", job, "--json", check=False)

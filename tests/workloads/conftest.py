@@ -4,7 +4,6 @@ private CLAWPOINT_HOME, real CRIU, and the self-checking programs under ``progra
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import signal
@@ -26,6 +25,7 @@ from core.state.workloads import WorkloadRegistry
 from core.wrapper import fence
 from core.wrapper.control import ControlClient
 from core.wrapper.spec import output_files
+from tests.service_reads import workload_row
 
 CLI = Path(sys.executable).with_name("clawpoint")
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -65,8 +65,9 @@ class Cli:
         (self.home / "config.toml").write_text(textwrap.dedent(text))
 
     def workload(self, name: str) -> dict[str, Any]:
-        rows = json.loads(self("workloads", "--json").stdout)
-        return next(w for w in rows if w["name"] == name)
+        """Its row of ``clawpoint workloads --json``, read in-process (tests/service_reads.py:
+        the checks and polls here would otherwise start an interpreter each)."""
+        return workload_row(self.home, name)
 
     def wait_state(self, name: str, state: str, timeout_s: float = 60) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
