@@ -22,6 +22,7 @@ from core.backends.local.common import NAME, _pid_alive, _wrapper_alive
 from core.backends.local.context import LocalStepContext
 from core.backends.local.step_args import CheckpointArgs, StandbyArgs, StartArgs
 from core.model import KILLED, WorkloadState
+from core.polling import poll_until
 from core.state.workloads import WorkloadRecord
 from core.store import retention
 from core.store.disk import parse_checkpoint_id
@@ -100,6 +101,10 @@ def terminate(ctx: LocalStepContext, args: Obj, progress: ProgressFn) -> Obj:
         # Nothing is saved: a checkpoint under way gets a moment, then is given up
         # (a hung dump must not keep a person's kill waiting).
         ControlClient(Path(rec.socket)).terminate(timeout_s=30, dump_wait_s=5.0)
+        # Its answer comes once the payload has ended, a moment before the wrapper records
+        # that end ("terminated on request") and exits: wait for that, or its record would
+        # land after ours and the kill would read as a completion.
+        poll_until(lambda: not _wrapper_alive(ctx.settings, rec), timeout_s=30, every_s=0.05)
     fencing.fence(ctx.settings, rec)
     ctx.registry.update(
         rec.name,
