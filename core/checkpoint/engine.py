@@ -219,17 +219,6 @@ def signal_tree(pid: int, sig: int) -> None:
             continue
 
 
-def start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-    rest = stat[stat.rindex(")") + 2 :].split()
-    return int(rest[19])
-
-
 def kill_tree(pid: int) -> None:
     signal_tree(pid, signal.SIGKILL)
 

@@ -21,10 +21,9 @@ import threading
 import uuid
 from collections.abc import Callable, Collection
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-from core import errors
+from core import errors, processes
 from core.model import (
     Action,
     Execution,
@@ -62,17 +61,12 @@ def _driving(execution_id: str) -> bool:
 
 
 def process_start(pid: int) -> str | None:
-    """The start time of process ``pid`` (clock ticks since boot), None when unknown.
+    """The start time of process ``pid`` as the journal stores it (text), None when unknown.
 
     Together with the pid it names one process: a pid reused after its owner died gets a
-    different start time. None off Linux or when the process is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # Field 22 (starttime); the command name in field 2 may hold spaces and parentheses.
-    fields = raw.rpartition(")")[2].split()
-    return fields[19] if len(fields) > 19 else None
+    different start time (``core.processes``)."""
+    start = processes.start_time(pid)
+    return None if start is None else str(start)
 
 
 def owner_alive(execution_id: str, pid: int | None, start: str | None) -> bool:
@@ -81,7 +75,7 @@ def owner_alive(execution_id: str, pid: int | None, start: str | None) -> bool:
         return False
     if pid == os.getpid() and (start is None or start == process_start(pid)):
         return _driving(execution_id)
-    if not _alive(pid):
+    if not processes.alive(pid):
         return False
     return start is None or process_start(pid) in (None, start)
 
@@ -335,13 +329,3 @@ def overrides_lease(plan: Plan, principal: str) -> bool:
 def touched(plan: Plan) -> set[str]:
     """The workloads a plan changes: its target and the workloads in its scope."""
     return {plan.target, *(plan.scope.workloads or [])}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

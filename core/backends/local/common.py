@@ -3,11 +3,11 @@ capabilities are its plan table's keys: ``plans.PLANS``)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import structlog
 
+from core import processes
 from core.config import Settings
 from core.model import WorkloadState
 from core.state.workloads import WorkloadRecord
@@ -19,20 +19,7 @@ NAME = "local"
 _LIVE = (WorkloadState.RUNNING, WorkloadState.CHECKPOINTING)
 
 
-def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not alive
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+_pid_alive = processes.alive
 
 
 def _wrapper_alive(settings: Settings, record: WorkloadRecord) -> bool:

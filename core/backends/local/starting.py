@@ -17,7 +17,7 @@ from typing import Any
 
 import structlog
 
-from core import errors
+from core import errors, processes
 from core.backends.local import moves, verify
 from core.backends.local.common import _LIVE, NAME, _pid_alive, _wrapper_alive
 from core.backends.local.context import LocalContext
@@ -41,7 +41,7 @@ def wait_wrapper_exit(
     """After a stop-checkpoint the wrapper records STOPPED and exits; wait for that so the
     next step never sees two wrappers for one workload. ``only_pid``: after a handoff,
     the workload's lock is the new wrapper's: wait for the old wrapper's process only."""
-    start = engine.start_time(rec.wrapper_pid) if rec.wrapper_pid else None
+    start = processes.start_time(rec.wrapper_pid) if rec.wrapper_pid else None
 
     def gone() -> bool:
         if only_pid:
@@ -142,7 +142,7 @@ def await_standby(ctx: LocalContext, name: str, pid: int, socket_path: str | Non
     """Before a start after a handoff: let the standby that got the order take the
     workload's lock (so no second wrapper is launched beside it); retire one that got
     no order (its socket is still there): it holds nothing, and is not needed now."""
-    start = engine.start_time(pid)
+    start = processes.start_time(pid)
     if not moves.is_wrapper(pid):
         return
     if socket_path and Path(socket_path).exists():
