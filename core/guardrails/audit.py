@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from core.guardrails import schema
-from core.model import utcnow
+from core.model import Plan, utcnow
 from core.state.db import Database, dumps
 
 GENESIS = schema.GENESIS
@@ -69,6 +69,26 @@ class AuditLog:
     ) -> AuditEntry:
         with self.db.write() as conn:
             return self.append_in(conn, kind, principal=principal, subject=subject, data=data)
+
+    def for_plan(
+        self,
+        kind: str,
+        plan: Plan,
+        principal: object,
+        data: dict[str, Any] | None = None,
+        *,
+        conn: sqlite3.Connection | None = None,
+    ) -> AuditEntry:
+        """A record about ``plan``: its target is the subject and its hash is in the data
+        (``plan_hash``), the same in every kind of record, so the trail of one plan (its
+        planning, decision, confirmation, execution) is found by one key. ``conn``: inside
+        the caller's transaction."""
+        body = {"plan_hash": plan.hash, **(data or {})}
+        if conn is not None:
+            return self.append_in(
+                conn, kind, principal=str(principal), subject=plan.target, data=body
+            )
+        return self.append(kind, principal=str(principal), subject=plan.target, data=body)
 
     def append_in(
         self,

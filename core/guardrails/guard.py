@@ -143,12 +143,11 @@ class Guard:
                 grant = self.grants.claim(plan, principal, trigger)
                 if grant is not None:
                     decision = _covered(decision, grant, uses=grant.used_last_hour)
-        self.audit.append(
+        self.audit.for_plan(
             "decision",
-            principal=str(principal),
-            subject=plan.target,
-            data={
-                "plan_hash": plan.hash,
+            plan,
+            principal,
+            {
                 "action": plan.action.value,
                 "outcome": decision.outcome.value,
                 "reason": decision.reason,
@@ -199,12 +198,7 @@ class Guard:
         cfg = self.approvals.config
         webhook = self.notifier is not None and self.notifier.enabled
         if not (cfg.cli_enabled or cfg.page_url or webhook or elicitation_available):
-            self.audit.append(
-                "approval.no-path",
-                principal=str(principal),
-                subject=plan.target,
-                data={"plan_hash": plan.hash},
-            )
+            self.audit.for_plan("approval.no-path", plan, principal)
             raise _no_path(plan)
         # The same request already waiting is returned as it is, and nobody is notified
         # again: asking twice must not make a person decide twice (``ApprovalStore.request``).

@@ -159,12 +159,11 @@ class Acting(Planning):
         return decision
 
     def _audit_plan(self, plan: Plan, principal: Principal, *, trigger: str | None) -> None:
-        self.audit.append(
+        self.audit.for_plan(
             "plan",
-            principal=str(principal),
-            subject=plan.target,
-            data={
-                "hash": plan.hash,
+            plan,
+            principal,
+            {
                 "action": plan.action.value,
                 "risk": plan.risk.value,
                 "reason": plan.reason,
@@ -189,12 +188,7 @@ class Acting(Planning):
                 plan=plan,
                 message=f"{decision.reason} Confirm this plan (interactively or with --yes).",
             )
-        self.audit.append(
-            "approval.confirmed",
-            principal=str(principal),
-            subject=plan.target,
-            data={"plan_hash": plan.hash, "via": "terminal"},
-        )
+        self.audit.for_plan("approval.confirmed", plan, principal, {"via": "terminal"})
         return self._execute(plan, principal=principal, progress=progress)
 
     def _request_approval(
@@ -319,18 +313,17 @@ class Acting(Planning):
         backend = self.backend(plan.backend)
 
         def audited(conn: sqlite3.Connection, execution: Execution) -> None:
-            self.audit.append_in(
-                conn,
+            self.audit.for_plan(
                 "execution",
-                principal=str(principal),
-                subject=plan.target,
-                data={
-                    "hash": plan.hash,
+                plan,
+                principal,
+                {
                     "execution": execution.id,
                     "status": execution.status.value,
                     "steps": [s.model_dump(mode="json") for s in execution.steps],
                     "error": execution.error,
                 },
+                conn=conn,
             )
 
         departure = self.moves.departure(self, plan)  # None unless the plan moves a workload

@@ -147,12 +147,7 @@ class Planning(Inventory):
         if not problems:
             self._check_deletable(plan, principal)
             return
-        self.audit.append(
-            "precondition.failed",
-            principal=str(principal),
-            subject=plan.target,
-            data={"plan_hash": plan.hash, "problems": problems},
-        )
+        self.audit.for_plan("precondition.failed", plan, principal, {"problems": problems})
         raise errors.Conflict(
             f"the {plan.action.value} of {plan.target} was planned for a situation that has "
             f"changed: {'; '.join(problems)}. Nothing was done.",
@@ -174,12 +169,7 @@ class Planning(Inventory):
         try:
             backend.check_deletable(plan.target.partition(":")[2])
         except errors.Conflict as exc:
-            self.audit.append(
-                "precondition.failed",
-                principal=str(principal),
-                subject=plan.target,
-                data={"plan_hash": plan.hash, "problems": [exc.message]},
-            )
+            self.audit.for_plan("precondition.failed", plan, principal, {"problems": [exc.message]})
             raise
 
     def stale_reasons(self, plan: Plan) -> list[str]:
