@@ -4,7 +4,10 @@ Server-rendered HTML, no JavaScript, nothing loaded from elsewhere (a strict CSP
 The list is the people's desk (``core.guardrails.desk``: grouped by workload, the soonest
 deadline from the evidence first, a page at a time); a request shows its facts
 (``core.guardrails.request_facts``) and, once decided, the execution's steps and result,
-reloading itself while it moves (``mcp_server.desk_html`` renders them).
+reloading itself while it moves (``mcp_server.desk_html`` renders them). Given a
+``DeskViews``, the same login also opens the read views (workloads, nodes, executions, the
+audit trail; ``core.service.desk_views``, rendered by ``mcp_server.desk_views_html``), linked
+from every desk page.
 Login posts the approver token once; the page then keeps a random session id in an
 HttpOnly, SameSite=Strict cookie scoped to the page's path. Every state-changing form
 carries a per-session CSRF token that is checked, and cross-origin posts are refused.
@@ -53,7 +56,8 @@ from core.guardrails.desk import PAGE_SIZE, DeskPage, Outcome
 from core.guardrails.prompts import format_code
 from core.guardrails.request_facts import RequestFacts
 from core.model import Principal, PrincipalKind
-from mcp_server import desk_html
+from core.service.desk_views import AuditView, ExecutionsView, NodesView, WorkloadsView
+from mcp_server import desk_html, desk_views_html
 
 COOKIE = "clawpoint_approver"
 SESSION_LIFETIME = timedelta(hours=8)
@@ -90,6 +94,15 @@ class ApprovalDesk(Protocol):
     def approve(self, approval_id: str, principal: Principal) -> ApprovalView: ...
     def deny(self, approval_id: str, principal: Principal, why: str) -> ApprovalView: ...
     def reveal_code(self, approval_id: str) -> str: ...
+
+
+class DeskViews(Protocol):
+    """The read views a person may open next to the requests (pages from 1)."""
+
+    def workloads(self, page: int) -> WorkloadsView: ...
+    def nodes(self, page: int) -> NodesView: ...
+    def executions(self, page: int) -> ExecutionsView: ...
+    def audit(self, page: int) -> AuditView: ...
 
 
 class _TooLarge(Exception):
@@ -231,11 +244,13 @@ def approval_routes(
     prefix: str = "/approvals",
     allowed_hosts: Sequence[str] | None = None,
     throttle: LoginThrottle | None = None,
+    views: DeskViews | None = None,
 ) -> list[Route]:
     """The page's routes, to add to the HTTP app next to the MCP endpoint.
 
     ``allowed_hosts``: Host header values answered (``NAME`` or ``NAME:*``); None = any
-    (only for an app that checks Host in front of the page)."""
+    (only for an app that checks Host in front of the page). ``views``: the read views
+    (``{prefix}/workloads``, ``/nodes``, ``/executions``, ``/audit``); None = none."""
     sessions: dict[str, _Session] = {}
     prefix = "/" + prefix.strip("/")
     throttle = throttle or LoginThrottle()
@@ -286,6 +301,8 @@ def approval_routes(
                          + _back(prefix), 400)  # fmt: skip
         listed = await run_in_threadpool(desk.desk_page, int(number), PAGE_SIZE)
         body = desk_html.listing(prefix, listed)
+        if views is not None:
+            body = desk_views_html.nav(prefix, "") + body
         title = f"Pending approvals ({listed.total})"
         return _page(title, body + _logout_form(prefix, session),
                      refresh=desk_html.LIST_REFRESH_S)  # fmt: skip
@@ -358,8 +375,38 @@ def approval_routes(
         said = f"<p>Request {_e(view.id)} is now <b>{_e(view.status.value)}</b>.</p>"
         return await _request_page(desk, prefix, view, session, said=said)
 
+    def read_view(slug: str) -> Callable[[Request], Awaitable[Response]]:
+        """A read view's page: logged in only, paged by ``?page=N``; the nodes view reloads
+        itself for its countdowns."""
+        title = dict(desk_views_html.VIEWS)[slug]
+
+        async def endpoint(request: Request) -> Response:
+            session = session_of(request)
+            if session is None:
+                return RedirectResponse(prefix, status_code=303)
+            assert views is not None  # routes exist only with views
+            number = request.query_params.get("page", "1")
+            if not _PAGE_RE.fullmatch(number):
+                return _page("Cannot do that", "<p>That is not a page of this list.</p>"
+                             + _back(prefix), 400)  # fmt: skip
+            url = f"{prefix}/{slug}"
+            read: Callable[[int], object] = getattr(views, slug)
+            data = await run_in_threadpool(read, int(number))
+            render: Callable[[str, object], str] = getattr(desk_views_html, slug)
+            body = desk_views_html.nav(prefix, slug) + render(url, data)
+            refresh = desk_html.LIST_REFRESH_S if slug == "nodes" else None
+            return _page(title, body + _logout_form(prefix, session), refresh=refresh)
+
+        return endpoint
+
+    viewed = [
+        Route(f"{prefix}/{slug}", guarded(read_view(slug)), methods=["GET"])
+        for slug, _ in desk_views_html.VIEWS
+        if slug and views is not None
+    ]  # before the request route: a view's name is never a request id (apr-...)
     return [
         Route(prefix, guarded(index), methods=["GET"]),
+        *viewed,
         Route(f"{prefix}/login", guarded(login), methods=["POST"]),
         Route(f"{prefix}/logout", guarded(logout), methods=["POST"]),
         Route(f"{prefix}/{{approval_id}}", guarded(detail), methods=["GET"]),

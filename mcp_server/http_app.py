@@ -26,6 +26,16 @@ from core.guardrails.desk import DeskPage, Outcome
 from core.guardrails.request_facts import RequestFacts, request_facts
 from core.guardrails.tokens import token_problem, weak_token_hint
 from core.model import Principal, PrincipalKind
+from core.service.desk_views import (
+    AuditView,
+    ExecutionsView,
+    NodesView,
+    WorkloadsView,
+    audit_view,
+    executions_view,
+    nodes_view,
+    workloads_view,
+)
 from core.service.facade import Service, bootstrap
 from mcp_server.approval_page import approval_routes, host_allowed
 from mcp_server.auth import StaticTokenVerifier
@@ -59,6 +69,19 @@ class ServiceDesk:
     def reveal_code(self, approval_id: str) -> str:
         page = Principal(id="approval-page", kind=PrincipalKind.PERSON)
         return self.service.guard.approvals.reveal_code(approval_id, principal=page)
+
+    # The desk's read views (``approval_page.DeskViews``).
+    def workloads(self, page: int) -> WorkloadsView:
+        return workloads_view(self.service, page)
+
+    def nodes(self, page: int) -> NodesView:
+        return nodes_view(self.service, page)
+
+    def executions(self, page: int) -> ExecutionsView:
+        return executions_view(self.service, page)
+
+    def audit(self, page: int) -> AuditView:
+        return audit_view(self.service, page)
 
 
 class HostCheck:
@@ -136,7 +159,10 @@ def build_http_app(
 
         app.router.routes.extend(
             approval_routes(
-                ServiceDesk(service), approver_token_ok=approver_ok, allowed_hosts=hosts
+                desk := ServiceDesk(service),
+                approver_token_ok=approver_ok,
+                allowed_hosts=hosts,
+                views=desk,
             )
         )
     return app
