@@ -48,7 +48,13 @@ def pager(url: str, p: Paging) -> str:
 
 def _table(caption: str, heads: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     head = "".join(f'<th scope="col">{h}</th>' for h in heads)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    # data-label: on a phone the header row is hidden and each cell names its column.
+    body = "".join(
+        "<tr>"
+        + "".join(f'<td data-label="{h}">{c}</td>' for h, c in zip(heads, row, strict=True))
+        + "</tr>"
+        for row in rows
+    )
     return (
         f'<table class="view"><caption>{e(caption)}</caption><thead><tr>{head}</tr></thead>'
         f"<tbody>{body}</tbody></table>"
