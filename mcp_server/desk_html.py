@@ -36,10 +36,11 @@ STYLE = (
     "section{border-top:1px solid #ccc;margin-top:1rem}ul{padding-left:1.2rem}"
     "li{margin:.4rem 0}small{color:#444}.ok{color:#0a6b2d}.bad{color:#b00020}"
     "caption{text-align:left;font-weight:600;padding:.3rem 0}"
-    ".view td{vertical-align:top;padding:.3rem .6rem .3rem 0;border-bottom:1px solid #ddd}"
+    ".view td{vertical-align:top;padding:.3rem .6rem .3rem 0;border-bottom:1px solid #ddd;"
+    "overflow-wrap:anywhere}"
     ".view ol{margin:0;padding-left:1.1rem}[aria-current]{font-weight:700}"
     "@media (max-width:30rem){body{padding:0 .5rem}table,tbody,tr,th,td{display:block}"
-    "th{padding-top:.5rem}button{width:100%}.view thead{display:none}"
+    "th{padding-top:.5rem}button{width:100%}.view thead{display:none}caption{display:block}"
     ".view tr{border-top:2px solid #999;padding:.3rem 0}.view td{border:0;padding:.1rem 0}"
     '.view td::before{content:attr(data-label) ": ";font-weight:600}}'
 )

@@ -5,7 +5,8 @@ the workload off it. The person logs in, sees the countdown on the desk and on t
 (not only the request's 15-minute expiry), reads what doing nothing costs, a pause in real
 units and an undo that does not lead back onto node-a, approves, and watches the request's
 page reload itself (no script) until the execution has succeeded and the workload runs on
-node-b with a fresh checkpoint. The screenshots in docs/img/ are written by this test.
+node-b with a fresh checkpoint; then opens each read view (workloads, nodes, executions,
+audit trail) from the desk's navigation. The screenshots in docs/img/ are written by this test.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ from tests.browser.test_approval_page_browser import CHROMIUM, Browser
 
 DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 WIDTHS = {"desktop": (1280, 900, False), "phone": (390, 844, True)}
+# Each read view, and what it must show once the workload has moved.
+VIEWS = {
+    "workloads": ("local:spot-w", "running", "node-b", "ago"),
+    "nodes": ("local:node-a", "spot-interruption (aws-imds): reclaimed in ", "local:node-b"),
+    "executions": ("migrate local:spot-w", "succeeded"),
+    "audit": ("Chain verified", "execution"),
+}
 
 pytestmark = [
     pytest.mark.anyio,
@@ -120,10 +128,20 @@ async def test_spot_notice_countdown_approve_and_watch_it_finish(
             assert "local:spot-w is running on node-b" in after, after
             assert "newest good checkpoint" in after and "taken" in after
             _shoot(browser, f"{server.url}/approvals/{approval_id}", "outcome")
+
+            # The read views, reached by the desk's navigation (links, no script).
+            for view, expected in VIEWS.items():
+                _width(browser, "desktop")
+                browser.goto(f"{server.url}/approvals")
+                browser.click(f"nav a[href='/approvals/{view}']")
+                shown = browser.text()
+                for text in expected:
+                    assert text in shown, (view, text, shown)
+                _shoot(browser, f"{server.url}/approvals/{view}", view)
         finally:
             browser.close()
     assert lab.node_of(workload) == "node-b"
-    for name in ("list", "request", "outcome"):
+    for name in ("list", "request", "outcome", *VIEWS):
         for width in WIDTHS:
             png = (DOCS_IMG / f"desk-{name}-{width}.png").read_bytes()
             assert png.startswith(b"\x89PNG") and len(png) > 10_000
