@@ -130,12 +130,12 @@ async def test_spot_notice_countdown_approve_and_watch_it_finish(
             _shoot(browser, f"{server.url}/approvals/{approval_id}", "outcome")
 
             # The read views, reached by the desk's navigation (links, no script).
-            for view, expected in VIEWS.items():
+            for view, wanted in VIEWS.items():
                 _width(browser, "desktop")
                 browser.goto(f"{server.url}/approvals")
                 browser.click(f"nav a[href='/approvals/{view}']")
                 shown = browser.text()
-                for text in expected:
+                for text in wanted:
                     assert text in shown, (view, text, shown)
                 _shoot(browser, f"{server.url}/approvals/{view}", view)
         finally:
