@@ -153,3 +153,15 @@ def test_audit_view_with_its_verdict(client: TestClient, service: Service) -> No
         conn.execute("UPDATE audit SET data='{\"i\": 99}' WHERE subject='s3'")
     broken = client.get("/approvals/audit").text
     assert "Chain broken" in broken and "was modified" in broken
+
+
+@pytest.mark.parametrize("view", ["", "/workloads", "/nodes", "/executions", "/audit"])
+def test_every_desk_page_works_with_javascript_off(client: TestClient, view: str) -> None:
+    """No page carries a script, and the CSP forbids any: what a person sees and submits is
+    plain HTML (reloads are meta refreshes), so it works with JavaScript off."""
+    login(client)
+    r = client.get(f"/approvals{view}")
+    assert r.status_code == 200, r.text
+    assert "<script" not in r.text.lower()
+    assert "default-src 'none'" in r.headers["content-security-policy"]
+    assert "script-src" not in r.headers["content-security-policy"]
