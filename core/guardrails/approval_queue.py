@@ -191,6 +191,12 @@ def desk_ids(
     return [r["id"] for r in rows]
 
 
+def pending_targets(conn: sqlite3.Connection) -> list[str]:
+    """Every target with a pending request (an index scan: one row per target)."""
+    rows = conn.execute("SELECT DISTINCT target FROM approvals WHERE status='pending'")
+    return [r["target"] for r in rows.fetchall()]
+
+
 def waiting_per_target(conn: sqlite3.Connection, targets: Sequence[str]) -> dict[str, int]:
     """How many requests are pending per target, for ``targets`` (a page's groups)."""
     if not targets:

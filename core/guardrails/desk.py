@@ -1,14 +1,15 @@
 """The people's desk: pending requests grouped by workload, the most urgent first, a page at
 a time, each with the facts a person weighs (``core.guardrails.request_facts``).
 
-Order: the targets with a deadline from the evidence (a notice on their node), soonest
-first; then every other target by name; within a target, newest first. A page holds
+Order: the targets with a deadline from the evidence (a notice on their node, or the
+workload's SLA deadline), soonest first; then every other target by name; within a target,
+newest first. A page holds
 ``size`` requests; a target whose requests continue on the next page says how many wait in
 all. Built over the approval store with the deadlines the service read once per page
 (``core.service.situation.deadlines``), so 20,000 pending cost one sort of ids and ``size``
 plans parsed. Limits: page numbers (offsets), so a request decided meanwhile shifts the
-later pages by one; the list orders by notice deadlines only (an SLA deadline shows on the
-request's own page).
+later pages by one; an SLA deadline orders the list by the deadline itself (the slack, which
+needs the workload's progress, shows on the request's own page).
 """
 
 from __future__ import annotations
@@ -74,15 +75,21 @@ def desk_page(
     *,
     live: Sequence[Evidence] = (),
     deadlines: dict[str, datetime | None] | None = None,
+    sla: dict[str, datetime] | None = None,
     page: int = 1,
     size: int = PAGE_SIZE,
 ) -> DeskPage:
     """Page ``page`` (from 1) of the pending requests. ``live``: the live notices;
-    ``deadlines``: target -> its deadline from them (None: a notice without a time)."""
-    deadlines = deadlines or {}
-    size = max(1, min(size, MAX_PAGE_SIZE))
+    ``deadlines``: target -> its deadline from them (None: a notice without a time);
+    ``sla``: workload target -> its SLA deadline."""
+    sla = sla or {}
     far = datetime.max.replace(tzinfo=utcnow().tzinfo)
-    first = sorted(deadlines, key=lambda t: (deadlines[t] or far, t))
+    soonest: dict[str, datetime] = {}
+    for target in {*(deadlines or {}), *sla}:
+        noticed = (deadlines or {}).get(target) or far
+        soonest[target] = min(noticed, sla.get(target, far))
+    size = max(1, min(size, MAX_PAGE_SIZE))
+    first = sorted(soonest, key=lambda t: (soonest[t], t))
     total = store.count(status=ApprovalStatus.PENDING)
     pages = max(1, -(-total // size))
     page = max(1, min(page, pages))
@@ -92,7 +99,7 @@ def desk_page(
     groups: list[DeskGroup] = []
     for view in views:
         situation = Situation(now=now, notices=notices_for(view.plan, list(live)),
-                              unsafe_nodes=unsafe)  # fmt: skip
+                              unsafe_nodes=unsafe, sla_deadline=sla.get(view.target))  # fmt: skip
         facts = request_facts(view, situation)
         if not groups or groups[-1].target != view.target:
             groups.append(

@@ -64,11 +64,15 @@ class PeopleDesk:
 
     def desk_page(self, *, page: int = 1, size: int = PAGE_SIZE) -> DeskPage:
         """A page of the people's desk: pending requests, urgent workloads first."""
-        from core.service.situation import deadlines, live_notices
+        from core.guardrails.approval_queue import pending_targets
+        from core.service.situation import deadlines, live_notices, sla_deadlines
 
         live = live_notices(self)  # type: ignore[arg-type]
+        with self.guard.approvals.db.read() as conn:
+            targets = pending_targets(conn)
+        sla = sla_deadlines(self, targets)  # type: ignore[arg-type]
         return desk_page(self.guard.approvals, live=live, page=page, size=size,
-                         deadlines=deadlines(self, live))  # type: ignore[arg-type]  # fmt: skip
+                         deadlines=deadlines(self, live), sla=sla)  # type: ignore[arg-type]  # fmt: skip
 
     def request_outcome(self, approval_id: str) -> Outcome:
         """After a decision: the plan's execution (steps, result) and the workload now."""

@@ -69,6 +69,28 @@ def deadlines(service: Service, live: list[Evidence]) -> dict[str, datetime | No
     return out
 
 
+def sla_deadlines(service: Service, targets: list[str]) -> dict[str, datetime]:
+    """Workload target -> its SLA deadline (``clawpoint.io/deadline``), for the ``targets``
+    that have one: one inventory read per backend among them; one that cannot be read adds
+    none. The deadline, not the slack: the slack needs each workload's progress, which the
+    request's own page reads."""
+    from core.signals.sla import workload_deadline  # the SLA model: only with targets
+
+    wanted = set(targets)
+    out: dict[str, datetime] = {}
+    for name in sorted({t.partition(":")[0] for t in wanted}):
+        try:
+            workloads = service.workloads(name)
+        except errors.ClawpointError:
+            continue
+        for w in workloads:
+            if w.id in wanted and w.state in _LIVE:
+                deadline = workload_deadline(w)
+                if deadline is not None:
+                    out[w.id] = deadline
+    return out
+
+
 def outcome_of(service: Service, view: ApprovalView) -> Outcome:
     """After a decision: the plan's newest execution and where the workload stands now."""
     with service.db.read() as conn:

@@ -43,6 +43,20 @@ def test_urgent_workloads_first_then_grouped(approvals: ApprovalStore) -> None:
     assert page.total == 5 and page.pages == 1
 
 
+def test_an_sla_deadline_is_urgent_too(approvals: ApprovalStore) -> None:
+    """A workload whose SLA deadline is near comes before the ones without a deadline, in
+    deadline order with the noticed ones, and its group says which deadline."""
+    for target in ("local:a", "local:b", "local:c"):
+        approvals.create(make_plan(target=target), AGENT, "x")
+    now = utcnow()
+    notice_at, sla_at = now + timedelta(seconds=600), now + timedelta(seconds=300)
+    page = desk_page(approvals, deadlines={"local:c": notice_at}, sla={"local:b": sla_at})
+    assert [g.target for g in page.groups] == ["local:b", "local:c", "local:a"]
+    assert page.groups[0].deadline_at == sla_at
+    assert page.groups[0].deadline.startswith("SLA deadline "), page.groups[0].deadline
+    assert page.groups[2].deadline == ""  # nothing urgent observed for a
+
+
 def _flood(approvals: ApprovalStore, count: int) -> None:
     """``count`` pending requests over 500 workloads, written in one transaction."""
     plans = [make_plan(target=f"local:w{i:03d}") for i in range(500)]

@@ -38,6 +38,8 @@ class ManyBackend:
 
     def __init__(self) -> None:
         self.now = utcnow()
+        # w07 must finish within the hour (its SLA deadline label)
+        self.sla_at = (self.now + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def nodes(self) -> list[NodeInfo]:
         return [
@@ -49,7 +51,8 @@ class ManyBackend:
     def workloads(self) -> list[WorkloadInfo]:
         return [
             WorkloadInfo(id=f"fake:w{i:02d}", backend="fake", name=f"w{i:02d}",
-                         state=WorkloadState.RUNNING, node="n00", labels={"team": "ml"})
+                         state=WorkloadState.RUNNING, node="n00", labels={"team": "ml"} | (
+                             {"clawpoint.io/deadline": self.sla_at} if i == 7 else {}))
             for i in range(COUNT)
         ]  # fmt: skip
 
@@ -165,3 +168,17 @@ def test_every_desk_page_works_with_javascript_off(client: TestClient, view: str
     assert "<script" not in r.text.lower()
     assert "default-src 'none'" in r.headers["content-security-policy"]
     assert "script-src" not in r.headers["content-security-policy"]
+
+
+def test_the_desk_puts_a_workload_with_an_sla_deadline_first(
+    client: TestClient, service: Service
+) -> None:
+    """The service reads the SLA deadlines of the pending requests' workloads (their
+    ``clawpoint.io/deadline`` labels) and the desk lists that workload first, saying so."""
+    from tests.guardrails.conftest import AGENT
+
+    for target in ("fake:w03", "fake:w07", "fake:w11"):
+        service.guard.approvals.create(make_plan(target=target), AGENT, "x")
+    page = service.desk_page()
+    assert page.groups[0].target == "fake:w07", [g.target for g in page.groups]
+    assert page.groups[0].deadline.startswith("SLA deadline "), page.groups[0].deadline
