@@ -127,6 +127,19 @@ class AuditLog:
             hash=digest,
         )
 
+    def count(self) -> int:
+        """How many entries the chain holds."""
+        with self.db.read() as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM audit").fetchone()[0])
+
+    def newest(self, *, limit: int, offset: int = 0) -> list[AuditEntry]:
+        """A page of the chain, newest first (``offset`` entries skipped)."""
+        with self.db.read() as conn:
+            rows = conn.execute(
+                "SELECT * FROM audit ORDER BY seq DESC LIMIT ? OFFSET ?", (limit, offset)
+            ).fetchall()
+        return [_entry(r) for r in rows]
+
     def entries(
         self, *, since: datetime | None = None, limit: int | None = None, subject: str | None = None
     ) -> list[AuditEntry]:
@@ -144,19 +157,7 @@ class AuditLog:
             args.append(limit)
         with self.db.read() as conn:
             rows = conn.execute(sql, args).fetchall()
-        out = [
-            AuditEntry(
-                seq=r["seq"],
-                ts=datetime.fromisoformat(r["ts"]),
-                kind=r["kind"],
-                principal=r["principal"],
-                subject=r["subject"],
-                data=json.loads(r["data"]),
-                prev_hash=r["prev_hash"],
-                hash=r["hash"],
-            )
-            for r in rows
-        ]
+        out = [_entry(r) for r in rows]
         out.reverse()
         return out
 
@@ -253,3 +254,17 @@ def _check_tail(
             f"{counter['seq']}) and the head was rewritten",
         )
     return AuditVerification(ok=True, entries=count)
+
+
+def _entry(r: sqlite3.Row) -> AuditEntry:
+    """An entry as the table stores it."""
+    return AuditEntry(
+        seq=r["seq"],
+        ts=datetime.fromisoformat(r["ts"]),
+        kind=r["kind"],
+        principal=r["principal"],
+        subject=r["subject"],
+        data=json.loads(r["data"]),
+        prev_hash=r["prev_hash"],
+        hash=r["hash"],
+    )

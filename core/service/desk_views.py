@@ -12,7 +12,6 @@ listed in ``unreadable``; ``audit verify`` walks the whole chain on each audit p
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -188,24 +187,6 @@ def executions_view(service: Service, page: int = 1) -> ExecutionsView:
 def audit_view(service: Service, page: int = 1) -> AuditView:
     """The audit chain, newest first, with ``audit verify``'s verdict on the whole chain."""
     verdict = service.audit.verify()
-    with service.db.read() as conn:
-        total = conn.execute("SELECT COUNT(*) FROM audit").fetchone()[0]
-        p = paging(total, page)
-        rows = conn.execute(
-            "SELECT * FROM audit ORDER BY seq DESC LIMIT ? OFFSET ?",
-            (p.size, (p.page - 1) * p.size),
-        ).fetchall()
-    entries = [
-        AuditEntry(
-            seq=r["seq"],
-            ts=datetime.fromisoformat(r["ts"]),
-            kind=r["kind"],
-            principal=r["principal"],
-            subject=r["subject"],
-            data=json.loads(r["data"]),
-            prev_hash=r["prev_hash"],
-            hash=r["hash"],
-        )
-        for r in rows
-    ]
+    p = paging(service.audit.count(), page)
+    entries = service.audit.newest(limit=p.size, offset=(p.page - 1) * p.size)
     return AuditView(verdict=verdict, rows=entries, paging=p)
