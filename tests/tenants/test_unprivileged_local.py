@@ -209,3 +209,18 @@ async def test_an_agent_checkpoints_and_moves_an_ordinary_users_workload_over_mc
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def test_a_parasite_directory_left_in_the_users_cwd_does_not_block_checkpoints(
+    alice: As,
+) -> None:
+    """As the user: a ``proc.crtools`` a killed dump left in the payload's working directory
+    (the user's home here) is cleared by the user's own clawpoint before the next dump."""
+    name = "tenant-stale"
+    alice.start_counter(name, mb=8)
+    stale = alice.who.home / "proc.crtools"
+    done = alice.who.run(["mkdir", "-p", str(stale)])
+    assert done.returncode == 0 and stale.stat().st_uid == alice.who.uid, done.stderr
+    code, out, err = alice("checkpoint", f"local:{name}", "--json")
+    assert code == 0 and out["status"] == "executed", (out, err)
+    assert not stale.exists()
