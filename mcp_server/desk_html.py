@@ -66,7 +66,7 @@ def listing(prefix: str, desk: DeskPage) -> str:
             head += f'<p class="deadline">Deadline: {e(group.deadline)}</p>'
         items = "".join(_item(prefix, f) for f in group.requests)
         out.append(f"<section>{head}<ul>{items}</ul></section>")
-    return "".join(out) + pager(prefix, desk)
+    return "".join(out) + pager(prefix, desk.page, desk.pages)
 
 
 def _item(prefix: str, f: RequestFacts) -> str:
@@ -77,15 +77,16 @@ def _item(prefix: str, f: RequestFacts) -> str:
     )
 
 
-def pager(prefix: str, desk: DeskPage) -> str:
-    if desk.pages <= 1:
+def pager(url: str, page: int, pages: int) -> str:
+    """Previous/next links of every paged desk page ("" when one page holds it all)."""
+    if pages <= 1:
         return ""
     links = []
-    if desk.page > 1:
-        links.append(f'<a rel="prev" href="{prefix}?page={desk.page - 1}">Previous</a>')
-    links.append(f"page {desk.page} of {desk.pages}")
-    if desk.page < desk.pages:
-        links.append(f'<a rel="next" href="{prefix}?page={desk.page + 1}">Next</a>')
+    if page > 1:
+        links.append(f'<a rel="prev" href="{url}?page={page - 1}">Previous</a>')
+    links.append(f"page {page} of {pages}")
+    if page < pages:
+        links.append(f'<a rel="next" href="{url}?page={page + 1}">Next</a>')
     return f'<nav aria-label="pages"><p>{" · ".join(links)}</p></nav>'
 
 

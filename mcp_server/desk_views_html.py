@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.service.desk_views import AuditView, ExecutionsView, NodesView, Paging, WorkloadsView
-from mcp_server.desk_html import e
+from core.service.desk_views import AuditView, ExecutionsView, NodesView, WorkloadsView
+from mcp_server.desk_html import e, pager
 
 VIEWS = (
     ("", "Pending approvals"),
@@ -32,18 +32,6 @@ def nav(prefix: str, current: str) -> str:
         here = ' aria-current="page"' if slug == current else ""
         links.append(f'<a href="{href}"{here}>{title}</a>')
     return f'<nav aria-label="desk"><p>{" · ".join(links)}</p></nav>'
-
-
-def pager(url: str, p: Paging) -> str:
-    if p.pages <= 1:
-        return ""
-    links = []
-    if p.page > 1:
-        links.append(f'<a rel="prev" href="{url}?page={p.page - 1}">Previous</a>')
-    links.append(f"page {p.page} of {p.pages}")
-    if p.page < p.pages:
-        links.append(f'<a rel="next" href="{url}?page={p.page + 1}">Next</a>')
-    return f'<nav aria-label="pages"><p>{" · ".join(links)}</p></nav>'
 
 
 def _table(caption: str, heads: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -84,7 +72,11 @@ def workloads(url: str, view: WorkloadsView) -> str:
     ]
     heads = ("Workload", "State", "Node", "Last good checkpoint", "Labels")
     caption = f"{view.paging.total} workloads"
-    return _unreadable(view.unreadable) + _table(caption, heads, rows) + pager(url, view.paging)
+    return (
+        _unreadable(view.unreadable)
+        + _table(caption, heads, rows)
+        + pager(url, view.paging.page, view.paging.pages)
+    )
 
 
 def nodes(url: str, view: NodesView) -> str:
@@ -109,7 +101,11 @@ def nodes(url: str, view: NodesView) -> str:
         )
     heads = ("Node", "Health", "Drain", "Notices", "Workloads")
     caption = f"{view.paging.total} nodes"
-    return _unreadable(view.unreadable) + _table(caption, heads, rows) + pager(url, view.paging)
+    return (
+        _unreadable(view.unreadable)
+        + _table(caption, heads, rows)
+        + pager(url, view.paging.page, view.paging.pages)
+    )
 
 
 def executions(url: str, view: ExecutionsView) -> str:
@@ -136,7 +132,7 @@ def executions(url: str, view: ExecutionsView) -> str:
         )
     heads = ("Execution", "What", "Result", "Steps")
     caption = f"{view.paging.total} executions, newest first"
-    return _table(caption, heads, rows) + pager(url, view.paging)
+    return _table(caption, heads, rows) + pager(url, view.paging.page, view.paging.pages)
 
 
 def audit(url: str, view: AuditView) -> str:
@@ -165,4 +161,4 @@ def audit(url: str, view: AuditView) -> str:
     ]
     heads = ("#", "When", "Kind", "Who", "Subject", "Data")
     caption = f"{view.paging.total} entries, newest first"
-    return verdict + _table(caption, heads, rows) + pager(url, view.paging)
+    return verdict + _table(caption, heads, rows) + pager(url, view.paging.page, view.paging.pages)
