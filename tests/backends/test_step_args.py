@@ -6,15 +6,22 @@ its op's model refuses is not made; the JSON a plan records is what it always wa
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 
 from core import errors
+from core.actions import NoParams
 from core.backends import dispatch
 from core.backends.base import PlanDraft
 from core.backends.local import step_args, steps
 from core.backends.local.planning import start_step
 from core.backends.local.step_args import CheckpointArgs, StartArgs
-from core.model import PlanStep
+from core.backends.slurm import plans as slurm_plans
+from core.backends.slurm import step_args as slurm_args
+from core.backends.slurm import steps as slurm_steps
+from core.model import NodeHealth, NodeInfo, PlanStep, WorkloadInfo, WorkloadState
 
 
 def test_every_step_op_has_an_arguments_model() -> None:
@@ -61,3 +68,72 @@ def test_the_recorded_arguments_are_unchanged() -> None:
     resolved = StartArgs.model_validate({**handed.args, "standby_pid": 42, "standby": "/s"})
     assert resolved.standby_pid == 42
     assert CheckpointArgs(workload="w", stop=False).as_args() == {"workload": "w", "stop": False}
+
+
+# ----- Slurm -------------------------------------------------------------------------------
+class _SlurmStub:
+    """What the Slurm plans read of their context: a lineage, an owner, two timeouts."""
+
+    cfg = SimpleNamespace(checkpoint_timeout_s=300.0, start_timeout_s=120.0)
+
+    def lineage(self, w: WorkloadInfo) -> str:
+        return "lin"
+
+    def owner(self, w: WorkloadInfo) -> str | None:
+        return "alice"
+
+
+def test_slurm_every_step_op_has_an_arguments_model() -> None:
+    assert set(slurm_args.ARGS) == set(slurm_steps.STEPS)
+
+
+def test_slurm_recorded_arguments_are_unchanged() -> None:
+    """The args each Slurm plan step records (and so every plan hash) are what they were."""
+    b: Any = _SlurmStub()
+    w = WorkloadInfo(id="slurm:7", backend="slurm", name="7", state=WorkloadState.RUNNING)
+    got = [
+        (s.name, s.op, s.args)
+        for s in slurm_plans._save_and_stop(b, w, prefix="job")
+        + slurm_plans._failover_steps(b, "7", "n1", "n2", prefix="job")
+        + slurm_plans._restart(b, "7", {})
+    ]
+    assert got == [
+        ("job7-signal", "signal", {"job": "7", "signal": "USR2", "lineage": "lin", "owner": "alice"}),
+        ("job7-wait_checkpoint", "wait_checkpoint", {"lineage": "lin", "owner": "alice", "after_seq": "$job7-signal.after_seq", "timeout_s": 300.0}),
+        ("job7-wait_ended", "wait_ended", {"job": "7", "timeout_s": 300.0}),
+        ("job7-requeue", "requeue", {"job": "7", "hold": True}),
+        ("job7-node_down", "node_down", {"node": "n1", "reason": "clawpoint failover"}),
+        ("job7-requeue", "requeue", {"job": "7", "hold": True}),
+        ("job7-place", "update_job", {"job": "7", "fields": {"ExcNodeList": "", "NodeList": "n2"}}),
+        ("job7-release", "release", {"job": "7"}),
+        ("job7-start_now", "update_job", {"job": "7", "fields": {"StartTime": "now"}}),
+        ("job7-wait_running", "wait_running", {"job": "7", "timeout_s": 120.0}),
+        ("release", "release", {"job": "7"}),
+        ("start_now", "update_job", {"job": "7", "fields": {"StartTime": "now"}}),
+        ("wait_running", "wait_running", {"job": "7", "timeout_s": 120.0}),
+    ]  # fmt: skip
+    node = NodeInfo(
+        id="slurm:n1",
+        backend="slurm",
+        name="n1",
+        state="drain",
+        schedulable=False,
+        health=NodeHealth.DOWN,
+    )
+    undrain = slurm_plans.plan_undrain(b, node, NoParams())
+    assert [s.args for s in undrain.steps] == [{"node": "n1", "timeout_s": 30.0}]
+    ckpt = slurm_plans.plan_checkpoint(b, w, NoParams())
+    assert [s.args for s in ckpt.steps] == [
+        {"job": "7", "signal": "USR1", "lineage": "lin", "owner": "alice"},
+        {"lineage": "lin", "owner": "alice", "after_seq": "$signal.after_seq", "timeout_s": 300.0},
+    ]
+    for s in [*undrain.steps, *ckpt.steps]:  # and every step fits its model
+        slurm_args.ARGS[s.op].model_validate(s.args)
+
+
+def test_slurm_steps_refuse_arguments_that_do_not_fit() -> None:
+    b: Any = _SlurmStub()
+    with pytest.raises(errors.InvalidInput):
+        slurm_steps.STEPS["requeue"](b, {"job": "7", "hld": True}, lambda *a: None)
+    with pytest.raises(errors.InvalidInput):
+        slurm_steps.STEPS["release"](b, {}, lambda *a: None)

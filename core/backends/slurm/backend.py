@@ -39,7 +39,7 @@ from core import errors
 from core.actions import ActionParams
 from core.backends import dispatch
 from core.backends.base import PlanDraft, ProgressFn, poll_until
-from core.backends.slurm import plans, sbatch, steps
+from core.backends.slurm import plans, sbatch, step_args, steps
 from core.backends.slurm.config import SlurmConfig
 from core.backends.slurm.ids import job_id, node_name
 from core.backends.slurm.inventory import (
@@ -201,8 +201,17 @@ class SlurmBackend:
 
     # ----- plans ----------------------------------------------------------------------
     def plan(self, action: Action, target: str, params: ActionParams) -> PlanDraft:
+        """The draft from the plan table, every step's arguments checked against their
+        models (``step_args.ARGS``)."""
         return dispatch.plan(
-            plans.PLANS, self, action, target, params, backend=self.name, why_not=plans.WHY_NOT
+            plans.PLANS,
+            self,
+            action,
+            target,
+            params,
+            backend=self.name,
+            why_not=plans.WHY_NOT,
+            args=step_args.ARGS,
         )
 
     def run_step(self, op: str, args: dict[str, Any], progress: ProgressFn) -> dict[str, Any]:

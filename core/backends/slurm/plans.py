@@ -2,7 +2,7 @@
 the dispatch table the backend plans and declares its capabilities from.
 
 Each plan is a list of small named steps (``steps`` runs them), each one Slurm command or
-one wait, with JSON-able args; values of the form ``$STEP.FIELD`` are filled in by the
+one wait, with JSON-able args built from their models (``step_args``); values of the form ``$STEP.FIELD`` are filled in by the
 service from earlier outputs. Plans take ``SlurmContext`` (``context``), not the backend.
 Limits: jobs not started by the sbatch helper (no lineage) cannot be checkpointed or moved.
 """
@@ -24,6 +24,17 @@ from core.backends.base import PlanDraft
 from core.backends.dispatch import PlanEntry
 from core.backends.slurm.context import SlurmContext
 from core.backends.slurm.ids import check_reason, check_value, is_job_id
+from core.backends.slurm.step_args import (
+    JobArgs,
+    JobWaitArgs,
+    NodeStateArgs,
+    RequeueArgs,
+    ResumeNodeArgs,
+    SignalArgs,
+    UpdateJobArgs,
+    WaitCheckpointArgs,
+    step,
+)
 from core.model import (
     Action,
     NodeHealth,
@@ -36,45 +47,38 @@ from core.model import (
 )
 
 
-def _step(name: str, op: str, description: str, **args: Any) -> PlanStep:
-    return PlanStep(name=name, op=op, args=args, description=description)
-
-
 def _save_and_stop(b: SlurmContext, w: WorkloadInfo, prefix: str = "") -> list[PlanStep]:
     lineage = b.lineage(w)
     p = f"{prefix}{w.name}-" if prefix else ""
     return [
-        _step(
+        step(
             f"{p}signal",
             "signal",
+            SignalArgs(job=w.name, signal="USR2", lineage=lineage, owner=b.owner(w)),
             f"send SIGUSR2 to the wrapper of job {w.name}: checkpoint, then stop",
-            job=w.name,
-            signal="USR2",
-            lineage=lineage,
-            owner=b.owner(w),
         ),
-        _step(
+        step(
             f"{p}wait_checkpoint",
             "wait_checkpoint",
+            WaitCheckpointArgs(
+                lineage=lineage,
+                owner=b.owner(w),
+                after_seq=f"${p}signal.after_seq",
+                timeout_s=b.cfg.checkpoint_timeout_s,
+            ),
             f"wait for a new checkpoint of {lineage} in the shared store",
-            lineage=lineage,
-            owner=b.owner(w),
-            after_seq=f"${p}signal.after_seq",
-            timeout_s=b.cfg.checkpoint_timeout_s,
         ),
-        _step(
+        step(
             f"{p}wait_ended",
             "wait_ended",
+            JobWaitArgs(job=w.name, timeout_s=b.cfg.checkpoint_timeout_s),
             f"wait for job {w.name} to leave its node",
-            job=w.name,
-            timeout_s=b.cfg.checkpoint_timeout_s,
         ),
-        _step(
+        step(
             f"{p}requeue",
             "requeue",
+            RequeueArgs(job=w.name, hold=True),
             f"requeue job {w.name} held (it pends until released)",
-            job=w.name,
-            hold=True,
         ),
     ]
 
@@ -84,22 +88,21 @@ def _restart(b: SlurmContext, job: str, fields: dict[str, str], prefix: str = ""
     steps = []
     if fields:
         desc = ", ".join(f"{k}={v}" for k, v in fields.items())
-        steps.append(_step(f"{p}place", "update_job", f"set {desc}", job=job, fields=fields))
+        place = UpdateJobArgs(job=job, fields=fields)
+        steps.append(step(f"{p}place", "update_job", place, f"set {desc}"))
     steps += [
-        _step(f"{p}release", "release", f"release job {job}", job=job),
-        _step(
+        step(f"{p}release", "release", JobArgs(job=job), f"release job {job}"),
+        step(
             f"{p}start_now",
             "update_job",
+            UpdateJobArgs(job=job, fields={"StartTime": "now"}),
             "StartTime=now (a requeued job otherwise pends with reason BeginTime)",
-            job=job,
-            fields={"StartTime": "now"},
         ),
-        _step(
+        step(
             f"{p}wait_running",
             "wait_running",
+            JobWaitArgs(job=job, timeout_s=b.cfg.start_timeout_s),
             f"wait until job {job} runs again (its wrapper restores the checkpoint)",
-            job=job,
-            timeout_s=b.cfg.start_timeout_s,
         ),
     ]
     return steps
@@ -148,23 +151,22 @@ def plan_checkpoint(b: SlurmContext, w: WorkloadInfo, params: NoParams) -> PlanD
     stop = False
     sig = "USR2" if stop else "USR1"
     steps = [
-        _step(
+        step(
             "signal",
             "signal",
+            SignalArgs(job=w.name, signal=sig, lineage=lineage, owner=b.owner(w)),
             f"send SIG{sig} to the wrapper of job {w.name}",
-            job=w.name,
-            signal=sig,
-            lineage=lineage,
-            owner=b.owner(w),
         ),
-        _step(
+        step(
             "wait_checkpoint",
             "wait_checkpoint",
+            WaitCheckpointArgs(
+                lineage=lineage,
+                owner=b.owner(w),
+                after_seq="$signal.after_seq",
+                timeout_s=b.cfg.checkpoint_timeout_s,
+            ),
             f"wait for a new checkpoint of {lineage}",
-            lineage=lineage,
-            owner=b.owner(w),
-            after_seq="$signal.after_seq",
-            timeout_s=b.cfg.checkpoint_timeout_s,
         ),
     ]
     return PlanDraft(
@@ -232,12 +234,11 @@ def plan_drain(b: SlurmContext, node: NodeInfo, params: DrainParams) -> PlanDraf
     wrapped = [w for w in jobs if w.labels.get("lineage") and w.state is WorkloadState.RUNNING]
     others = [w.name for w in jobs if w not in wrapped]
     steps = [
-        _step(
+        step(
             "drain",
             "drain",
+            NodeStateArgs(node=node.name, reason=reason),
             f"drain {node.name}: nothing new starts there",
-            node=node.name,
-            reason=reason,
         )
     ]
     if save:
@@ -264,12 +265,11 @@ def plan_cordon(b: SlurmContext, node: NodeInfo, params: CordonParams) -> PlanDr
             hint=f"nothing to do; {errors.step('list_nodes', backend='slurm')} shows each node's state",
         )
     steps = [
-        _step(
+        step(
             "drain",
             "drain",
+            NodeStateArgs(node=node.name, reason=check_reason(params.reason or "clawpoint cordon")),
             f"drain {node.name}: nothing new starts there; running jobs go on",
-            node=node.name,
-            reason=check_reason(params.reason or "clawpoint cordon"),
         )
     ]
     return PlanDraft(
@@ -290,13 +290,12 @@ def plan_undrain(b: SlurmContext, node: NodeInfo, params: NoParams) -> PlanDraft
         )
     return PlanDraft(
         steps=[
-            _step(
+            step(
                 "resume_node",
                 "resume_node",
+                ResumeNodeArgs(node=node.name, timeout_s=30.0),
                 f"return {node.name} to service (scontrol update state=RESUME) and wait "
                 "until it takes jobs",
-                node=node.name,
-                timeout_s=30.0,
             )
         ],
         summary=f"undrain Slurm node {node.name} ({node.state}): jobs may start there again",
@@ -350,15 +349,16 @@ def _failover_steps(
     steps: list[PlanStep] = []
     if node:
         steps.append(
-            _step(
+            step(
                 f"{p}node_down",
                 "node_down",
+                NodeStateArgs(node=check_value(node), reason="clawpoint failover"),
                 f"mark {node} DOWN (its jobs end)",
-                node=check_value(node),
-                reason="clawpoint failover",
             )
         )
-    steps.append(_step(f"{p}requeue", "requeue", f"requeue job {job} held", job=job, hold=True))
+    steps.append(
+        step(f"{p}requeue", "requeue", RequeueArgs(job=job, hold=True), f"requeue job {job} held")
+    )
     return steps + _restart(b, job, _place(target, node or None), prefix)
 
 

@@ -1,6 +1,7 @@
 """Steps of the Slurm backend's plans, and ``STEPS``, the table ``run_step`` dispatches on.
 
-Each step is one Slurm command or one wait. Every arg is validated again before it reaches
+Each step is one Slurm command or one wait; it reads its args through their model
+(``step_args``: a shape that does not fit is InvalidInput, nothing runs). Every arg is validated again before it reaches
 an argv (a journal could be edited by hand): an invalid one runs nothing. ``recover_step``
 says whether a step that had started before a crash took effect (``RECOVER``), and
 ``reconcile_step`` whether one that raised took effect anyway. Steps take ``SlurmContext``
@@ -20,6 +21,17 @@ from core import errors
 from core.backends.base import ProgressFn
 from core.backends.slurm.context import SlurmContext
 from core.backends.slurm.ids import check_reason, check_value, job_id
+from core.backends.slurm.step_args import (
+    JobArgs,
+    JobWaitArgs,
+    NodeStateArgs,
+    RequeueArgs,
+    ResumeNodeArgs,
+    SignalArgs,
+    UpdateJobArgs,
+    WaitCheckpointArgs,
+    read,
+)
 from core.model import NodeHealth, WorkloadInfo, WorkloadState, validate_name
 
 Args = dict[str, Any]
@@ -31,23 +43,22 @@ _ENDED = {WorkloadState.COMPLETED, WorkloadState.FAILED, WorkloadState.STOPPED}
 
 
 # ----- validation helpers --------------------------------------------------------------
-def _owner(args: Args) -> str | None:
+def _owner(owner: str | None) -> str | None:
     """The job owner whose part of the shared store a step reads (None: a plan made before
     stores were per user, which reads the store's top level as it did then)."""
-    owner = args.get("owner")
-    return validate_name(str(owner), what="user") if owner else None
+    return validate_name(owner, what="user") if owner else None
 
 
-def _job(args: Args) -> str:
-    return job_id(str(args.get("job")))
+def _lineage(lineage: str) -> str:
+    return validate_name(lineage, what="lineage")
 
 
-def _node(args: Args) -> str:
-    return validate_name(str(args.get("node")), what="Slurm node name")
+def _node(node: str) -> str:
+    return validate_name(node, what="Slurm node name")
 
 
-def _timeout(args: Args) -> float:
-    return max(1.0, min(float(args.get("timeout_s") or 60.0), 3600.0))
+def _timeout(timeout_s: float | None) -> float:
+    return max(1.0, min(float(timeout_s or 60.0), 3600.0))
 
 
 def _maybe(b: SlurmContext, job: str) -> WorkloadInfo | None:
@@ -66,49 +77,53 @@ def _ended(b: SlurmContext, job: str) -> str | None:
 
 # ----- steps ---------------------------------------------------------------------------
 def signal(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
-    job, sig = _job(args), str(args.get("signal"))
+    a = read(SignalArgs, args)
+    job, sig = job_id(a.job), a.signal
     if sig not in _SIGNALS:
         raise errors.InvalidInput(f"signal {sig!r} is not USR1 or USR2")
-    after = b.newest_seq(validate_name(str(args.get("lineage")), what="lineage"), _owner(args))
+    after = b.newest_seq(_lineage(a.lineage), _owner(a.owner))
     b.transport.run("scancel", [f"--signal={sig}", "--batch", job])
     return {"after_seq": after}
 
 
 def wait_checkpoint(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
-    lineage = validate_name(str(args.get("lineage")), what="lineage")
-    after = int(args.get("after_seq") or 0)
+    a = read(WaitCheckpointArgs, args)
+    lineage = _lineage(a.lineage)
+    after = int(a.after_seq or 0)
 
     def newer() -> Args | None:
-        newest = b.newest_checkpoint(lineage, _owner(args))
+        newest = b.newest_checkpoint(lineage, _owner(a.owner))
         if newest is None or newest.seq <= after:
             return None
         return {"checkpoint": newest.id, "seq": newest.seq}
 
     progress(0, None, f"waiting for a checkpoint of {lineage} newer than {after}")
-    out: Args = b.wait_until(f"a checkpoint of {lineage}", _timeout(args), newer)
+    out: Args = b.wait_until(f"a checkpoint of {lineage}", _timeout(a.timeout_s), newer)
     return out
 
 
 def wait_ended(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
-    job = _job(args)
-    state = b.wait_until(f"job {job} to stop", _timeout(args), lambda: _ended(b, job))
+    a = read(JobWaitArgs, args)
+    job = job_id(a.job)
+    state = b.wait_until(f"job {job} to stop", _timeout(a.timeout_s), lambda: _ended(b, job))
     return {"state": state}
 
 
 def requeue(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
-    job = _job(args)
+    a = read(RequeueArgs, args)
+    job = job_id(a.job)
     w = _maybe(b, job)
     if w is None or w.state is not WorkloadState.PENDING:
-        b.transport.run("scontrol", ["requeuehold" if args.get("hold") else "requeue", job])
-    elif args.get("hold"):
+        b.transport.run("scontrol", ["requeuehold" if a.hold else "requeue", job])
+    elif a.hold:
         b.transport.run("scontrol", ["hold", job])
     return {"job": job}
 
 
 def update_job(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
-    job = _job(args)
-    fields = args.get("fields") or {}
-    if not isinstance(fields, dict) or not fields or set(fields) - _UPDATE_KEYS:
+    a = read(UpdateJobArgs, args)
+    job, fields = job_id(a.job), a.fields
+    if not fields or set(fields) - _UPDATE_KEYS:
         raise errors.InvalidInput(f"job fields must be some of {sorted(_UPDATE_KEYS)}")
     pairs = [f"{k}={check_value(str(v)) if v else ''}" for k, v in fields.items()]
     b.transport.run("scontrol", ["update", f"jobid={job}", *pairs])
@@ -116,13 +131,14 @@ def update_job(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
 
 
 def release(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
-    job = _job(args)
+    job = job_id(read(JobArgs, args).job)
     b.transport.run("scontrol", ["release", job])
     return {"job": job}
 
 
 def wait_running(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
-    job = _job(args)
+    a = read(JobWaitArgs, args)
+    job = job_id(a.job)
     retries = [2]  # a restart that Slurm kills at once is requeued again, twice at most
     seen: list[str] = []  # the node the previous poll saw the job running on
 
@@ -148,15 +164,16 @@ def wait_running(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
             b.transport.run("scontrol", ["update", f"jobid={job}", "StartTime=now+2"])
         return None
 
-    return {"node": b.wait_until(f"job {job} to run", _timeout(args), running)}
+    return {"node": b.wait_until(f"job {job} to run", _timeout(a.timeout_s), running)}
 
 
 def _set_node_state(state: str) -> Callable[[SlurmContext, Args, ProgressFn], Args]:
     """``drain`` (DRAIN: nothing new starts) or ``node_down`` (DOWN: its jobs end)."""
 
     def run(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
-        node = _node(args)
-        reason = check_reason(str(args.get("reason") or "clawpoint"))
+        a = read(NodeStateArgs, args)
+        node = _node(a.node)
+        reason = check_reason(a.reason or "clawpoint")
         b.transport.run(
             "scontrol", ["update", f"nodename={node}", f"state={state}", f"reason={reason}"]
         )
@@ -166,14 +183,18 @@ def _set_node_state(state: str) -> Callable[[SlurmContext, Args, ProgressFn], Ar
 
 
 def resume_node(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
-    node = _node(args)
+    a = read(ResumeNodeArgs, args)
+    node = _node(a.node)
     b.transport.run("scontrol", ["update", f"nodename={node}", "state=RESUME"])
 
     def back() -> str | None:  # a dead node's slurmd would leave it DOWN again
         n = b.get_node(node)
         return n.state if n.schedulable and n.health is NodeHealth.HEALTHY else None
 
-    return {"node": node, "state": b.wait_until(f"{node} to take jobs", _timeout(args), back)}
+    return {
+        "node": node,
+        "state": b.wait_until(f"{node} to take jobs", _timeout(a.timeout_s), back),
+    }
 
 
 STEPS: dict[str, Callable[[SlurmContext, Args, ProgressFn], Args]] = {
@@ -194,28 +215,27 @@ STEPS: dict[str, Callable[[SlurmContext, Args, ProgressFn], Args]] = {
 def _signal_sent(b: SlurmContext, args: Args, started_at: datetime) -> Args | None:
     # Sent if a checkpoint appeared since the step started; else send it (again): one more
     # checkpoint is harmless.
-    lineage = validate_name(str(args.get("lineage")), what="lineage")
-    newest = b.newest_checkpoint(lineage, _owner(args))
+    a = read(SignalArgs, args)
+    newest = b.newest_checkpoint(_lineage(a.lineage), _owner(a.owner))
     if newest is not None and newest.created_at >= started_at:
         return {"after_seq": newest.seq - 1}
     return None
 
 
 def _requeued(b: SlurmContext, args: Args, started_at: datetime) -> Args | None:
-    w = _maybe(b, _job(args))
+    a = read(RequeueArgs, args)
+    w = _maybe(b, job_id(a.job))
     held = w is not None and w.labels.get("reason") in ("JobHeldUser", "JobHeldAdmin")
     return (
         {"job": w.name}
-        if w
-        and (held or not args.get("hold"))
-        and w.state in (WorkloadState.PENDING, WorkloadState.STOPPED)
+        if w and (held or not a.hold) and w.state in (WorkloadState.PENDING, WorkloadState.STOPPED)
         else None
     )
 
 
 def _node_in(flag: str) -> Callable[[SlurmContext, Args, datetime], Args | None]:
     def recovered(b: SlurmContext, args: Args, started_at: datetime) -> Args | None:
-        n = b.get_node(str(args.get("node")))
+        n = b.get_node(read(NodeStateArgs, args).node)
         return {"node": n.name, "state": flag.upper()} if flag in n.state else None
 
     return recovered
@@ -223,7 +243,7 @@ def _node_in(flag: str) -> Callable[[SlurmContext, Args, datetime], Args | None]
 
 def _node_back(b: SlurmContext, args: Args, started_at: datetime) -> Args | None:
     # Taken effect once the node is neither drained nor down; else resume it (again).
-    n = b.get_node(str(args.get("node")))
+    n = b.get_node(read(ResumeNodeArgs, args).node)
     back = n.schedulable and n.health is NodeHealth.HEALTHY
     return {"node": n.name, "state": "RESUME"} if back else None
 
@@ -248,8 +268,8 @@ def recover_step(b: SlurmContext, op: str, args: Args, started_at: datetime) -> 
         return None
     try:
         return fn(b, args, started_at)
-    except errors.NotFound:
-        return None
+    except (errors.NotFound, errors.InvalidInput):
+        return None  # run it again: an invalid step then fails before it changes anything
 
 
 def reconcile_step(b: SlurmContext, op: str, args: Args, started_at: datetime) -> Args | None:

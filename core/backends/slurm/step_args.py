@@ -1,0 +1,95 @@
+"""The Slurm backend's step arguments: one model per step op, and ``ARGS``, op -> model.
+
+Plans build each step from its model (``step``), so a misspelt or missing argument fails
+when the plan is drafted; ``dispatch.plan`` checks every step of a draft against ``ARGS``
+once more. Steps read their arguments back through the same models (``read``) after the
+executor resolved ``$step.field`` references, then validate each value again before it
+reaches an argv (``ids``). The recorded JSON is what plans recorded before the models.
+Limits: shapes only; job ids, names and reasons are checked by the steps (``ids``).
+"""
+
+from __future__ import annotations
+
+from core.backends.step_models import Later, StepArgs, build, read
+from core.model import PlanStep
+
+__all__ = ["ARGS", "read", "step"]
+
+
+class SignalArgs(StepArgs):
+    """Send ``signal`` (USR1: checkpoint; USR2: checkpoint, then stop) to job ``job``'s
+    wrapper; ``lineage`` and ``owner`` say where its checkpoints land."""
+
+    job: str
+    signal: str
+    lineage: str
+    owner: str | None = None  # None: a plan made before stores were per user
+
+
+class WaitCheckpointArgs(StepArgs):
+    """Wait for a checkpoint of ``lineage`` newer than ``after_seq`` (``$signal.after_seq``)."""
+
+    lineage: str
+    owner: str | None = None
+    after_seq: int | Later | None = None
+    timeout_s: float | None = None
+
+
+class JobWaitArgs(StepArgs):
+    """``wait_ended``, ``wait_running``: wait up to ``timeout_s`` for job ``job``."""
+
+    job: str
+    timeout_s: float | None = None
+
+
+class RequeueArgs(StepArgs):
+    """Requeue job ``job``, held (it pends until released) with ``hold``."""
+
+    job: str
+    hold: bool = False
+
+
+class UpdateJobArgs(StepArgs):
+    """Set some of StartTime, NodeList, ExcNodeList of job ``job`` (checked by the step)."""
+
+    job: str
+    fields: dict[str, str]
+
+
+class JobArgs(StepArgs):
+    """``release``: one job."""
+
+    job: str
+
+
+class NodeStateArgs(StepArgs):
+    """``drain``, ``node_down``: set a node's state, with the reason Slurm shows."""
+
+    node: str
+    reason: str | None = None
+
+
+class ResumeNodeArgs(StepArgs):
+    """Return ``node`` to service; wait up to ``timeout_s`` until it takes jobs."""
+
+    node: str
+    timeout_s: float | None = None
+
+
+ARGS: dict[str, type[StepArgs]] = {
+    "signal": SignalArgs,
+    "wait_checkpoint": WaitCheckpointArgs,
+    "wait_ended": JobWaitArgs,
+    "requeue": RequeueArgs,
+    "update_job": UpdateJobArgs,
+    "release": JobArgs,
+    "wait_running": JobWaitArgs,
+    "drain": NodeStateArgs,
+    "node_down": NodeStateArgs,
+    "resume_node": ResumeNodeArgs,
+}
+
+
+def step(name: str, op: str, args: StepArgs, description: str) -> PlanStep:
+    """A plan step running ``op`` with ``args`` (the model ``ARGS`` names for ``op``)."""
+    return build(ARGS, name, op, args, description)
