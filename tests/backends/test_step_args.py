@@ -15,6 +15,9 @@ from core import errors
 from core.actions import NoParams
 from core.backends import dispatch
 from core.backends.base import PlanDraft
+from core.backends.kubernetes import builders
+from core.backends.kubernetes import step_args as kube_args
+from core.backends.kubernetes import steps as kube_steps
 from core.backends.local import step_args, steps
 from core.backends.local.planning import start_step
 from core.backends.local.step_args import CheckpointArgs, StartArgs
@@ -137,3 +140,30 @@ def test_slurm_steps_refuse_arguments_that_do_not_fit() -> None:
         slurm_steps.STEPS["requeue"](b, {"job": "7", "hld": True}, lambda *a: None)
     with pytest.raises(errors.InvalidInput):
         slurm_steps.STEPS["release"](b, {}, lambda *a: None)
+
+
+# ----- Kubernetes --------------------------------------------------------------------------
+def test_kubernetes_every_step_op_has_an_arguments_model() -> None:
+    assert set(kube_args.ARGS) == set(kube_steps.STEPS)
+
+
+def test_kubernetes_recorded_arguments_are_unchanged() -> None:
+    """The args the Kubernetes step builders record (and so plan hashes) are what they were."""
+    b: Any = SimpleNamespace(cfg=SimpleNamespace(checkpoint_timeout_s=300.0, start_timeout_s=120))
+    built = [
+        builders.patch_step("p", "Job", "ns", "j", {"spec": {"suspend": True}}, "d"),
+        builders.wait_pods_gone_step(b, "g", "ns", "app=x", "Job ns/j"),
+        builders.wait_restored_step(b, "r", "ns", "metadata.name=p2", "lin", "$checkpoint.seq"),
+        builders.step("e", "evict", "d", namespace="ns", name="p", wait_s=30),
+        builders.step("x", "delete_pod", "d", namespace="ns", name="p", grace_s=None),
+    ]
+    assert [s.args for s in built] == [
+        {"kind": "Job", "namespace": "ns", "name": "j", "patch": {"spec": {"suspend": True}}, "subresource": ""},
+        {"namespace": "ns", "selector": "app=x", "timeout_s": 300.0},
+        {"namespace": "ns", "selector": "metadata.name=p2", "lineage": "lin", "min_seq": "$checkpoint.seq", "timeout_s": 120},
+        {"namespace": "ns", "name": "p", "wait_s": 30},
+        {"namespace": "ns", "name": "p", "grace_s": None},
+    ]  # fmt: skip
+    assert type(built[2].args["timeout_s"]) is int  # an int stays an int: same JSON, same hash
+    with pytest.raises(ValueError, match="nme"):
+        builders.step("e", "evict", "d", namespace="ns", nme="p")

@@ -50,7 +50,7 @@ from core import errors
 from core.actions import ActionParams
 from core.backends import dispatch
 from core.backends.base import PlanDraft, ProgressFn, poll_until
-from core.backends.kubernetes import ids, lineages, mutations, placement, plans, steps
+from core.backends.kubernetes import ids, lineages, mutations, placement, plans, step_args, steps
 from core.backends.kubernetes.connection import Connection, KubernetesConfig, Op
 from core.backends.kubernetes.inventory import Inventory
 from core.backends.kubernetes.kubelet_api import CheckpointProbe, probe_checkpoint_api
@@ -243,7 +243,10 @@ class KubernetesBackend:
 
     # ----- plans ----------------------------------------------------------------------
     def plan(self, action: Action, target: str, params: ActionParams) -> PlanDraft:
-        draft = dispatch.plan(plans.PLANS, self, action, target, params, backend=self.name)
+        # Every step's arguments are checked against their op's model (step_args.ARGS).
+        draft = dispatch.plan(
+            plans.PLANS, self, action, target, params, backend=self.name, args=step_args.ARGS
+        )
         previews = mutations.preview(self, draft.steps)
         draft.scope.dry_run = previews
         # Every interface shows the step lines: each mutating one says what the server

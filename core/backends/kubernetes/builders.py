@@ -1,5 +1,5 @@
 """Step builders of the Kubernetes plans: each step one API request or one wait, named,
-with JSON-able args (``steps`` runs them by op). ``$STEP.FIELD`` values are filled in by
+with JSON-able args fitted to the op's model (``step_args``; ``steps`` runs them by op). ``$STEP.FIELD`` values are filled in by
 the service from earlier steps' outputs. No requests here.
 """
 
@@ -11,6 +11,7 @@ from core import actions as catalogue
 from core.backends.kubernetes import node_info
 from core.backends.kubernetes.context import KubeContext
 from core.backends.kubernetes.pods import container_of, meta, require_wrapped
+from core.backends.kubernetes.step_args import step_of
 from core.model import Action, PlanStep
 
 Obj = dict[str, Any]
@@ -24,7 +25,9 @@ def command_of(action: Action) -> str:
 
 
 def step(step_name: str, op: str, description: str, /, **args: Any) -> PlanStep:
-    return PlanStep(name=step_name, op=op, args=args, description=description)
+    """A step whose ``args`` are fitted to its op's model (``step_args``) first: a misspelt
+    or missing argument fails when the plan is drafted; the JSON recorded is unchanged."""
+    return step_of(step_name, op, description, args)
 
 
 def checkpoint_step(b: KubeContext, pod: Obj, *, stop: bool, prefix: str = "") -> PlanStep:

@@ -1,0 +1,119 @@
+"""The Kubernetes backend's step arguments: one model per step op, and ``ARGS``, op -> model.
+
+Plans build every step through ``builders.step``, which fits its arguments to the op's model
+here (a misspelt or missing argument fails when the plan is drafted); ``dispatch.plan``
+checks every step of a draft against ``ARGS`` once more, including the notes plans add
+afterwards (``deferred``, ``reason`` on a patch). The recorded JSON is what plans recorded
+before the models: the fields that were given. Timeouts keep the type they were given
+(``int | float``) so the JSON, and each plan hash, is unchanged.
+Limits: shapes only; names, namespaces and lineages are checked by the steps (``ids``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.backends.step_models import Later, StepArgs, build, read
+from core.model import PlanStep
+
+__all__ = ["ARGS", "read", "step_of"]
+
+Seconds = int | float
+
+
+class PatchArgs(StepArgs):
+    """A merge patch of ``kind`` ``namespace``/``name`` (``subresource``: e.g. ``status``)."""
+
+    kind: str
+    namespace: str
+    name: str
+    patch: dict[str, Any]
+    subresource: str = ""
+    deferred: str | None = None  # why its dry run is skipped (shown in the preview)
+    reason: str | None = None  # a cordon's reason, also written as an annotation
+
+
+class CreatePodArgs(StepArgs):
+    namespace: str
+    body: dict[str, Any]
+
+
+class DeletePodArgs(StepArgs):
+    """Delete a pod; ``grace_s`` None: its own grace period."""
+
+    namespace: str
+    name: str
+    grace_s: int | None = None
+
+
+class EvictArgs(StepArgs):
+    """Evict a pod; a PodDisruptionBudget refusal is waited on for ``wait_s``."""
+
+    namespace: str
+    name: str
+    wait_s: Seconds | None = None
+
+
+class ExecCheckpointArgs(StepArgs):
+    """The wrapper in ``pod``'s ``container`` checkpoints ``lineage`` (then stops: ``stop``)."""
+
+    namespace: str
+    pod: str
+    container: str
+    lineage: str
+    stop: bool = False
+    timeout_s: Seconds = 600
+
+
+class WaitPodsGoneArgs(StepArgs):
+    namespace: str
+    selector: str
+    timeout_s: Seconds
+
+
+class WaitPodEndedArgs(StepArgs):
+    namespace: str
+    name: str
+    timeout_s: Seconds
+
+
+class WaitRestoredArgs(StepArgs):
+    """A pod matching ``selector`` runs, restored from a checkpoint with seq >= ``min_seq``
+    (a number, or ``$checkpoint.seq``)."""
+
+    namespace: str
+    selector: str
+    lineage: str
+    min_seq: int | Later | None = None
+    timeout_s: Seconds
+
+
+class CheckNodeDrainedArgs(StepArgs):
+    node: str
+
+
+class WaitLeaseExpiredArgs(StepArgs):
+    """``node``'s heartbeat lease, last renewed at ``renewed`` (ISO time), expires."""
+
+    node: str
+    renewed: str | None = None
+    timeout_s: Seconds
+
+
+ARGS: dict[str, type[StepArgs]] = {
+    "patch": PatchArgs,
+    "create_pod": CreatePodArgs,
+    "delete_pod": DeletePodArgs,
+    "evict": EvictArgs,
+    "exec_checkpoint": ExecCheckpointArgs,
+    "wait_pods_gone": WaitPodsGoneArgs,
+    "wait_pod_ended": WaitPodEndedArgs,
+    "wait_restored": WaitRestoredArgs,
+    "check_node_drained": CheckNodeDrainedArgs,
+    "wait_lease_expired": WaitLeaseExpiredArgs,
+}
+
+
+def step_of(name: str, op: str, description: str, args: dict[str, Any]) -> PlanStep:
+    """A plan step running ``op``, its ``args`` fitted to the op's model first."""
+    return build(ARGS, name, op, ARGS[op](**args), description)
