@@ -11,6 +11,9 @@ A backend keeps two tables instead of if-chains:
   table is refused before anything runs (a journal could name anything).
 - ``ArgsTable``: step op -> the model of its arguments; ``plan`` checks every step of a
   draft against it, so a plan never records arguments its step cannot read.
+- ``OutputTable``: step op -> the model of what it reports; ``plan`` checks that every
+  ``$STEP.FIELD`` reference names an earlier step and a field its op reports, and
+  ``run_step`` holds each answer to its model (``core.backends.step_models``).
 
 The functions receive the backend's narrow context (a protocol of what plans and steps
 need: its client, settings, inventory reads), never the backend class, so the modules
@@ -30,6 +33,7 @@ from core import actions as catalogue
 from core import errors
 from core.actions import ActionParams
 from core.backends.base import PlanDraft, ProgressFn, not_supported
+from core.backends.step_models import StepOutput, check_output, check_references
 from core.model import Action
 
 C = TypeVar("C")  # the backend's context protocol
@@ -49,6 +53,7 @@ PlanTable = Mapping[Action, PlanEntry[C]]
 StepFn = Callable[[C, Obj, ProgressFn], Obj]
 StepTable = Mapping[str, StepFn[C]]
 ArgsTable = Mapping[str, type[BaseModel]]
+OutputTable = Mapping[str, type[StepOutput]]
 
 
 def capabilities(table: PlanTable[Any]) -> frozenset[Action]:
@@ -66,11 +71,13 @@ def plan(
     backend: str,
     why_not: Mapping[Action, str] | None = None,
     args: ArgsTable | None = None,
+    outputs: OutputTable | None = None,
 ) -> PlanDraft:
     """The draft of ``action`` on ``target``: NotSupported (with ``why_not[action]`` when the
     backend says why) for an action not in the table; parameters of another action's model
     are refused (``core.actions.parse``) before the plan function runs. With ``args``, each
-    step's arguments are checked against their op's model (``check_args``)."""
+    step's arguments are checked against their op's model (``check_args``); with ``outputs``,
+    its references to earlier steps' outputs too."""
     entry = table.get(action)
     if entry is None:
         raise not_supported(backend, action, (why_not or {}).get(action, ""))
@@ -78,7 +85,18 @@ def plan(
     draft = entry.plan(context, target, typed)
     if args is not None:
         check_args(args, draft, backend=backend)
+    if outputs is not None:
+        problems = check_references(outputs, draft.steps, draft.on_failure)
+        if problems:
+            raise _plan_bug(backend, "; ".join(problems))
     return draft
+
+
+def _plan_bug(backend: str, what: str) -> errors.OperationFailed:
+    return errors.OperationFailed(
+        f"the {backend} plan {what}",
+        hint="this is a bug in the backend's plan; report it with the action and target",
+    )
 
 
 def check_args(table: ArgsTable, draft: PlanDraft, *, backend: str) -> None:
@@ -91,20 +109,37 @@ def check_args(table: ArgsTable, draft: PlanDraft, *, backend: str) -> None:
                 raise ValueError(f"no arguments model for the op {s.op!r}")
             model.model_validate(s.args)
         except (ValueError, ValidationError) as exc:
-            raise errors.OperationFailed(
-                f"the {backend} plan's step {s.name!r} has arguments its op refuses: {exc}",
-                hint="this is a bug in the backend's plan; report it with the action and target",
+            raise _plan_bug(
+                backend, f"has a step {s.name!r} whose op refuses its arguments: {exc}"
             ) from exc
 
 
 def run_step(
-    table: StepTable[C], context: C, op: str, args: Obj, progress: ProgressFn, *, backend: str
+    table: StepTable[C],
+    context: C,
+    op: str,
+    args: Obj,
+    progress: ProgressFn,
+    *,
+    backend: str,
+    outputs: OutputTable | None = None,
 ) -> Obj:
-    """Run the step ``op``; InvalidInput (nothing runs) for an op not in the table."""
+    """Run the step ``op``; InvalidInput (nothing runs) for an op not in the table. With
+    ``outputs``, an answer that does not fit its op's model is OperationFailed (a bug in the
+    step: the executor then asks the backend whether the step took effect, as for any error,
+    so the workload is never left half-moved because of a report's shape)."""
     fn = table.get(op)
     if fn is None:
         raise errors.InvalidInput(f"unknown {backend} step {op!r}", hint="re-plan the action")
-    return fn(context, args, progress)
+    out = fn(context, args, progress)
+    wrong = check_output(outputs.get(op), out) if outputs is not None else None
+    if wrong is not None:
+        raise errors.OperationFailed(
+            f"the {backend} step {op!r} answered with an output its model refuses: {wrong}",
+            hint="this is a bug in the backend's step; report it with the execution's journal",
+            details={"output": out},
+        )
+    return out
 
 
 def disagreements(table: PlanTable[Any]) -> list[str]:

@@ -21,6 +21,7 @@ import structlog
 
 from core import errors
 from core.backends.base import REQUESTER, Backend, ProgressFn, no_progress
+from core.backends.step_models import references
 from core.model import Execution, ExecutionStatus, Plan, PlanStep, utcnow
 from core.service.journal import Journal, OnFinish
 
@@ -28,18 +29,16 @@ log = structlog.get_logger("clawpoint.executor")
 
 
 def resolve_args(args: dict[str, Any], outputs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    resolved: dict[str, Any] = {}
-    for key, value in args.items():
-        if isinstance(value, str) and value.startswith("$") and "." in value:
-            step, _, field = value[1:].partition(".")
-            if step not in outputs or field not in outputs[step]:
-                raise errors.OperationFailed(
-                    f"step argument {key}={value} refers to an output that does not exist",
-                    hint="this is a bug in the backend's plan; report it with the plan JSON",
-                )
-            resolved[key] = outputs[step][field]
-        else:
-            resolved[key] = value
+    """``args`` with each ``$STEP.FIELD`` replaced by that earlier output (the backend checked
+    the references when the plan was made; a journal edited by hand is refused here)."""
+    resolved = dict(args)
+    for key, step, field in references(args):
+        if step not in outputs or field not in outputs[step]:
+            raise errors.OperationFailed(
+                f"step argument {key}={args[key]} refers to an output that does not exist",
+                hint="this is a bug in the backend's plan; report it with the plan JSON",
+            )
+        resolved[key] = outputs[step][field]
     return resolved
 
 

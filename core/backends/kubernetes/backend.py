@@ -243,10 +243,11 @@ class KubernetesBackend:
 
     # ----- plans ----------------------------------------------------------------------
     def plan(self, action: Action, target: str, params: ActionParams) -> PlanDraft:
-        # Every step's arguments are checked against their op's model (step_args.ARGS).
+        # Every step's arguments and references are checked against their op's models.
         draft = dispatch.plan(
-            plans.PLANS, self, action, target, params, backend=self.name, args=step_args.ARGS
-        )
+            plans.PLANS, self, action, target, params, backend=self.name,
+            args=step_args.ARGS, outputs=step_args.OUTPUTS,
+        )  # fmt: skip
         previews = mutations.preview(self, draft.steps)
         draft.scope.dry_run = previews
         # Every interface shows the step lines: each mutating one says what the server
@@ -262,7 +263,10 @@ class KubernetesBackend:
         return draft
 
     def run_step(self, op: str, args: dict[str, Any], progress: ProgressFn) -> dict[str, Any]:
-        return dispatch.run_step(steps.STEPS, self, op, args, progress, backend="Kubernetes")
+        return dispatch.run_step(
+            steps.STEPS, self, op, args, progress, backend="Kubernetes",
+            outputs=step_args.OUTPUTS,
+        )  # fmt: skip
 
     def recover_step(
         self, op: str, args: dict[str, Any], started_at: datetime

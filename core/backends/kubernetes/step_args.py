@@ -6,6 +6,10 @@ checks every step of a draft against ``ARGS`` once more, including the notes pla
 afterwards (``deferred``, ``reason`` on a patch). The recorded JSON is what plans recorded
 before the models: the fields that were given. Timeouts keep the type they were given
 (``int | float``) so the JSON, and each plan hash, is unchanged.
+``OUTPUTS`` (op -> model) says what each step reports: ``$checkpoint.seq`` is checked
+against it when the plan is made, each answer when it comes. A request's answer has either
+the object's name and resourceVersion or, for a repeat that had already taken effect, what
+was found (``already_*``): those fields are optional.
 Limits: shapes only; names, namespaces and lineages are checked by the steps (``ids``).
 """
 
@@ -13,10 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.backends.step_models import Later, StepArgs, build, read
+from core.backends.step_models import Later, StepArgs, StepOutput, build, read
 from core.model import PlanStep
 
-__all__ = ["ARGS", "read", "step_of"]
+__all__ = ["ARGS", "OUTPUTS", "read", "step_of"]
 
 Seconds = int | float
 
@@ -111,6 +115,71 @@ ARGS: dict[str, type[StepArgs]] = {
     "wait_restored": WaitRestoredArgs,
     "check_node_drained": CheckNodeDrainedArgs,
     "wait_lease_expired": WaitLeaseExpiredArgs,
+}
+
+
+# ----- outputs ---------------------------------------------------------------------------
+class RequestOutput(StepOutput):
+    """``patch``, ``create_pod``, ``delete_pod``: the API server's answer, or what a repeat
+    found (the pod already created or gone, the patch already applied)."""
+
+    name: str | None = None
+    resourceVersion: str | None = None  # noqa: N815 (the API's own field name)
+    pod: str | None = None
+    deleted: str | None = None
+    already_created: bool = False
+    already_gone: bool = False
+    already_applied: bool = False
+
+
+class EvictOutput(StepOutput):
+    evicted: str
+    already_gone: bool = False
+
+
+class ExecCheckpointOutput(StepOutput):
+    """The checkpoint the wrapper in the container took (``$checkpoint.seq``)."""
+
+    checkpoint: str
+    seq: int
+    lineage: str
+
+
+class StoppedOutput(StepOutput):
+    stopped: bool
+
+
+class EndedOutput(StepOutput):
+    ended: bool
+
+
+class RestoredOutput(StepOutput):
+    pod: str
+    node: str | None
+    restored_from: str
+
+
+class DrainedOutput(StepOutput):
+    node: str
+    drained: bool
+
+
+class LeaseOutput(StepOutput):
+    node: str
+    lease_expired: bool
+
+
+OUTPUTS: dict[str, type[StepOutput]] = {
+    "patch": RequestOutput,
+    "create_pod": RequestOutput,
+    "delete_pod": RequestOutput,
+    "evict": EvictOutput,
+    "exec_checkpoint": ExecCheckpointOutput,
+    "wait_pods_gone": StoppedOutput,
+    "wait_pod_ended": EndedOutput,
+    "wait_restored": RestoredOutput,
+    "check_node_drained": DrainedOutput,
+    "wait_lease_expired": LeaseOutput,
 }
 
 

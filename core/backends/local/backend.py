@@ -212,10 +212,10 @@ class LocalBackend:
     # ---------------------------------------------------------------- planning and steps
     def plan(self, action: Action, target: str, params: ActionParams) -> PlanDraft:
         """The draft of ``action`` on ``target`` from the plan table (``plans.PLANS``), its
-        steps' arguments checked against their models (``step_args.ARGS``)."""
+        steps' arguments and references checked against their models (``step_args``)."""
         return dispatch.plan(
             plans.PLANS, self, action, target, params, backend=NAME,
-            why_not=plans.WHY_NOT_BY_ACTION, args=step_args.ARGS,
+            why_not=plans.WHY_NOT_BY_ACTION, args=step_args.ARGS, outputs=step_args.OUTPUTS,
         )  # fmt: skip
 
     def check_deletable(self, checkpoint_id: str) -> None:
@@ -224,8 +224,11 @@ class LocalBackend:
         planning.check_deletable(self, checkpoint_id)
 
     def run_step(self, op: str, args: dict[str, Any], progress: ProgressFn) -> dict[str, Any]:
-        """Run the step ``op`` from the step table (``steps.STEPS``)."""
-        return dispatch.run_step(steps.STEPS, self, op, args, progress, backend=NAME)
+        """Run the step ``op`` from the step table (``steps.STEPS``), its answer held to
+        its model (``step_args.OUTPUTS``)."""
+        return dispatch.run_step(
+            steps.STEPS, self, op, args, progress, backend=NAME, outputs=step_args.OUTPUTS
+        )
 
     def reconcile_step(
         self, op: str, args: dict[str, Any], started_at: datetime

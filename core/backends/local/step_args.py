@@ -8,29 +8,19 @@ arguments back through the same model after the executor resolved the references
 The JSON is the model's fields that were given: exactly what plans recorded before.
 
 A value may name an earlier step's output (``$standby.socket``): it stays a string in the
-plan and is resolved by the executor right before the step runs (``core.service.executor``).
+plan and is resolved by the executor right before the step runs (``core.service.executor``);
+``OUTPUTS`` (op -> model) says what each step reports, so such a reference is checked when
+the plan is made and each answer when it comes (``core.backends.step_models``).
 Limits: only argument shapes are checked here; whether a workload or node exists is the
 plan's and the step's business.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, StringConstraints
-
+from core.backends.step_models import Later, StepArgs, StepOutput, build
 from core.model import PlanStep
-
-Later = Annotated[str, StringConstraints(pattern=r"^\$[A-Za-z0-9_-]+\.[A-Za-z0-9_]+$")]
-"""An earlier step's output (``$step.field``), resolved when the step runs."""
-
-
-class StepArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    def as_args(self) -> dict[str, Any]:
-        """The JSON a plan records: the fields that were given."""
-        return self.model_dump(mode="json", exclude_unset=True)
 
 
 class WorkloadArgs(StepArgs):
@@ -94,8 +84,82 @@ ARGS: dict[str, type[StepArgs]] = {
 }
 
 
+# ----- outputs ---------------------------------------------------------------------------
+class CheckpointOutput(StepOutput):
+    """The checkpoint taken (``$checkpoint.checkpoint_id``, bare ``LINEAGE@SEQ``); with a
+    handoff, what the old wrapper said (``sent``: the standby has it)."""
+
+    checkpoint_id: str
+    size_bytes: int | None = None
+    timings: dict[str, Any] | None = None
+    node: str | None = None
+    handoff: str | None = None
+
+
+class StandbyOutput(StepOutput):
+    """The standby wrapper's socket and pid; both None (and ``problem`` said) when it could
+    not start, and the checkpoint step then stops and publishes the plain way."""
+
+    socket: str | None
+    pid: int | None
+    node: str
+    problem: str | None = None
+
+
+class StartOutput(StepOutput):
+    """Where the workload runs now and what it was restored from (None: started fresh);
+    ``verified``: the restored program's own check; ``files``: files the restore rewound."""
+
+    workload: str
+    node: str
+    pid: int | None = None
+    restored_from: str | None = None
+    fresh: bool = False
+    already_started: bool = False
+    handoff: dict[str, Any] | None = None
+    verified: dict[str, Any] | None = None
+    files: list[Any] | None = None
+
+
+class FenceOutput(StepOutput):
+    killed: bool
+
+
+class TerminateOutput(StepOutput):
+    terminated: bool
+
+
+class SetNodeOutput(StepOutput):
+    node: str
+    schedulable: bool
+
+
+class DeleteCheckpointOutput(StepOutput):
+    deleted: str
+
+
+class GpuOutput(StepOutput):
+    """The processes whose GPU state moved, and the device memory freed (negative: taken
+    back; None: NVML could not say)."""
+
+    pids: list[int]
+    freed_bytes: int | None
+    reports: list[dict[str, Any]]
+
+
+OUTPUTS: dict[str, type[StepOutput]] = {
+    "checkpoint": CheckpointOutput,
+    "standby": StandbyOutput,
+    "start": StartOutput,
+    "fence": FenceOutput,
+    "terminate": TerminateOutput,
+    "set_node": SetNodeOutput,
+    "delete_checkpoint": DeleteCheckpointOutput,
+    "suspend_gpu": GpuOutput,
+    "resume_gpu": GpuOutput,
+}
+
+
 def step(name: str, op: str, args: StepArgs, description: str) -> PlanStep:
     """A plan step running ``op`` with ``args`` (the model ``ARGS`` names for ``op``)."""
-    if type(args) is not ARGS[op]:
-        raise TypeError(f"step {op!r} takes {ARGS[op].__name__}, not {type(args).__name__}")
-    return PlanStep(name=name, op=op, args=args.as_args(), description=description)
+    return build(ARGS, name, op, args, description)

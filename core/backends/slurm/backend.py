@@ -201,8 +201,8 @@ class SlurmBackend:
 
     # ----- plans ----------------------------------------------------------------------
     def plan(self, action: Action, target: str, params: ActionParams) -> PlanDraft:
-        """The draft from the plan table, every step's arguments checked against their
-        models (``step_args.ARGS``)."""
+        """The draft from the plan table, every step's arguments and references checked
+        against their models (``step_args``)."""
         return dispatch.plan(
             plans.PLANS,
             self,
@@ -212,10 +212,13 @@ class SlurmBackend:
             backend=self.name,
             why_not=plans.WHY_NOT,
             args=step_args.ARGS,
+            outputs=step_args.OUTPUTS,
         )
 
     def run_step(self, op: str, args: dict[str, Any], progress: ProgressFn) -> dict[str, Any]:
-        return dispatch.run_step(steps.STEPS, self, op, args, progress, backend="Slurm")
+        return dispatch.run_step(
+            steps.STEPS, self, op, args, progress, backend="Slurm", outputs=step_args.OUTPUTS
+        )
 
     # ``BatchSubmitter``: the sbatch pattern (``core.backends.slurm.sbatch``).
     def render_batch(self, spec: BatchSpec) -> str:

@@ -5,15 +5,17 @@ when the plan is drafted; ``dispatch.plan`` checks every step of a draft against
 once more. Steps read their arguments back through the same models (``read``) after the
 executor resolved ``$step.field`` references, then validate each value again before it
 reaches an argv (``ids``). The recorded JSON is what plans recorded before the models.
+``OUTPUTS`` (op -> model) says what each step reports: ``$signal.after_seq`` is checked
+against it when the plan is made, each answer when it comes.
 Limits: shapes only; job ids, names and reasons are checked by the steps (``ids``).
 """
 
 from __future__ import annotations
 
-from core.backends.step_models import Later, StepArgs, build, read
+from core.backends.step_models import Later, StepArgs, StepOutput, build, read
 from core.model import PlanStep
 
-__all__ = ["ARGS", "read", "step"]
+__all__ = ["ARGS", "OUTPUTS", "read", "step"]
 
 
 class SignalArgs(StepArgs):
@@ -87,6 +89,51 @@ ARGS: dict[str, type[StepArgs]] = {
     "drain": NodeStateArgs,
     "node_down": NodeStateArgs,
     "resume_node": ResumeNodeArgs,
+}
+
+
+# ----- outputs ---------------------------------------------------------------------------
+class SignalOutput(StepOutput):
+    """The newest checkpoint's number before the signal: the one awaited comes after it."""
+
+    after_seq: int
+
+
+class CheckpointOutput(StepOutput):
+    checkpoint: str
+    seq: int
+
+
+class EndedOutput(StepOutput):
+    state: str
+
+
+class JobOutput(StepOutput):
+    """``requeue``, ``release``, ``update_job`` (which also echoes the fields it set)."""
+
+    job: str
+
+
+class RunningOutput(StepOutput):
+    node: str
+
+
+class NodeStateOutput(StepOutput):
+    node: str
+    state: str
+
+
+OUTPUTS: dict[str, type[StepOutput]] = {
+    "signal": SignalOutput,
+    "wait_checkpoint": CheckpointOutput,
+    "wait_ended": EndedOutput,
+    "requeue": JobOutput,
+    "update_job": JobOutput,
+    "release": JobOutput,
+    "wait_running": RunningOutput,
+    "drain": NodeStateOutput,
+    "node_down": NodeStateOutput,
+    "resume_node": NodeStateOutput,
 }
 
 
