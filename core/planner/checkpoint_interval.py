@@ -13,13 +13,14 @@ period plus the wall time (the work of a checkpoint in flight is not yet safe), 
 ``period = interval + wall``. For a constant rate the best period is Young's
 ``sqrt(2 C M)`` (C = pause, M = 1 / rate), with Daly's higher-order terms (``daly_period``).
 Where the rate changes with the run's age (reclaims that cluster, failures in bursts), the
-adaptive rule applies Daly's period to the mean rate over the next period itself (a fixed
-point): short intervals while the run is young and interruptions likely, long ones once it
-has survived. For a constant hazard the two are the same.
+adaptive rule picks, at the run's current age, the interval whose next cycle has the least
+expected lost work plus pause per second of that cycle (``cycle_expectations``, exact for a
+piecewise-constant hazard): short intervals while the run is young and interruptions
+likely, long ones once it has survived. For a constant hazard it is Young/Daly.
 
-Limits: pure (no I/O); first-order in the rate (a hazard that changes a lot within one
-period is averaged over it); the restart cost after an interruption is the same whatever the
-interval and is left out; the hazard's only covariate is the run's age.
+Limits: pure (no I/O); the rule looks one cycle ahead (greedy, not a dynamic programme over
+the whole run); the restart cost after an interruption is the same whatever the interval and
+is left out; the hazard's only covariate is the run's age.
 """
 
 from __future__ import annotations
@@ -140,28 +141,92 @@ def _check_age(age_h: float) -> None:
         )
 
 
+def cycle_expectations(
+    cost: CheckpointCost, hazard: Hazard, age_h: float, interval_s: float
+) -> tuple[float, float, float]:
+    """(lost work, pause, length) expected over one cycle from ``age_h``, in seconds: the
+    timer runs ``interval_s``, then a checkpoint pauses the workload and is durable
+    ``wall_s`` after it started; an interruption before then loses the cycle's work."""
+    a = age_h * 3600.0
+    edges, rates = hazard.edges_h, hazard.rates_per_h
+    surv, loss, length = 1.0, 0.0, 0.0
+    for i, edge in enumerate(edges):
+        start = max(edge * 3600.0 - a, 0.0)
+        stop = min(edges[i + 1] * 3600.0 - a if i + 1 < len(edges) else math.inf, interval_s)
+        if stop <= start:
+            continue
+        r, d = rates[i] / 3600.0, stop - start
+        if r == 0:
+            length += surv * d
+            continue
+        e = math.exp(-r * d)
+        length += surv * (1 - e) / r  # the integral of survival over the segment
+        loss += surv * (start * (1 - e) + (1 - e) / r - d * e)  # of t times the density
+        surv *= e
+    in_flight = 1 - math.exp(-hazard.mean_rate(a / 3600 + interval_s / 3600,
+                                               (a + interval_s + cost.wall_s) / 3600)
+                             * cost.wall_s / 3600)  # fmt: skip
+    loss += interval_s * surv * in_flight  # interrupted while the checkpoint was in flight
+    length += surv * cost.wall_s
+    return loss, cost.pause_s * surv, length
+
+
+def _cycle_rate(cost: CheckpointCost, hazard: Hazard, age_h: float, interval_s: float) -> float:
+    loss, pause, length = cycle_expectations(cost, hazard, age_h, interval_s)
+    return (loss + pause) / length
+
+
 def adaptive_interval_s(
     cost: CheckpointCost,
     hazard: Hazard,
     age_h: float = 0.0,
     bounds: IntervalBounds | None = None,
     *,
-    iterations: int = 6,
-) -> tuple[float, float]:
-    """(interval in seconds, the mean rate per hour it was chosen for) at ``age_h``: Daly's
-    period for the mean rate over the next period, found by fixed-point iteration."""
+    grid: int = 24,
+    refine: int = 12,
+) -> float:
+    """The interval at ``age_h``. A constant hazard: Daly's period less the wall time. Else
+    the interval whose next cycle costs least per second (lost work plus pause over its
+    expected length): a log-spaced grid between the bounds, then a golden-section search
+    around the best point."""
     bounds = bounds or IntervalBounds()
-    rate = hazard.rate_at(age_h)
-    interval = bounds.clamp(_period_for(cost, rate) - cost.wall_s)
     if hazard.is_constant:
-        return interval, rate
-    for _ in range(iterations):
-        rate = hazard.mean_rate(age_h, age_h + (interval + cost.wall_s) / 3600.0)
-        new = bounds.clamp(_period_for(cost, rate) - cost.wall_s)
-        if abs(new - interval) <= 1e-3 * interval:
-            return new, rate
-        interval = new
-    return interval, rate
+        return bounds.clamp(_period_for(cost, hazard.rates_per_h[0]) - cost.wall_s)
+    lo, hi = math.log(bounds.min_s), math.log(bounds.max_s)
+    if hi - lo < 1e-9:
+        return bounds.min_s
+    xs = [lo + (hi - lo) * k / (grid - 1) for k in range(grid)]
+    costs = [_cycle_rate(cost, hazard, age_h, math.exp(x)) for x in xs]
+    k = min(range(grid), key=costs.__getitem__)
+    left, right = xs[max(k - 1, 0)], xs[min(k + 1, grid - 1)]
+    phi = (math.sqrt(5) - 1) / 2
+    for _ in range(refine):
+        m1, m2 = right - phi * (right - left), left + phi * (right - left)
+        if _cycle_rate(cost, hazard, age_h, math.exp(m1)) <= _cycle_rate(
+            cost, hazard, age_h, math.exp(m2)
+        ):
+            right = m2
+        else:
+            left = m1
+    best = math.exp((left + right) / 2)
+    return bounds.clamp(
+        best if _cycle_rate(cost, hazard, age_h, best) <= costs[k] else math.exp(xs[k])
+    )
+
+
+def schedule(
+    cost: CheckpointCost,
+    hazard: Hazard,
+    bounds: IntervalBounds | None = None,
+    *,
+    ages_h: Sequence[float] | None = None,
+) -> list[tuple[float, float]]:
+    """(age in hours, interval in seconds) at a log-spaced set of ages: what a timer that
+    re-reads its interval after each checkpoint follows until the hazard estimate changes."""
+    if ages_h is None:
+        top = max(hazard.edges_h[-1] * 2, 1.0)
+        ages_h = [0.0] + [x for x in (60 * 1.25**k / 3600 for k in range(80)) if x < top]
+    return [(age, adaptive_interval_s(cost, hazard, age, bounds)) for age in ages_h]
 
 
 def recommend(
@@ -174,9 +239,16 @@ def recommend(
     """The interval to use now, ``age_h`` hours into the current run (see module doc)."""
     _check_age(age_h)
     bounds = bounds or IntervalBounds()
-    interval, rate = adaptive_interval_s(cost, hazard, age_h, bounds)
-    loss, overhead = _costs(cost, interval + cost.wall_s, rate)
-    method = "young-daly" if hazard.is_constant else "adaptive"
+    interval = adaptive_interval_s(cost, hazard, age_h, bounds)
+    if hazard.is_constant:
+        rate = hazard.rates_per_h[0]
+        loss, overhead = _costs(cost, interval + cost.wall_s, rate)
+        method = "young-daly"
+    else:
+        lost, paused, length = cycle_expectations(cost, hazard, age_h, interval)
+        loss, overhead = 3600 * lost / length, 3600 * paused / length
+        rate = hazard.mean_rate(age_h, age_h + (interval + cost.wall_s) / 3600)
+        method = "adaptive"
     if rate <= 0:
         why = "No interruptions expected: checkpoint as rarely as the bounds allow."
     else:

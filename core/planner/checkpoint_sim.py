@@ -22,6 +22,7 @@ future). Limits: run time only (time without capacity is not billed), restart co
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from collections.abc import Sequence
@@ -30,7 +31,7 @@ from typing import Protocol
 from pydantic import BaseModel
 
 from core import errors
-from core.planner.checkpoint_interval import CheckpointCost, IntervalBounds, adaptive_interval_s
+from core.planner.checkpoint_interval import CheckpointCost, IntervalBounds, schedule
 from core.planner.interruption_hazard import Hazard, HazardCounts, RunSpan
 from core.planner.spot.traces import Trace
 
@@ -59,9 +60,11 @@ class FixedPolicy:
 
 
 class AdaptivePolicy:
-    """The adaptive rule at the run's age; the hazard is re-estimated after every run from
-    the runs seen so far, starting from ``prior_rate_per_h``: it never sees the runs still to come. A given
-    ``hazard`` is used as is (a known hazard, or a hindsight estimate for comparison)."""
+    """The adaptive rule at the run's age; the hazard is estimated online from the runs seen
+    so far, starting from ``prior_rate_per_h``: it never sees the runs still to come. It is
+    re-estimated after the first runs and then whenever the runs seen grow by a tenth (a
+    schedule over ages is computed per estimate). A given ``hazard`` is used as is (a known
+    hazard, or a hindsight estimate for comparison)."""
 
     def __init__(
         self,
@@ -74,16 +77,27 @@ class AdaptivePolicy:
         self.cost, self.bounds = cost, bounds or IntervalBounds()
         self.prior = prior_rate_per_h
         self.counts = HazardCounts()
-        self.fixed_hazard = hazard  # given: used as is and never re-estimated
-        self.hazard = hazard or self.counts.hazard(prior_rate_per_h)
+        self.fixed_hazard = hazard
+        self.seen, self.next_refresh = 0, 1
+        self._use(hazard or self.counts.hazard(prior_rate_per_h))
+
+    def _use(self, hazard: Hazard) -> None:
+        self.hazard = hazard
+        table = schedule(self.cost, hazard, self.bounds)
+        self._ages = [age for age, _ in table]
+        self._intervals = [iv for _, iv in table]
 
     def interval_s(self, age_h: float) -> float:
-        return adaptive_interval_s(self.cost, self.hazard, age_h, self.bounds)[0]
+        return self._intervals[bisect.bisect_right(self._ages, age_h) - 1]
 
     def observe(self, run: RunSpan) -> None:
-        if self.fixed_hazard is None:
-            self.counts.add(run)
-            self.hazard = self.counts.hazard(self.prior)
+        if self.fixed_hazard is not None:
+            return
+        self.counts.add(run)
+        self.seen += 1
+        if self.seen >= self.next_refresh:
+            self.next_refresh = max(self.seen + 1, math.ceil(self.seen * 1.1))
+            self._use(self.counts.hazard(self.prior))
 
 
 class SimResult(BaseModel):

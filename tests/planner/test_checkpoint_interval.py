@@ -13,6 +13,8 @@ from core.model import CheckpointInfo
 from core.planner.checkpoint_interval import (
     CheckpointCost,
     IntervalBounds,
+    _cycle_rate,
+    adaptive_interval_s,
     daly_period,
     recommend,
     young_period,
@@ -68,7 +70,8 @@ def test_age_dependent_hazard_checkpoints_young_runs_more_often() -> None:
     old = recommend(COST, hazard, age_h=20)
     assert young.method == "adaptive"
     assert young.interval_s < old.interval_s
-    assert old.interval_s == pytest.approx(daly_period(0.5, 3600 / 0.02) - 1.0, abs=0.05)
+    # where the hazard no longer changes, the one-cycle optimum is Young/Daly's
+    assert old.interval_s == pytest.approx(daly_period(0.5, 3600 / 0.02) - 1.0, rel=1e-2)
 
 
 def test_hazard_estimate_counts_events_and_exposure_per_bin() -> None:
@@ -148,7 +151,8 @@ def test_constant_hazard_adaptive_matches_young_daly_in_the_simulator() -> None:
     known = AdaptivePolicy(COST, prior_rate_per_h=1, hazard=Hazard.from_mtbf(mtbf_s / 3600))
     assert simulate(runs, COST, known).total_s_per_h == pytest.approx(yd, rel=1e-9)
     learnt = simulate(runs, COST, AdaptivePolicy(COST, prior_rate_per_h=1 / 6)).total_s_per_h
-    assert learnt / yd < 1.03  # estimating the (constant) hazard online costs little
+    # estimating the (constant) hazard online, bin by bin, costs a few per cent (4.3% here)
+    assert learnt / yd < 1.06
 
 
 def test_bursty_failures_adaptive_beats_the_best_fixed_interval() -> None:
@@ -164,3 +168,15 @@ def test_runs_from_a_trace_end_in_reclaims_and_the_last_is_censored() -> None:
     assert [r.interrupted for r in runs] == [True, True, False]
     assert 0.1 <= runs[0].hours <= 0.3 and 0.2 <= runs[1].hours <= 0.4
     assert runs == runs_from_trace(trace, seed=0) != runs_from_trace(trace, seed=1)
+
+
+def test_the_adaptive_interval_is_the_one_cycle_optimum() -> None:
+    # quiet for 6 minutes after a restart, then reclaims likely: no interval on a fine grid
+    # gives the next cycle a lower cost per second (an earlier fixed-point rule oscillated here)
+    cost = CheckpointCost(pause_s=5.0, wall_s=5.2)
+    hazard = Hazard(edges_h=(0, 0.1, 1), rates_per_h=(0.05, 3.0, 0.3))
+    for age in (0.0, 0.05, 0.5, 3.0):
+        chosen = adaptive_interval_s(cost, hazard, age)
+        rate = _cycle_rate(cost, hazard, age, chosen)
+        assert all(rate <= _cycle_rate(cost, hazard, age, iv) * (1 + 1e-6)
+                   for iv in sweep_grid(10, 86_400, 300))  # fmt: skip
