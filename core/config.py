@@ -211,6 +211,24 @@ class WrapperConfig(_Section):
     out_keep: int = Field(default=3, ge=1, le=100)
 
 
+class EconomicsConfig(_Section):
+    # The interruption hazard the recommended checkpoint interval is computed for
+    # (core.planner.checkpoint_interval, shown by get_workload): a spot node is reclaimed
+    # about once per spot_mtbf_h (4 h: the median over the shipped AWS V100 spot traces), an
+    # on-demand node fails about once per on_demand_mtbf_h. The interval stays within
+    # min_interval_s .. max_interval_s.
+    spot_mtbf_h: float = Field(default=4.0, gt=0, le=1e6)
+    on_demand_mtbf_h: float = Field(default=720.0, gt=0, le=1e6)
+    min_interval_s: float = Field(default=10.0, gt=0, le=86_400)
+    max_interval_s: float = Field(default=86_400.0, gt=0, le=30 * 86_400)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> EconomicsConfig:
+        if self.min_interval_s > self.max_interval_s:
+            raise ValueError("[economics] min_interval_s is above max_interval_s")
+        return self
+
+
 class Settings(_Section):
     # Top-level tables this model does not name are backend sections, checked by the
     # backend registry (core.backends.registry.sections); anything else is refused below.
@@ -228,6 +246,7 @@ class Settings(_Section):
     wrapper: WrapperConfig = Field(default_factory=WrapperConfig)
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
     migration: MigrationConfig = Field(default_factory=MigrationConfig)
+    economics: EconomicsConfig = Field(default_factory=EconomicsConfig)
 
     @model_validator(mode="after")
     def _extra_keys_are_tables(self) -> Settings:

@@ -39,7 +39,7 @@ from core.guardrails.approvals import ApprovalStatus
 from core.model import WorkloadState
 from core.runbooks.engine import Engine
 from core.runbooks.store import RunStatus
-from core.service import views
+from core.service import economics, views
 from core.service.facade import Service, bootstrap
 from mcp_server import registered, tools_actions, tools_insights, tools_runbooks
 from mcp_server.arguments import ArgumentChecks, strict_arguments
@@ -247,7 +247,11 @@ def build_server(
     async def get_workload(workload: WorkloadId, detail: Detail = False) -> dict[str, Any]:
         """One workload: state, node, engine, labels, last checkpoint."""
         found = await call(lambda: service.get_workload(workload))
-        return views.workload(found, detail=detail)
+        out = views.workload(found, detail=detail)
+        pays = await call(lambda: economics.checkpoint_economics(service, found))
+        if pays is not None:
+            out["checkpoint_interval"] = pays.model_dump() if detail else pays.brief()
+        return out
 
     @mcp.tool(title="List checkpoints", annotations=READ)
     async def list_checkpoints(

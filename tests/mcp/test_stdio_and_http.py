@@ -86,6 +86,13 @@ async def test_stdio_lists_tools_with_annotations_and_calls_each(
         assert seen, "no progress notifications during the checkpoint"
         cks = await client.call_tool("list_checkpoints", {"workload": "local:mcp-w"})
         assert len(cks.structured_content["checkpoints"]) == 1  # type: ignore[index]
+        # with a timed checkpoint, get_workload says which interval pays (on-demand node)
+        one = await client.call_tool("get_workload", {"workload": "local:mcp-w"})
+        pays = one.structured_content["checkpoint_interval"]  # type: ignore[index]
+        # (in_force_s, the workload's checkpoint_every, is left out: it has none)
+        assert set(pays) == {"interval_s", "loss_s_per_h", "overhead_s_per_h", "why"}
+        assert pays["interval_s"] >= 10 and pays["loss_s_per_h"] > 0
+        assert pays["why"].startswith("On-demand node:")
 
         plan = await client.call_tool(
             "migrate_workload", {"workload": "local:mcp-w", "dry_run": True}

@@ -1,0 +1,67 @@
+"""get_workload's checkpoint economics, computed by the service from the store's timings."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from core import errors
+from core.config import EconomicsConfig
+from core.model import CheckpointInfo, NodeInfo, WorkloadInfo, WorkloadState
+from core.planner.checkpoint_interval import daly_period
+from core.service.economics import checkpoint_economics
+
+
+def _ckpt(seq: int, **timings: float) -> CheckpointInfo:
+    return CheckpointInfo(id=f"local:w/{seq}", lineage="w", seq=seq, engine="criu",
+                          created_at=datetime(2026, 1, 1, seq, tzinfo=UTC), size_bytes=1,
+                          timings=timings)  # fmt: skip
+
+
+class _Service:
+    def __init__(self, ckpts: list[CheckpointInfo], spot: bool, fail: bool = False) -> None:
+        self.ckpts, self.fail = ckpts, fail
+        self.node = NodeInfo(id="local:n", backend="local", name="n", spot=spot)
+        self.settings = SimpleNamespace(economics=EconomicsConfig(spot_mtbf_h=2.0))
+
+    def checkpoints(self, workload: str) -> list[CheckpointInfo]:
+        if self.fail:
+            raise errors.NotFound("gone", hint="list workloads")
+        return self.ckpts
+
+    def nodes(self, backend: str) -> list[NodeInfo]:
+        return [self.node]
+
+
+W = WorkloadInfo(id="local:w", backend="local", name="w", state=WorkloadState.RUNNING,
+                 node="n", checkpoint_every=600)  # fmt: skip
+
+
+def _for(service: Any) -> Any:
+    return checkpoint_economics(service, W)
+
+
+def test_a_spot_node_gets_young_daly_for_its_mtbf_from_the_median_cost() -> None:
+    ckpts = [_ckpt(1, frozen_s=0.2, total_s=0.5), _ckpt(2, frozen_s=0.4, total_s=0.7),
+             _ckpt(3, frozen_s=0.3, total_s=0.6)]  # fmt: skip
+    pays = _for(_Service(ckpts, spot=True))
+    assert pays.spot and pays.mtbf_h == 2.0 and (pays.pause_s, pays.wall_s) == (0.3, 0.6)
+    assert pays.interval_s == pytest.approx(daly_period(0.3, 7200) - 0.6, abs=0.05)
+    assert pays.in_force_s == 600 and pays.why.startswith("Spot node:")
+    assert set(pays.brief()) == {"interval_s", "in_force_s", "loss_s_per_h",
+                                 "overhead_s_per_h", "why"}  # fmt: skip
+    on_demand = _for(_Service(ckpts, spot=False))
+    assert on_demand.interval_s > pays.interval_s and on_demand.mtbf_h == 720
+
+
+def test_nothing_measured_or_nothing_readable_gives_none() -> None:
+    assert _for(_Service([_ckpt(1)], spot=True)) is None  # no timings
+    assert _for(_Service([_ckpt(1, frozen_s=0.2)], spot=True, fail=True)) is None
+
+
+def test_bounds_that_cross_are_refused_in_the_configuration() -> None:
+    with pytest.raises(ValueError, match="min_interval_s"):
+        EconomicsConfig(min_interval_s=100, max_interval_s=10)
