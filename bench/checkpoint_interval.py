@@ -3,8 +3,9 @@ adaptive policy, over real spot reclaims and a generated node-failure history.
 
 Costs: the self-verifying counter (``core.workloads.counter``) at 200 MiB and 1 GiB, run
 under clawpoint's wrapper with real CRIU (root), checkpointed ``--reps`` times (leave
-running); the pause is the median ``frozen_s`` and the wall time the median ``total_s`` of
-those checkpoints. ``--documented-costs`` uses the figures of docs/benchmarks.md instead
+running, the disk synced before each as periodic checkpoints minutes apart find it); the
+pause is the median ``frozen_s`` and the wall time the median ``total_s`` of those
+checkpoints. ``--documented-costs`` uses the figures of docs/benchmarks.md instead
 (and says so in the output); without root or CRIU the run stops unless that flag is given.
 
 Histories: the 9 AWS V100 zones of the shipped spot traces (every stretch of availability
@@ -64,6 +65,27 @@ DOCUMENTED = {
 }
 PRIOR_RATE_PER_H = 0.25
 TARGET = 0.8
+NOTES = """\
+- **Why 0.8x is out of reach here**: to first order the cost at the best interval grows
+  with the square root of the hazard, so a policy that knows the hazard at each age can
+  gain at most E[sqrt h] / sqrt(E[h]) (over run time) on the best fixed interval. With each
+  zone's age-dependent hazard estimated in hindsight that bound is 0.76 (us-west-2b) to 0.93
+  (us-east-1a): below 0.8 on one zone only. Spot reclaims do cluster (about half the runs of
+  the us-east-1 zones end within 30 minutes), but most run time is in long quiet runs.
+  Other covariates tried (reclaims in the previous 6, 24 or 72 h; the previous run's
+  length) lowered that bound by at most 0.02 (us-west-2c to 0.80); the traces' prices are
+  one row short and the loader drops them, so price was not tried.
+- **Tuning**: the policy's constants (age bins, one pseudo-interruption of shrinkage, prior
+  one per 4 h) were set before this evaluation. A few other values were tried on the spot
+  policy's tuning zones only (us-east-1a, us-east-1d, us-east-2a, us-west-2b; with an
+  earlier form of the rule): means 0.91 to 0.99, none near 0.8; the defaults were kept.
+- **Young/Daly** with the hindsight MTBF is within a few per cent of the best fixed
+  interval everywhere: for one fixed interval, knowing the mean rate is enough.
+- **Costs** are measured on a shared 2-vCPU VM while other jobs ran: single checkpoints
+  froze the 1 GiB counter 0.5 to 6 s across runs (0.46 s in "Checkpoint" above, on a quiet
+  machine), the 200 MiB one 0.12 to 0.34 s. The ratios hold across those costs (0.87 to
+  1.00 with the documented ones, `--documented-costs`).
+"""
 BEGIN, END = "<!-- checkpoint-interval:begin -->", "<!-- checkpoint-interval:end -->"
 
 
@@ -87,8 +109,11 @@ def measure(reps: int) -> tuple[dict[int, CheckpointCost], dict[str, Any]]:
                 wait_until("the counter to fill its memory", lambda: rss_kib(pid) >= kib)  # noqa: B023
                 infos: list[CheckpointInfo] = []
                 for _ in range(reps):
+                    # periodic checkpoints are minutes apart: the last one's write-back is
+                    # done by the next (back to back, a 1 GiB dump waited behind it: 1-5 s)
+                    os.sync()
+                    time.sleep(1.0)
                     infos.append(bench.client(name).checkpoint(stop=False))
-                    time.sleep(0.5)
             finally:
                 bench.stop_wrapper(name)
             cost = CheckpointCost.from_checkpoints(infos)
@@ -113,12 +138,12 @@ def evaluate(name: str, replays: list[list[RunSpan]], cost: CheckpointCost) -> d
     def mean_total(make: Any) -> float:
         return statistics.fmean(simulate(r, cost, make()).total_s_per_h for r in replays)
 
-    sweep = [(mean_total(lambda iv=iv: FixedPolicy(iv)), iv) for iv in sweep_grid()]
-    best, best_iv = min(sweep)
     hours = sum(r.hours for rs in replays for r in rs)
     mtbf_s = 3600 * hours / max(1, sum(r.interrupted for rs in replays for r in rs))
     yd_iv = bounds.clamp(daly_period(cost.pause_s, mtbf_s) - cost.wall_s)
     yd = mean_total(lambda: FixedPolicy(yd_iv))
+    sweep = [(mean_total(lambda iv=iv: FixedPolicy(iv)), iv) for iv in sweep_grid()]
+    best, best_iv = min([*sweep, (yd, yd_iv)])  # Young/Daly's interval is a fixed one too
     adaptive = mean_total(lambda: AdaptivePolicy(cost, prior_rate_per_h=PRIOR_RATE_PER_H))
     return {
         "history": name,
@@ -185,7 +210,10 @@ def main() -> int:
         return 2
     else:
         costs, source = measure(args.reps)
-        source["costs"] = f"measured: median of {args.reps} leave-running checkpoints per size"
+        source["costs"] = (
+            f"measured: median of {args.reps} leave-running checkpoints per size, disk synced "
+            "before each"
+        )
     t0 = time.monotonic()
     rows = []
     for name, replays in histories(args.seeds).items():
@@ -204,7 +232,10 @@ def main() -> int:
         f"0.8x best fixed: met on {met} of {len(rows)} (adaptive / best "
         f"{min(ratios):.2f}-{max(ratios):.2f}, median {statistics.median(ratios):.2f})."
     )
-    md = render(rows, header)
+    machine = source.get("machine")
+    if isinstance(machine, dict):
+        header += " Machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()) + "."
+    md = render(rows, header) + "\n\n" + NOTES
     out = ROOT / "bench" / "results" / "checkpoint_interval.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({**source, "seeds": args.seeds, "rows": rows}, indent=2) + "\n")
