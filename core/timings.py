@@ -45,6 +45,7 @@ class DumpTimings(_Read):
     frozen_s: float | None = None  # the tree frozen, as CRIU measured it
     criu_dump_s: float | None = None  # CRIU's dump command, wall time
     total_s: float | None = None  # the whole checkpoint: dump, files, publish
+    publish_s: float | None = None  # the images hashed, synced and published (the store)
 
     @classmethod
     def of(cls, ckpt: CheckpointInfo) -> DumpTimings:

@@ -64,14 +64,16 @@ class CheckpointCost(BaseModel):
     @classmethod
     def from_checkpoints(cls, checkpoints: Sequence[CheckpointInfo]) -> CheckpointCost | None:
         """The median cost of the checkpoints whose timings say what they cost (the pause:
-        CRIU's ``frozen_s``, else its dump time; the wall: ``total_s``), None if none do."""
+        CRIU's ``frozen_s``, else its dump time; the wall: ``total_s``, else the dump and
+        the publish, as stored manifests record them), None if none do."""
         pauses, walls = [], []
         for ckpt in checkpoints:
             t = DumpTimings.of(ckpt)
             pause = t.frozen_s or t.criu_dump_s
             if pause and pause > 0:
+                wall = t.total_s or (t.criu_dump_s or pause) + (t.publish_s or 0.0)
                 pauses.append(pause)
-                walls.append(max(t.total_s or pause, pause))
+                walls.append(max(wall, pause))
         if not pauses:
             return None
         return cls(pause_s=statistics.median(pauses), wall_s=statistics.median(walls))

@@ -97,6 +97,10 @@ def test_cost_from_checkpoints_is_the_median_of_their_timings() -> None:
              ckpt(3, criu_dump_s=0.3, total_s=0.6), ckpt(4)]  # fmt: skip
     assert CheckpointCost.from_checkpoints(infos) == CheckpointCost(pause_s=0.3, wall_s=0.6)
     assert CheckpointCost.from_checkpoints([ckpt(5)]) is None
+    # a stored manifest has no total_s: the wall is the dump and the publish
+    stored = ckpt(6, frozen_s=0.05, criu_dump_s=0.09, publish_s=0.01)
+    cost = CheckpointCost.from_checkpoints([stored])
+    assert cost is not None and (cost.pause_s, cost.wall_s) == (0.05, pytest.approx(0.1))
 
 
 @pytest.mark.parametrize(
