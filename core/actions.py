@@ -484,7 +484,7 @@ CATALOGUE: dict[Action, ActionSpec] = {
             IntervalParams,
             _interval_risk,
             "Set a workload's checkpoint interval",
-            "Change how often a workload is checkpointed (safe; longer or off: disruptive).",
+            "Change how often a workload is checkpointed (longer or off: disruptive).",
             "set_checkpoint_interval",
             ("checkpoint-interval",),
         ),

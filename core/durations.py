@@ -70,10 +70,7 @@ def format_duration(delta: timedelta) -> str:
 MIN_INTERVAL_S = 2.0
 MAX_INTERVAL_S = 86400.0
 OFF = "off"
-INTERVAL_HELP = (
-    f"How often to checkpoint: a duration such as 30s, 10m or 2h (a plain number is seconds; "
-    f"{MIN_INTERVAL_S:g}s to 1d), or {OFF!r} for no periodic checkpoints"
-)
+INTERVAL_HELP = f"30s, 10m, 2h... ({MIN_INTERVAL_S:g}s to 1d), or {OFF} for none"
 
 
 def interval_text(seconds: float | None) -> str:

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from core import errors
+from core.wrapper.control import ControlClient
 from tests.cli.conftest import Cli
 
 
@@ -122,3 +124,18 @@ def test_a_killed_workload_is_refused(cli: Cli) -> None:
     assert r.code == 10 and "killed" in r.stdout + r.stderr, str(r)
     r = cli("checkpoint-interval", "local:nosuch", "--every", "2s", "--yes")
     assert r.code == 3, str(r)
+
+
+def test_the_wrapper_takes_only_a_time_on_its_socket(cli: Cli) -> None:
+    """The control socket's ``interval`` op (what the step sends): a non-number or a
+    non-positive value is refused and the wrapper keeps its interval; a number is in force
+    at once and answered with when the next checkpoint is due."""
+    ref = cli.start_counter("sock")
+    client = ControlClient(cli.home / "run" / "sock.sock")
+    for bad in ("abc", -1, 0, True, float("inf")):
+        with pytest.raises(errors.InvalidInput, match="positive number of seconds"):
+            client.set_interval(bad)  # type: ignore[arg-type]
+    before = _last_seq(cli, ref)
+    assert client.set_interval(2.0) == {"checkpoint_every": 2.0, "next_in_s": 2.0}
+    _await_checkpoints(cli, ref, before, 1, timeout_s=30)
+    assert client.set_interval(None) == {"checkpoint_every": None, "next_in_s": None}
