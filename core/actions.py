@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
 from core import errors
+from core.durations import INTERVAL_HELP, OFF, Interval
 from core.model import Action, RiskClass
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "DrainParams",
     "FailoverParams",
     "Interface",
+    "IntervalParams",
     "MoveParams",
     "NoParams",
     "ScaleParams",
@@ -179,6 +181,13 @@ class ScaleParams(ActionParams):
     )
 
 
+class IntervalParams(ActionParams):
+    """A workload's periodic checkpoint interval (``core.durations.Interval``), or off."""
+
+    every: Interval = Field(max_length=32, description=INTERVAL_HELP)
+    reason: str = Field(default="", max_length=500, description="Recorded on the workload")
+
+
 # --------------------------------------------------------------------------- risk
 
 
@@ -211,6 +220,11 @@ def _drain_risk(params: Mapping[str, Any]) -> RiskClass:
 
 def _scale_risk(params: Mapping[str, Any]) -> RiskClass:
     return RiskClass.DESTRUCTIVE if params.get("down_without_save") else RiskClass.DISRUPTIVE
+
+
+def _interval_risk(params: Mapping[str, Any]) -> RiskClass:
+    # Longer than the interval in force is disruptive too: the backend's plan says so.
+    return RiskClass.DISRUPTIVE if params.get("every") == OFF else RiskClass.SAFE
 
 
 # --------------------------------------------------------------------------- the table
@@ -463,6 +477,16 @@ CATALOGUE: dict[Action, ActionSpec] = {
             "(disruptive: takes the GPU back).",
             "resume_gpu",
             ("resume-gpu",),
+        ),
+        _spec(
+            Action.SET_CHECKPOINT_INTERVAL,
+            Target.WORKLOAD,
+            IntervalParams,
+            _interval_risk,
+            "Set a workload's checkpoint interval",
+            "Change how often a workload is checkpointed (longer or off: disruptive).",
+            "set_checkpoint_interval",
+            ("checkpoint-interval",),
         ),
     )
 }

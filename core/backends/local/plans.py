@@ -12,7 +12,14 @@ process tree, so it is moved, never scaled.
 from __future__ import annotations
 
 from core import errors
-from core.actions import CordonParams, DrainParams, MoveParams, NoParams, StartParams
+from core.actions import (
+    CordonParams,
+    DrainParams,
+    IntervalParams,
+    MoveParams,
+    NoParams,
+    StartParams,
+)
 from core.backends.base import PlanDraft
 from core.backends.dispatch import PlanEntry
 from core.backends.local import node_plans
@@ -35,8 +42,15 @@ from core.backends.local.planning import (
     work_lost_note,
     workload_record,
 )
-from core.backends.local.step_args import CheckpointArgs, StartArgs, WorkloadArgs, step
-from core.model import Action, WorkloadState
+from core.backends.local.step_args import (
+    CheckpointArgs,
+    IntervalArgs,
+    StartArgs,
+    WorkloadArgs,
+    step,
+)
+from core.durations import interval_seconds, interval_text
+from core.model import KILLED, Action, RiskClass, WorkloadState
 from core.state.workloads import WorkloadRecord
 
 
@@ -251,6 +265,47 @@ def _plan_gpu(ctx: LocalContext, target: str, action: Action) -> PlanDraft:
     )
 
 
+def plan_set_interval(ctx: LocalContext, target: str, params: IntervalParams) -> PlanDraft:
+    """Change how often a workload is checkpointed: its record keeps the interval (a resume,
+    migrate or failover starts with it) and a running wrapper follows it at once."""
+    action = Action.SET_CHECKPOINT_INTERVAL
+    rec = workload_record(ctx, target)
+    ref = f"{NAME}:{target}"
+    if rec.state is WorkloadState.COMPLETED or rec.exit_status == KILLED:
+        how = "completed" if rec.state is WorkloadState.COMPLETED else "was killed"
+        raise errors.Conflict(
+            f"cannot {action.value} {ref}: it {how} and nothing checkpoints it any more",
+            hint=f"see its state with {errors.step('list_workloads')}",
+        )
+    require_state(rec, {WorkloadState.RUNNING, WorkloadState.STOPPED, WorkloadState.FAILED}, action)
+    was, new = rec.checkpoint_every, interval_seconds(params.every)
+    # The catalogue's risk reads the parameters only (off: disruptive). Whether a new
+    # interval is longer than the one in force is known here, from the workload's record,
+    # so the plan says it: a longer one leaves more work at risk between checkpoints
+    # (disruptive, as off is); the service keeps the higher risk. The step refuses to run
+    # if the interval in force changed since (``was_s``), so the risk stays the true one.
+    longer = new is None or (was is not None and new > was)
+    live = rec.state in _LIVE
+    what = "no periodic checkpoints" if new is None else f"a checkpoint every {params.every}"
+    return PlanDraft(
+        steps=[
+            step(
+                "set-interval",
+                "set_interval",
+                IntervalArgs(workload=target, every_s=new, was_s=was, reason=params.reason),
+                f"record {what} for {ref}" + (", and tell its wrapper" if live else ""),
+            )
+        ],
+        summary=f"Give {ref} {what} (was {interval_text(was)})"
+        + ("" if live else f"; it applies when {ref} runs again"),
+        saves="nothing is paused; "
+        + ("only checkpoints asked for save its work" if new is None else f"{what} saves it"),
+        rollback=f"clawpoint checkpoint-interval {ref} --every {interval_text(was)}",
+        scope=scope(ctx, rec),
+        risk=RiskClass.DISRUPTIVE if longer else RiskClass.SAFE,
+    )
+
+
 def _plan_fresh(ctx: LocalContext, rec: WorkloadRecord, dest: str, *, fence: bool) -> PlanDraft:
     """Start ``rec`` from scratch on ``dest``: an explicit request by a person (``--fresh``)."""
     ref = f"{NAME}:{rec.name}"
@@ -352,6 +407,7 @@ PLANS: dict[Action, PlanEntry[LocalContext]] = {
     Action.DELETE_CHECKPOINT: PlanEntry(node_plans.plan_delete, NoParams),
     Action.SUSPEND_GPU: PlanEntry(plan_suspend_gpu, NoParams),
     Action.RESUME_GPU: PlanEntry(plan_resume_gpu, NoParams),
+    Action.SET_CHECKPOINT_INTERVAL: PlanEntry(plan_set_interval, IntervalParams),
 }
 
 # Why an action is not in the table: every other action is refused with this reason.

@@ -71,6 +71,16 @@ class DeleteCheckpointArgs(StepArgs):
     checkpoint_id: str
 
 
+class IntervalArgs(StepArgs):
+    """Checkpoint ``workload`` every ``every_s`` seconds (None: no periodic checkpoints), if
+    the interval in force is still ``was_s``, the one the plan (and its risk) was made on."""
+
+    workload: str
+    every_s: float | None
+    was_s: float | None
+    reason: str = ""
+
+
 ARGS: dict[str, type[StepArgs]] = {
     "checkpoint": CheckpointArgs,
     "standby": StandbyArgs,
@@ -81,6 +91,7 @@ ARGS: dict[str, type[StepArgs]] = {
     "delete_checkpoint": DeleteCheckpointArgs,
     "suspend_gpu": WorkloadArgs,
     "resume_gpu": WorkloadArgs,
+    "set_interval": IntervalArgs,
 }
 
 
