@@ -158,6 +158,13 @@ class GpuOutput(StepOutput):
     reports: list[dict[str, Any]]
 
 
+class IntervalOutput(StepOutput):
+    """The interval now in force (None: off); ``live``: the running wrapper took it too."""
+
+    checkpoint_every: float | None
+    live: bool
+
+
 OUTPUTS: dict[str, type[StepOutput]] = {
     "checkpoint": CheckpointOutput,
     "standby": StandbyOutput,
@@ -168,6 +175,7 @@ OUTPUTS: dict[str, type[StepOutput]] = {
     "delete_checkpoint": DeleteCheckpointOutput,
     "suspend_gpu": GpuOutput,
     "resume_gpu": GpuOutput,
+    "set_interval": IntervalOutput,
 }
 
 
