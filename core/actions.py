@@ -98,8 +98,8 @@ class Interface(StrEnum):
 
 # How each kind of target is written (every interface's help for the target argument).
 TARGET_HELP: dict[Target, str] = {
-    Target.WORKLOAD: "Workload id, e.g. local:train-1",
-    Target.NODE: "Node NAME or BACKEND:NAME, e.g. node-a or slurm:n1",
+    Target.WORKLOAD: "e.g. local:train-1",
+    Target.NODE: "NAME or BACKEND:NAME, e.g. node-a or slurm:n1",
     Target.CHECKPOINT: "Checkpoint id BACKEND:WORKLOAD@SEQ, e.g. local:train-1@3",
 }
 
@@ -116,7 +116,7 @@ NodeArg = Annotated[
     str | None,
     Field(
         max_length=128,
-        description="Node NAME or BACKEND:NAME; omit to let clawpoint choose",
+        description="NAME or BACKEND:NAME; omit: clawpoint picks",
     ),
 ]
 
@@ -136,8 +136,8 @@ class StartParams(MoveParams):
 
     fresh: bool = Field(
         default=False,
-        description="Start from scratch, restoring no checkpoint (destructive: all progress "
-        "is lost)",
+        description="Restore no checkpoint: start over, all progress lost "
+        "(destructive)",
     )
 
 
@@ -160,8 +160,8 @@ class FailoverParams(StartParams):
 
     fenced: bool = Field(
         default=False,
-        description="A person vouches the lost node is fenced (off, or cut from network and "
-        "storage); needs a person's approval (destructive)",
+        description="A person vouches the lost node is off or cut from network and "
+        "storage (a person's approval; destructive)",
     )
 
 
