@@ -136,8 +136,7 @@ class StartParams(MoveParams):
 
     fresh: bool = Field(
         default=False,
-        description="Restore no checkpoint: start over, all progress lost "
-        "(destructive)",
+        description="Restore no checkpoint: start over, all progress lost (destructive)",
     )
 
 
