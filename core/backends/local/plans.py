@@ -32,12 +32,12 @@ from core.backends.local.planning import (
     move_steps,
     pick_target,
     price_note,
-    refuse_unsupported,
     require_restorable,
     require_state,
     scope,
     size_hint,
     start_step,
+    subject,
     with_files,
     work_lost_note,
     workload_record,
@@ -57,11 +57,8 @@ from core.state.workloads import WorkloadRecord
 def plan_checkpoint(ctx: LocalContext, target: str, params: NoParams) -> PlanDraft:
     """Checkpoint a running workload; it keeps running."""
     action = Action.CHECKPOINT
-    rec = workload_record(ctx, target)
-    ref = f"{NAME}:{target}"
-    size = size_hint(ctx, target)
-    require_state(rec, {WorkloadState.RUNNING}, action)
-    refuse_unsupported(rec, action)
+    rec = subject(ctx, target, action, {WorkloadState.RUNNING}, probe=True)
+    ref, size = f"{NAME}:{target}", size_hint(ctx, target)
     return PlanDraft(
         steps=[
             step(
@@ -82,11 +79,8 @@ def plan_checkpoint(ctx: LocalContext, target: str, params: NoParams) -> PlanDra
 def plan_migrate(ctx: LocalContext, target: str, params: MoveParams) -> PlanDraft:
     """Move a running workload to another node (a handoff to a standby where it can)."""
     action = Action.MIGRATE
-    rec = workload_record(ctx, target)
-    ref = f"{NAME}:{target}"
-    size = size_hint(ctx, target)
-    require_state(rec, {WorkloadState.RUNNING}, action)
-    refuse_unsupported(rec, action)
+    rec = subject(ctx, target, action, {WorkloadState.RUNNING}, probe=True)
+    ref, size = f"{NAME}:{target}", size_hint(ctx, target)
     to = params.to
     dest = pick_target(ctx, exclude={rec.node or ""}, requested=to)
     return PlanDraft(
@@ -120,11 +114,8 @@ def plan_migrate(ctx: LocalContext, target: str, params: MoveParams) -> PlanDraf
 def plan_preempt(ctx: LocalContext, target: str, params: NoParams) -> PlanDraft:
     """Checkpoint a running workload and stop it, freeing its node."""
     action = Action.PREEMPT
-    rec = workload_record(ctx, target)
-    ref = f"{NAME}:{target}"
-    size = size_hint(ctx, target)
-    require_state(rec, {WorkloadState.RUNNING}, action)
-    refuse_unsupported(rec, action)
+    rec = subject(ctx, target, action, {WorkloadState.RUNNING}, probe=True)
+    ref, size = f"{NAME}:{target}", size_hint(ctx, target)
     return PlanDraft(
         steps=[
             step(
@@ -146,9 +137,8 @@ def plan_preempt(ctx: LocalContext, target: str, params: NoParams) -> PlanDraft:
 def plan_resume(ctx: LocalContext, target: str, params: StartParams) -> PlanDraft:
     """Start a stopped workload again from its newest good checkpoint (or from scratch)."""
     action = Action.RESUME
-    rec = workload_record(ctx, target)
+    rec = subject(ctx, target, action, {WorkloadState.STOPPED})
     ref = f"{NAME}:{target}"
-    require_state(rec, {WorkloadState.STOPPED}, action)
     start = params
     wanted: str | None = start.to or rec.node
     dest = pick_target(ctx, exclude=set(), requested=wanted)
@@ -218,9 +208,8 @@ def plan_failover(ctx: LocalContext, target: str, params: StartParams) -> PlanDr
 def plan_kill(ctx: LocalContext, target: str, params: NoParams) -> PlanDraft:
     """Terminate a running workload without saving."""
     action = Action.KILL
-    rec = workload_record(ctx, target)
+    rec = subject(ctx, target, action, {WorkloadState.RUNNING})
     ref = f"{NAME}:{target}"
-    require_state(rec, {WorkloadState.RUNNING}, action)
     return PlanDraft(
         steps=[
             step(
@@ -239,9 +228,8 @@ def plan_kill(ctx: LocalContext, target: str, params: NoParams) -> PlanDraft:
 
 def _plan_gpu(ctx: LocalContext, target: str, action: Action) -> PlanDraft:
     """Suspend or resume the GPU state of a running workload in place."""
-    rec = workload_record(ctx, target)
+    rec = subject(ctx, target, action, {WorkloadState.RUNNING})
     ref = f"{NAME}:{target}"
-    require_state(rec, {WorkloadState.RUNNING}, action)
     suspend = action is Action.SUSPEND_GPU
     return PlanDraft(
         steps=[
