@@ -12,9 +12,9 @@ CLI's ``--help`` and the runbook calls against it.
 Adding an action (for example ``suspend_gpu``):
 
 1. add a member to ``core.model.Action``;
-2. if it takes parameters, add a parameter model below (subclass ``ActionParams``; every
-   field with a type, a default when optional, and a ``description``: the description is
-   what MCP clients and ``--help`` show);
+2. if it takes parameters, add a parameter model in ``core.action_params`` (subclass
+   ``ActionParams``; every field with a type, a default when optional, and a
+   ``description``: the description is what MCP clients and ``--help`` show);
 3. add one ``ActionSpec`` to ``CATALOGUE`` (target kind, model, risk, description, MCP tool
    name, CLI words, runbook call name);
 4. teach the backends that can do it: one plan function in their plan table and a runner
@@ -42,12 +42,24 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
 from core import errors
+from core.action_params import (
+    ActionParams,
+    CordonParams,
+    DrainParams,
+    FailoverParams,
+    IntervalParams,
+    MoveParams,
+    NoParams,
+    ScaleParams,
+    StartParams,
+)
+from core.durations import OFF
 from core.model import Action, RiskClass
 
 __all__ = [
@@ -60,6 +72,7 @@ __all__ = [
     "DrainParams",
     "FailoverParams",
     "Interface",
+    "IntervalParams",
     "MoveParams",
     "NoParams",
     "ScaleParams",
@@ -96,88 +109,10 @@ class Interface(StrEnum):
 
 # How each kind of target is written (every interface's help for the target argument).
 TARGET_HELP: dict[Target, str] = {
-    Target.WORKLOAD: "Workload id, e.g. local:train-1",
-    Target.NODE: "Node NAME or BACKEND:NAME, e.g. node-a or slurm:n1",
+    Target.WORKLOAD: "e.g. local:train-1",
+    Target.NODE: "NAME or BACKEND:NAME, e.g. node-a or slurm:n1",
     Target.CHECKPOINT: "Checkpoint id BACKEND:WORKLOAD@SEQ, e.g. local:train-1@3",
 }
-
-# --------------------------------------------------------------------------- parameters
-
-
-class ActionParams(BaseModel):
-    """Base of every action's parameters: frozen, unknown fields refused."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-NodeArg = Annotated[
-    str | None,
-    Field(
-        max_length=128,
-        description="Node NAME or BACKEND:NAME; omit to let clawpoint choose",
-    ),
-]
-
-
-class NoParams(ActionParams):
-    """An action that takes no parameters."""
-
-
-class MoveParams(ActionParams):
-    """An action that places a workload somewhere."""
-
-    to: NodeArg = None
-
-
-class StartParams(MoveParams):
-    """Resume or fail over: where, and whether to start over instead of restoring."""
-
-    fresh: bool = Field(
-        default=False,
-        description="Start from scratch, restoring no checkpoint (destructive: all progress "
-        "is lost)",
-    )
-
-
-class DrainParams(MoveParams):
-    """Drain a node: where its workloads go, and whether they are saved first."""
-
-    save: bool = Field(
-        default=True,
-        description="Checkpoint and move each workload (false kills them: destructive)",
-    )
-    force: bool = Field(
-        default=False,
-        description="Also evict pods nothing recreates or with scratch data (destructive)",
-    )
-    reason: str = Field(default="", max_length=500, description="Recorded on the node")
-
-
-class FailoverParams(StartParams):
-    """Fail over: ``StartParams``, plus a person's word that the lost node is fenced."""
-
-    fenced: bool = Field(
-        default=False,
-        description="A person vouches the lost node is fenced (off, or cut from network and "
-        "storage); needs a person's approval (destructive)",
-    )
-
-
-class CordonParams(ActionParams):
-    """Cordon a node: the reason recorded on it (the action's reason)."""
-
-    reason: str = Field(default="", max_length=500, description="Recorded on the node")
-
-
-class ScaleParams(ActionParams):
-    """Scale a workload to a replica count."""
-
-    replicas: int = Field(ge=0, le=10000, description="Desired replica count")
-    down_without_save: bool = Field(
-        default=False,
-        description="Remove replicas without checkpointing them (destructive)",
-    )
-
 
 # --------------------------------------------------------------------------- risk
 
@@ -211,6 +146,11 @@ def _drain_risk(params: Mapping[str, Any]) -> RiskClass:
 
 def _scale_risk(params: Mapping[str, Any]) -> RiskClass:
     return RiskClass.DESTRUCTIVE if params.get("down_without_save") else RiskClass.DISRUPTIVE
+
+
+def _interval_risk(params: Mapping[str, Any]) -> RiskClass:
+    # Longer than the interval in force is disruptive too: the backend's plan says so.
+    return RiskClass.DISRUPTIVE if params.get("every") == OFF else RiskClass.SAFE
 
 
 # --------------------------------------------------------------------------- the table
@@ -463,6 +403,16 @@ CATALOGUE: dict[Action, ActionSpec] = {
             "(disruptive: takes the GPU back).",
             "resume_gpu",
             ("resume-gpu",),
+        ),
+        _spec(
+            Action.SET_CHECKPOINT_INTERVAL,
+            Target.WORKLOAD,
+            IntervalParams,
+            _interval_risk,
+            "Set a workload's checkpoint interval",
+            "Change how often a workload is checkpointed (longer or off: disruptive).",
+            "set_checkpoint_interval",
+            ("checkpoint-interval",),
         ),
     )
 }

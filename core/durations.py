@@ -2,12 +2,22 @@
 
 Pure functions, no I/O. Limits: one unit per value (no "1h30m"); at most 365 days, because
 a standing approval or an approval window longer than that is almost certainly a typo.
+
+A workload's periodic checkpoint interval, as ``set_checkpoint_interval`` takes it, is such
+a duration between ``MIN_INTERVAL_S`` and ``MAX_INTERVAL_S``, or ``off`` (no periodic
+checkpoints): ``Interval`` is that argument as a pydantic field, kept in its shortest
+spelling ("600s" becomes "10m"), and ``interval_seconds`` reads it back.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
+from typing import Annotated
+
+from pydantic import AfterValidator
+from pydantic_core import PydanticCustomError
 
 from core import errors
 
@@ -53,3 +63,57 @@ def format_duration(delta: timedelta) -> str:
         if seconds and seconds % size == 0:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+# A periodic checkpoint more often than this would keep a workload paused for much of its
+# life; less often than daily is what "off" is for.
+MIN_INTERVAL_S = 2.0
+MAX_INTERVAL_S = 86400.0
+OFF = "off"
+INTERVAL_HELP = f"30s, 10m, 2h... ({MIN_INTERVAL_S:g}s to 1d), or {OFF} for none"
+
+
+def interval_text(seconds: float | None) -> str:
+    """An interval as it is written: ``off`` for None, else its largest exact unit."""
+    if seconds is None:
+        return OFF
+    if seconds != int(seconds):
+        return f"{seconds:g}s"
+    return format_duration(timedelta(seconds=seconds))
+
+
+def _interval(value: str) -> str:
+    """``value`` in its shortest spelling, else a pydantic error (the caller's argument
+    error) that says what is wrong and how to write it."""
+    text = value.strip().lower()
+    if text == OFF:
+        return OFF
+    try:
+        seconds = parse_duration(
+            int(text) if text.isascii() and text.isdigit() else text, what="every"
+        ).total_seconds()
+    except errors.InvalidInput:
+        # Zero parses as no duration at all; it reads as "as short as can be".
+        seconds = 0.0 if re.fullmatch(r"0+\s*[smhdw]?", text) else math.nan
+    if seconds < MIN_INTERVAL_S:
+        problem = f"is shorter than {MIN_INTERVAL_S:g}s, the shortest interval"
+    elif seconds > MAX_INTERVAL_S:
+        problem = "is longer than 1d, the longest interval"
+    elif seconds != seconds:  # NaN: not a duration
+        problem = "is not a duration"
+    else:
+        return interval_text(seconds)
+    raise PydanticCustomError(
+        "checkpoint_interval",
+        "{got} {problem}: write a duration such as 30s, 10m or 2h, or off for no periodic "
+        "checkpoints",
+        {"got": repr(value), "problem": problem},
+    )
+
+
+Interval = Annotated[str, AfterValidator(_interval)]
+
+
+def interval_seconds(text: str) -> float | None:
+    """The seconds of an ``Interval`` (None: off)."""
+    return None if text == OFF else parse_duration(text, what="every").total_seconds()

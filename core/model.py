@@ -181,6 +181,7 @@ class Action(StrEnum):
     DELETE_CHECKPOINT = "delete_checkpoint"
     SUSPEND_GPU = "suspend_gpu"
     RESUME_GPU = "resume_gpu"
+    SET_CHECKPOINT_INTERVAL = "set_checkpoint_interval"
 
 
 class NodeHealth(StrEnum):

@@ -34,7 +34,7 @@ READ = ToolAnnotations(
     read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
 )
 
-WorkloadId = Annotated[str, Field(description="Workload id, e.g. local:train-1", max_length=128)]
+WorkloadId = Annotated[str, Field(description="e.g. local:train-1", max_length=128)]
 Reason = Annotated[str, Field(description="Why (audited)", max_length=MAX_REASON_CHARS)]
 Detail = Annotated[bool, Field(description="Full records")]
 Limit = Annotated[int, Field(ge=1, le=200)]

@@ -53,7 +53,7 @@ ACT = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
 )
 
-DryRun = Annotated[bool, Field(description="Plan only; change nothing")]
+DryRun = Annotated[bool, Field(description="Plan only")]
 
 
 class PersonDecision(BaseModel):

@@ -30,14 +30,13 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
         backend: Annotated[str | None, Field(description="Omit for all")] = None,
     ) -> briefs.QueueDepthList:
         """Pending and running work per backend/partition: pending by reason, oldest wait,
-        GPUs requested. A long-waiting queue is a 'backlog' the planner may free room for."""
+        GPUs requested (a long wait: a 'backlog' the planner may free room for)."""
         return await call(lambda: briefs.queue_depth(service, backend))
 
     @mcp.tool(title="SLA risk", annotations=READ)
     async def sla_risk(detail: Detail = False) -> briefs.SlaRiskList:
-        """Workloads with a deadline: ETA, slack and risk level (high when the ETA is past
-        the deadline or slack < 10% of the time left), and the node speed that would bring
-        the risk back to low."""
+        """Workloads with a deadline: ETA, slack, risk (high: ETA past the deadline or slack
+        < 10% of the time left) and the node speed that would make it low."""
         return await call(lambda: briefs.sla_risk(service, detail))
 
     @mcp.tool(title="Spot market", annotations=READ)
@@ -48,14 +47,13 @@ def register(mcp: MCPServer[Any], service: Service) -> None:
 
     @mcp.tool(title="Cluster health", annotations=READ)
     async def cluster_health(detail: Detail = False) -> briefs.ClusterHealthOut:
-        """Node health of every backend, this host's GPU health from NVML (Xid errors, ECC,
-        row remapping, lost GPUs) and the interruption/maintenance notices announced now."""
+        """Node health of every backend, this host's GPUs from NVML (Xid errors, ECC, row
+        remapping, lost GPUs) and the notices announced now."""
         return await call(lambda: briefs.cluster_health(service, detail))
 
     @mcp.tool(title="Plan actions", annotations=READ)
     async def plan_actions(detail: Detail = False) -> briefs.PlanReportOut:
-        """Ranked proposals from the current signals (notices, GPU and node health, SLA
-        risk, queues, prices), most urgent first, with the SLA risks and notices they rest
-        on. Each names the action tool and its arguments, ready to call (add reason; try
-        dry_run=true first), and why. Executes nothing."""
+        """Ranked proposals from the current signals (notices, health, SLA risk, queues,
+        prices), most urgent first, with the evidence and why. Each names a tool and its
+        arguments, ready to call (add reason; dry_run=true first). Executes nothing."""
         return await call(lambda: briefs.plan_actions(service, detail))

@@ -35,6 +35,7 @@ from core.model import (
     PlanScope,
     PlanStep,
     PrincipalKind,
+    RiskClass,
     WorkloadInfo,
 )
 
@@ -74,6 +75,9 @@ class PlanDraft(BaseModel):
     rollback: str = ""
     cost_effect: str = ""
     scope: PlanScope = Field(default_factory=PlanScope)
+    # A risk read from the world where the plan is made, which the parameters alone cannot
+    # imply (an interval longer than the one in force): the plan's risk is the higher.
+    risk: RiskClass | None = None
 
 
 @runtime_checkable

@@ -22,6 +22,7 @@ from core.model import (
     PlanScope,
     Preconditions,
     Principal,
+    RiskClass,
     WorkloadState,
 )
 from core.service import drains
@@ -34,6 +35,12 @@ def _comparable(state: WorkloadState) -> WorkloadState:
     # A periodic checkpoint in progress is still a running workload (the wrapper serialises
     # control requests, so a plan's step simply follows that checkpoint).
     return WorkloadState.RUNNING if state is WorkloadState.CHECKPOINTING else state
+
+
+def _higher(implied: RiskClass, found: RiskClass | None) -> RiskClass:
+    """The parameters' risk, raised (never lowered) to the one the backend found."""
+    order = list(RiskClass)  # from the least risky up
+    return implied if found is None else max(implied, found, key=order.index)
 
 
 class Planning(Inventory):
@@ -89,7 +96,7 @@ class Planning(Inventory):
             params=recorded,
             steps=draft.steps,
             on_failure=draft.on_failure,
-            risk=actions.risk_of(action, typed),
+            risk=_higher(actions.risk_of(action, typed), draft.risk),
             summary=draft.summary,
             expected_pause_s=draft.expected_pause_s,
             saves=draft.saves,

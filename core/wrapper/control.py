@@ -3,8 +3,9 @@
 Requests are one JSON object per line: ``{"op": "checkpoint", "stop": bool}`` (a stop may
 add ``"handoff": {"socket", "mode"}``: see ``core.wrapper.handoff``; ``"by": "agent"`` marks
 a checkpoint an agent asked for, which rotates only among the agents': core.store.retention),
-``{"op": "status"}``, ``{"op": "terminate", "timeout_s": float}``. The wrapper answers with
-zero or more ``{"progress": [done, total, message]}`` lines, then exactly one
+``{"op": "status"}``, ``{"op": "terminate", "timeout_s": float}``, ``{"op": "interval",
+"every_s": float | null}`` (periodic checkpoints from now on; null: none). The wrapper
+answers with zero or more ``{"progress": [done, total, message]}`` lines, then exactly one
 ``{"result": ...}`` or ``{"error": {code, message, hint, ...}}`` line.
 
 Limits: Unix socket paths are limited to 107 bytes; longer paths are reached through
@@ -197,6 +198,11 @@ class ControlClient:
     def status(self) -> dict[str, Any]:
         result = self._request({"op": "status"}, timeout_s=10)
         return dict(result or {})
+
+    def set_interval(self, every_s: float | None) -> dict[str, Any]:
+        """Periodic checkpoints every ``every_s`` from now on (None: none); the wrapper says
+        ``checkpoint_every`` and ``next_in_s`` (seconds until the next one is due)."""
+        return dict(self._request({"op": "interval", "every_s": every_s}, timeout_s=10) or {})
 
     def terminate(self, *, timeout_s: float, dump_wait_s: float | None = None) -> None:
         """End the payload: a checkpoint under way may finish first (``dump_wait_s``, default

@@ -5,9 +5,11 @@ Each connection gets a thread that reads one request (``core.wrapper.control`` h
 protocol) and answers it. A checkpoint becomes a :class:`Job` on :attr:`ControlDesk.jobs`;
 its requester waits at most ``[checkpoint] queue_wait_s`` for the main loop to start it (a
 checkpoint under way goes first), else the job is withdrawn, never run, and the requester
-told it was busy. The desk counts the answers it owes, so the wrapper does not exit before
-they are written (:meth:`ControlDesk.wait_for_answers`), and once the main loop is over it
-refuses what is still queued (:meth:`ControlDesk.refuse_pending`).
+told it was busy. A new checkpoint interval is set at once and answered; an ``interval``
+job only wakes the main loop to re-time its wait. The desk counts the answers it owes, so
+the wrapper does not exit before they are written (:meth:`ControlDesk.wait_for_answers`),
+and once the main loop is over it refuses what is still queued
+(:meth:`ControlDesk.refuse_pending`).
 
 Limits: one request per connection; only this host's processes of the same user are served
 (``control.refuse_stranger``).
@@ -42,7 +44,7 @@ Send = Callable[[dict[str, Any]], None]
 
 @dataclass
 class Job:
-    kind: str  # checkpoint | exit | periodic | term
+    kind: str  # checkpoint | exit | periodic | term | interval
     stop: bool = False
     reply: queue.SimpleQueue[dict[str, Any]] | None = None
     code: int = 0
@@ -62,6 +64,8 @@ class Served(Protocol):
         ...
 
     def status(self) -> dict[str, Any]: ...
+
+    def set_interval(self, every_s: float | None) -> dict[str, Any]: ...
 
     def terminate(self, grace_s: float, *, dump_wait_s: float | None = None) -> None: ...
 
@@ -166,6 +170,8 @@ class ControlDesk:
                 log.warning("control.test_hook_dropped_reply", op=op)
                 return
             send({"result": {"terminated": True}})
+        elif op == "interval":
+            self._interval(request.get("every_s"), send)
         else:
             send({"error": errors.InvalidInput(f"unknown op {op!r}").to_dict()})
 
@@ -194,6 +200,17 @@ class ControlDesk:
             send(msg)
             if "progress" not in msg:
                 break
+
+    def _interval(self, every: Any, send: Send) -> None:
+        """Periodic checkpoints every ``every`` seconds (null: none). The bounds people may
+        ask for are the action's (``core.durations``); here only that it is a time."""
+        if every is not None and (type(every) not in (int, float) or not 0 < every < 1e9):
+            what = f"the checkpoint interval must be a positive number of seconds, not {every!r}"
+            send({"error": errors.InvalidInput(what, hint="send null to turn it off").to_dict()})
+            return
+        result = self.served.set_interval(None if every is None else float(every))
+        self.jobs.put(Job("interval"))
+        send({"result": result})
 
     def _await_turn(self, job: Job) -> bool:
         """Wait, at most ``[checkpoint] queue_wait_s``, for the main loop to start ``job``

@@ -12,7 +12,8 @@
 3. records itself in the WorkloadRegistry and serves ``<run_dir>/NAME.sock`` (JSON lines,
    see ``core.wrapper.control``); SIGUSR1 = checkpoint, SIGUSR2 = checkpoint and stop,
    SIGTERM/SIGINT = terminate (below); periodic checkpoints every ``checkpoint_every``
-   seconds; retention after each publish;
+   seconds (changed while it runs through the socket: ``periodic``); retention after each
+   publish;
 4. when the payload exits, records COMPLETED / FAILED (with the exit status) / STOPPED.
 
 Termination contract (SIGTERM or SIGINT to the wrapper: ``kill``, Slurm's scancel, a pod's
@@ -62,6 +63,7 @@ from core.wrapper.desk import ControlDesk, Job
 from core.wrapper.faults import die_if
 from core.wrapper.handoff_source import HandoffSource
 from core.wrapper.handoff_target import HandoffTarget
+from core.wrapper.periodic import PeriodicClock
 from core.wrapper.progress import ProgressFile
 from core.wrapper.spec import output_path
 
@@ -112,6 +114,7 @@ class Supervisor:
         self.restored_files: list[dict[str, Any]] = []
         self._lock_fd = -1
         self._last_ckpt_s: float | None = None  # wall time of this wrapper's last checkpoint
+        self.clock = PeriodicClock(spec.checkpoint_every)
         self._out: payload.RotatingOutput | None = None
 
     @property
@@ -326,6 +329,12 @@ class Supervisor:
             "restore": self.restore_info,
         }
 
+    def set_interval(self, every_s: float | None) -> dict[str, Any]:
+        """Periodic checkpoints every ``every_s`` from now on (None: none); the desk wakes
+        the main loop, which re-times its wait."""
+        self.spec = self.spec.model_copy(update={"checkpoint_every": every_s})
+        return {"checkpoint_every": every_s, "next_in_s": self.clock.set(every_s)}
+
     def terminate(self, grace_s: float, *, dump_wait_s: float | None = None) -> None:
         """End the payload on request: let a checkpoint under way finish (up to
         ``dump_wait_s``, default ``grace_s``; no new periodic one starts), else give it up
@@ -489,12 +498,10 @@ class Supervisor:
             self.desk.jobs.put(Job("exit", code=p.wait()))
 
         threading.Thread(target=waiter, daemon=True, name="payload-wait").start()
-        every = self.spec.checkpoint_every
-        due = time.monotonic() + every if every else None
+        self.clock.restart(checkpointed=False)
         while True:
-            timeout = max(0.0, due - time.monotonic()) if due is not None else None
-            try:
-                job = self.desk.jobs.get(timeout=timeout)
+            try:  # an "interval" job (a new interval) only wakes this wait to re-time it
+                job = self.desk.jobs.get(timeout=self.clock.wait_s())
             except queue.Empty:
                 job = Job("periodic")
             if job.kind == "exit":
@@ -522,8 +529,7 @@ class Supervisor:
                 finally:
                     self.dump_since = None
                     self._no_dump.set()
-                if every:
-                    due = time.monotonic() + every
+                self.clock.restart(checkpointed=True)
 
     def _finish(self, code: int) -> int:
         if self.pipes is not None:

@@ -177,6 +177,8 @@ def test_rollbacks_and_hints_name_real_commands_and_tools(
                 continue
             if action is Action.SCALE:
                 params = {**params, "replicas": 2}
+            if action is Action.SET_CHECKPOINT_INTERVAL:
+                params = {**params, "every": "1h"}
             target = subject.target_of(action)
             if target is None or action not in subject.backend.capabilities():
                 continue  # the service refuses it with the backend's not_supported hint

@@ -27,6 +27,8 @@ from tests.service.conftest import PERSON, counter, wait_step
 ROOT = Path(__file__).resolve().parents[2]
 CLAWPOINT = Path(sys.executable).parent / "clawpoint"
 
+# The budget held when the 34th tool (set_checkpoint_interval, 146 tokens) came: words that
+# repeated in every action's schema were cut ("Plan only", "e.g. local:train-1").
 FULL_LIST_BUDGET = 4000
 WATCHER_LIST_BUDGET = 1800
 CHECKPOINT_RECORD_BUDGET = 150

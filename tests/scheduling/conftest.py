@@ -52,7 +52,15 @@ class Site:
     imds: FakeAwsImds
 
     def env(self) -> dict[str, str]:
-        return {"PATH": "/usr/bin:/bin", "CLAWPOINT_HOME": str(self.home), "LANG": "C.UTF-8"}
+        # What cron gives a job, plus PYTHONPATH when the run has one: a second checkout that
+        # shares this venv then runs its own code, not the venv's (as tests/cli does).
+        kept = {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
+        return {
+            "PATH": "/usr/bin:/bin",
+            "CLAWPOINT_HOME": str(self.home),
+            "LANG": "C.UTF-8",
+            **kept,
+        }
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
@@ -161,8 +169,9 @@ class Gateway:
     log: Path
 
     def env(self) -> dict[str, str]:
+        kept = {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
         return {
-            "PATH": f"{NODE_BIN}:/usr/bin:/bin", "HOME": str(self.home), "LANG": "C.UTF-8",
+            "PATH": f"{NODE_BIN}:/usr/bin:/bin", "HOME": str(self.home), "LANG": "C.UTF-8", **kept,
         }  # fmt: skip
 
     def openclaw(self, *args: str, check: bool = True) -> Any:

@@ -80,6 +80,23 @@ def workload_record(ctx: LocalContext, target: str) -> WorkloadRecord:
     return ctx.refresh(ctx.registry.require(target))
 
 
+def subject(
+    ctx: LocalContext,
+    target: str,
+    action: Action,
+    states: set[WorkloadState],
+    *,
+    probe: bool = False,
+) -> WorkloadRecord:
+    """The workload a plan acts on, as it is now: Conflict unless it is in one of ``states``;
+    with ``probe``, refused too when it holds what its engine cannot carry (nothing paused)."""
+    rec = workload_record(ctx, target)
+    require_state(rec, states, action)
+    if probe:
+        refuse_unsupported(rec, action)
+    return rec
+
+
 def pick_target(ctx: LocalContext, *, exclude: set[str], requested: str | None) -> str:
     """The node a workload goes to: ``requested`` checked (it exists, is not excluded, takes
     workloads), else the best healthy schedulable node outside ``exclude``."""

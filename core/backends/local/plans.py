@@ -12,7 +12,14 @@ process tree, so it is moved, never scaled.
 from __future__ import annotations
 
 from core import errors
-from core.actions import CordonParams, DrainParams, MoveParams, NoParams, StartParams
+from core.actions import (
+    CordonParams,
+    DrainParams,
+    IntervalParams,
+    MoveParams,
+    NoParams,
+    StartParams,
+)
 from core.backends.base import PlanDraft
 from core.backends.dispatch import PlanEntry
 from core.backends.local import node_plans
@@ -25,29 +32,33 @@ from core.backends.local.planning import (
     move_steps,
     pick_target,
     price_note,
-    refuse_unsupported,
     require_restorable,
     require_state,
     scope,
     size_hint,
     start_step,
+    subject,
     with_files,
     work_lost_note,
     workload_record,
 )
-from core.backends.local.step_args import CheckpointArgs, StartArgs, WorkloadArgs, step
-from core.model import Action, WorkloadState
+from core.backends.local.step_args import (
+    CheckpointArgs,
+    IntervalArgs,
+    StartArgs,
+    WorkloadArgs,
+    step,
+)
+from core.durations import interval_seconds, interval_text
+from core.model import KILLED, Action, RiskClass, WorkloadState
 from core.state.workloads import WorkloadRecord
 
 
 def plan_checkpoint(ctx: LocalContext, target: str, params: NoParams) -> PlanDraft:
     """Checkpoint a running workload; it keeps running."""
     action = Action.CHECKPOINT
-    rec = workload_record(ctx, target)
-    ref = f"{NAME}:{target}"
-    size = size_hint(ctx, target)
-    require_state(rec, {WorkloadState.RUNNING}, action)
-    refuse_unsupported(rec, action)
+    rec = subject(ctx, target, action, {WorkloadState.RUNNING}, probe=True)
+    ref, size = f"{NAME}:{target}", size_hint(ctx, target)
     return PlanDraft(
         steps=[
             step(
@@ -68,11 +79,8 @@ def plan_checkpoint(ctx: LocalContext, target: str, params: NoParams) -> PlanDra
 def plan_migrate(ctx: LocalContext, target: str, params: MoveParams) -> PlanDraft:
     """Move a running workload to another node (a handoff to a standby where it can)."""
     action = Action.MIGRATE
-    rec = workload_record(ctx, target)
-    ref = f"{NAME}:{target}"
-    size = size_hint(ctx, target)
-    require_state(rec, {WorkloadState.RUNNING}, action)
-    refuse_unsupported(rec, action)
+    rec = subject(ctx, target, action, {WorkloadState.RUNNING}, probe=True)
+    ref, size = f"{NAME}:{target}", size_hint(ctx, target)
     to = params.to
     dest = pick_target(ctx, exclude={rec.node or ""}, requested=to)
     return PlanDraft(
@@ -106,11 +114,8 @@ def plan_migrate(ctx: LocalContext, target: str, params: MoveParams) -> PlanDraf
 def plan_preempt(ctx: LocalContext, target: str, params: NoParams) -> PlanDraft:
     """Checkpoint a running workload and stop it, freeing its node."""
     action = Action.PREEMPT
-    rec = workload_record(ctx, target)
-    ref = f"{NAME}:{target}"
-    size = size_hint(ctx, target)
-    require_state(rec, {WorkloadState.RUNNING}, action)
-    refuse_unsupported(rec, action)
+    rec = subject(ctx, target, action, {WorkloadState.RUNNING}, probe=True)
+    ref, size = f"{NAME}:{target}", size_hint(ctx, target)
     return PlanDraft(
         steps=[
             step(
@@ -132,9 +137,8 @@ def plan_preempt(ctx: LocalContext, target: str, params: NoParams) -> PlanDraft:
 def plan_resume(ctx: LocalContext, target: str, params: StartParams) -> PlanDraft:
     """Start a stopped workload again from its newest good checkpoint (or from scratch)."""
     action = Action.RESUME
-    rec = workload_record(ctx, target)
+    rec = subject(ctx, target, action, {WorkloadState.STOPPED})
     ref = f"{NAME}:{target}"
-    require_state(rec, {WorkloadState.STOPPED}, action)
     start = params
     wanted: str | None = start.to or rec.node
     dest = pick_target(ctx, exclude=set(), requested=wanted)
@@ -204,9 +208,8 @@ def plan_failover(ctx: LocalContext, target: str, params: StartParams) -> PlanDr
 def plan_kill(ctx: LocalContext, target: str, params: NoParams) -> PlanDraft:
     """Terminate a running workload without saving."""
     action = Action.KILL
-    rec = workload_record(ctx, target)
+    rec = subject(ctx, target, action, {WorkloadState.RUNNING})
     ref = f"{NAME}:{target}"
-    require_state(rec, {WorkloadState.RUNNING}, action)
     return PlanDraft(
         steps=[
             step(
@@ -225,9 +228,8 @@ def plan_kill(ctx: LocalContext, target: str, params: NoParams) -> PlanDraft:
 
 def _plan_gpu(ctx: LocalContext, target: str, action: Action) -> PlanDraft:
     """Suspend or resume the GPU state of a running workload in place."""
-    rec = workload_record(ctx, target)
+    rec = subject(ctx, target, action, {WorkloadState.RUNNING})
     ref = f"{NAME}:{target}"
-    require_state(rec, {WorkloadState.RUNNING}, action)
     suspend = action is Action.SUSPEND_GPU
     return PlanDraft(
         steps=[
@@ -248,6 +250,47 @@ def _plan_gpu(ctx: LocalContext, target: str, action: Action) -> PlanDraft:
         saves="the workload's GPU state is kept in its host memory; nothing is lost",
         rollback=(f"clawpoint resume-gpu {ref}" if suspend else f"clawpoint suspend-gpu {ref}"),
         scope=scope(ctx, rec),
+    )
+
+
+def plan_set_interval(ctx: LocalContext, target: str, params: IntervalParams) -> PlanDraft:
+    """Change how often a workload is checkpointed: its record keeps the interval (a resume,
+    migrate or failover starts with it) and a running wrapper follows it at once."""
+    action = Action.SET_CHECKPOINT_INTERVAL
+    rec = workload_record(ctx, target)
+    ref = f"{NAME}:{target}"
+    if rec.state is WorkloadState.COMPLETED or rec.exit_status == KILLED:
+        how = "completed" if rec.state is WorkloadState.COMPLETED else "was killed"
+        raise errors.Conflict(
+            f"cannot {action.value} {ref}: it {how} and nothing checkpoints it any more",
+            hint=f"see its state with {errors.step('list_workloads')}",
+        )
+    require_state(rec, {WorkloadState.RUNNING, WorkloadState.STOPPED, WorkloadState.FAILED}, action)
+    was, new = rec.checkpoint_every, interval_seconds(params.every)
+    # The catalogue's risk reads the parameters only (off: disruptive). Whether a new
+    # interval is longer than the one in force is known here, from the workload's record,
+    # so the plan says it: a longer one leaves more work at risk between checkpoints
+    # (disruptive, as off is); the service keeps the higher risk. The step refuses to run
+    # if the interval in force changed since (``was_s``), so the risk stays the true one.
+    longer = new is None or (was is not None and new > was)
+    live = rec.state in _LIVE
+    what = "no periodic checkpoints" if new is None else f"a checkpoint every {params.every}"
+    return PlanDraft(
+        steps=[
+            step(
+                "set-interval",
+                "set_interval",
+                IntervalArgs(workload=target, every_s=new, was_s=was, reason=params.reason),
+                f"record {what} for {ref}" + (", and tell its wrapper" if live else ""),
+            )
+        ],
+        summary=f"Give {ref} {what} (was {interval_text(was)})"
+        + ("" if live else f"; it applies when {ref} runs again"),
+        saves="nothing is paused; "
+        + ("only checkpoints asked for save its work" if new is None else f"{what} saves it"),
+        rollback=f"clawpoint checkpoint-interval {ref} --every {interval_text(was)}",
+        scope=scope(ctx, rec),
+        risk=RiskClass.DISRUPTIVE if longer else RiskClass.SAFE,
     )
 
 
@@ -352,6 +395,7 @@ PLANS: dict[Action, PlanEntry[LocalContext]] = {
     Action.DELETE_CHECKPOINT: PlanEntry(node_plans.plan_delete, NoParams),
     Action.SUSPEND_GPU: PlanEntry(plan_suspend_gpu, NoParams),
     Action.RESUME_GPU: PlanEntry(plan_resume_gpu, NoParams),
+    Action.SET_CHECKPOINT_INTERVAL: PlanEntry(plan_set_interval, IntervalParams),
 }
 
 # Why an action is not in the table: every other action is refused with this reason.

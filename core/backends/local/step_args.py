@@ -71,6 +71,16 @@ class DeleteCheckpointArgs(StepArgs):
     checkpoint_id: str
 
 
+class IntervalArgs(StepArgs):
+    """Checkpoint ``workload`` every ``every_s`` seconds (None: no periodic checkpoints), if
+    the interval in force is still ``was_s``, the one the plan (and its risk) was made on."""
+
+    workload: str
+    every_s: float | None
+    was_s: float | None
+    reason: str = ""
+
+
 ARGS: dict[str, type[StepArgs]] = {
     "checkpoint": CheckpointArgs,
     "standby": StandbyArgs,
@@ -81,6 +91,7 @@ ARGS: dict[str, type[StepArgs]] = {
     "delete_checkpoint": DeleteCheckpointArgs,
     "suspend_gpu": WorkloadArgs,
     "resume_gpu": WorkloadArgs,
+    "set_interval": IntervalArgs,
 }
 
 
@@ -147,6 +158,13 @@ class GpuOutput(StepOutput):
     reports: list[dict[str, Any]]
 
 
+class IntervalOutput(StepOutput):
+    """The interval now in force (None: off); ``live``: the running wrapper took it too."""
+
+    checkpoint_every: float | None
+    live: bool
+
+
 OUTPUTS: dict[str, type[StepOutput]] = {
     "checkpoint": CheckpointOutput,
     "standby": StandbyOutput,
@@ -157,6 +175,7 @@ OUTPUTS: dict[str, type[StepOutput]] = {
     "delete_checkpoint": DeleteCheckpointOutput,
     "suspend_gpu": GpuOutput,
     "resume_gpu": GpuOutput,
+    "set_interval": IntervalOutput,
 }
 
 

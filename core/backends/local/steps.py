@@ -2,9 +2,9 @@
 
 One function per step op a plan emits (``plans``, ``node_plans``, ``planning``):
 ``checkpoint``, ``standby``, ``start``, ``fence``, ``terminate``, ``set_node``,
-``delete_checkpoint``, ``suspend_gpu``, ``resume_gpu``. Each is ``fn(ctx, args, progress)``
-with ``ctx`` a ``LocalStepContext`` (never the backend class) and returns the step's
-JSON-able output. The start machinery is in ``starting``; what a step did when its answer
+``delete_checkpoint``, ``suspend_gpu``, ``resume_gpu``, ``set_interval``. Each is
+``fn(ctx, args, progress)`` with ``ctx`` a ``LocalStepContext`` (never the backend class)
+and returns the step's JSON-able output. The start machinery is in ``starting``; what a step did when its answer
 was lost, in ``recovery``. Limits: an op not in the table is refused before anything runs.
 """
 
@@ -20,7 +20,8 @@ from core.backends.dispatch import StepFn
 from core.backends.local import planning, starting
 from core.backends.local.common import NAME, _pid_alive, _wrapper_alive
 from core.backends.local.context import LocalStepContext
-from core.backends.local.step_args import CheckpointArgs, StandbyArgs, StartArgs
+from core.backends.local.step_args import CheckpointArgs, IntervalArgs, StandbyArgs, StartArgs
+from core.durations import interval_text
 from core.model import KILLED, WorkloadState
 from core.polling import poll_until
 from core.state.workloads import WorkloadRecord
@@ -144,6 +145,26 @@ def resume_gpu(ctx: LocalStepContext, args: Obj, progress: ProgressFn) -> Obj:
     return _gpu_step(ctx, "resume_gpu", ctx.registry.require(args["workload"]))
 
 
+def set_interval(ctx: LocalStepContext, args: Obj, progress: ProgressFn) -> Obj:
+    """Tell a running workload's wrapper its new checkpoint interval, then record it (what
+    every later start of the workload reads). Safe to run again: it sets, never adds."""
+    a = IntervalArgs.model_validate(args)
+    rec = ctx.registry.require(a.workload)
+    if rec.checkpoint_every not in (a.was_s, a.every_s):  # the latter: this step ran before
+        raise errors.Conflict(
+            f"the checkpoint interval of {NAME}:{rec.name} is now "
+            f"{interval_text(rec.checkpoint_every)}, not the {interval_text(a.was_s)} it was "
+            "planned on; nothing was changed",
+            hint="plan it again: its risk depends on the interval in force",
+        )
+    told: dict[str, Any] = {}
+    if rec.socket and _wrapper_alive(ctx.settings, rec):
+        told = ControlClient(Path(rec.socket)).set_interval(a.every_s)
+    said = f"checkpoint interval {interval_text(a.every_s)}" + (f": {a.reason}" if a.reason else "")
+    ctx.registry.update(rec.name, checkpoint_every=a.every_s, message=said)
+    return {"checkpoint_every": a.every_s, "live": bool(told), **told}
+
+
 def _gpu_step(ctx: LocalStepContext, op: str, rec: WorkloadRecord) -> dict[str, Any]:
     """GPU suspend/resume in place of the workload's processes (core.checkpoint.gpu)."""
     from core.checkpoint import gpu  # local import: loads the driver library on use
@@ -180,4 +201,5 @@ STEPS: dict[str, StepFn[LocalStepContext]] = {
     "delete_checkpoint": delete_checkpoint,
     "suspend_gpu": suspend_gpu,
     "resume_gpu": resume_gpu,
+    "set_interval": set_interval,
 }

@@ -1,0 +1,98 @@
+"""The parameters of the catalogue's actions: one pydantic model per shape of arguments.
+
+Every field has a type, a default when optional, and a ``description``: the description is
+what MCP clients and ``--help`` show, so it is written for them (short; agents pay per
+token). Extra fields are refused. The catalogue (``core.actions``) names which model each
+action takes and re-exports them all; import them from there.
+Limits: shapes and bounds only; whether a node or workload exists is the service's and the
+backend's business.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.durations import INTERVAL_HELP, Interval
+
+
+class ActionParams(BaseModel):
+    """Base of every action's parameters: frozen, unknown fields refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+NodeArg = Annotated[
+    str | None,
+    Field(
+        max_length=128,
+        description="NAME or BACKEND:NAME; omit: clawpoint picks",
+    ),
+]
+
+
+class NoParams(ActionParams):
+    """An action that takes no parameters."""
+
+
+class MoveParams(ActionParams):
+    """An action that places a workload somewhere."""
+
+    to: NodeArg = None
+
+
+class StartParams(MoveParams):
+    """Resume or fail over: where, and whether to start over instead of restoring."""
+
+    fresh: bool = Field(
+        default=False,
+        description="Restore no checkpoint: start over, all progress lost (destructive)",
+    )
+
+
+class DrainParams(MoveParams):
+    """Drain a node: where its workloads go, and whether they are saved first."""
+
+    save: bool = Field(
+        default=True,
+        description="Checkpoint and move each workload (false kills them: destructive)",
+    )
+    force: bool = Field(
+        default=False,
+        description="Also evict pods nothing recreates or with scratch data (destructive)",
+    )
+    reason: str = Field(default="", max_length=500, description="Recorded on the node")
+
+
+class FailoverParams(StartParams):
+    """Fail over: ``StartParams``, plus a person's word that the lost node is fenced."""
+
+    fenced: bool = Field(
+        default=False,
+        description="A person vouches the lost node is off or cut from network and "
+        "storage (a person's approval; destructive)",
+    )
+
+
+class CordonParams(ActionParams):
+    """Cordon a node: the reason recorded on it (the action's reason)."""
+
+    reason: str = Field(default="", max_length=500, description="Recorded on the node")
+
+
+class ScaleParams(ActionParams):
+    """Scale a workload to a replica count."""
+
+    replicas: int = Field(ge=0, le=10000, description="Desired replica count")
+    down_without_save: bool = Field(
+        default=False,
+        description="Remove replicas without checkpointing them (destructive)",
+    )
+
+
+class IntervalParams(ActionParams):
+    """A workload's periodic checkpoint interval (``core.durations.Interval``), or off."""
+
+    every: Interval = Field(max_length=32, description=INTERVAL_HELP)
+    reason: str = Field(default="", max_length=500, description="Recorded on the workload")
