@@ -13,8 +13,10 @@ free of imports beyond typer and ``core.errors``: ``tests/cli/test_start.py`` pi
 
 from __future__ import annotations
 
+import faulthandler
 import functools
 import importlib
+import signal
 import sys
 from typing import Any
 
@@ -124,6 +126,9 @@ def main() -> None:
     usage errors raised as exceptions, which are shown as a usage message (exit 2).
     """
     as_json = "--json" in sys.argv
+    # ``kill -QUIT PID`` on a command that seems stuck prints every thread's stack to stderr
+    # and the command goes on (docs/cli.md): the next hang is diagnosed without a debugger.
+    faulthandler.register(signal.SIGQUIT, all_threads=True, chain=False)
     try:
         code = app(standalone_mode=False)
     except errors.ClawpointError as exc:

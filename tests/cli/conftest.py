@@ -125,7 +125,20 @@ def interrupt(proc: subprocess.Popen[str], ready: Path) -> tuple[int, str]:
         assert time.monotonic() < deadline, f"{ready} never appeared"
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGQUIT)  # the command prints its threads' stacks, goes on
+        time.sleep(2)
+        proc.kill()
+        _, err = proc.communicate(timeout=10)
+        raise AssertionError(f"no exit within 60 s of SIGINT; its stacks:\n{err}") from None
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(
+            f"exited {proc.returncode}, but something it started still holds its output"
+        ) from None
     return proc.returncode, err
 
 

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import socket
 import sqlite3
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import ROOT, Cli, interrupt
+from tests.cli.conftest import CLAWPOINT, ROOT, Cli, interrupt
 
 
 def _documented_codes() -> dict[int, str]:
@@ -181,6 +184,35 @@ def test_130_interrupted(cli: Cli) -> None:
     proc = cli.popen("watch", "--every", "1s")
     code, err = interrupt(proc, cli.home / "state.db")  # the loop has started
     assert code == 130 and "Traceback" not in err, err
+
+
+def test_sigquit_prints_the_stacks_and_the_command_goes_on(cli: Cli, tmp_path: Path) -> None:
+    """``kill -QUIT`` on a command that seems stuck: every thread's stack on stderr, and the
+    command runs on (here: the watch loop, ended by Ctrl-C as usual)."""
+    log = tmp_path / "stderr"
+    with log.open("w") as err_file:
+        proc = subprocess.Popen(
+            [str(CLAWPOINT), "watch", "--every", "1s"], env=cli.env(), stdout=subprocess.PIPE,
+            stderr=err_file, stdin=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while not (cli.home / "state.db").exists():
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGQUIT)
+            while "watch" not in log.read_text():  # the loop's frames, once written
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.05)
+            assert "most recent call first" in log.read_text()
+            time.sleep(0.5)
+            assert proc.poll() is None  # it goes on
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=60) == 130
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 # --------------------------------------------------------------------------- other outcomes
