@@ -42,6 +42,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.docs_section import write_section  # noqa: E402
 from core.model import CheckpointInfo  # noqa: E402
 from core.planner.checkpoint_interval import CheckpointCost, IntervalBounds, daly_period  # noqa: E402
 from core.planner.checkpoint_sim import (  # noqa: E402
@@ -86,7 +87,6 @@ NOTES = """\
   machine), the 200 MiB one 0.12 to 0.34 s. The ratios hold across those costs (0.87 to
   1.00 with the documented ones, `--documented-costs`).
 """
-BEGIN, END = "<!-- checkpoint-interval:begin -->", "<!-- checkpoint-interval:end -->"
 
 
 def measure(reps: int) -> tuple[dict[int, CheckpointCost], dict[str, Any]]:
@@ -182,18 +182,6 @@ def render(rows: list[dict[str, Any]], header: str) -> str:
     return "\n".join(lines)
 
 
-def _write_docs(text: str) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    old = path.read_text()
-    section = f"{BEGIN}\n{text.rstrip()}\n{END}\n"
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        new = head + section + rest.split(END, 1)[1].lstrip("\n")
-    else:
-        new = old.rstrip("\n") + "\n\n" + section
-    path.write_text(new)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--documented-costs", action="store_true",
@@ -240,7 +228,7 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({**source, "seeds": args.seeds, "rows": rows}, indent=2) + "\n")
     if not args.no_docs:
-        _write_docs(md)
+        write_section("checkpoint-interval", md)
     print(md)
     return 0  # a missed target is reported in the table, not as a failed run
 

@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.docs_section import write_section  # noqa: E402
 from core.planner.spot.evaluate import (  # noqa: E402
     EvaluationReport,
     RunRow,
@@ -33,7 +34,6 @@ TRACES = Path("/work/shared/data/spot-traces/aws-v100-2023-02")
 TUNE_ZONES = ("us-east-1a", "us-east-1d", "us-east-2a", "us-west-2b")
 POLICIES = ["greedy", "uniform-progress", "omniscient", "clawpoint"]
 STRATA = ("low-tight", "low-loose", "high-tight", "high-loose")
-BEGIN, END = "<!-- spot-policy:begin -->", "<!-- spot-policy:end -->"
 
 
 def _split(rows: list[RunRow], tuned: bool) -> list[RunRow]:
@@ -76,18 +76,6 @@ def _checks(sums: list[Summary], report: EvaluationReport) -> dict[str, object]:
         "up_over_greedy_gap": up / greedy,
         "per_stratum_gap": per_stratum,
     }
-
-
-def _write_docs(text: str) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    old = path.read_text() if path.exists() else "# Benchmarks\n"
-    section = f"{BEGIN}\n{text.rstrip()}\n{END}\n"
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        new = head + section + rest.split(END, 1)[1].lstrip("\n")
-    else:
-        new = old.rstrip("\n") + "\n\n" + section
-    path.write_text(new)
 
 
 def main() -> int:
@@ -162,7 +150,7 @@ def main() -> int:
             "",
         ]
     )
-    _write_docs(md)
+    write_section("spot-policy", md)
     print(md)
     ok = (
         checks["zero_deadline_misses"]
