@@ -246,12 +246,7 @@ def build_server(
     @mcp.tool(title="Get workload", annotations=READ)
     async def get_workload(workload: WorkloadId, detail: Detail = False) -> dict[str, Any]:
         """One workload: state, node, engine, labels, last checkpoint."""
-        found = await call(lambda: service.get_workload(workload))
-        out = views.workload(found, detail=detail)
-        pays = await call(lambda: economics.checkpoint_economics(service, found))
-        if pays is not None:
-            out["checkpoint_interval"] = pays.model_dump() if detail else pays.brief()
-        return out
+        return await call(lambda: economics.workload_view(service, workload, detail=detail))
 
     @mcp.tool(title="List checkpoints", annotations=READ)
     async def list_checkpoints(

@@ -13,6 +13,8 @@ A workload with no timed checkpoint, or on a node the backend does not list, get
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 from core import errors
@@ -24,6 +26,7 @@ from core.planner.checkpoint_interval import (
     recommend,
 )
 from core.planner.interruption_hazard import Hazard
+from core.service import views
 from core.service.facade import Service
 
 # The newest checkpoints whose costs are pooled (a median: one slow dump does not decide).
@@ -56,6 +59,17 @@ class CheckpointEconomics(BaseModel):
             why=self.why,
         )
         return out
+
+
+def workload_view(service: Service, workload: str, *, detail: bool) -> dict[str, Any]:
+    """``get_workload``'s answer: the workload's view and, when something measured says, the
+    interval that pays (concise; every figure with ``detail``)."""
+    found = service.get_workload(workload)
+    out = views.workload(found, detail=detail)
+    pays = checkpoint_economics(service, found)
+    if pays is not None:
+        out["checkpoint_interval"] = pays.model_dump() if detail else pays.brief()
+    return out
 
 
 def checkpoint_economics(service: Service, workload: WorkloadInfo) -> CheckpointEconomics | None:
