@@ -149,6 +149,23 @@ def test_an_ordinary_user_checkpoints_moves_and_fails_over(alice: As) -> None:
     alice.wait_step(name, 5, since=t)
     _assert_users_own(alice, name)
 
+    # Periodic checkpoints set while it runs, through her own wrapper's socket: every 2 s
+    # (a new one comes, hers), then off again.
+    code, cps, err = alice("checkpoints", f"local:{name}", "--json")
+    before = cps[0]["seq"]
+    code, out, err = alice("checkpoint-interval", f"local:{name}", "--every", "2s", "--json")
+    assert code == 0 and out["status"] == "executed", (out, err)
+    deadline = time.monotonic() + 60
+    while (cps := alice("checkpoints", f"local:{name}", "--json")[1])[0]["seq"] <= before:
+        assert time.monotonic() < deadline, "no periodic checkpoint after --every 2s"
+        time.sleep(0.5)
+    assert cps[0]["status"] == "good", cps[0]
+    _assert_users_own(alice, name)
+    code, out, err = alice(
+        "checkpoint-interval", f"local:{name}", "--every", "off", "--yes", "--json"
+    )
+    assert code == 0 and alice.workload(name)["checkpoint_every"] is None, (out, err)
+
     # kill -9 of the workload's processes (not its wrapper): fail over from the newest
     # checkpoint, which the migrate just made.
     code, cps, err = alice("checkpoints", f"local:{name}", "--json")
