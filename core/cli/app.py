@@ -128,7 +128,10 @@ def main() -> None:
     as_json = "--json" in sys.argv
     # ``kill -QUIT PID`` on a command that seems stuck prints every thread's stack to stderr
     # and the command goes on (docs/cli.md): the next hang is diagnosed without a debugger.
-    faulthandler.register(signal.SIGQUIT, all_threads=True, chain=False)
+    # The process's own stderr (fd 2): a caller running ``main`` in-process may have swapped
+    # ``sys.stderr`` for a buffer without a file descriptor.
+    if sys.__stderr__ is not None:
+        faulthandler.register(signal.SIGQUIT, file=sys.__stderr__, all_threads=True, chain=False)
     try:
         code = app(standalone_mode=False)
     except errors.ClawpointError as exc:

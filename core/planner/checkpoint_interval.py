@@ -93,7 +93,7 @@ class IntervalBounds(BaseModel):
         if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi):
             raise errors.InvalidInput(
                 f"interval bounds {lo!r}..{hi!r} s are not a range",
-                hint="Give 0 < min_s <= max_s, in seconds.",
+                hint="Give a minimum above 0 seconds and a maximum no lower than it.",
             )
         return self
 

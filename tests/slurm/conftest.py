@@ -66,22 +66,35 @@ def slurm_cluster() -> Iterator[dict[str, str]]:
         cluster("down")
 
 
-def stop_daemon(pidfile: Path) -> None:
-    """SIGTERM the daemon named by a pid file and wait (up to 20 s) until it is gone."""
-    pid = int(pidfile.read_text())  # read once: some daemons remove the file as they exit
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 20
+def _gone(pid: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            return
+            return True
         time.sleep(0.2)
+    return False
+
+
+def stop_daemon(pidfile: Path) -> None:
+    """Stop the daemon named by a pid file and return once it is gone: SIGTERM, then SIGKILL
+    after 30 s. A slurmctld saving its state under load can take longer than 20 s to exit
+    and answers RPCs meanwhile; returning before it was gone let a "controller down" test
+    see it answer, and the restart after it fail while it still held its port (CI, twice)."""
+    pid = int(pidfile.read_text())  # read once: some daemons remove the file as they exit
+    os.kill(pid, signal.SIGTERM)
+    if not _gone(pid, 30):
+        os.kill(pid, signal.SIGKILL)
+        assert _gone(pid, 10), f"{pidfile.name}: pid {pid} outlived SIGKILL"
 
 
 def restart_cluster() -> None:
     """Bring back whatever a test stopped (the script's up is idempotent)."""
-    cluster("up", check=True)
+    up = cluster("up")
+    assert up.returncode == 0, (
+        f"slurm-cluster.sh up failed:\n{up.stdout[-2000:]}\n{up.stderr[-2000:]}"
+    )
 
 
 @pytest.fixture
