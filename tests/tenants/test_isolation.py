@@ -74,11 +74,14 @@ def test_bob_cannot_reach_alices_state_socket_or_checkpoints(
         "try:\n    s.connect(sys.argv[1])\n"
         "except OSError as e:\n    print(type(e).__name__); sys.exit(3)\n"
         "try:\n"
-        '    s.sendall(b\'{"op": "checkpoint"}\\n\')\n'
+        "    s.sendall(sys.argv[2].encode() + b'\\n')\n"
         "except BrokenPipeError:\n    pass\n"
         "print(s.makefile().readline())\n"
     )
-    done = bob.run([bob.python, "-c", probe, str(sock)])
+    checkpoint = '{"op": "checkpoint"}'
+    # The op that re-times periodic checkpoints: off, or every second (a flood of dumps).
+    interval = '{"op": "interval", "every_s": 1}'
+    done = bob.run([bob.python, "-c", probe, str(sock), checkpoint])
     assert done.returncode == 3 and "PermissionError" in done.stdout, done
 
     # A deployment that loosened the modes (root does it here): the wrapper itself refuses.
@@ -86,14 +89,17 @@ def test_bob_cannot_reach_alices_state_socket_or_checkpoints(
     os.chmod(home / "run", 0o755)
     os.chmod(sock, 0o666)
     try:
-        done = bob.run([bob.python, "-c", probe, str(sock)])
+        answers = [
+            bob.run([bob.python, "-c", probe, str(sock), op]) for op in (checkpoint, interval)
+        ]
     finally:
         os.chmod(sock, 0o600)
         os.chmod(home, 0o700)
-    assert done.returncode == 0, done
-    answer = json.loads(done.stdout)
-    assert answer["error"]["error"] == "policy-denied", answer
-    assert f"uid {bob.uid}" in answer["error"]["message"]
+    for done in answers:
+        assert done.returncode == 0, done
+        answer = json.loads(done.stdout)
+        assert answer["error"]["error"] == "policy-denied", answer
+        assert f"uid {bob.uid}" in answer["error"]["message"]
     time.sleep(0.5)
     assert _checkpoints(alice, home, name) == before  # nothing was taken for bob
 
