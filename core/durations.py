@@ -5,8 +5,10 @@ a standing approval or an approval window longer than that is almost certainly a
 
 A workload's periodic checkpoint interval, as ``set_checkpoint_interval`` takes it, is such
 a duration between ``MIN_INTERVAL_S`` and ``MAX_INTERVAL_S``, or ``off`` (no periodic
-checkpoints): ``Interval`` is that argument as a pydantic field, kept in its shortest
-spelling ("600s" becomes "10m"), and ``interval_seconds`` reads it back.
+checkpoints), or ``auto`` (the workload's wrapper re-times its checkpoints itself, to the
+interval that pays: ``core.wrapper.auto_interval``): ``Interval`` is that argument as a
+pydantic field, kept in its shortest spelling ("600s" becomes "10m"), and
+``interval_seconds`` reads a duration or off back.
 """
 
 from __future__ import annotations
@@ -70,7 +72,9 @@ def format_duration(delta: timedelta) -> str:
 MIN_INTERVAL_S = 2.0
 MAX_INTERVAL_S = 86400.0
 OFF = "off"
-INTERVAL_HELP = f"30s, 10m, 2h... ({MIN_INTERVAL_S:g}s to 1d), or {OFF} for none"
+AUTO = "auto"
+# Worded to cost no more tokens than before auto came (tests/mcp/test_token_budgets.py).
+INTERVAL_HELP = f"30s, 10m, 2h... ({MIN_INTERVAL_S:g}s to 1d), {AUTO} or {OFF}"
 
 
 def interval_text(seconds: float | None) -> str:
@@ -86,8 +90,8 @@ def _interval(value: str) -> str:
     """``value`` in its shortest spelling, else a pydantic error (the caller's argument
     error) that says what is wrong and how to write it."""
     text = value.strip().lower()
-    if text == OFF:
-        return OFF
+    if text in (OFF, AUTO):
+        return text
     try:
         seconds = parse_duration(
             int(text) if text.isascii() and text.isdigit() else text, what="every"
@@ -105,8 +109,8 @@ def _interval(value: str) -> str:
         return interval_text(seconds)
     raise PydanticCustomError(
         "checkpoint_interval",
-        "{got} {problem}: write a duration such as 30s, 10m or 2h, or off for no periodic "
-        "checkpoints",
+        "{got} {problem}: write a duration such as 30s, 10m or 2h, auto for the interval that "
+        "pays, or off for no periodic checkpoints",
         {"got": repr(value), "problem": problem},
     )
 
@@ -115,5 +119,5 @@ Interval = Annotated[str, AfterValidator(_interval)]
 
 
 def interval_seconds(text: str) -> float | None:
-    """The seconds of an ``Interval`` (None: off)."""
+    """The seconds of an ``Interval`` that is not ``auto`` (None: off)."""
     return None if text == OFF else parse_duration(text, what="every").total_seconds()

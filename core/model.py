@@ -263,6 +263,7 @@ class WorkloadInfo(BaseModel):
     started_at: datetime | None = None
     last_checkpoint: str | None = None
     checkpoint_every: float | None = None
+    checkpoint_auto: bool = False  # the wrapper re-times checkpoint_every itself
     exit_status: str | None = None
     message: str = ""
 

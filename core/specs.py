@@ -23,6 +23,24 @@ from core.model import validate_name
 from core.store.disk import parse_checkpoint_id
 
 
+class AutoInterval(BaseModel):
+    """What a wrapper whose checkpoint interval is ``auto`` re-times it with: its node's
+    interruption hazard (a mean time between interruptions, hours) and the interval's
+    bounds (seconds), as the plan resolved them from ``[economics]`` for that node."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mtbf_h: float = Field(gt=0, allow_inf_nan=False)
+    min_s: float = Field(gt=0, allow_inf_nan=False)
+    max_s: float = Field(gt=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _range(self) -> AutoInterval:
+        if self.min_s > self.max_s:
+            raise ValueError("min_s is above max_s")
+        return self
+
+
 class RunSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -30,6 +48,8 @@ class RunSpec(BaseModel):
     node: str | None = None
     engine: EngineName = DEFAULT_ENGINE
     checkpoint_every: float | None = Field(default=None, gt=0)
+    # Set: the interval is ``auto``; ``checkpoint_every`` is where it starts from.
+    checkpoint_auto: AutoInterval | None = None
     command: list[str] = Field(min_length=1)
     cwd: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)

@@ -4,7 +4,9 @@ Role: read what the workload's checkpoints cost (the store's ``timings`` of its 
 checkpoints, ``CheckpointCost.from_checkpoints``) and the hazard of the node it runs on
 (``[economics]``: a spot node's ``spot_mtbf_h``, an on-demand node's ``on_demand_mtbf_h``),
 and return ``core.planner.checkpoint_interval.recommend``'s advice with the interval in
-force (``checkpoint_every``) beside it. Read-only; nothing here changes the interval.
+force (``checkpoint_every``) beside it, and its mode (``auto``: the wrapper re-times it after
+each checkpoint and records the interval it uses now, which is what ``in_force_s`` reads).
+Read-only; nothing here changes the interval.
 
 Limits: the hazard is the configured constant rate (Young/Daly); the age-dependent estimate
 from a reclaim history (``core.planner.interruption_hazard``) is not read from any store yet.
@@ -38,6 +40,7 @@ class CheckpointEconomics(BaseModel):
 
     interval_s: float = Field(description="the recommended periodic checkpoint interval")
     in_force_s: float | None = Field(description="the workload's checkpoint_every (None: off)")
+    mode: str = Field(description="auto (its wrapper re-times it), fixed or off")
     expected_loss_s_per_h: float
     overhead_s_per_h: float
     why: str
@@ -53,6 +56,8 @@ class CheckpointEconomics(BaseModel):
         out: dict[str, object] = {"interval_s": self.interval_s}
         if self.in_force_s is not None:
             out["in_force_s"] = self.in_force_s
+        if self.mode == "auto":
+            out["mode"] = self.mode
         out.update(
             loss_s_per_h=self.expected_loss_s_per_h,
             overhead_s_per_h=self.overhead_s_per_h,
@@ -95,6 +100,9 @@ def checkpoint_economics(service: Service, workload: WorkloadInfo) -> Checkpoint
     return CheckpointEconomics(
         interval_s=advice.interval_s,
         in_force_s=workload.checkpoint_every,
+        mode="auto"
+        if workload.checkpoint_auto
+        else ("off" if workload.checkpoint_every is None else "fixed"),
         expected_loss_s_per_h=advice.expected_loss_s_per_h,
         overhead_s_per_h=advice.overhead_s_per_h,
         why=f"{kind} node: {advice.why}",

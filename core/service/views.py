@@ -84,7 +84,8 @@ def node(n: NodeInfo, *, detail: bool = False) -> dict[str, Any]:
 
 
 def workload(w: WorkloadInfo, *, detail: bool = False) -> dict[str, Any]:
-    """id, state, node, engine, gpus, labels, last_checkpoint, checkpoint_every, message."""
+    """id, state, node, engine, gpus, labels, last_checkpoint, checkpoint_every (and
+    checkpoint_auto when its wrapper re-times it), message."""
     if detail:
         return _full(w)
     last = w.last_checkpoint
@@ -93,7 +94,8 @@ def workload(w: WorkloadInfo, *, detail: bool = False) -> dict[str, Any]:
     return compact({
         "id": w.id, "state": w.state.value, "node": w.node, "engine": w.engine,
         "gpus": w.gpus or None, "labels": w.labels, "last_checkpoint": last,
-        "checkpoint_every": w.checkpoint_every, "exit_status": w.exit_status,
+        "checkpoint_every": w.checkpoint_every, "checkpoint_auto": w.checkpoint_auto or None,
+        "exit_status": w.exit_status,
         "message": _cut(w.message) if w.message else None,
     })  # fmt: skip
 

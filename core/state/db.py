@@ -90,6 +90,8 @@ MIGRATIONS: dict[str, list[str]] = {
         "ALTER TABLE executions ADD COLUMN owner_pid INTEGER",
         # v3: the owner's start time, so a recycled pid is never taken for a live owner.
         "ALTER TABLE executions ADD COLUMN owner_start TEXT",
+        # v4: a workload whose checkpoint interval is auto (its wrapper re-times it).
+        "ALTER TABLE workloads ADD COLUMN checkpoint_auto INTEGER NOT NULL DEFAULT 0",
     ],
 }
 

@@ -30,6 +30,9 @@ class WorkloadRecord(BaseModel):
     cwd: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     checkpoint_every: float | None = None
+    # The interval is ``auto``: the wrapper re-times it (``checkpoint_every``: what it uses
+    # now) and a restart of the workload is auto too, with its new node's hazard.
+    checkpoint_auto: bool = False
     last_checkpoint: str | None = None
     exit_status: str | None = None
     message: str = ""
@@ -53,6 +56,7 @@ class WorkloadRecord(BaseModel):
             if self.last_checkpoint
             else None,
             checkpoint_every=self.checkpoint_every,
+            checkpoint_auto=self.checkpoint_auto,
             exit_status=self.exit_status,
             message=self.message,
         )
@@ -71,6 +75,7 @@ _COLUMNS = (
     "cwd",
     "labels",
     "checkpoint_every",
+    "checkpoint_auto",
     "last_checkpoint",
     "exit_status",
     "message",

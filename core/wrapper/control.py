@@ -4,7 +4,9 @@ Requests are one JSON object per line: ``{"op": "checkpoint", "stop": bool}`` (a
 add ``"handoff": {"socket", "mode"}``: see ``core.wrapper.handoff``; ``"by": "agent"`` marks
 a checkpoint an agent asked for, which rotates only among the agents': core.store.retention),
 ``{"op": "status"}``, ``{"op": "terminate", "timeout_s": float}``, ``{"op": "interval",
-"every_s": float | null}`` (periodic checkpoints from now on; null: none). The wrapper
+"every_s": float | null}`` (periodic checkpoints from now on; null: none; with ``"auto":
+{"mtbf_h", "min_s", "max_s"}`` the wrapper re-times them after each checkpoint it makes,
+starting from ``every_s``: ``core.wrapper.auto_interval``). The wrapper
 answers with zero or more ``{"progress": [done, total, message]}`` lines, then exactly one
 ``{"result": ...}`` or ``{"error": {code, message, hint, ...}}`` line.
 
@@ -199,10 +201,17 @@ class ControlClient:
         result = self._request({"op": "status"}, timeout_s=10)
         return dict(result or {})
 
-    def set_interval(self, every_s: float | None) -> dict[str, Any]:
-        """Periodic checkpoints every ``every_s`` from now on (None: none); the wrapper says
-        ``checkpoint_every`` and ``next_in_s`` (seconds until the next one is due)."""
-        return dict(self._request({"op": "interval", "every_s": every_s}, timeout_s=10) or {})
+    def set_interval(
+        self, every_s: float | None, auto: dict[str, float] | None = None
+    ) -> dict[str, Any]:
+        """Periodic checkpoints every ``every_s`` from now on (None: none), re-timed by the
+        wrapper with ``auto`` (``AutoInterval``'s fields); the wrapper says
+        ``checkpoint_every``, ``next_in_s`` (seconds until the next one is due) and
+        ``auto`` (true) if so."""
+        request: dict[str, Any] = {"op": "interval", "every_s": every_s}
+        if auto is not None:
+            request["auto"] = auto
+        return dict(self._request(request, timeout_s=10) or {})
 
     def terminate(self, *, timeout_s: float, dump_wait_s: float | None = None) -> None:
         """End the payload: a checkpoint under way may finish first (``dump_wait_s``, default

@@ -29,9 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import structlog
+from pydantic import ValidationError
 
 from core import errors
 from core.config import Settings
+from core.specs import AutoInterval
 from core.wrapper import control
 from core.wrapper.faults import fault_on
 
@@ -65,7 +67,9 @@ class Served(Protocol):
 
     def status(self) -> dict[str, Any]: ...
 
-    def set_interval(self, every_s: float | None) -> dict[str, Any]: ...
+    def set_interval(
+        self, every_s: float | None, auto: AutoInterval | None = None
+    ) -> dict[str, Any]: ...
 
     def terminate(self, grace_s: float, *, dump_wait_s: float | None = None) -> None: ...
 
@@ -171,7 +175,7 @@ class ControlDesk:
                 return
             send({"result": {"terminated": True}})
         elif op == "interval":
-            self._interval(request.get("every_s"), send)
+            self._interval(request.get("every_s"), send, auto=request.get("auto"))
         else:
             send({"error": errors.InvalidInput(f"unknown op {op!r}").to_dict()})
 
@@ -201,14 +205,28 @@ class ControlDesk:
             if "progress" not in msg:
                 break
 
-    def _interval(self, every: Any, send: Send) -> None:
-        """Periodic checkpoints every ``every`` seconds (null: none). The bounds people may
-        ask for are the action's (``core.durations``); here only that it is a time."""
+    def _interval(self, every: Any, send: Send, *, auto: Any = None) -> None:
+        """Periodic checkpoints every ``every`` seconds (null: none), re-timed after each
+        checkpoint when ``auto`` (``AutoInterval``'s fields) comes with a time to start from.
+        The bounds people may ask for are the action's (``core.durations``); here only that
+        it is a time."""
         if every is not None and (type(every) not in (int, float) or not 0 < every < 1e9):
             what = f"the checkpoint interval must be a positive number of seconds, not {every!r}"
             send({"error": errors.InvalidInput(what, hint="send null to turn it off").to_dict()})
             return
-        result = self.served.set_interval(None if every is None else float(every))
+        how: AutoInterval | None = None
+        try:
+            how = None if auto is None else AutoInterval.model_validate(auto)
+            bad = how is not None and every is None
+        except ValidationError:
+            bad = True
+        if bad:
+            what = (
+                f"an auto interval needs every_s to start from, mtbf_h, min_s and max_s: {auto!r}"
+            )
+            send({"error": errors.InvalidInput(what, hint="send what the plan resolved").to_dict()})
+            return
+        result = self.served.set_interval(None if every is None else float(every), how)
         self.jobs.put(Job("interval"))
         send({"result": result})
 

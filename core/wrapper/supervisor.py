@@ -52,13 +52,14 @@ from core.config import Settings, ensure_dirs
 from core.guardrails.audit import AuditLog
 from core.model import CheckpointInfo, WorkloadState, utcnow
 from core.polling import poll_until
-from core.specs import RunSpec
+from core.specs import AutoInterval, RunSpec
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store import staging
 from core.store.disk import ON_REQUEST, REQUESTED_BY
 from core.store.store import CheckpointStore
 from core.wrapper import ending, fence, handoff, payload, restoring
+from core.wrapper.auto_interval import AutoTimer
 from core.wrapper.desk import ControlDesk, Job
 from core.wrapper.faults import die_if
 from core.wrapper.handoff_source import HandoffSource
@@ -115,6 +116,7 @@ class Supervisor:
         self._lock_fd = -1
         self._last_ckpt_s: float | None = None  # wall time of this wrapper's last checkpoint
         self.clock = PeriodicClock(spec.checkpoint_every)
+        self.auto = AutoTimer(self.clock, spec.checkpoint_auto)  # auto: it re-times the clock
         self._out: payload.RotatingOutput | None = None
 
     @property
@@ -329,11 +331,15 @@ class Supervisor:
             "restore": self.restore_info,
         }
 
-    def set_interval(self, every_s: float | None) -> dict[str, Any]:
-        """Periodic checkpoints every ``every_s`` from now on (None: none); the desk wakes
-        the main loop, which re-times its wait."""
-        self.spec = self.spec.model_copy(update={"checkpoint_every": every_s})
-        return {"checkpoint_every": every_s, "next_in_s": self.clock.set(every_s)}
+    def set_interval(
+        self, every_s: float | None, auto: AutoInterval | None = None
+    ) -> dict[str, Any]:
+        """Periodic checkpoints every ``every_s`` from now on (None: none), re-timed after
+        each checkpoint if ``auto``; the desk wakes the main loop, which re-times its wait."""
+        self.spec = self.spec.model_copy(
+            update={"checkpoint_every": every_s, "checkpoint_auto": auto}
+        )
+        return self.auto.set(every_s, auto)
 
     def terminate(self, grace_s: float, *, dump_wait_s: float | None = None) -> None:
         """End the payload on request: let a checkpoint under way finish (up to
@@ -409,10 +415,11 @@ class Supervisor:
             return
         self.last_checkpoint = info.id
         state = WorkloadState.STOPPED if stop else WorkloadState.RUNNING
-        if not self.handed_off:
-            self.registry.update(
-                self.name, state=state, last_checkpoint=info.id, message=f"checkpointed {info.id}"
-            )
+        every = self.auto.measured(info)  # auto: re-timed to what pays at the cost measured
+        if not self.handed_off:  # with auto, the row says the interval the wrapper uses now
+            kept = {} if every is None else {"checkpoint_every": every}
+            self.registry.update(self.name, state=state, last_checkpoint=info.id,
+                                 message=f"checkpointed {info.id}", **kept)  # fmt: skip
         try:  # after the handoff: retention is not part of the pause
             deleted = self.store.apply_retention(self.name, fresh=info.id)
         except errors.ClawpointError as exc:  # the checkpoint itself is published and good

@@ -49,9 +49,10 @@ from core.backends.local.step_args import (
     WorkloadArgs,
     step,
 )
-from core.durations import interval_seconds, interval_text
+from core.durations import AUTO, interval_seconds, interval_text
 from core.model import KILLED, Action, RiskClass, WorkloadState
 from core.state.workloads import WorkloadRecord
+from core.wrapper import auto_interval
 
 
 def plan_checkpoint(ctx: LocalContext, target: str, params: NoParams) -> PlanDraft:
@@ -266,6 +267,8 @@ def plan_set_interval(ctx: LocalContext, target: str, params: IntervalParams) ->
             hint=f"see its state with {errors.step('list_workloads')}",
         )
     require_state(rec, {WorkloadState.RUNNING, WorkloadState.STOPPED, WorkloadState.FAILED}, action)
+    if params.every == AUTO:
+        return _plan_auto_interval(ctx, rec, params)
     was, new = rec.checkpoint_every, interval_seconds(params.every)
     # The catalogue's risk reads the parameters only (off: disruptive). Whether a new
     # interval is longer than the one in force is known here, from the workload's record,
@@ -280,17 +283,77 @@ def plan_set_interval(ctx: LocalContext, target: str, params: IntervalParams) ->
             step(
                 "set-interval",
                 "set_interval",
-                IntervalArgs(workload=target, every_s=new, was_s=was, reason=params.reason),
+                IntervalArgs(
+                    workload=target,
+                    every_s=new,
+                    was_s=was,
+                    was_auto=rec.checkpoint_auto,
+                    reason=params.reason,
+                ),
                 f"record {what} for {ref}" + (", and tell its wrapper" if live else ""),
             )
         ],
-        summary=f"Give {ref} {what} (was {interval_text(was)})"
+        summary=f"Give {ref} {what} (was {_in_force(rec)})"
         + ("" if live else f"; it applies when {ref} runs again"),
         saves="nothing is paused; "
         + ("only checkpoints asked for save its work" if new is None else f"{what} saves it"),
-        rollback=f"clawpoint checkpoint-interval {ref} --every {interval_text(was)}",
+        rollback=f"clawpoint checkpoint-interval {ref} --every {_in_force(rec)}",
         scope=scope(ctx, rec),
         risk=RiskClass.DISRUPTIVE if longer else RiskClass.SAFE,
+    )
+
+
+def _in_force(rec: WorkloadRecord) -> str:
+    """The interval in force as it is written: auto, off or a duration."""
+    return AUTO if rec.checkpoint_auto else interval_text(rec.checkpoint_every)
+
+
+def _plan_auto_interval(
+    ctx: LocalContext, rec: WorkloadRecord, params: IntervalParams
+) -> PlanDraft:
+    """``auto``: the wrapper re-times its periodic checkpoints after each one it makes, to
+    what pays at its measured cost on its node (``core.wrapper.auto_interval``). It starts
+    from the recommendation the workload's newest checkpoints make now (else the interval
+    in force, within the bounds, else the shortest). Auto may lengthen the interval later
+    without asking, up to ``[economics] max_interval_s`` (the cap a person sets): so it is
+    disruptive unless that cap is no longer than the interval in force, or periodic
+    checkpoints are off today (then auto only adds checkpoints)."""
+    ref, was = f"{NAME}:{rec.name}", rec.checkpoint_every
+    node = ctx.node_config.get(rec.node or "")
+    auto = auto_interval.for_node(ctx.settings.economics, spot=bool(node and node.spot))
+    newest = sorted(ctx.store.list(rec.name), key=lambda c: c.created_at, reverse=True)
+    advice = auto_interval.advise(auto, newest[: auto_interval.RECENT])
+    start = auto_interval.clamp(auto, advice.interval_s if advice else was)
+    now = (
+        f"now {interval_text(start)} ({advice.why.rstrip('.')})"
+        if advice
+        else f"from {interval_text(start)} until a checkpoint is measured"
+    )
+    live = rec.state in _LIVE
+    cap = interval_text(auto.max_s)
+    return PlanDraft(
+        steps=[
+            step(
+                "set-interval",
+                "set_interval",
+                IntervalArgs(
+                    workload=rec.name,
+                    every_s=start,
+                    was_s=was,
+                    was_auto=rec.checkpoint_auto,
+                    auto=auto,
+                    reason=params.reason,
+                ),
+                f"record auto for {ref}" + (", and tell its wrapper" if live else ""),
+            )
+        ],
+        summary=f"Give {ref} the checkpoint interval that pays, re-timed after each checkpoint: "
+        f"{now}; between {interval_text(auto.min_s)} and the cap {cap} "
+        f"(was {_in_force(rec)})" + ("" if live else f"; it applies when {ref} runs again"),
+        saves=f"nothing is paused; a checkpoint at least every {cap} saves it",
+        rollback=f"clawpoint checkpoint-interval {ref} --every {_in_force(rec)}",
+        scope=scope(ctx, rec),
+        risk=RiskClass.SAFE if was is None or auto.max_s <= was else RiskClass.DISRUPTIVE,
     )
 
 

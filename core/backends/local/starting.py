@@ -26,8 +26,8 @@ from core.model import WorkloadState
 from core.polling import poll_until
 from core.specs import RunSpec
 from core.state.workloads import WorkloadRecord
+from core.wrapper import auto_interval, handoff
 from core.wrapper import fence as fencing
-from core.wrapper import handoff
 from core.wrapper.control import ControlClient
 from core.wrapper.launch import launch_detached, launch_standby
 from core.wrapper.progress import ProgressFile, Stamp
@@ -115,10 +115,15 @@ def start(
 
 def _spec(ctx: LocalContext, rec: WorkloadRecord, node: str, **how: Any) -> RunSpec:
     """The run spec of ``rec`` started on ``node``; ``how``: restore_from, start_mode..."""
+    # An auto interval stays auto, with the hazard of the node it now starts on.
+    spot = bool((cfg := ctx.node_config.get(node)) and cfg.spot)
+    auto = (
+        auto_interval.for_node(ctx.settings.economics, spot=spot) if rec.checkpoint_auto else None
+    )
     return RunSpec(
         name=rec.name, node=node, engine=rec.engine, checkpoint_every=rec.checkpoint_every,
-        command=rec.command, cwd=rec.cwd, labels=rec.labels, home=str(ctx.settings.home),
-        **how,
+        checkpoint_auto=auto, command=rec.command, cwd=rec.cwd, labels=rec.labels,
+        home=str(ctx.settings.home), **how,
     )  # fmt: skip
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from core.backends.step_models import Later, StepArgs, StepOutput, build
 from core.model import PlanStep
+from core.specs import AutoInterval
 
 
 class WorkloadArgs(StepArgs):
@@ -72,12 +73,16 @@ class DeleteCheckpointArgs(StepArgs):
 
 
 class IntervalArgs(StepArgs):
-    """Checkpoint ``workload`` every ``every_s`` seconds (None: no periodic checkpoints), if
-    the interval in force is still ``was_s``, the one the plan (and its risk) was made on."""
+    """Checkpoint ``workload`` every ``every_s`` seconds (None: no periodic checkpoints),
+    re-timed by its wrapper if ``auto`` (starting from ``every_s``), if the interval in
+    force is still ``was_s``, the one the plan (and its risk) was made on; ``was_auto``: it
+    was auto then, and the wrapper may have re-timed it since (any interval passes)."""
 
     workload: str
     every_s: float | None
     was_s: float | None
+    was_auto: bool = False
+    auto: AutoInterval | None = None
     reason: str = ""
 
 
@@ -159,9 +164,11 @@ class GpuOutput(StepOutput):
 
 
 class IntervalOutput(StepOutput):
-    """The interval now in force (None: off); ``live``: the running wrapper took it too."""
+    """The interval now in force (None: off), ``auto`` if the wrapper re-times it; ``live``:
+    the running wrapper took it too."""
 
     checkpoint_every: float | None
+    auto: bool = False
     live: bool
 
 

@@ -150,19 +150,27 @@ def set_interval(ctx: LocalStepContext, args: Obj, progress: ProgressFn) -> Obj:
     every later start of the workload reads). Safe to run again: it sets, never adds."""
     a = IntervalArgs.model_validate(args)
     rec = ctx.registry.require(a.workload)
-    if rec.checkpoint_every not in (a.was_s, a.every_s):  # the latter: this step ran before
+    auto = a.auto is not None
+
+    def as_set(every: float | None, was_auto: bool) -> bool:  # auto re-times: any passes
+        return rec.checkpoint_auto == was_auto and (was_auto or rec.checkpoint_every == every)
+
+    if not (as_set(a.was_s, a.was_auto) or as_set(a.every_s, auto)):  # the latter: ran before
+        now = "auto" if rec.checkpoint_auto else interval_text(rec.checkpoint_every)
+        then = "auto" if a.was_auto else interval_text(a.was_s)
         raise errors.Conflict(
-            f"the checkpoint interval of {NAME}:{rec.name} is now "
-            f"{interval_text(rec.checkpoint_every)}, not the {interval_text(a.was_s)} it was "
-            "planned on; nothing was changed",
+            f"the checkpoint interval of {NAME}:{rec.name} is now {now}, not the {then} it "
+            "was planned on; nothing was changed",
             hint="plan it again: its risk depends on the interval in force",
         )
     told: dict[str, Any] = {}
     if rec.socket and _wrapper_alive(ctx.settings, rec):
-        told = ControlClient(Path(rec.socket)).set_interval(a.every_s)
-    said = f"checkpoint interval {interval_text(a.every_s)}" + (f": {a.reason}" if a.reason else "")
-    ctx.registry.update(rec.name, checkpoint_every=a.every_s, message=said)
-    return {"checkpoint_every": a.every_s, "live": bool(told), **told}
+        how = a.auto.model_dump() if a.auto is not None else None
+        told = ControlClient(Path(rec.socket)).set_interval(a.every_s, how)
+    said = f"checkpoint interval {'auto from ' if auto else ''}{interval_text(a.every_s)}"
+    said += f": {a.reason}" if a.reason else ""
+    ctx.registry.update(rec.name, checkpoint_every=a.every_s, checkpoint_auto=auto, message=said)
+    return {"checkpoint_every": a.every_s, "auto": auto, "live": bool(told), **told}
 
 
 def _gpu_step(ctx: LocalStepContext, op: str, rec: WorkloadRecord) -> dict[str, Any]:
