@@ -88,6 +88,11 @@ class AutoTimer:
             }
         return said | ({"auto": True} if auto else {})
 
+    def status(self) -> dict[str, Any]:
+        """What the wrapper's ``status`` says of its interval: the one in force, auto or not."""
+        with self._lock:
+            return {"checkpoint_every": self.clock.every_s, "auto": self.auto is not None}
+
     def measured(self, info: CheckpointInfo) -> float | None:
         """Pool ``info``; auto: re-time the clock to what pays now and return it (None: not
         auto, or nothing timed)."""

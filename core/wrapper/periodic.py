@@ -39,6 +39,12 @@ class PeriodicClock:
             wait = self._wait_s()
         return None if wait is None else round(wait, 1)
 
+    @property
+    def every_s(self) -> float | None:
+        """The interval in force (None: off)."""
+        with self._lock:
+            return self._every
+
     def wait_s(self) -> float | None:
         """Seconds until the next periodic checkpoint (0: due now); None: none is due."""
         with self._lock:

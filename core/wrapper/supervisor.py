@@ -329,6 +329,7 @@ class Supervisor:
             "last_checkpoint": self.last_checkpoint,
             "progress": self.progress.read(),
             "restore": self.restore_info,
+            **self.auto.status(),
         }
 
     def set_interval(
