@@ -65,3 +65,14 @@ def test_nothing_measured_or_nothing_readable_gives_none() -> None:
 def test_bounds_that_cross_are_refused_in_the_configuration() -> None:
     with pytest.raises(ValueError, match="min_interval_s"):
         EconomicsConfig(min_interval_s=100, max_interval_s=10)
+
+
+def test_the_mode_in_force_is_said_auto_fixed_or_off() -> None:
+    ckpts = [_ckpt(1, frozen_s=0.2, total_s=0.5)]
+    service = _Service(ckpts, spot=True)
+    auto = checkpoint_economics(service, W.model_copy(update={"checkpoint_auto": True}))
+    assert auto is not None and auto.mode == "auto" and auto.in_force_s == 600
+    assert auto.brief()["mode"] == "auto"  # said in the concise view only when auto
+    assert _for(service).mode == "fixed" and "mode" not in _for(service).brief()
+    off = checkpoint_economics(service, W.model_copy(update={"checkpoint_every": None}))
+    assert off is not None and off.mode == "off"
