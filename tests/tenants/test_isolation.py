@@ -59,6 +59,20 @@ def _checkpoints(alice: Tenant, home: Path, name: str) -> list[str]:
     return [c["id"] for c in json.loads(out)]
 
 
+# Sends one request (argv[2]) to a wrapper's control socket (argv[1]) and prints the answer;
+# exit 3 with the error's name when the socket cannot be reached.
+PROBE = (
+    "import socket, sys\n"
+    "s = socket.socket(socket.AF_UNIX)\n"
+    "try:\n    s.connect(sys.argv[1])\n"
+    "except OSError as e:\n    print(type(e).__name__); sys.exit(3)\n"
+    "try:\n"
+    "    s.sendall(sys.argv[2].encode() + b'\\n')\n"
+    "except BrokenPipeError:\n    pass\n"
+    "print(s.makefile().readline())\n"
+)
+
+
 def test_bob_cannot_reach_alices_state_socket_or_checkpoints(
     alices_workload: tuple[Tenant, Tenant, Path, str],
 ) -> None:
@@ -68,16 +82,7 @@ def test_bob_cannot_reach_alices_state_socket_or_checkpoints(
     assert sock.exists()
     for path in (home / "state.db", home / "checkpoints"):
         assert bob.run(["ls", "-l", str(path)]).returncode != 0  # her home is 0700
-    probe = (
-        "import socket, sys\n"
-        "s = socket.socket(socket.AF_UNIX)\n"
-        "try:\n    s.connect(sys.argv[1])\n"
-        "except OSError as e:\n    print(type(e).__name__); sys.exit(3)\n"
-        "try:\n"
-        "    s.sendall(sys.argv[2].encode() + b'\\n')\n"
-        "except BrokenPipeError:\n    pass\n"
-        "print(s.makefile().readline())\n"
-    )
+    probe = PROBE
     checkpoint = '{"op": "checkpoint"}'
     # The op that re-times periodic checkpoints: off, or every second (a flood of dumps).
     interval = '{"op": "interval", "every_s": 1}'
@@ -122,6 +127,35 @@ def test_bob_cannot_act_on_alices_workload_through_his_cli(
         shutil.rmtree(own, ignore_errors=True)
     assert alice_running(alice, home, name)
     assert _checkpoints(alice, home, name) == before
+
+
+def test_bob_cannot_switch_alices_wrapper_to_auto(
+    alices_workload: tuple[Tenant, Tenant, Path, str],
+) -> None:
+    """The auto form of the ``interval`` op passes the same peer-uid gate: with the modes
+    loosened, bob's request is refused and alice's wrapper stays as it was; hers is taken."""
+    alice, bob, home, name = alices_workload
+    sock = home / "run" / f"{name}.sock"
+    # A harmless auto for alice (at most hourly); bob's would re-time her every second.
+    auto = '{{"op": "interval", "every_s": {s}, "auto": {{"mtbf_h": 0.001, "min_s": {s}, "max_s": {s}}}}}'
+    status = '{"op": "status"}'
+    os.chmod(home, 0o755)
+    os.chmod(home / "run", 0o755)
+    os.chmod(sock, 0o666)
+    try:
+        done = bob.run([bob.python, "-c", PROBE, str(sock), auto.format(s=1)])
+    finally:
+        os.chmod(sock, 0o600)
+        os.chmod(home, 0o700)
+    assert done.returncode == 0, done
+    answer = json.loads(done.stdout)
+    assert answer["error"]["error"] == "policy-denied", answer
+    assert f"uid {bob.uid}" in answer["error"]["message"]
+
+    said = json.loads(alice.run([alice.python, "-c", PROBE, str(sock), status]).stdout)
+    assert said["result"]["auto"] is False and said["result"]["checkpoint_every"] is None, said
+    done = alice.run([alice.python, "-c", PROBE, str(sock), auto.format(s=3600)])
+    assert json.loads(done.stdout)["result"]["auto"] is True, done  # hers: taken
 
 
 def alice_running(alice: Tenant, home: Path, name: str) -> bool:
