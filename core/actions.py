@@ -149,7 +149,8 @@ def _scale_risk(params: Mapping[str, Any]) -> RiskClass:
 
 
 def _interval_risk(params: Mapping[str, Any]) -> RiskClass:
-    # Longer than the interval in force is disruptive too: the backend's plan says so.
+    # Longer than the interval in force is disruptive too, and auto unless its cap is not
+    # longer: the backend's plan says so (it reads the interval in force).
     return RiskClass.DISRUPTIVE if params.get("every") == OFF else RiskClass.SAFE
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from core.config import EconomicsConfig
@@ -93,17 +93,19 @@ class AutoTimer:
         with self._lock:
             return {"checkpoint_every": self.clock.every_s, "auto": self.auto is not None}
 
-    def measured(self, info: CheckpointInfo) -> float | None:
-        """Pool ``info``; auto: re-time the clock to what pays now and return it (None: not
-        auto, or nothing timed)."""
+    def measured(self, info: CheckpointInfo, record: Callable[[dict[str, Any]], None]) -> None:
+        """Pool ``info``; auto: re-time the clock to what pays now. ``record`` writes the
+        workload's row with ``checkpoint_every`` (auto's new interval) or nothing more, under
+        the lock: a request that sets another interval meanwhile is recorded after it."""
         with self._lock:
             self._made.append(info)
-            if self.auto is None:
-                return None
-            age_h = (time.monotonic() - self._since) / 3600
-            advice = advise(self.auto, list(self._made), age_h=age_h)
-            if advice is None:
-                return None
+            advice = None
+            if self.auto is not None:
+                age_h = (time.monotonic() - self._since) / 3600
+                advice = advise(self.auto, list(self._made), age_h=age_h)
+            if self.auto is None or advice is None:
+                record({})
+                return
             every = clamp(self.auto, advice.interval_s)
             self.clock.set(every)
-            return every
+            record({"checkpoint_every": every})

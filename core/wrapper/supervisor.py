@@ -416,11 +416,13 @@ class Supervisor:
             return
         self.last_checkpoint = info.id
         state = WorkloadState.STOPPED if stop else WorkloadState.RUNNING
-        every = self.auto.measured(info)  # auto: re-timed to what pays at the cost measured
-        if not self.handed_off:  # with auto, the row says the interval the wrapper uses now
-            kept = {} if every is None else {"checkpoint_every": every}
-            self.registry.update(self.name, state=state, last_checkpoint=info.id,
-                                 message=f"checkpointed {info.id}", **kept)  # fmt: skip
+
+        def record(kept: dict[str, Any]) -> None:  # with auto, the interval it uses now
+            if not self.handed_off:  # else the row is the new wrapper's
+                self.registry.update(self.name, state=state, last_checkpoint=info.id,
+                                     message=f"checkpointed {info.id}", **kept)  # fmt: skip
+
+        self.auto.measured(info, record)  # auto: re-timed to what pays at the cost measured
         try:  # after the handoff: retention is not part of the pause
             deleted = self.store.apply_retention(self.name, fresh=info.id)
         except errors.ClawpointError as exc:  # the checkpoint itself is published and good
