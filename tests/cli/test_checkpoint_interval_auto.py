@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 import time
+
 import pytest
 
 from core.model import CheckpointInfo
