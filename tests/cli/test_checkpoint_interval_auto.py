@@ -7,7 +7,8 @@ checkpoints after each one it makes: the interval it records after each checkpoi
 recommendation for the costs of its own checkpoints so far (``core.wrapper.auto_interval``,
 the planner's ``recommend``), and the next checkpoint comes that long after. The mode
 survives a preempt and a resume: the new wrapper says it is auto and re-times from its own
-first checkpoint. Bad values still exit 2 and name ``auto`` among the forms.
+first checkpoint. Bad values still exit 2 and name ``auto`` among the forms; the wrapper's
+socket takes an auto request only whole.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 
 import pytest
 
+from core import errors
 from core.model import CheckpointInfo
 from core.specs import AutoInterval
 from core.store.store import CheckpointStore
@@ -139,3 +141,19 @@ def test_auto_is_among_the_forms_a_bad_value_names(cli: Cli) -> None:
     assert "--every" in text and "'automatic' is not a duration" in text, text
     assert "auto" in text.replace("automatic", ""), text
     assert not cli.workload(ref).get("checkpoint_auto")
+
+
+def test_the_wrapper_takes_auto_only_whole_with_a_time_to_start_from(cli: Cli) -> None:
+    """The socket's ``interval`` op with ``auto`` (what the step sends): a malformed hazard
+    or bounds, or no time to start from, is refused and the wrapper keeps its interval."""
+    ref = cli.start_counter("sockauto")
+    client = ControlClient(cli.home / "run" / "sockauto.sock")
+    good = AUTO.model_dump()
+    for every, auto in ((5.0, {**good, "mtbf_h": -1}), (5.0, {**good, "min_s": 30}),
+                        (5.0, {"mtbf_h": 1}), (5.0, "auto"), (None, good)):  # fmt: skip
+        with pytest.raises(errors.InvalidInput, match="auto interval needs"):
+            client.set_interval(every, auto)  # type: ignore[arg-type]
+    said = client.status()
+    assert (said["auto"], said["checkpoint_every"]) == (False, None), said
+    assert client.set_interval(3600.0, good)["auto"] is True
+    assert not cli.workload(ref).get("checkpoint_auto")  # the row is the step's to write
