@@ -21,7 +21,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from core.config import EconomicsConfig
@@ -93,10 +94,20 @@ class AutoTimer:
         with self._lock:
             return {"checkpoint_every": self.clock.every_s, "auto": self.auto is not None}
 
-    def measured(self, info: CheckpointInfo, record: Callable[[dict[str, Any]], None]) -> None:
-        """Pool ``info``; auto: re-time the clock to what pays now. ``record`` writes the
-        workload's row with ``checkpoint_every`` (auto's new interval) or nothing more, under
-        the lock: a request that sets another interval meanwhile is recorded after it."""
+    def recorded(self) -> dict[str, Any]:
+        """The interval in force as the workload's row keeps it."""
+        with self._lock:
+            return {
+                "checkpoint_every": self.clock.every_s,
+                "checkpoint_auto": self.auto is not None,
+            }
+
+    @contextmanager
+    def measured(self, info: CheckpointInfo) -> Iterator[dict[str, Any]]:
+        """Pool ``info``; auto: re-time the clock to what pays now. Gives what the workload's
+        row should record besides the checkpoint (``checkpoint_every``: auto's new interval)
+        and holds the lock while the caller writes it: a request that sets another interval
+        meanwhile is recorded after it, never overwritten."""
         with self._lock:
             self._made.append(info)
             advice = None
@@ -104,8 +115,8 @@ class AutoTimer:
                 age_h = (time.monotonic() - self._since) / 3600
                 advice = advise(self.auto, list(self._made), age_h=age_h)
             if self.auto is None or advice is None:
-                record({})
+                yield {}
                 return
             every = clamp(self.auto, advice.interval_s)
             self.clock.set(every)
-            record({"checkpoint_every": every})
+            yield {"checkpoint_every": every}

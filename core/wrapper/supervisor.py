@@ -222,7 +222,7 @@ class Supervisor:
                 command=self.spec.command,
                 cwd=self.spec.cwd,
                 labels=self.spec.labels,
-                checkpoint_every=self.spec.checkpoint_every,
+                **self.auto.recorded(),  # checkpoint_every, checkpoint_auto
                 last_checkpoint=self.last_checkpoint,
                 message=message,
                 started_at=utcnow(),
@@ -332,14 +332,9 @@ class Supervisor:
             **self.auto.status(),
         }
 
-    def set_interval(
-        self, every_s: float | None, auto: AutoInterval | None = None
-    ) -> dict[str, Any]:
-        """Periodic checkpoints every ``every_s`` from now on (None: none), re-timed after
-        each checkpoint if ``auto``; the desk wakes the main loop, which re-times its wait."""
-        self.spec = self.spec.model_copy(
-            update={"checkpoint_every": every_s, "checkpoint_auto": auto}
-        )
+    def set_interval(self, every_s: float | None, auto: AutoInterval | None) -> dict[str, Any]:
+        """Periodic checkpoints every ``every_s`` from now on (None: none; re-timed after each
+        checkpoint if ``auto``); the desk wakes the main loop, which re-times its wait."""
         return self.auto.set(every_s, auto)
 
     def terminate(self, grace_s: float, *, dump_wait_s: float | None = None) -> None:
@@ -416,13 +411,10 @@ class Supervisor:
             return
         self.last_checkpoint = info.id
         state = WorkloadState.STOPPED if stop else WorkloadState.RUNNING
-
-        def record(kept: dict[str, Any]) -> None:  # with auto, the interval it uses now
-            if not self.handed_off:  # else the row is the new wrapper's
+        with self.auto.measured(info) as kept:  # auto: re-timed to what pays; the row says it
+            if not self.handed_off:
                 self.registry.update(self.name, state=state, last_checkpoint=info.id,
                                      message=f"checkpointed {info.id}", **kept)  # fmt: skip
-
-        self.auto.measured(info, record)  # auto: re-timed to what pays at the cost measured
         try:  # after the handoff: retention is not part of the pause
             deleted = self.store.apply_retention(self.name, fresh=info.id)
         except errors.ClawpointError as exc:  # the checkpoint itself is published and good

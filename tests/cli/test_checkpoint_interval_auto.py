@@ -127,6 +127,7 @@ def test_auto_survives_preempt_and_resume(cli: Cli) -> None:
     assert cli("resume", ref, "--yes").code == 0
     said = ControlClient(cli.home / "run" / "keeps.sock").status()
     assert said["auto"] is True, said  # the restored wrapper re-times too
+    assert cli.workload(ref)["checkpoint_auto"] is True  # and its row says so
     if _seq(said["last_checkpoint"]) == stopped_at:  # none of its own yet: where it was
         assert said["checkpoint_every"] == row["checkpoint_every"], said
     seen = _follow(cli, ref, 2, timeout_s=20)
