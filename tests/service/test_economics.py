@@ -69,7 +69,7 @@ def test_bounds_that_cross_are_refused_in_the_configuration() -> None:
 
 def test_the_mode_in_force_is_said_auto_fixed_or_off() -> None:
     ckpts = [_ckpt(1, frozen_s=0.2, total_s=0.5)]
-    service = _Service(ckpts, spot=True)
+    service: Any = _Service(ckpts, spot=True)
     auto = checkpoint_economics(service, W.model_copy(update={"checkpoint_auto": True}))
     assert auto is not None and auto.mode == "auto" and auto.in_force_s == 600
     assert auto.brief()["mode"] == "auto"  # said in the concise view only when auto
