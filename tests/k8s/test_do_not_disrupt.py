@@ -67,7 +67,7 @@ def guard_audit(svc: Service) -> list[Any]:
 def service(home: Path, monkeypatch: pytest.MonkeyPatch, backend: KubernetesBackend) -> Service:
     monkeypatch.setenv("CLAWPOINT_HOME", str(home))
     svc = bootstrap(load_settings(home))
-    svc.backends["k8s"] = backend  # type: ignore[assignment]
+    svc.backends["k8s"] = backend
     return svc
 
 

@@ -49,7 +49,6 @@ from core.backends.kubernetes import ids
 from core.backends.kubernetes.connection import Op
 from core.backends.kubernetes.context import KubeContext
 from core.backends.kubernetes.lineages import lineage_of, wrapped_container
-from core.backends.kubernetes.mutations import mutate
 from core.backends.kubernetes.objects import ts
 from core.backends.kubernetes.pods import live, meta
 from core.model import CheckpointInfo
@@ -180,12 +179,14 @@ def decide(
 
 
 def _apply(b: KubeContext, pod: Obj, annotations: Obj) -> None:
+    """PATCH the pod's annotations, conditional on the ``resourceVersion`` read."""
     m = meta(pod)
-    patch = {"metadata": {"annotations": annotations, "resourceVersion": m.get("resourceVersion")}}
-    if not m.get("resourceVersion"):
-        del patch["metadata"]["resourceVersion"]
-    args = {"kind": "Pod", "namespace": m.get("namespace"), "name": m.get("name"), "patch": patch}
-    mutate(b, "patch", args, dry_run=False)
+    ns, name = ids.check_namespace(str(m.get("namespace"))), ids.check_name(str(m.get("name")))
+    body: Obj = {"metadata": {"annotations": annotations}}
+    if m.get("resourceVersion"):
+        body["metadata"]["resourceVersion"] = m["resourceVersion"]
+    core = b.conn.api("CoreV1Api")
+    b.conn.call_json(Op("patch", "pods", "", ns, name), core.patch_namespaced_pod, name, ns, body)
 
 
 def _running(pod: Obj) -> bool:
