@@ -226,6 +226,21 @@ def test_the_deployed_role_grants_the_patch_and_nothing_else_is_needed(
     assert notes(emu, "w", NS)[DO_NOT_DISRUPT] == "true"
 
 
+def test_a_moved_pods_copy_does_not_inherit_clawpoints_protection(emu: Any, svc: Service) -> None:
+    """The copy restores a fresh checkpoint; a person's annotation travels with it."""
+    ours = seeded(wrapped_pod("ours", "lin-o"), "n1", age_s=60)
+    ours["metadata"]["annotations"].update(OURS)
+    theirs = seeded(wrapped_pod("theirs", "lin-t"), "n1", age_s=60)
+    theirs["metadata"]["annotations"][DO_NOT_DISRUPT] = "true"
+    emu.seed(node("n1"), node("n2"), ours, theirs)
+    backend = svc.backends["k8s"]
+    for name, kept in (("ours", {}), ("theirs", {DO_NOT_DISRUPT: "true"})):
+        plan = backend.plan(Action.MIGRATE, f"Pod/default/{name}", {"to": "n2"})
+        [create] = [s for s in plan.steps if s.op == "create_pod"]
+        copied = create.args["body"]["metadata"]["annotations"]
+        assert {k: v for k, v in copied.items() if "disrupt" in k} == kept, name
+
+
 # ----- the model of Karpenter, pinned to its documented rules ------------------------------
 def test_karpenter_model_blocks_only_what_karpenter_blocks(emu: Any) -> None:
     made = iter(range(100))
