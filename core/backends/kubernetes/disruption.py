@@ -38,6 +38,7 @@ seen, only the one in the pod's command; a pod that is not Running is left as it
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any
 
@@ -81,7 +82,7 @@ def checkpoint_every(pod: Obj) -> float | None:
                 every = float(value)
             except ValueError:
                 return None
-            return every if every > 0 else None
+            return every if math.isfinite(every) and every > 0 else None
     return None
 
 
