@@ -72,6 +72,7 @@ def victims(
 ) -> list[NodeInfo]:
     """The ``count`` nodes a shrink releases: idle first, then least unsaved work (the sum
     of ``unsaved`` over the node's workloads, by workload id), then dearest, then by name."""
+
     def loss(node: NodeInfo) -> tuple[int, float, float, str]:
         lost = sum(unsaved.get(w, 0.0) for w in node.workloads)
         return (len(node.workloads), lost, -node.price_per_hour, node.name)

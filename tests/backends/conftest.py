@@ -338,11 +338,14 @@ def cli() -> InstalledCli:
 
 @pytest.fixture(scope="session")
 def live_tools(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
-    """The tool names ``clawpoint serve`` (stdio) lists to a real MCP client."""
+    """The tool names ``clawpoint serve`` (stdio, every toolset: capacity is served only when
+    named) lists to a real MCP client."""
     home = tmp_path_factory.mktemp("serve") / "home"
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
     env["CLAWPOINT_HOME"] = str(home)
-    params = StdioServerParameters(command=str(CLAWPOINT), args=["serve"], env=env)
+    params = StdioServerParameters(
+        command=str(CLAWPOINT), args=["serve", "--toolsets", "default,capacity"], env=env
+    )
 
     async def names() -> set[str]:
         async with Client(params) as client:
