@@ -134,12 +134,21 @@ def _shrink(ctx: LocalContext, pool: PoolInfo, size: int, cap: float) -> PlanDra
             step(f"release-{node.name}", "release", ReleaseArgs(node=node.name, released=True),
                  f"release {node.id}")
         )  # fmt: skip
+    # A step that fails (a workload landed on a victim since the plan) leaves the nodes it
+    # cordoned in service again; one a person had cordoned before stays so.
+    undo = [
+        step(f"uncordon-{n.name}", "set_node",
+             SetNodeArgs(node=n.name, schedulable=True, reason=""),
+             f"return {n.id} to service")
+        for n in going if n.schedulable
+    ]  # fmt: skip
     per_hour = -sum(n.price_per_hour for n in going)
     what = f"move {len(moved)} workload(s)" if moved else "no workload to move"
     if held:
         what += f", save and stop {len(held)} (no node left for them: resume later)"
     return PlanDraft(
         steps=steps,
+        on_failure=undo,
         summary=f"Shrink {pool.id} from {pool.size} to {size} node(s): release "
         f"{', '.join(sorted(gone))}; {what}",
         expected_pause_s=None,
