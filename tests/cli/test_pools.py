@@ -66,7 +66,10 @@ def _node_names(cli: Cli) -> set[str]:
     return {n["name"] for n in r.json()}
 
 
-def test_a_pool_shrinks_without_losing_work_and_grows_back(cli: Cli, need_criu: None) -> None:
+def test_a_pool_shrinks_without_losing_work_and_grows_back(
+    cli: Cli,
+    need_criu: None,  # noqa: F811
+) -> None:
     cli.config(CONFIG)
     r = cli("run", "--name", "tick", "--node", "node-b", "--detach", "--",
             sys.executable, "-m", "core.workloads.counter", "--state-mb", "32",

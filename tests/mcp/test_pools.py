@@ -7,6 +7,8 @@ refused naming them. Without the capacity toolset neither tool is listed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from core.model import Principal, PrincipalKind
@@ -14,7 +16,6 @@ from tests.adversarial.conftest import (  # noqa: F401 (fixtures)
     Lab,
     agent_session,
     anyio_backend,
-    lab,
     lab_factory,
 )
 from tests.service.conftest import counter, wait_step
@@ -32,7 +33,7 @@ nodes = [
 
 
 async def test_agent_releases_idle_nodes_and_asks_before_moving_work(
-    lab_factory,  # noqa: F811
+    lab_factory: Callable[[str], Lab],  # noqa: F811
 ) -> None:
     lab = lab_factory(CONFIG)
     spec = counter(lab.settings, "busy", mb=1, engine="cooperative", node="node-b")
