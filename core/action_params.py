@@ -96,3 +96,9 @@ class IntervalParams(ActionParams):
 
     every: Interval = Field(max_length=32, description=INTERVAL_HELP)
     reason: str = Field(default="", max_length=500, description="Recorded on the workload")
+
+
+class PoolSizeParams(ActionParams):
+    """The number of nodes a pool should have."""
+
+    size: int = Field(ge=0, le=10_000, description="Nodes the pool should have")

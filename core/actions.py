@@ -56,6 +56,7 @@ from core.action_params import (
     IntervalParams,
     MoveParams,
     NoParams,
+    PoolSizeParams,
     ScaleParams,
     StartParams,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "IntervalParams",
     "MoveParams",
     "NoParams",
+    "PoolSizeParams",
     "ScaleParams",
     "StartParams",
     "Target",
@@ -97,6 +99,7 @@ class Target(StrEnum):
     WORKLOAD = "workload"
     NODE = "node"
     CHECKPOINT = "checkpoint"
+    POOL = "pool"
 
 
 class Interface(StrEnum):
@@ -112,6 +115,7 @@ TARGET_HELP: dict[Target, str] = {
     Target.WORKLOAD: "e.g. local:train-1",
     Target.NODE: "NAME or BACKEND:NAME, e.g. node-a or slurm:n1",
     Target.CHECKPOINT: "Checkpoint id BACKEND:WORKLOAD@SEQ, e.g. local:train-1@3",
+    Target.POOL: "BACKEND:POOL, e.g. local:spot",
 }
 
 # --------------------------------------------------------------------------- risk
@@ -414,6 +418,20 @@ CATALOGUE: dict[Action, ActionSpec] = {
             "Change how often a workload is checkpointed (longer or off: disruptive).",
             "set_checkpoint_interval",
             ("checkpoint-interval",),
+        ),
+        # Safe by its parameters: growing within the person's cost cap and releasing idle
+        # nodes lose nothing; the backend's plan raises it where work must move or the
+        # added cost passes the cap (``core.capacity``).
+        _spec(
+            Action.SCALE_POOL,
+            Target.POOL,
+            PoolSizeParams,
+            _fixed(RiskClass.SAFE),
+            "Scale a node pool",
+            "Grow or shrink a node pool; shrinking saves and moves the work on the nodes it "
+            "releases (then disruptive).",
+            "scale_pool",
+            ("pools", "scale"),
         ),
     )
 }

@@ -229,6 +229,13 @@ class EconomicsConfig(_Section):
         return self
 
 
+class CapacityConfig(_Section):
+    # A pool grows without a person's approval only while the cost it adds stays within
+    # max_added_per_hour (in the nodes' price unit per hour, summed over the nodes added);
+    # a larger scale-up is disruptive and waits for a person, like any move of work.
+    max_added_per_hour: float = Field(default=10.0, ge=0, le=1e6)
+
+
 class Settings(_Section):
     # Top-level tables this model does not name are backend sections, checked by the
     # backend registry (core.backends.registry.sections); anything else is refused below.
@@ -247,6 +254,7 @@ class Settings(_Section):
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
     migration: MigrationConfig = Field(default_factory=MigrationConfig)
     economics: EconomicsConfig = Field(default_factory=EconomicsConfig)
+    capacity: CapacityConfig = Field(default_factory=CapacityConfig)
 
     @model_validator(mode="after")
     def _extra_keys_are_tables(self) -> Settings:

@@ -182,6 +182,7 @@ class Action(StrEnum):
     SUSPEND_GPU = "suspend_gpu"
     RESUME_GPU = "resume_gpu"
     SET_CHECKPOINT_INTERVAL = "set_checkpoint_interval"
+    SCALE_POOL = "scale_pool"
 
 
 class NodeHealth(StrEnum):
@@ -236,6 +237,26 @@ class NodeInfo(BaseModel):
     workloads: list[str] = Field(default_factory=list)
     # Structured health (``NodeCondition``); ``state`` is the backend's text for people only.
     conditions: list[NodeCondition] = Field(default_factory=list)
+
+
+class PoolInfo(BaseModel):
+    """A node pool (node group): nodes of one kind that capacity grows and shrinks by.
+
+    ``size`` counts the nodes up now (``nodes``); ``min_size``/``max_size`` are the bounds a
+    person configured; ``released`` names the pool's nodes that are down to save money and
+    can come back (``scale_pool`` up)."""
+
+    id: str
+    backend: str
+    name: str
+    spot: bool = False
+    price_per_hour: float = Field(0.0, description="per node")
+    min_size: int = 0
+    max_size: int
+    size: int
+    nodes: list[str] = Field(default_factory=list)
+    idle: list[str] = Field(default_factory=list, description="nodes up with no live workload")
+    released: list[str] = Field(default_factory=list)
 
 
 class WorkloadState(StrEnum):

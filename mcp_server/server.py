@@ -70,7 +70,11 @@ instructions."""
 # Toolsets, as ``clawpoint serve --toolsets`` names them. Each module's tools form one, but
 # the approval tools of the action module form their own (a watcher lists approvals
 # without being able to act).
-TOOLSETS = ("inventory", "signals", "actions", "approvals", "runbooks")
+# ``capacity`` (node pools and their scaling) is served only when named: most agents never
+# resize a cluster, and every tool costs every turn (``default,capacity`` adds it).
+TOOLSETS = ("inventory", "signals", "actions", "approvals", "runbooks", "capacity")
+DEFAULT_TOOLSETS = TOOLSETS[:-1]
+CAPACITY_TOOLS = frozenset({"list_pools", "scale_pool"})
 APPROVAL_TOOLS = frozenset({"list_approvals", "get_approval", "execute_approved"})
 
 # The lists a client may cache (protocol 2026-07-28, ``ttlMs``/``cacheScope``): they are
@@ -113,6 +117,12 @@ class CheckpointList(BaseModel):
     checkpoints: list[dict[str, Any]]
     total: int
     next_cursor: str | None = None
+
+
+class PoolList(BaseModel):
+    """Pools: id, size, min_size, max_size, spot, price_per_hour, idle, released."""
+
+    pools: list[dict[str, Any]]
 
 
 class StatusOut(BaseModel):
@@ -195,11 +205,11 @@ def build_server(
     token_verifier: Any = None,
     auth: Any = None,
 ) -> MCPServer[Any]:
-    """The server with its tools; ``toolsets`` (default: all of ``TOOLSETS``) and
+    """The server with its tools; ``toolsets`` (default: ``DEFAULT_TOOLSETS``) and
     ``read_only`` choose which; ``token_verifier``/``auth`` only for the HTTP transport."""
     from core import __version__
 
-    chosen = frozenset(TOOLSETS) if toolsets is None else check_toolsets(toolsets)
+    chosen = frozenset(DEFAULT_TOOLSETS) if toolsets is None else check_toolsets(toolsets)
     mcp = Server(
         "clawpoint",
         version=__version__,
@@ -262,6 +272,15 @@ def build_server(
         return CheckpointList(checkpoints=[views.checkpoint(c, detail=detail) for c in chunk],
                               total=len(items), next_cursor=more)  # fmt: skip
 
+    @mcp.tool(title="List pools", annotations=READ)
+    async def list_pools(backend: Backend = None) -> PoolList:
+        """Node pools: size (nodes up) within min..max, price/h per node, idle and released
+        nodes. Resize: scale_pool."""
+        items = await call(lambda: service.pools(backend))
+        return PoolList(pools=[views.pool(p) for p in items])
+
+    for name in CAPACITY_TOOLS:
+        sets[name] = "capacity"
     _claim(mcp, sets, "inventory")
     for name in ("checkpoint_workload", "plan_migration", "plan_failover"):
         sets[name] = "actions"
@@ -284,13 +303,16 @@ def build_server(
 
 
 def check_toolsets(toolsets: Collection[str]) -> frozenset[str]:
-    """The toolsets named; an unknown name (or none) is refused, naming the valid ones."""
+    """The toolsets named (``default``: ``DEFAULT_TOOLSETS``); an unknown name (or none) is
+    refused, naming the valid ones."""
     names = {t.strip() for t in toolsets if t.strip()}
+    if "default" in names:
+        names = (names - {"default"}) | set(DEFAULT_TOOLSETS)
     unknown = sorted(names - set(TOOLSETS))
     if unknown or not names:
         raise errors.InvalidInput(
             f"unknown toolset {', '.join(unknown)}" if unknown else "no toolset given",
-            hint=f"choose from: {', '.join(TOOLSETS)} (comma-separated)",
+            hint=f"choose from: {', '.join(TOOLSETS)}, default (comma-separated)",
         )
     return frozenset(names)
 

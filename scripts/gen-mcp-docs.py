@@ -30,7 +30,7 @@ async def _tools() -> tuple[list[Any], dict[str, Any], dict[str, str]]:
 
     with tempfile.TemporaryDirectory() as home:
         service = bootstrap(load_settings(Path(home)))
-        server = build_server(service)
+        server = build_server(service, toolsets=TOOLSETS)  # capacity too: it is documented
         internal = {t.name: t for t in server._tool_manager.list_tools()}
         async with Client(server) as client:
             tools = list((await client.list_tools()).tools)

@@ -56,6 +56,7 @@ COMMANDS: dict[str, Entry] = {
     "runbook": Entry("core.cli.runbook", "runbook_app", "Run YAML runbooks with approval gates.", group=True),
     "slurm": Entry("core.cli.slurm", "slurm_app", "Submit checkpointable jobs to Slurm; inspect its queues.", group=True),
     "nodes": Entry("core.cli.nodes", "COMMANDS", "List nodes; cordon a node, or return one to service.", group=True),
+    "pools": Entry("core.cli.pools", "COMMANDS", "List node pools; grow or shrink one.", group=True),
 }  # fmt: skip
 
 

@@ -28,8 +28,8 @@ def serve(
     toolsets: Annotated[
         str | None,
         typer.Option(
-            help="Serve only these toolsets, comma-separated: inventory, signals, "
-            "actions, approvals, runbooks (default: all)."
+            help="Serve these toolsets, comma-separated: inventory, signals, actions, "
+            "approvals, runbooks, capacity; 'default' is all but capacity (the default)."
         ),
     ] = None,
     read_only: Annotated[

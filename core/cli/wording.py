@@ -25,6 +25,7 @@ __all__ = ["READS", "cli"]
 # Read tools -> (the command's words, the argument given positionally, if any).
 READS: dict[str, tuple[str, str | None]] = {
     "list_nodes": ("nodes", None),
+    "list_pools": ("pools", None),
     "list_workloads": ("workloads", None),
     "list_checkpoints": ("checkpoints", "workload"),
     "list_approvals": ("approvals list", None),

@@ -13,7 +13,15 @@ from pydantic import BaseModel, Field
 
 from core import errors
 from core.backends.base import Backend, ProgressSource, QueueDepthSource
-from core.model import CheckpointInfo, CheckpointStatus, NodeInfo, Principal, WorkloadInfo
+from core.backends.capacity import PoolSource
+from core.model import (
+    CheckpointInfo,
+    CheckpointStatus,
+    NodeInfo,
+    PoolInfo,
+    Principal,
+    WorkloadInfo,
+)
 from core.service.lookup import Lookup
 from core.signals.queue import QueueDepth, coerce, from_workloads
 from core.signals.sla import Progress
@@ -37,6 +45,10 @@ class Inventory(Lookup):
 
     def nodes(self, backend: str | None = None) -> list[NodeInfo]:
         return [n for b in self._each(backend) for n in b.nodes()]
+
+    def pools(self, backend: str | None = None) -> list[PoolInfo]:
+        """Node pools of the backends that have them (``PoolSource``); none elsewhere."""
+        return [p for b in self._each(backend) if isinstance(b, PoolSource) for p in b.pools()]
 
     def workloads(self, backend: str | None = None) -> list[WorkloadInfo]:
         return [w for b in self._each(backend) for w in b.workloads()]

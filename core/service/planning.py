@@ -65,6 +65,8 @@ class Planning(Inventory):
             backend, local_target = self._split_checkpoint(target)
         elif spec.target is Target.NODE:
             backend, local_target = self.resolve_node(target)
+        elif spec.target is Target.POOL:
+            backend, local_target = self._split(target, what="pool")
         else:
             backend, local_target = self._split(target, what="workload")
         if action not in backend.capabilities():
@@ -123,7 +125,7 @@ class Planning(Inventory):
 
         Every backend reports a workload's state and node the same way, so this is drafted
         here once rather than in each backend's planner."""
-        if actions.spec(action).target is Target.NODE:
+        if actions.spec(action).target in (Target.NODE, Target.POOL):
             return Preconditions()
         if action is Action.DELETE_CHECKPOINT:
             return Preconditions(checkpoint=f"{backend.name}:{local_target}")

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from core.guardrails.approvals import ApprovalView
-from core.model import CheckpointInfo, Execution, NodeInfo, Plan, WorkloadInfo
+from core.model import CheckpointInfo, Execution, NodeInfo, Plan, PoolInfo, WorkloadInfo
 
 __all__ = [
     "approval",
@@ -30,6 +30,7 @@ __all__ = [
     "line",
     "node",
     "plan",
+    "pool",
     "records",
     "workload",
 ]
@@ -80,6 +81,16 @@ def node(n: NodeInfo, *, detail: bool = False) -> dict[str, Any]:
         "id": n.id, "state": n.state, "health": n.health.value, "schedulable": n.schedulable,
         "spot": n.spot, "price_per_hour": n.price_per_hour, "gpus": n.gpus or None,
         "labels": n.labels, "reason": n.reason, "workloads": n.workloads,
+    })  # fmt: skip
+
+
+def pool(p: PoolInfo) -> dict[str, Any]:
+    """id, size, min_size, max_size, spot, price_per_hour, idle, released (the nodes up are
+    in list_nodes)."""
+    return compact({
+        "id": p.id, "size": p.size, "min_size": p.min_size, "max_size": p.max_size,
+        "spot": p.spot, "price_per_hour": p.price_per_hour, "idle": p.idle,
+        "released": p.released,
     })  # fmt: skip
 
 

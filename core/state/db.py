@@ -279,6 +279,9 @@ register_migrations(
             reason TEXT NOT NULL DEFAULT '',
             updated_at TEXT NOT NULL
         );
-        """
+        """,
+        # A node a pool released (scale_pool down): not listed as a node until provisioned
+        # again; the row keeps it, so a restart does not bring it back by itself.
+        "ALTER TABLE local_nodes ADD COLUMN released INTEGER NOT NULL DEFAULT 0",
     ],
 )

@@ -6,7 +6,9 @@
 1. collects signals: cloud interruption notices (``NoticePoller``, when a provider is
    enabled in ``settings.signals``), GPU health (``NvmlMonitor``, when
    ``signals.nvml.enabled``), node health, SLA risk (progress history from ``WatchState``)
-   and queue depth;
+   and queue depth; and guards unsaved work (``core.service.disruption``: Karpenter's
+   ``do-not-disrupt`` on pods whose newest checkpoint is stale, removed once fresh; audited
+   per change, no plan: it only ever asks the cluster to wait);
 2. records what it observed as evidence (``core.guardrails.evidence``): a grant scoped to a
    trigger applies only to plans about a node or workload with live evidence of it; and
    ends the evidence this pass contradicts (the node up again, a provider answering with no
@@ -57,6 +59,7 @@ from core.guardrails.evidence import EvidenceStore, plan_subjects
 from core.model import Principal, PrincipalKind, utcnow
 from core.planner.planner import PlannerConfig, Proposal
 from core.service import insights
+from core.service.disruption import guard_unsaved_work
 from core.service.facade import Service
 from core.service.insights import PlanReport, propose
 from core.signals.cloud import NoticePoller, ProviderStatus
@@ -274,6 +277,9 @@ def watch_once(
     seen = insights.observe(service, notices=notices, nvml=nvml)
     report.notices, report.gpu_status, gpus = seen.notices, seen.gpu_status, seen.gpus
     report.errors.extend(seen.errors)
+    guarded = guard_unsaved_work(service, now, principal=SCHEDULER.id)
+    report.guarded = guarded.changes
+    report.errors.extend(f"do-not-disrupt: {e}" for e in guarded.errors)
     try:
         plans, nodes = _plan_and_act(service, state, evidence, report, gpus, now, config,
                                      seen.providers)  # fmt: skip

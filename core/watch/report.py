@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from core import errors
+from core.backends.disruption_guard import GuardChange
 from core.guardrails.approvals import ApprovalView
 from core.model import Execution, ExecutionStatus, NodeHealth
 from core.planner.planner import Proposal
@@ -101,6 +102,10 @@ class WatchReport(BaseModel):
     )
     ended: list[dict[str, Any]] = Field(
         default_factory=list, description="evidence this pass contradicted, and why"
+    )
+    guarded: list[GuardChange] = Field(
+        default_factory=list,
+        description="protections from voluntary disruption set or cleared this pass",
     )
     findings: list[Finding] = Field(default_factory=list)
 

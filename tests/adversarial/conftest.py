@@ -224,11 +224,12 @@ async def agent_session(
     mode: str | None = None,
     token: str | None = None,
     client_name: str | None = None,
+    serve_args: tuple[str, ...] = (),
 ) -> AsyncIterator[Agent]:
     """An SDK client to the lab's server over ``transport`` ("stdio" or "http").
 
     ``token``: another agent token than the server's main one; ``client_name``: the name the
-    client declares (clientInfo.name)."""
+    client declares (clientInfo.name); ``serve_args``: more arguments of ``serve`` (stdio)."""
     kwargs: dict[str, Any] = {} if mode is None else {"mode": mode}
     if elicitation_callback is not None:
         kwargs["elicitation_callback"] = elicitation_callback
@@ -236,7 +237,7 @@ async def agent_session(
         kwargs["client_info"] = Implementation(name=client_name, version="1.0")
     if transport == "stdio":
         params = StdioServerParameters(
-            command=sys.executable, args=["-m", "core.cli", "serve"], env=lab.env()
+            command=sys.executable, args=["-m", "core.cli", "serve", *serve_args], env=lab.env()
         )
         async with Client(params, **kwargs) as client:
             yield Agent(client, transport)

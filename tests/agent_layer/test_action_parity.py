@@ -49,9 +49,11 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _mcp(home: Path, calls: list[tuple[str, dict[str, Any]]]) -> tuple[dict[str, Any], list[Any]]:
-    """The live tool list of ``clawpoint serve`` (name -> input schema), and the results of
-    ``calls`` made through the same real client."""
-    params = StdioServerParameters(command=str(CLAWPOINT), args=["serve"], env=_env(home))
+    """The live tool list of ``clawpoint serve`` with every toolset (name -> input schema),
+    and the results of ``calls`` made through the same real client."""
+    params = StdioServerParameters(
+        command=str(CLAWPOINT), args=["serve", "--toolsets", "default,capacity"], env=_env(home)
+    )
 
     async def run() -> tuple[dict[str, Any], list[Any]]:
         async with Client(params) as client:

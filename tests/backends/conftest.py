@@ -58,11 +58,14 @@ class Subject:
     source: str  # the node ``running`` is on
     other: str  # a node that takes work and runs none of the above
     placement: Callable[[PlanDraft], set[str]]  # the nodes a plan starts workloads on
+    pool: str | None = None  # the pool ``source`` is in (backends with pools)
 
     def target_of(self, action: Action) -> str | None:
         """The id ``action`` is planned on here; None: this backend has none of that kind."""
         if action in (Action.DRAIN_NODE, Action.UNDRAIN_NODE, Action.CORDON_NODE):
             return self.source
+        if action is Action.SCALE_POOL:
+            return self.pool
         if action is Action.RESUME:
             return self.stopped
         if action is Action.FAILOVER:
@@ -147,6 +150,7 @@ def _make_local(service: Service) -> Subject:
         source="node-a",
         other="node-b",
         placement=_local_placement,
+        pool="on-demand",
     )
 
 
@@ -338,11 +342,14 @@ def cli() -> InstalledCli:
 
 @pytest.fixture(scope="session")
 def live_tools(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
-    """The tool names ``clawpoint serve`` (stdio) lists to a real MCP client."""
+    """The tool names ``clawpoint serve`` (stdio, every toolset: capacity is served only when
+    named) lists to a real MCP client."""
     home = tmp_path_factory.mktemp("serve") / "home"
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
     env["CLAWPOINT_HOME"] = str(home)
-    params = StdioServerParameters(command=str(CLAWPOINT), args=["serve"], env=env)
+    params = StdioServerParameters(
+        command=str(CLAWPOINT), args=["serve", "--toolsets", "default,capacity"], env=env
+    )
 
     async def names() -> set[str]:
         async with Client(params) as client:

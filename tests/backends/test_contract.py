@@ -10,6 +10,10 @@
   backend refuses parameters of another action's model.
 - cordon marks a node unschedulable and moves nothing; undrain returns a drained or
   cordoned node to service, and refuses a node that is not drained.
+- A backend with pools (``scale_pool``): a shrink of the pool ``running`` is in releases
+  only that pool's nodes, saves every live workload on them before their release step, and
+  places none on a node it releases; it is disruptive exactly when work moves. A growth
+  adds released nodes of the pool only.
 - Every rollback and hint a plan carries names only commands of the installed CLI and tools
   of the live MCP server.
 """
@@ -23,7 +27,9 @@ import pytest
 
 from core import errors
 from core.actions import CATALOGUE, NoParams, params_for, parse, risk_of
-from core.model import Action, NodeInfo, RiskClass
+from core.backends import capacity
+from core.backends.capacity import PoolSource
+from core.model import Action, NodeInfo, RiskClass, WorkloadState
 from tests.backends.conftest import Subject, execute
 from tests.backends.named import NOT_TOOLS, InstalledCli, command_refs, config_keys, tool_like
 
@@ -161,6 +167,33 @@ def test_cordon_marks_a_node_unschedulable_and_moves_nothing(subject: Subject) -
                            capture_output=True, check=False)  # fmt: skip
 
 
+def test_pool_shrink_saves_work_before_release(subject: Subject) -> None:
+    if Action.SCALE_POOL not in subject.backend.capabilities():
+        pytest.skip(f"the {subject.name} backend has no pools")
+    backend = subject.backend
+    assert isinstance(backend, PoolSource), "a backend that scales pools lists them"
+    pool = capacity.find_pool(backend.pools(), subject.target(Action.SCALE_POOL),
+                              backend=subject.name)  # fmt: skip
+    assert subject.source in pool.nodes, pool
+    assert set(pool.nodes) <= {n.name for n in backend.nodes()}, "a pool's nodes are nodes"
+    draft = backend.plan(Action.SCALE_POOL, pool.name, params_for(Action.SCALE_POOL, size=0))
+    released = [str(s.args["node"]) for s in draft.steps if s.op == "release"]
+    assert released and set(released) <= set(pool.nodes), draft.steps
+    live = [w for w in backend.workloads()
+            if w.node in released and w.state in (WorkloadState.RUNNING,
+                                                  WorkloadState.CHECKPOINTING)]  # fmt: skip
+    assert live, "the subject's running workload is on the pool's node"
+    ops = [(s.op, s.args.get("workload") or s.args.get("node")) for s in draft.steps]
+    for w in live:
+        saved = ops.index(("checkpoint", w.name))
+        assert saved < ops.index(("release", w.node)), ops
+    assert not subject.placement(draft) & set(released), draft.steps
+    assert draft.risk is RiskClass.DISRUPTIVE, "work moves: a person's call"
+    with pytest.raises(errors.InvalidInput):
+        backend.plan(Action.SCALE_POOL, pool.name,
+                     params_for(Action.SCALE_POOL, size=pool.max_size + 1))  # fmt: skip
+
+
 def _node(subject: Subject, name: str) -> NodeInfo:
     return next(n for n in subject.backend.nodes() if n.name == name)
 
@@ -179,6 +212,8 @@ def test_rollbacks_and_hints_name_real_commands_and_tools(
                 params = {**params, "replicas": 2}
             if action is Action.SET_CHECKPOINT_INTERVAL:
                 params = {**params, "every": "1h"}
+            if action is Action.SCALE_POOL:
+                params = {**params, "size": 0}
             target = subject.target_of(action)
             if target is None or action not in subject.backend.capabilities():
                 continue  # the service refuses it with the backend's not_supported hint

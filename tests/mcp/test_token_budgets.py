@@ -21,7 +21,7 @@ from bench import tokens
 from core.config import Settings
 from core.model import Action
 from core.service.facade import Service
-from mcp_server.server import TOOLSETS, build_server
+from mcp_server.server import CAPACITY_TOOLS, TOOLSETS, build_server
 from tests.service.conftest import PERSON, counter, wait_step
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +32,7 @@ CLAWPOINT = Path(sys.executable).parent / "clawpoint"
 FULL_LIST_BUDGET = 4000
 WATCHER_LIST_BUDGET = 1800
 CHECKPOINT_RECORD_BUDGET = 150
+CAPACITY_BUDGET = 300  # list_pools and scale_pool, served only when named
 
 
 @pytest.fixture
@@ -105,7 +106,7 @@ async def test_schemas_are_lean(service: Service) -> None:
 @pytest.mark.anyio
 @pytest.mark.parametrize("toolset", TOOLSETS)
 async def test_each_toolset_serves_only_its_tools(service: Service, toolset: str) -> None:
-    everything = {t.name for t in await _tools(service)}
+    everything = {t.name for t in await _tools(service, toolsets=TOOLSETS)}
     mine = {t.name for t in await _tools(service, toolsets=[toolset])}
     assert mine and mine < everything
     others = set()
@@ -114,6 +115,17 @@ async def test_each_toolset_serves_only_its_tools(service: Service, toolset: str
             others |= {t.name for t in await _tools(service, toolsets=[other])}
     assert not mine & others  # every tool belongs to exactly one toolset
     assert mine | others == everything
+
+
+@pytest.mark.anyio
+async def test_capacity_is_served_only_when_named(service: Service) -> None:
+    """Pools and their scaling cost every turn of every agent: off unless asked for."""
+    default = {t.name for t in await _tools(service)}
+    named = {t.name for t in await _tools(service, toolsets=["default", "capacity"])}
+    assert not default & CAPACITY_TOOLS
+    assert named == default | CAPACITY_TOOLS
+    with_it = tokens.count(tokens.tool_list(await _tools(service, toolsets=TOOLSETS)))
+    assert with_it <= FULL_LIST_BUDGET + CAPACITY_BUDGET, f"with capacity: {with_it} tokens"
 
 
 def _serve(settings: Settings, *args: str) -> StdioServerParameters:

@@ -68,7 +68,8 @@ class Operation:
     argv: Callable[[str], list[str]]  # the CLI command, given the workload id
     params: dict[str, Any]
     before: str = "running"  # running | stopped | dead: the workload's state first
-    on_node: bool = False  # the target is the workload's node, not the workload
+    # The target when it is not the workload: its node (drain), its node's pool (scale_pool).
+    target: str | None = None
 
 
 OPERATIONS: dict[str, Operation] = {
@@ -78,9 +79,15 @@ OPERATIONS: dict[str, Operation] = {
     "resume": Operation(Action.RESUME, lambda w: ["resume", w, "--yes"], {}, before="stopped"),
     "failover": Operation(Action.FAILOVER, lambda w: ["failover", w, "--yes"], {}, before="dead"),
     "drain": Operation(
-        Action.DRAIN_NODE, lambda _: ["drain", "local:node-a", "--yes"], {}, on_node=True
+        Action.DRAIN_NODE, lambda _: ["drain", "local:node-a", "--yes"], {},
+        target="local:node-a",
     ),
-}
+    # node-a is the "on-demand" pool's one node: releasing it moves the workload to node-b.
+    "scale_pool": Operation(
+        Action.SCALE_POOL, lambda _: ["pools", "scale", "local:on-demand", "--size", "0", "--yes"],
+        {"size": 0}, target="local:on-demand",
+    ),
+}  # fmt: skip
 
 
 def payload_pids(settings: Settings, name: str) -> list[int]:
@@ -219,6 +226,9 @@ def cleanup(service: Service, workload: str) -> None:
             service.act(Action.KILL, workload, {}, principal=PERSON, confirmed=True)
     except errors.ClawpointError:
         pass
+    local = service.backend("local")
+    if "node-a" in local.released_nodes():  # type: ignore[attr-defined]  # scale_pool's
+        local.set_released("node-a", False)  # type: ignore[attr-defined]
     node = next(n for n in service.nodes("local") if n.name == "node-a")
     if not node.schedulable:
         service.act(Action.UNDRAIN_NODE, "local:node-a", {}, principal=PERSON, confirmed=True)
@@ -320,7 +330,7 @@ def one_kill(
     """Kill clawpoint at ``point`` of ``op`` on a fresh workload, restart, check; the step's
     name, the outcome and what was checked."""
     workload = prepare(service, settings, name, op)
-    target = "local:node-a" if op.on_node else workload
+    target = op.target or workload
     index, when = point
     step_name = service.plan(op.action, target, op.params).steps[index].name
     proc = subprocess.run(
@@ -374,7 +384,7 @@ def test_killed_at_every_step_is_reconciled(
 ) -> None:
     op = OPERATIONS[operation]
     probe = prepare(service, settings, f"{operation[:6]}-probe", op)
-    points = kill_points(service, "local:node-a" if op.on_node else probe, op)
+    points = kill_points(service, op.target or probe, op)
     cleanup(service, probe)
     with bystanders(settings):
         failures: list[str] = []

@@ -30,6 +30,9 @@ keys); every mutating request is previewed with ``dryRun=All`` when the plan is 
   interruption; a NotReady node is fenced first (``nodes``: cordon, out-of-service taint,
   and an expired lease or a person's word); each wrapped pod is then restored from its
   newest good checkpoint elsewhere.
+- unsaved work (not an action; the watch pass and the checkpoint step): running wrapped pods
+  whose newest checkpoint is stale carry ``karpenter.sh/do-not-disrupt`` so Karpenter does not
+  consolidate their node; removed once a fresh one exists (``disruption``).
 
 Ids are validated before any request (``ids``). Limits: one wrapped container per pod;
 Deployment/StatefulSet pods are not moved one by one (preempt/resume or drain them);
@@ -50,7 +53,17 @@ from core import errors
 from core.actions import ActionParams
 from core.backends import dispatch
 from core.backends.base import PlanDraft, ProgressFn, poll_until
-from core.backends.kubernetes import ids, lineages, mutations, placement, plans, step_args, steps
+from core.backends.disruption_guard import ChangeSink, GuardPass
+from core.backends.kubernetes import (
+    disruption,
+    ids,
+    lineages,
+    mutations,
+    placement,
+    plans,
+    step_args,
+    steps,
+)
 from core.backends.kubernetes.connection import Connection, KubernetesConfig, Op
 from core.backends.kubernetes.inventory import Inventory
 from core.backends.kubernetes.kubelet_api import CheckpointProbe, probe_checkpoint_api
@@ -117,6 +130,11 @@ class KubernetesBackend:
         raise errors.NotFound(
             f"no Kubernetes node {name}", hint="list the nodes (kubectl get nodes)"
         )
+
+    def guard_unsaved_work(self, now: datetime, on_change: ChangeSink) -> GuardPass:
+        """``karpenter.sh/do-not-disrupt`` on running wrapped pods with stale checkpoints,
+        removed once fresh (``disruption``)."""
+        return disruption.reconcile(self, now, on_change)
 
     def probe_checkpoint_api(
         self, node: str, pod: str, namespace: str, container: str

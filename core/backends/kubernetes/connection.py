@@ -93,6 +93,12 @@ class KubernetesConfig(BaseModel):
     min_replicas: int = Field(
         default=1, ge=0, description="scale floor; a workload's clawpoint.io/min-replicas raises it"
     )
+    unsaved_after_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="work unsaved this long keeps karpenter.sh/do-not-disrupt on the pod; "
+        "unset: twice its --checkpoint-every, else 900",
+    )
 
     @field_validator("namespaces")
     @classmethod

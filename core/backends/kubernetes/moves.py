@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.backends.kubernetes import ids, jobs
+from core.backends.kubernetes import disruption, ids, jobs
 from core.backends.kubernetes.builders import checkpoint_step, step, wait_restored_step
 from core.backends.kubernetes.context import KubeContext
 from core.backends.kubernetes.pods import (
@@ -54,7 +54,7 @@ def move_pod_steps(
             "name": new_name,
             "namespace": ns,
             "labels": dict(m.get("labels") or {}),
-            "annotations": dict(m.get("annotations") or {}),
+            "annotations": disruption.without_ours(m.get("annotations")),
         },
         "spec": with_placement(pod.get("spec") or {}, to=to, away_from=away),
     }

@@ -143,6 +143,9 @@ class ExecCheckpointOutput(StepOutput):
     checkpoint: str
     seq: int
     lineage: str
+    # "cleared": the karpenter.sh/do-not-disrupt clawpoint had set on the pod was removed
+    # (core.backends.kubernetes.disruption); audited with the execution's steps.
+    do_not_disrupt: str | None = None
 
 
 class StoppedOutput(StepOutput):

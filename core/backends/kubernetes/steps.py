@@ -20,7 +20,7 @@ import structlog
 
 from core import errors
 from core.backends.base import ProgressFn
-from core.backends.kubernetes import ids, nodes
+from core.backends.kubernetes import disruption, ids, nodes
 from core.backends.kubernetes.connection import Op, translate
 from core.backends.kubernetes.context import KubeContext
 from core.backends.kubernetes.lineages import lineage_of
@@ -149,11 +149,22 @@ def _exec_checkpoint(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
     if code != 0:
         raise _wrapper_error(out, err, code, f"the checkpoint of {lineage} in pod {ns}/{pod}")
     info = json.loads(out.strip().splitlines()[-1])
-    return {
+    done: Obj = {
         "checkpoint": f"{ids.BACKEND}:{lineage}@{info['seq']}",
         "seq": int(info["seq"]),
         "lineage": lineage,
     }
+    # The work is saved: the pod needs no protection from Karpenter's consolidation any more
+    # (only what clawpoint set is removed). The checkpoint stands whatever happens here.
+    try:
+        cleared = disruption.clear_after_checkpoint(b, ns, pod, done["checkpoint"])
+    except errors.ClawpointError as exc:
+        log.warning("do-not-disrupt not cleared", pod=f"{ns}/{pod}", error=exc.message)
+        done["do_not_disrupt_error"] = exc.message
+    else:
+        if cleared is not None:
+            done["do_not_disrupt"] = cleared.change
+    return done
 
 
 def _seq_of(checkpoint_id: str) -> int:

@@ -24,14 +24,14 @@ from core import errors
 from core.actions import ActionParams
 from core.backends import dispatch
 from core.backends.base import PlanDraft, ProgressFn
-from core.backends.local import planning, plans, recovery, step_args, steps
+from core.backends.local import planning, plans, pools, recovery, step_args, steps
 from core.backends.local.common import (
     _LIVE,
     NAME,
     _pid_alive,
     _wrapper_alive,
 )
-from core.backends.local.config import LocalBackendConfig, LocalNodeConfig
+from core.backends.local.config import LocalBackendConfig, LocalNodeConfig, LocalPoolConfig
 from core.config import Settings
 from core.model import (
     Action,
@@ -40,6 +40,7 @@ from core.model import (
     NodeConditionType,
     NodeHealth,
     NodeInfo,
+    PoolInfo,
     WorkloadInfo,
     WorkloadState,
     utcnow,
@@ -80,6 +81,11 @@ class LocalBackend:
     def node_config(self) -> dict[str, LocalNodeConfig]:
         """The configured virtual nodes by name (``LocalContext``)."""
         return self._node_config
+
+    @property
+    def pool_config(self) -> dict[str, LocalPoolConfig]:
+        """The ``[local.pools.NAME]`` bounds by pool name (``LocalContext``)."""
+        return self.config.pools
 
     def _node_overrides(self) -> dict[str, dict[str, Any]]:
         with self.db.read() as conn:
@@ -122,6 +128,7 @@ class LocalBackend:
         )
 
     def nodes(self) -> list[NodeInfo]:
+        """The configured nodes that are up: a node a pool released is not listed."""
         overrides = self._node_overrides()
         workloads = self.workloads()
         return [
@@ -131,7 +138,16 @@ class LocalBackend:
                 [w.id for w in workloads if w.node == cfg.name and w.state in _LIVE],
             )
             for cfg in self.config.nodes
+            if not overrides.get(cfg.name, {}).get("released")
         ]
+
+    def released_nodes(self) -> set[str]:
+        """The configured nodes a pool has released (``scale_pool`` down)."""
+        return {name for name, o in self._node_overrides().items() if o.get("released")}
+
+    def pools(self) -> list[PoolInfo]:
+        """``PoolSource``: the pools of the configured nodes (their ``pool`` label)."""
+        return pools.pools(self, self.released_nodes())
 
     def get_node(self, name: str) -> NodeInfo:
         validate_name(name, what="node name")
@@ -261,6 +277,21 @@ class LocalBackend:
                     reason,
                     utcnow().isoformat(),
                 ),
+            )
+
+    def set_released(self, node: str, released: bool) -> None:
+        """Release a pool's node (it leaves ``nodes()``) or provision it again: up,
+        schedulable and healthy, like a new machine."""
+        validate_name(node, what="node name")
+        if node not in self._node_config:
+            raise errors.NotFound(f"no node {NAME}:{node}", hint=errors.step("list_pools"))
+        with self.db.write() as conn:
+            conn.execute(
+                "INSERT INTO local_nodes(name, schedulable, health, reason, released, updated_at) "
+                "VALUES(?, 1, 'healthy', '', ?, ?) ON CONFLICT(name) DO UPDATE SET "
+                "schedulable=1, health='healthy', reason='', released=excluded.released, "
+                "updated_at=excluded.updated_at",
+                (node, int(released), utcnow().isoformat()),
             )
 
     def set_node_state(

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from core.backends.local.config import LocalNodeConfig
+from core.backends.local.config import LocalNodeConfig, LocalPoolConfig
 from core.config import Settings
-from core.model import NodeInfo, WorkloadInfo
+from core.model import NodeInfo, PoolInfo, WorkloadInfo
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store.store import CheckpointStore
 
@@ -35,7 +35,20 @@ class LocalContext(Protocol):
         """The configured virtual nodes by name (price, spot flag, labels, GPUs)."""
         ...
 
-    def nodes(self) -> list[NodeInfo]: ...
+    @property
+    def pool_config(self) -> Mapping[str, LocalPoolConfig]:
+        """The ``[local.pools.NAME]`` bounds by pool name."""
+        ...
+
+    def nodes(self) -> list[NodeInfo]:
+        """The nodes up (a pool's released nodes are not listed)."""
+        ...
+
+    def pools(self) -> list[PoolInfo]: ...
+
+    def released_nodes(self) -> set[str]:
+        """The configured nodes a pool has released."""
+        ...
 
     def workloads(self) -> list[WorkloadInfo]: ...
 
@@ -53,3 +66,7 @@ class LocalStepContext(LocalContext, Protocol):
     def set_node(
         self, node: str, *, schedulable: bool, reason: str, health: str | None = None
     ) -> None: ...
+
+    def set_released(self, node: str, released: bool) -> None:
+        """Release a pool's node, or provision it again (up, schedulable, healthy)."""
+        ...

@@ -23,7 +23,7 @@ from core.backends.local.step_args import (
     WorkloadArgs,
     step,
 )
-from core.model import PlanScope, PlanStep
+from core.model import PlanScope, PlanStep, WorkloadInfo
 
 
 def plan_delete(ctx: LocalContext, checkpoint_id: str, params: NoParams) -> PlanDraft:
@@ -61,26 +61,7 @@ def plan_drain(ctx: LocalContext, node: str, params: DrainParams) -> PlanDraft:
         if save:
             dest = pick_target(ctx, exclude={node}, requested=params.to)
             targets.append(dest)
-            steps.append(
-                step(
-                    f"checkpoint-{w.name}",
-                    "checkpoint",
-                    CheckpointArgs(workload=w.name, stop=True),
-                    f"checkpoint {w.id} and stop it",
-                )
-            )
-            steps.append(
-                step(
-                    f"start-{w.name}",
-                    "start",
-                    StartArgs(
-                        workload=w.name,
-                        node=dest,
-                        restore_from=f"$checkpoint-{w.name}.checkpoint_id",
-                    ),
-                    f"restore {w.id} on {dest}",
-                )
-            )
+            steps += evacuate(w, dest)
         else:
             steps.append(
                 step(
@@ -120,6 +101,31 @@ def plan_drain(ctx: LocalContext, node: str, params: DrainParams) -> PlanDraft:
             targets=targets,
         ),
     )
+
+
+def evacuate(w: WorkloadInfo, dest: str | None) -> list[PlanStep]:
+    """Save ``w`` and stop it, then restore it on ``dest``; with no ``dest``, it stays
+    stopped with its state saved (resume it later). Never a step that loses its work."""
+    steps = [
+        step(
+            f"checkpoint-{w.name}",
+            "checkpoint",
+            CheckpointArgs(workload=w.name, stop=True),
+            f"checkpoint {w.id} and stop it",
+        )
+    ]
+    if dest is not None:
+        steps.append(
+            step(
+                f"start-{w.name}",
+                "start",
+                StartArgs(
+                    workload=w.name, node=dest, restore_from=f"$checkpoint-{w.name}.checkpoint_id"
+                ),
+                f"restore {w.id} on {dest}",
+            )
+        )
+    return steps
 
 
 def plan_cordon(ctx: LocalContext, node: str, params: CordonParams) -> PlanDraft:

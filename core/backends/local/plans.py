@@ -18,11 +18,12 @@ from core.actions import (
     IntervalParams,
     MoveParams,
     NoParams,
+    PoolSizeParams,
     StartParams,
 )
 from core.backends.base import PlanDraft
 from core.backends.dispatch import PlanEntry
-from core.backends.local import node_plans
+from core.backends.local import node_plans, pools
 from core.backends.local.common import _LIVE, NAME
 from core.backends.local.context import LocalContext
 from core.backends.local.planning import (
@@ -459,6 +460,7 @@ PLANS: dict[Action, PlanEntry[LocalContext]] = {
     Action.SUSPEND_GPU: PlanEntry(plan_suspend_gpu, NoParams),
     Action.RESUME_GPU: PlanEntry(plan_resume_gpu, NoParams),
     Action.SET_CHECKPOINT_INTERVAL: PlanEntry(plan_set_interval, IntervalParams),
+    Action.SCALE_POOL: PlanEntry(pools.plan_scale_pool, PoolSizeParams),
 }
 
 # Why an action is not in the table: every other action is refused with this reason.

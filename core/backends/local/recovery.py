@@ -107,6 +107,9 @@ def recover_step(
             fresh=bool(args.get("fresh")),
         )
         return {**mine, "recovered": True} if mine is not None else None
+    if op == "release":
+        gone = args["node"] in ctx.released_nodes()
+        return {"node": args["node"], "released": gone} if gone == args["released"] else None
     if op == "set_node":
         node = ctx.get_node(args["node"])
         return (

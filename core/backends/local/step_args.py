@@ -68,6 +68,13 @@ class SetNodeArgs(StepArgs):
     reason: str = ""
 
 
+class ReleaseArgs(StepArgs):
+    """Release a pool's node (``released``: it leaves the node list) or provision it again."""
+
+    node: str
+    released: bool
+
+
 class DeleteCheckpointArgs(StepArgs):
     checkpoint_id: str
 
@@ -97,6 +104,7 @@ ARGS: dict[str, type[StepArgs]] = {
     "suspend_gpu": WorkloadArgs,
     "resume_gpu": WorkloadArgs,
     "set_interval": IntervalArgs,
+    "release": ReleaseArgs,
 }
 
 
@@ -150,6 +158,11 @@ class SetNodeOutput(StepOutput):
     schedulable: bool
 
 
+class ReleaseOutput(StepOutput):
+    node: str
+    released: bool
+
+
 class DeleteCheckpointOutput(StepOutput):
     deleted: str
 
@@ -183,6 +196,7 @@ OUTPUTS: dict[str, type[StepOutput]] = {
     "suspend_gpu": GpuOutput,
     "resume_gpu": GpuOutput,
     "set_interval": IntervalOutput,
+    "release": ReleaseOutput,
 }
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from core import errors
 from core.backends.base import ProgressFn, asked_by_agent
 from core.backends.dispatch import StepFn
-from core.backends.local import planning, starting
+from core.backends.local import planning, pools, starting
 from core.backends.local.common import NAME, _pid_alive, _wrapper_alive
 from core.backends.local.context import LocalStepContext
 from core.backends.local.step_args import CheckpointArgs, IntervalArgs, StandbyArgs, StartArgs
@@ -210,4 +210,5 @@ STEPS: dict[str, StepFn[LocalStepContext]] = {
     "suspend_gpu": suspend_gpu,
     "resume_gpu": resume_gpu,
     "set_interval": set_interval,
+    "release": pools.release,
 }

@@ -1,0 +1,93 @@
+"""Capacity: node pools that grow and shrink, as every backend plans ``scale_pool``.
+
+A backend with pools (node groups) answers ``PoolSource.pools``; its ``scale_pool`` plan
+uses the rules here, so a pool shrinks and grows the same way whatever runs it:
+
+- the size asked for must lie within the pool's configured bounds (``check_size``);
+- the nodes a shrink releases are the ones that lose least (``victims``): idle nodes first,
+  then those whose workloads have the least unsaved work (seconds since their newest
+  checkpoint, a workload never checkpointed counting as its whole run), then the dearest;
+- a growth is safe while the cost it adds stays within the person's cap
+  (``[capacity] max_added_per_hour``); a shrink is safe only when no work has to move
+  (``scale_risk``).
+
+Limits: pure (no I/O); a backend reads the world and hands it in. What "releasing" a node
+means is the backend's: a virtual node leaves the local inventory, a Slurm node powers down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from core import errors
+from core.model import NodeInfo, PoolInfo, RiskClass
+
+
+@runtime_checkable
+class PoolSource(Protocol):
+    """A backend whose nodes come in pools that ``scale_pool`` can resize."""
+
+    def pools(self) -> list[PoolInfo]: ...
+
+
+def find_pool(pools: Sequence[PoolInfo], name: str, *, backend: str) -> PoolInfo:
+    """The pool called ``name`` (NotFound naming the pools there are)."""
+    match = next((p for p in pools if p.name == name), None)
+    if match is None:
+        known = ", ".join(f"{backend}:{p.name}" for p in pools) or "none configured"
+        raise errors.NotFound(
+            f"no pool {backend}:{name} (pools: {known})",
+            hint=f"list pools with {errors.step('list_pools')}",
+        )
+    return match
+
+
+def check_size(pool: PoolInfo, size: int) -> None:
+    """Refuse a size outside the pool's bounds (InvalidInput) or equal to what it has."""
+    if size < pool.min_size or size > pool.max_size:
+        raise errors.InvalidInput(
+            f"{pool.id} can have {pool.min_size} to {pool.max_size} nodes, not {size}",
+            hint=f"pass {errors.arg('size')} within {pool.min_size}..{pool.max_size} (the "
+            "bounds are the pool's configuration)",
+        )
+    if size == pool.size:
+        raise errors.Conflict(
+            f"{pool.id} already has {size} node(s) up",
+            hint=f"nothing to do; {errors.step('list_pools')} shows each pool's size",
+        )
+
+
+def unsaved_s(
+    workload_started: datetime | None, newest_checkpoint: datetime | None, now: datetime
+) -> float:
+    """Seconds of work a workload would lose now without a checkpoint (never negative)."""
+    since = newest_checkpoint or workload_started
+    return max(0.0, (now - since).total_seconds()) if since else 0.0
+
+
+def victims(
+    nodes: Sequence[NodeInfo], count: int, *, unsaved: Mapping[str, float]
+) -> list[NodeInfo]:
+    """The ``count`` nodes a shrink releases: idle first, then least unsaved work (the sum
+    of ``unsaved`` over the node's workloads, by workload id), then dearest, then by name."""
+
+    def loss(node: NodeInfo) -> tuple[int, float, float, str]:
+        lost = sum(unsaved.get(w, 0.0) for w in node.workloads)
+        return (len(node.workloads), lost, -node.price_per_hour, node.name)
+
+    return sorted(nodes, key=loss)[:count]
+
+
+def scale_risk(*, moves: int, added_per_hour: float, cap_per_hour: float) -> RiskClass:
+    """Safe when no workload moves and the added cost is within the person's cap; else
+    disruptive (a person decides)."""
+    if moves > 0 or added_per_hour > cap_per_hour:
+        return RiskClass.DISRUPTIVE
+    return RiskClass.SAFE
+
+
+def cost_note(delta_per_hour: float) -> str:
+    """``+2.76/h`` or ``-0.92/h``: what the change does to the pool's hourly cost."""
+    return f"{delta_per_hour:+.2f}/h for the pool"
