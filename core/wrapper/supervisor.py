@@ -12,8 +12,8 @@
 3. records itself in the WorkloadRegistry and serves ``<run_dir>/NAME.sock`` (JSON lines,
    see ``core.wrapper.control``); SIGUSR1 = checkpoint, SIGUSR2 = checkpoint and stop,
    SIGTERM/SIGINT = terminate (below); periodic checkpoints every ``checkpoint_every``
-   seconds (changed while it runs through the socket: ``periodic``); retention after each
-   publish;
+   seconds (changed while it runs through the socket: ``periodic``; re-timed by itself if
+   auto: ``auto_interval``); retention after each publish;
 4. when the payload exits, records COMPLETED / FAILED (with the exit status) / STOPPED.
 
 Termination contract (SIGTERM or SIGINT to the wrapper: ``kill``, Slurm's scancel, a pod's
