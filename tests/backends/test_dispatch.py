@@ -232,7 +232,7 @@ def test_every_local_step_the_backend_runs_is_in_the_table(tmp_path: Path) -> No
         local.run_step("rm", {}, no_progress)
     assert set(local_steps.STEPS) == {
         "checkpoint", "standby", "start", "fence", "terminate", "set_node",
-        "delete_checkpoint", "suspend_gpu", "resume_gpu", "set_interval",
+        "delete_checkpoint", "suspend_gpu", "resume_gpu", "set_interval", "release",
     }  # fmt: skip
 
 
