@@ -23,8 +23,9 @@ COMMANDS = {"workloads": workloads_app, "checkpoints": checkpoints_app}
 def workloads(
     json_: JsonOpt = False, backend: Annotated[str | None, typer.Option()] = None
 ) -> None:
-    """List workloads and their state (--json: each with the checkpoint interval that pays,
-    once it has a timed checkpoint)."""
+    """List workloads and their state.
+
+    --json: a workload with a timed checkpoint adds checkpoint_interval (what pays)."""
     if json_:
         from core.service.economics import workload_rows
 
