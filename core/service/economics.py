@@ -122,7 +122,11 @@ def workload_rows(service: Service, backend: str | None = None) -> list[dict[str
     something measured says, ``checkpoint_interval`` (the concise advice)."""
     workloads = service.workloads(backend)
     nodes = {(n.backend, n.name): n for n in _nodes(service, backend)}
-    found = cases(service, workloads, nodes=list(nodes.values()))
+    try:
+        checkpoints = service.checkpoints(backend=backend)
+    except errors.ClawpointError:
+        checkpoints = []  # the rows without advice rather than no rows
+    found = cases(service, workloads, nodes=list(nodes.values()), checkpoints=checkpoints)
     rows = []
     for w in workloads:
         row = w.model_dump(mode="json")

@@ -21,8 +21,8 @@ from tests.service.conftest import need_criu  # noqa: F401 (fixture)
 pytestmark = pytest.mark.criu
 
 
-def _row(cli: Cli, ref: str) -> dict[str, Any]:
-    r = cli("workloads", "--json")
+def _row(cli: Cli, ref: str, *more: str) -> dict[str, Any]:
+    r = cli("workloads", "--json", *more)
     assert r.code == 0, str(r)
     return next(w for w in r.json() if w["id"] == ref)
 
@@ -43,6 +43,7 @@ def test_workloads_json_shows_the_advice_and_watch_shortens_the_interval(
     assert set(pays) == {"interval_s", "in_force_s", "loss_s_per_h", "overhead_s_per_h", "why"}
     assert pays["in_force_s"] == 86400 and 10 <= pays["interval_s"] < 86400, pays
     assert pays["why"].startswith("On-demand node:"), pays
+    assert _row(cli, ref, "--backend", "local")["checkpoint_interval"] == pays
     table = cli("workloads")
     assert table.code == 0 and "interval" not in table.stdout, str(table)
 
