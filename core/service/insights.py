@@ -10,7 +10,9 @@ GPUs (NVML, when ``signals.nvml.enabled``). The watch loop passes its long-lived
 monitor; the MCP tools call it with none, which polls the clouds once and reuses the
 service's GPU report for up to ``core.signals.nvml.REPORT_TTL_S`` seconds (``ReportCache``:
 an NVML probe per read tool call cost more than the call). Either way the same clients,
-the same node attribution and the same error reporting apply.
+the same node attribution and the same error reporting apply. ``planner_input`` also hands
+the planner each running workload's checkpoint interval advice (``economics.cases``, from the
+same read of the checkpoints), where its backend can change the interval.
 
 Limits: a workload's own progress is read only where its backend offers it
 (``core.backends.base.ProgressSource``: local progress files); others report progress
