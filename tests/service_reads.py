@@ -7,7 +7,9 @@ went into starting interpreters, not into the behaviour under test. What the use
 (``run``, ``checkpoint``, ``migrate``, ...) still goes through the console script, and
 ``workloads --json`` itself keeps its subprocess checks (tests/cli, tests/workloads);
 the rows here are what that command prints: the same service call
-(``Service.workloads``), dumped the same way (``model_dump(mode="json")``).
+(``Service.workloads``), dumped the same way (``model_dump(mode="json")``), less the
+command's ``checkpoint_interval`` advice (``core.service.economics.workload_rows``: it reads
+every checkpoint, which a polling loop does not need).
 
 Limits: the caller's own user and environment (a test that runs the CLI as another user
 or with other ``CLAWPOINT_*`` variables must keep using the CLI); each call wires a fresh

@@ -23,10 +23,14 @@ COMMANDS = {"workloads": workloads_app, "checkpoints": checkpoints_app}
 def workloads(
     json_: JsonOpt = False, backend: Annotated[str | None, typer.Option()] = None
 ) -> None:
-    """List workloads and their state."""
-    items = service().workloads(backend)
+    """List workloads and their state.
+
+    --json: a workload with a timed checkpoint adds checkpoint_interval (what pays)."""
     if json_:
-        return output.emit_json(items)
+        from core.service.economics import workload_rows
+
+        return output.emit_json(workload_rows(service(), backend))
+    items = service().workloads(backend)
     output.table(
         "Workloads",
         ["id", "state", "node", "engine", "pid", "last checkpoint", "message"],

@@ -231,6 +231,19 @@ def schedule(
     return [(age, adaptive_interval_s(cost, hazard, age, bounds)) for age in ages_h]
 
 
+def expected_costs(
+    cost: CheckpointCost, hazard: Hazard, interval_s: float, *, age_h: float = 0.0
+) -> tuple[float, float]:
+    """(expected lost work, checkpoint pause) in seconds per hour with the timer at
+    ``interval_s``, ``age_h`` hours into the run: what ``recommend`` reports for its own
+    interval, and what any other interval (the one in force) is compared with."""
+    _check_age(age_h)
+    if hazard.is_constant:
+        return _costs(cost, interval_s + cost.wall_s, hazard.rates_per_h[0])
+    lost, paused, length = cycle_expectations(cost, hazard, age_h, interval_s)
+    return 3600 * lost / length, 3600 * paused / length
+
+
 def recommend(
     cost: CheckpointCost,
     hazard: Hazard,
@@ -242,13 +255,11 @@ def recommend(
     _check_age(age_h)
     bounds = bounds or IntervalBounds()
     interval = adaptive_interval_s(cost, hazard, age_h, bounds)
+    loss, overhead = expected_costs(cost, hazard, interval, age_h=age_h)
     if hazard.is_constant:
         rate = hazard.rates_per_h[0]
-        loss, overhead = _costs(cost, interval + cost.wall_s, rate)
         method = "young-daly"
     else:
-        lost, paused, length = cycle_expectations(cost, hazard, age_h, interval)
-        loss, overhead = 3600 * lost / length, 3600 * paused / length
         rate = hazard.mean_rate(age_h, age_h + (interval + cost.wall_s) / 3600)
         method = "adaptive"
     if rate <= 0:

@@ -20,12 +20,17 @@ spot-interr.     200   a rebalance recommendation / drain notice: checkpoint, le
 queue-backlog    300   a backlogged queue: preempt-and-save lower-priority running work
 cost             100   a cheaper node: migrate only if the saving over the remaining run
                        time exceeds the cost of moving
+checkpoint-int.   50   a running workload whose periodic checkpoint interval is far from
+                       the one that pays: set_checkpoint_interval when it saves >= 20 %
+                       and >= 5 s per hour of lost work plus pause (``interval_advice``)
 ==============  =====  ==============================================================
 
 Within a rule, up to 99 points more: for an earlier deadline (``99 / (1 + hours left)``),
 a larger SLA deficit, or a larger net saving. No rule moves work unless it removes a risk
 (notice, failure, dead node, missed deadline) or its saving exceeds the cost of moving:
-changeover = expected pause + lost work, valued at both nodes' prices per hour.
+changeover = expected pause + lost work, valued at both nodes' prices per hour. The
+interval rule moves nothing: it re-times the workload's own checkpoints (shorter, or on
+where they were off: safe; longer: disruptive, as the backend's plan says).
 """
 
 from __future__ import annotations
@@ -37,7 +42,9 @@ from typing import Any
 from pydantic import BaseModel, Field, computed_field
 
 from core.actions import risk_of, spec
+from core.durations import interval_text
 from core.model import Action, NodeHealth, NodeInfo, RiskClass, WorkloadInfo, WorkloadState
+from core.planner.interval_advice import MIN_FRACTION, MIN_S_PER_H, IntervalCase, interval_change
 from core.planner.placement import NodeSlot, Placement
 from core.signals.model import (
     GpuHealth,
@@ -60,6 +67,7 @@ BASE = {
     "queue-backlog": 300.0,
     "spot-rebalance": 200.0,
     "cost": 100.0,
+    "checkpoint-interval": 50.0,
 }
 
 
@@ -68,6 +76,10 @@ class PlannerConfig(BaseModel):
     # A cost move must save this many times what it costs (1.0 = just more than break-even).
     move_margin: float = Field(default=1.0, ge=0)
     max_cost_moves: int = Field(default=20, ge=0, description="cost moves per pass, best first")
+    # An interval change must save this share of the lost work + pause per hour, and this
+    # many seconds per hour (core.planner.interval_advice).
+    interval_min_fraction: float = Field(default=MIN_FRACTION, ge=0, le=1)
+    interval_min_s_per_h: float = Field(default=MIN_S_PER_H, ge=0)
 
 
 class PlannerInput(BaseModel):
@@ -87,6 +99,11 @@ class PlannerInput(BaseModel):
     )
     last_checkpoint_at: dict[str, datetime] = Field(default_factory=dict)
     prices: dict[str, float] = Field(default_factory=dict, description="node id -> current price")
+    intervals: dict[str, IntervalCase] = Field(
+        default_factory=dict,
+        description="workload id -> its checkpoint interval advice (only workloads with a "
+        "measured checkpoint cost whose backend can set_checkpoint_interval)",
+    )
 
 
 class Effect(BaseModel):
@@ -102,6 +119,9 @@ class Effect(BaseModel):
     net_saving: float | None = Field(default=None, description="money saved minus move cost")
     move_cost: float | None = None
     notice_deadline: datetime | None = None
+    # Expected lost work + checkpoint pause, seconds per hour (the interval rule).
+    checkpoint_s_per_h_before: float | None = None
+    checkpoint_s_per_h_after: float | None = None
 
 
 class Proposal(BaseModel):
@@ -414,6 +434,44 @@ class _Planner:
                 w, Action.MIGRATE, "cost", reason, BASE["cost"] + min(99.0, net), effect, dest
             )
 
+    def intervals(self) -> None:
+        for w in self.d.workloads:
+            case = self.d.intervals.get(w.id)
+            if case is None or w.state is not WorkloadState.RUNNING or w.id in self.out:
+                continue
+            since = self.d.last_checkpoint_at.get(w.id) or w.started_at
+            at_risk = max((self.now - since).total_seconds(), 0.0) if since else 0.0
+            change = interval_change(
+                case, w.checkpoint_every, at_risk_s=at_risk,
+                min_fraction=self.cfg.interval_min_fraction, min_s_per_h=self.cfg.interval_min_s_per_h,
+            )  # fmt: skip
+            if change is None:
+                continue
+            was = (
+                "off"
+                if w.checkpoint_every is None
+                else f"every {interval_text(w.checkpoint_every)}"
+            )
+            reason = (
+                f"Checkpoint {w.id} every {change.every} ({was} now): expected lost work + "
+                f"pause {change.now_s_per_h:.1f} -> {change.after_s_per_h:.1f} s per hour."
+            )
+            params = {"every": change.every}
+            effect = Effect(checkpoint_s_per_h_before=change.now_s_per_h,
+                            checkpoint_s_per_h_after=change.after_s_per_h)  # fmt: skip
+            self._add(
+                Proposal(
+                    action=Action.SET_CHECKPOINT_INTERVAL, target=w.id, params=params,
+                    trigger="checkpoint-interval", reason=reason, effect=effect,
+                    # The catalogue reads the parameters only; longer than the interval in
+                    # force is disruptive too (the backend's plan says so when it is made).
+                    risk=risk_of(Action.SET_CHECKPOINT_INTERVAL, params)
+                    if change.shorter else RiskClass.DISRUPTIVE,
+                    score=round(BASE["checkpoint-interval"] + min(49.0, change.saving_s_per_h / 10), 3),
+                    node=f"{w.backend}:{w.node}" if w.node else None,
+                )
+            )  # fmt: skip
+
 
 def _priority(w: WorkloadInfo) -> int:
     try:
@@ -433,4 +491,5 @@ def plan_actions(
     p.sla_risks()
     p.backlog()
     p.cost()
+    p.intervals()
     return sorted(p.out.values(), key=lambda x: (-x.score, x.target))

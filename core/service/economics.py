@@ -8,6 +8,10 @@ force (``checkpoint_every``) beside it, and its mode (``auto``: the wrapper re-t
 each checkpoint and records the interval it uses now, which is what ``in_force_s`` reads).
 Read-only; nothing here changes the interval.
 
+One computation, three readers: ``get_workload`` (``workload_view``), ``clawpoint workloads
+--json`` (``workload_rows``) and the planner (``cases``: what the advice rests on, for
+``core.planner.interval_advice``), the last two over one read of the checkpoints and nodes.
+
 Limits: the hazard is the configured constant rate (Young/Daly); the age-dependent estimate
 from a reclaim history (``core.planner.interruption_hazard``) is not read from any store yet.
 A workload with no timed checkpoint, or on a node the backend does not list, gets none.
@@ -15,19 +19,18 @@ A workload with no timed checkpoint, or on a node the backend does not list, get
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from core import errors
-from core.model import WorkloadInfo
-from core.planner.checkpoint_interval import (
-    CheckpointCost,
-    IntervalAdvice,
-    IntervalBounds,
-    recommend,
-)
+from core.config import EconomicsConfig
+from core.model import CheckpointInfo, NodeInfo, WorkloadInfo
+from core.planner.checkpoint_interval import CheckpointCost, IntervalBounds, recommend
 from core.planner.interruption_hazard import Hazard
+from core.planner.interval_advice import IntervalCase
 from core.service import views
 from core.service.facade import Service
 
@@ -84,19 +87,88 @@ def checkpoint_economics(service: Service, workload: WorkloadInfo) -> Checkpoint
         nodes = service.nodes(workload.backend)
     except errors.ClawpointError:
         return None  # a read beside get_workload: its absence says nothing was computed
+    node = next((n for n in nodes if n.name == workload.node), None)
+    case = _case(service.settings.economics, checkpoints, node)
+    if case is None or node is None:
+        return None
+    return _economics(service.settings.economics, case, workload, node)
+
+
+def cases(
+    service: Service,
+    workloads: Sequence[WorkloadInfo],
+    *,
+    nodes: Sequence[NodeInfo] | None = None,
+    checkpoints: Sequence[CheckpointInfo] | None = None,
+) -> dict[str, IntervalCase]:
+    """Workload id -> what its advice rests on, for every workload with a timed checkpoint
+    on a listed node (``nodes``, ``checkpoints``: what the caller already read, else one
+    read each)."""
+    try:
+        nodes = service.nodes() if nodes is None else nodes
+        checkpoints = service.checkpoints() if checkpoints is None else checkpoints
+    except errors.ClawpointError:
+        return {}  # a read beside the caller's own: nothing computed
+    by_node = {(n.backend, n.name): n for n in nodes}
+    by_workload: dict[str, list[CheckpointInfo]] = defaultdict(list)
+    for c in checkpoints:
+        by_workload[f"{c.id.partition(':')[0]}:{c.lineage}"].append(c)
+    out: dict[str, IntervalCase] = {}
+    for w in workloads:
+        node = by_node.get((w.backend, w.node or ""))
+        case = _case(service.settings.economics, by_workload.get(w.id, []), node)
+        if case is not None:
+            out[w.id] = case
+    return out
+
+
+def workload_rows(service: Service, backend: str | None = None) -> list[dict[str, Any]]:
+    """Every workload as ``clawpoint workloads --json`` lists it: its record and, when
+    something measured says, ``checkpoint_interval`` (the concise advice)."""
+    workloads = service.workloads(backend)
+    nodes = {(n.backend, n.name): n for n in _nodes(service, backend)}
+    try:
+        checkpoints = service.checkpoints(backend=backend)
+    except errors.ClawpointError:
+        checkpoints = []  # the rows without advice rather than no rows
+    found = cases(service, workloads, nodes=list(nodes.values()), checkpoints=checkpoints)
+    rows = []
+    for w in workloads:
+        row = w.model_dump(mode="json")
+        case, node = found.get(w.id), nodes.get((w.backend, w.node or ""))
+        if case is not None and node is not None:
+            pays = _economics(service.settings.economics, case, w, node)
+            row["checkpoint_interval"] = pays.brief()
+        rows.append(row)
+    return rows
+
+
+def _nodes(service: Service, backend: str | None) -> list[NodeInfo]:
+    try:
+        return service.nodes(backend)
+    except errors.ClawpointError:
+        return []
+
+
+def _case(
+    cfg: EconomicsConfig, checkpoints: Sequence[CheckpointInfo], node: NodeInfo | None
+) -> IntervalCase | None:
+    """The advice from the median cost of the newest ``RECENT`` timed checkpoints and the
+    node's configured hazard; None without a measured cost or a node."""
     newest = sorted(checkpoints, key=lambda c: c.created_at, reverse=True)[:RECENT]
     cost = CheckpointCost.from_checkpoints(newest)
-    node = next((n for n in nodes if n.name == workload.node), None)
     if cost is None or node is None:
         return None
-    cfg = service.settings.economics
-    mtbf_h = cfg.spot_mtbf_h if node.spot else cfg.on_demand_mtbf_h
-    advice: IntervalAdvice = recommend(
-        cost,
-        Hazard.from_mtbf(mtbf_h),
-        bounds=IntervalBounds(min_s=cfg.min_interval_s, max_s=cfg.max_interval_s),
-    )
-    kind = "Spot" if node.spot else "On-demand"
+    hazard = Hazard.from_mtbf(_mtbf_h(cfg, node))
+    bounds = IntervalBounds(min_s=cfg.min_interval_s, max_s=cfg.max_interval_s)
+    advice = recommend(cost, hazard, bounds=bounds)
+    return IntervalCase(cost=cost, hazard=hazard, bounds=bounds, advice=advice)
+
+
+def _economics(
+    cfg: EconomicsConfig, case: IntervalCase, workload: WorkloadInfo, node: NodeInfo
+) -> CheckpointEconomics:
+    advice, kind = case.advice, "Spot" if node.spot else "On-demand"
     return CheckpointEconomics(
         interval_s=advice.interval_s,
         in_force_s=workload.checkpoint_every,
@@ -107,8 +179,12 @@ def checkpoint_economics(service: Service, workload: WorkloadInfo) -> Checkpoint
         overhead_s_per_h=advice.overhead_s_per_h,
         why=f"{kind} node: {advice.why}",
         method=advice.method,
-        pause_s=cost.pause_s,
-        wall_s=cost.wall_s,
-        mtbf_h=mtbf_h,
+        pause_s=case.cost.pause_s,
+        wall_s=case.cost.wall_s,
+        mtbf_h=_mtbf_h(cfg, node),
         spot=node.spot,
     )
+
+
+def _mtbf_h(cfg: EconomicsConfig, node: NodeInfo) -> float:
+    return cfg.spot_mtbf_h if node.spot else cfg.on_demand_mtbf_h

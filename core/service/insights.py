@@ -10,7 +10,9 @@ GPUs (NVML, when ``signals.nvml.enabled``). The watch loop passes its long-lived
 monitor; the MCP tools call it with none, which polls the clouds once and reuses the
 service's GPU report for up to ``core.signals.nvml.REPORT_TTL_S`` seconds (``ReportCache``:
 an NVML probe per read tool call cost more than the call). Either way the same clients,
-the same node attribution and the same error reporting apply.
+the same node attribution and the same error reporting apply. ``planner_input`` also hands
+the planner each running workload's checkpoint interval advice (``economics.cases``, from the
+same read of the checkpoints), where its backend can change the interval.
 
 Limits: a workload's own progress is read only where its backend offers it
 (``core.backends.base.ProgressSource``: local progress files); others report progress
@@ -29,8 +31,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from core import errors, timings
-from core.model import NodeInfo, WorkloadInfo, WorkloadState, utcnow
+from core.model import Action, CheckpointInfo, NodeInfo, WorkloadInfo, WorkloadState, utcnow
 from core.planner.planner import PlannerConfig, PlannerInput, Proposal, plan_actions
+from core.service import economics
 from core.service.facade import Service
 from core.signals.cloud import NoticePoller, ProviderStatus
 from core.signals.model import (
@@ -285,11 +288,13 @@ def cluster_health(
     )  # fmt: skip
 
 
-def _checkpoint_facts(service: Service) -> tuple[dict[str, float], dict[str, datetime]]:
+def _checkpoint_facts(
+    checkpoints: Sequence[CheckpointInfo],
+) -> tuple[dict[str, float], dict[str, datetime]]:
     """Expected pause (from the newest checkpoint's timings) and its time, per workload."""
     pause: dict[str, float] = {}
     last: dict[str, datetime] = {}
-    for c in service.checkpoints():
+    for c in checkpoints:
         backend = c.id.partition(":")[0]
         wid = f"{backend}:{c.lineage}"
         if wid in last and last[wid] >= c.created_at:
@@ -337,7 +342,14 @@ def planner_input(
         risk = assess(w, now=now, progress=progress, history=hist, speed=speed, moved=moved)
         if risk is not None:
             sla.append(risk)
-    pause, last = _checkpoint_facts(service)
+    checkpoints = service.checkpoints()
+    pause, last = _checkpoint_facts(checkpoints)
+    # The interval advice of the running workloads whose backend can change it.
+    retimable = [
+        w for w in workloads
+        if w.state is WorkloadState.RUNNING and w.backend in service.backends
+        and Action.SET_CHECKPOINT_INTERVAL in service.backends[w.backend].capabilities()
+    ]  # fmt: skip
     market = _market(service, now, nodes)
     data = PlannerInput(
         nodes=nodes,
@@ -352,6 +364,7 @@ def planner_input(
         pause_s=pause,
         last_checkpoint_at=last,
         prices={m.node: m.price_per_hour for m in market.nodes if m.source != "inventory"},
+        intervals=economics.cases(service, retimable, nodes=nodes, checkpoints=checkpoints),
     )
     return data, sla
 

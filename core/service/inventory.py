@@ -57,13 +57,16 @@ class Inventory(Lookup):
         backend, name = self._split(ref, what="workload")
         return backend.get_workload(name)
 
-    def checkpoints(self, workload: str | None = None) -> list[CheckpointInfo]:
+    def checkpoints(
+        self, workload: str | None = None, *, backend: str | None = None
+    ) -> list[CheckpointInfo]:
+        """One workload's checkpoints, else every checkpoint of ``backend`` (None: all)."""
         if workload is None:
-            found = [c for b in self.backends.values() for c in b.checkpoints(None)]
+            found = [c for b in self._each(backend) for c in b.checkpoints(None)]
         else:
-            backend, name = self._split(workload, what="workload")
-            backend.get_workload(name)  # unknown workload -> NotFound, not an empty list
-            found = backend.checkpoints(name)
+            owner, name = self._split(workload, what="workload")
+            owner.get_workload(name)  # unknown workload -> NotFound, not an empty list
+            found = owner.checkpoints(name)
         for c in found:
             if c.status is CheckpointStatus.UNTRUSTED:
                 self._audit_untrusted(

@@ -3,10 +3,12 @@
 client is accepted (as a dry run).
 
 The first test covers each kind of proposal the planner makes (migrate, preempt, failover,
-leave-running checkpoint; from a notice, a lost GPU, a dead node, an SLA risk, a backlog, a
-cheaper node) against the live ``tools/list`` of the server; the second drives the installed
-``clawpoint serve`` over stdio: a spot notice on the workload's node, ``plan_actions``, then
-the proposal's own ``tool`` with its own ``arguments`` and ``dry_run=true``.
+leave-running checkpoint, checkpoint interval; from a notice, a lost GPU, a dead node, an SLA
+risk, a backlog, a cheaper node, an interval that does not pay) against the live
+``tools/list`` of the server; the second drives the installed ``clawpoint serve`` over
+stdio: a spot notice on the workload's node, ``plan_actions``, then the proposal's own
+``tool`` with its own ``arguments`` and ``dry_run=true``; the third does the same for a
+real workload checkpointed once a day whose measured checkpoint pays far more often.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import jsonschema  # type: ignore[import-untyped]
 import pytest
 
 from core.config import load_settings
+from core.durations import interval_seconds
 from core.model import Action, NodeHealth, WorkloadState
 from core.planner.planner import PlannerInput, Proposal, plan_actions
 from core.service import insights
@@ -29,8 +32,9 @@ from core.signals.model import InterruptionAction, InterruptionNotice, Provider
 from core.signals.queue import coerce
 from core.signals.sla import Observation, Progress, assess
 from mcp_server.server import build_server
-from tests.adversarial.conftest import Lab
+from tests.adversarial.conftest import PERSON, Lab
 from tests.agent_layer import serving
+from tests.planner.test_interval_advice import ON_DEMAND
 from tests.planner.test_planner import NOW, node, wl
 from tests.signals.fakes import FakeAwsImds
 
@@ -89,6 +93,11 @@ def _every_kind() -> list[Proposal]:
                     "running": 1}, backend="local")  # fmt: skip
     low = wl("low", "b", labels={"clawpoint.io/priority": "1"})
     out += plan_actions(PlannerInput(nodes=[node("b")], workloads=[low], queues=[queue]), now=NOW)
+    # A checkpoint interval far from the one that pays: longer (and shorter) intervals.
+    for every in (10.0, 86400.0):
+        timed = wl("timed", "b").model_copy(update={"checkpoint_every": every})
+        out += plan_actions(PlannerInput(nodes=[node("b")], workloads=[timed],
+                                         intervals={timed.id: ON_DEMAND}), now=NOW)  # fmt: skip
     return out
 
 
@@ -100,6 +109,7 @@ def test_every_kind_of_proposal_names_a_served_tool_with_valid_arguments(tmp_pat
         ("spot-interruption", Action.CHECKPOINT), ("node-down", Action.FAILOVER),
         ("sla-risk", Action.MIGRATE), ("cost", Action.MIGRATE),
         ("queue-backlog", Action.PREEMPT),
+        ("checkpoint-interval", Action.SET_CHECKPOINT_INTERVAL),
     }, kinds  # fmt: skip
     server = build_server(bootstrap(load_settings(tmp_path)))
     schemas = {t.name: t.input_schema for t in anyio.run(server.list_tools)}
@@ -138,3 +148,36 @@ async def test_a_proposal_is_called_as_it_stands_over_mcp(
         assert done["status"] == "planned", done
         assert "node-b" in done["plan"]["summary"], done
     assert lab.service.get_workload(workload).node == "node-a"  # a dry run changed nothing
+
+
+@pytest.mark.anyio
+@pytest.mark.criu
+async def test_an_interval_proposal_is_called_as_it_stands_over_mcp(
+    lab_factory: Callable[[str], Lab], need_criu: None
+) -> None:
+    lab = lab_factory("")
+    workload = lab.start("daily", node="node-a")
+    # One timed checkpoint, and an interval of a day on an on-demand node: far too rare.
+    lab.service.act(Action.CHECKPOINT, workload, {}, principal=PERSON)
+    lab.service.act(Action.SET_CHECKPOINT_INTERVAL, workload, {"every": "1d"}, principal=PERSON)
+    async with serving.client(lab, gpus=[]) as client:
+        plan = await serving.ok(client, "plan_actions")
+        [p] = [p for p in plan["proposals"] if p["target"] == workload]
+        assert (p["tool"], p["trigger"], p["risk"]) == (
+            "set_checkpoint_interval", "checkpoint-interval", "safe",
+        ), p  # fmt: skip
+        every = p["arguments"]["every"]
+        assert (
+            set(p["arguments"]) == {"workload", "every"} and p["arguments"]["workload"] == workload
+        )
+        assert (shorter := interval_seconds(every)) is not None and shorter < 86400, p
+        assert "(every 1d now)" in p["reason"] and " -> " in p["reason"], p
+        args: dict[str, Any] = {**p["arguments"], "reason": p["reason"][:500]}
+        done = await serving.ok(client, p["tool"], {**args, "dry_run": True})
+        assert done["status"] == "planned" and done["plan"]["risk"] == "safe", done
+        assert lab.service.get_workload(workload).checkpoint_every == 86400.0  # dry run
+        done = await serving.ok(client, p["tool"], args)  # safe: an agent may
+        assert done["status"] == "executed", done
+        assert lab.service.get_workload(workload).checkpoint_every == shorter
+        again = await serving.ok(client, "plan_actions")
+        assert not [p for p in again["proposals"] if p["target"] == workload], again

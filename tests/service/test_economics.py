@@ -1,4 +1,6 @@
-"""get_workload's checkpoint economics, computed by the service from the store's timings."""
+"""get_workload's checkpoint economics, computed by the service from the store's timings, and
+the same advice handed to the planner (``cases``, ``insights.planner_input``): only for
+workloads whose backend can ``set_checkpoint_interval``."""
 
 from __future__ import annotations
 
@@ -10,9 +12,12 @@ import pytest
 
 from core import errors
 from core.config import EconomicsConfig
-from core.model import CheckpointInfo, NodeInfo, WorkloadInfo, WorkloadState
+from core.model import Action, CheckpointInfo, NodeInfo, WorkloadInfo, WorkloadState
 from core.planner.checkpoint_interval import daly_period
-from core.service.economics import checkpoint_economics
+from core.service import insights
+from core.service.economics import cases, checkpoint_economics
+from core.service.facade import Service
+from tests.service.conftest import PERSON, counter, wait_step
 
 
 def _ckpt(seq: int, **timings: float) -> CheckpointInfo:
@@ -27,12 +32,12 @@ class _Service:
         self.node = NodeInfo(id="local:n", backend="local", name="n", spot=spot)
         self.settings = SimpleNamespace(economics=EconomicsConfig(spot_mtbf_h=2.0))
 
-    def checkpoints(self, workload: str) -> list[CheckpointInfo]:
+    def checkpoints(self, workload: str | None = None) -> list[CheckpointInfo]:
         if self.fail:
             raise errors.NotFound("gone", hint="list workloads")
         return self.ckpts
 
-    def nodes(self, backend: str) -> list[NodeInfo]:
+    def nodes(self, backend: str | None = None) -> list[NodeInfo]:
         return [self.node]
 
 
@@ -76,3 +81,37 @@ def test_the_mode_in_force_is_said_auto_fixed_or_off() -> None:
     assert _for(service).mode == "fixed" and "mode" not in _for(service).brief()
     off = checkpoint_economics(service, W.model_copy(update={"checkpoint_every": None}))
     assert off is not None and off.mode == "off"
+
+
+def test_the_planner_gets_the_same_advice_from_one_read_of_every_checkpoint() -> None:
+    ckpts = [_ckpt(1, frozen_s=0.2, total_s=0.5), _ckpt(2, frozen_s=0.4, total_s=0.7),
+             _ckpt(3, frozen_s=0.3, total_s=0.6)]  # fmt: skip
+    stub: Any = _Service(ckpts, spot=True)
+    other = W.model_copy(update={"id": "local:v", "name": "v"})  # no checkpoint of its own
+    elsewhere = W.model_copy(update={"node": "gone"})  # on no listed node
+    found = cases(stub, [W, other])
+    assert set(found) == {"local:w"}
+    assert found["local:w"].advice.interval_s == _for(stub).interval_s
+    assert cases(stub, [elsewhere]) == {}
+
+
+@pytest.mark.criu
+def test_only_a_backend_that_can_retime_a_workload_gets_the_proposal(
+    service: Service, settings: Any, need_criu: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service.run_workload(counter(settings, "daily", mb=8, every=86400), detach=True,
+                         principal=PERSON)  # fmt: skip
+    wait_step(settings, "daily", 2)
+    ref = "local:daily"
+    service.act(Action.CHECKPOINT, ref, {}, principal=PERSON)
+
+    def retiming() -> list[str]:
+        data, _ = insights.planner_input(service)
+        return [p.target for p in insights.propose(service, notices=[], gpus=[]).proposals
+                if p.action is Action.SET_CHECKPOINT_INTERVAL] + list(data.intervals)  # fmt: skip
+
+    assert retiming() == [ref, ref]  # the proposal, and the advice it rests on
+    local = type(service.backends["local"])
+    can = local.capabilities(service.backends["local"])
+    monkeypatch.setattr(local, "capabilities", lambda self: can - {Action.SET_CHECKPOINT_INTERVAL})
+    assert retiming() == []
