@@ -15,6 +15,11 @@
 #
 # Nodes n1..n3 are three `slurmd -N` on this host. Partitions: `debug` (n1-n3, default) and
 # `gpu` (n3, with two GRES "gpu" that are only counted, not bound to devices).
+# Nodes n4 and n5 (partition `elastic`) use Slurm's power saving: they are CLOUD nodes that
+# start powered down; $DIR/bin/resume starts a node's slurmd and $DIR/bin/suspend stops it
+# (Slurm runs them on `scontrol update nodename=N state=POWER_UP|POWER_DOWN`, and resumes a
+# node by itself when a pending job needs it). Slurm never suspends them on its own (a
+# SuspendTime of a year): clawpoint decides when, after saving the work on them.
 # slurmrestd runs as the system user clawpoint-rest: one instance on a unix socket
 # (rest_auth/local) and one on TCP 127.0.0.1 with JWT (rest_auth/jwt).
 # Works with Debian 12 (Slurm 22.05) and Debian 13 (Slurm 24.11). Needs root.
@@ -25,6 +30,7 @@ CTLD_PORT="${CLAWPOINT_SLURM_CTLD_PORT:-16817}"
 REST_PORT="${CLAWPOINT_SLURM_REST_PORT:-16820}"
 REST_USER="clawpoint-rest"
 NODES=(n1 n2 n3)
+ELASTIC=(n4 n5)
 CONF="$DIR/etc/slurm.conf"
 MUNGE_SOCKET="$DIR/munge/munge.socket"
 REST_SOCKET="$DIR/rest/slurmrestd.sock"
@@ -74,7 +80,8 @@ have_jwt() { [[ -e "$(plugin_dir)/auth_jwt.so" ]]; }
 
 make_dirs() {
     mkdir -p "$DIR"/{etc,spool/ctld,log,run,checkpoints,munge,rest}
-    for n in "${NODES[@]}"; do mkdir -p "$DIR/spool/d/$n"; done
+    mkdir -p "$DIR/bin"
+    for n in "${NODES[@]}" "${ELASTIC[@]}"; do mkdir -p "$DIR/spool/d/$n"; done
     chmod 755 "$DIR" "$DIR/etc" "$DIR/run"
     # The shared store: root's, readable by none but root; each user's checkpoints live in
     # checkpoints/USER (0700, owned by the user), which `add-user` creates: no user can read,
@@ -136,12 +143,21 @@ AccountingStorageType=accounting_storage/none
 JobRequeue=1
 SlurmdTimeout=30
 GresTypes=gpu
+SuspendProgram=$DIR/bin/suspend
+ResumeProgram=$DIR/bin/resume
+SuspendTimeout=10
+ResumeTimeout=60
+SuspendExcNodes=n[1-3]
+PrivateData=cloud
 NodeName=n[1-2] NodeHostname=$host NodeAddr=127.0.0.1 Port=17001-17002 CPUs=2 RealMemory=2000 Feature=cpu State=UNKNOWN
 NodeName=n3 NodeHostname=$host NodeAddr=127.0.0.1 Port=17003 CPUs=2 RealMemory=2000 Gres=gpu:2 Feature=cpu,gpu State=UNKNOWN
 PartitionName=debug Nodes=n[1-3] Default=YES MaxTime=INFINITE State=UP
+NodeName=n[4-5] NodeHostname=$host NodeAddr=127.0.0.1 Port=17004-17005 CPUs=2 RealMemory=2000 Feature=cpu,elastic State=CLOUD
 PartitionName=gpu Nodes=n3 MaxTime=INFINITE State=UP
+PartitionName=elastic Nodes=n[4-5] MaxTime=INFINITE State=UP SuspendTime=31536000
 EOF
     mv "$tmp" "$CONF"
+    write_power_programs
     # Two placeholder device files: a count-only gpu GRES is not registered by 22.05's slurmd.
     printf 'NodeName=n3 Name=gpu File=/dev/null\nNodeName=n3 Name=gpu File=/dev/zero\n' \
         >"$DIR/etc/gres.conf"
@@ -153,6 +169,35 @@ $(have_jwt && echo "export CLAWPOINT_SLURM_URL=http://127.0.0.1:$REST_PORT")
 export CLAWPOINT_SLURM_CHECKPOINT_DIR=$DIR/checkpoints
 EOF
     chmod 644 "$DIR/env"
+}
+
+write_power_programs() { # $DIR/bin/resume and suspend: what Slurm runs to power nodes up or down
+    # $1 of each is a host list (n[4-5]); each node is a `slurmd -N` on this host.
+    cat >"$DIR/bin/resume.tmp" <<EOF
+#!/bin/sh
+# Written by scripts/slurm-cluster.sh: Slurm's ResumeProgram for this loopback cluster.
+export SLURM_CONF=$CONF
+# Stdio on /dev/null: slurmctld runs this with them closed, and a slurmd started so gets its
+# listening socket as fd 2 and hangs writing its log there. -b: report a reboot, which is how
+# slurmctld knows that a node it powered up came up.
+for n in \$(scontrol show hostnames "\$1"); do
+    slurmd -b -f $CONF -N "\$n" </dev/null >/dev/null 2>&1
+done
+exit 0
+EOF
+    cat >"$DIR/bin/suspend.tmp" <<EOF
+#!/bin/sh
+# Written by scripts/slurm-cluster.sh: Slurm's SuspendProgram for this loopback cluster.
+export SLURM_CONF=$CONF
+for n in \$(scontrol show hostnames "\$1"); do
+    f=$DIR/run/slurmd-\$n.pid
+    [ -s "\$f" ] && kill -TERM "\$(cat "\$f")" 2>/dev/null
+done
+exit 0
+EOF
+    chmod 755 "$DIR/bin/resume.tmp" "$DIR/bin/suspend.tmp"
+    mv "$DIR/bin/resume.tmp" "$DIR/bin/resume"
+    mv "$DIR/bin/suspend.tmp" "$DIR/bin/suspend"
 }
 
 start_munge() {
@@ -251,7 +296,7 @@ down() {
     stop_pidfile "$DIR/run/slurmrestd-tcp.pid"
     # One RPC stops the controller and every slurmd at once (fast); pid files catch the rest.
     alive "$DIR/run/slurmctld.pid" && timeout 5 scontrol shutdown >/dev/null 2>&1 || true
-    for n in "${NODES[@]}"; do stop_pidfile "$DIR/run/slurmd-$n.pid"; done
+    for n in "${NODES[@]}" "${ELASTIC[@]}"; do stop_pidfile "$DIR/run/slurmd-$n.pid"; done
     stop_pidfile "$DIR/run/slurmctld.pid"
     stop_pidfile "$DIR/munge/munged.pid"
     rm -f "$REST_SOCKET"

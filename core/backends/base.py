@@ -78,6 +78,9 @@ class PlanDraft(BaseModel):
     # A risk read from the world where the plan is made, which the parameters alone cannot
     # imply (an interval longer than the one in force): the plan's risk is the higher.
     risk: RiskClass | None = None
+    # What the plan adds to the hourly cost (nodes it brings up): above the person's cap
+    # (``[capacity] max_added_per_hour``) the service makes it disruptive.
+    added_cost_per_hour: float = 0.0
 
 
 @runtime_checkable

@@ -7,9 +7,9 @@ uses the rules here, so a pool shrinks and grows the same way whatever runs it:
 - the nodes a shrink releases are the ones that lose least (``victims``): idle nodes first,
   then those whose workloads have the least unsaved work (seconds since their newest
   checkpoint, a workload never checkpointed counting as its whole run), then the dearest;
-- a growth is safe while the cost it adds stays within the person's cap
-  (``[capacity] max_added_per_hour``); a shrink is safe only when no work has to move
-  (``scale_risk``).
+- a plan is safe only when no work has to move (``scale_risk``); a growth also says what
+  it adds to the hourly cost (``PlanDraft.added_cost_per_hour``), and the service makes it
+  disruptive above the person's cap (``[capacity] max_added_per_hour``).
 
 Limits: pure (no I/O); a backend reads the world and hands it in. What "releasing" a node
 means is the backend's: a virtual node leaves the local inventory, a Slurm node powers down.
@@ -35,8 +35,14 @@ class PoolSource(Protocol):
 def find_pool(pools: Sequence[PoolInfo], name: str, *, backend: str) -> PoolInfo:
     """The pool called ``name`` (NotFound naming the pools there are)."""
     match = next((p for p in pools if p.name == name), None)
+    if match is None and not pools:
+        raise errors.NotFound(
+            f"no pool {backend}:{name}: the {backend} backend has no pools configured",
+            hint=f"name a pool in the [{backend}.pools.NAME] section of the config file "
+            f'(docs/{backend}.md, "Pools")',
+        )
     if match is None:
-        known = ", ".join(f"{backend}:{p.name}" for p in pools) or "none configured"
+        known = ", ".join(f"{backend}:{p.name}" for p in pools)
         raise errors.NotFound(
             f"no pool {backend}:{name} (pools: {known})",
             hint=f"list pools with {errors.step('list_pools')}",
@@ -80,12 +86,10 @@ def victims(
     return sorted(nodes, key=loss)[:count]
 
 
-def scale_risk(*, moves: int, added_per_hour: float, cap_per_hour: float) -> RiskClass:
-    """Safe when no workload moves and the added cost is within the person's cap; else
-    disruptive (a person decides)."""
-    if moves > 0 or added_per_hour > cap_per_hour:
-        return RiskClass.DISRUPTIVE
-    return RiskClass.SAFE
+def scale_risk(*, moves: int) -> RiskClass:
+    """Safe when no workload moves; else disruptive (a person decides). The cost a growth
+    adds is judged by the service against the person's cap."""
+    return RiskClass.DISRUPTIVE if moves > 0 else RiskClass.SAFE
 
 
 def cost_note(delta_per_hour: float) -> str:

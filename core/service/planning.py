@@ -13,7 +13,7 @@ from typing import Any
 
 from core import actions, errors
 from core.actions import ActionParams, Interface, Target
-from core.backends.base import Backend, CheckpointKeeper
+from core.backends.base import Backend, CheckpointKeeper, PlanDraft
 from core.model import (
     KILLED,
     Action,
@@ -98,7 +98,7 @@ class Planning(Inventory):
             params=recorded,
             steps=draft.steps,
             on_failure=draft.on_failure,
-            risk=_higher(actions.risk_of(action, typed), draft.risk),
+            risk=_higher(actions.risk_of(action, typed), self._cost_risk(draft)),
             summary=draft.summary,
             expected_pause_s=draft.expected_pause_s,
             saves=draft.saves,
@@ -110,6 +110,13 @@ class Planning(Inventory):
         ).sealed()
         self.journal.save_plan(plan)
         return plan
+
+    def _cost_risk(self, draft: PlanDraft) -> RiskClass | None:
+        """The draft's own risk, raised to disruptive when what it adds to the hourly cost
+        passes the cap a person set (``[capacity] max_added_per_hour``)."""
+        if draft.added_cost_per_hour > self.settings.capacity.max_added_per_hour:
+            return _higher(RiskClass.DISRUPTIVE, draft.risk)
+        return draft.risk
 
     def _scope(
         self, backend: Backend, action: Action, local_target: str, scope: PlanScope

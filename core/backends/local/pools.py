@@ -78,13 +78,12 @@ def plan_scale_pool(ctx: LocalContext, name: str, params: PoolSizeParams) -> Pla
     nodes that lose least, then releasing them."""
     pool = capacity.find_pool(ctx.pools(), name, backend=NAME)
     capacity.check_size(pool, params.size)
-    cap = ctx.settings.capacity.max_added_per_hour
     if params.size > pool.size:
-        return _grow(ctx, pool, params.size, cap)
-    return _shrink(ctx, pool, params.size, cap)
+        return _grow(ctx, pool, params.size)
+    return _shrink(ctx, pool, params.size)
 
 
-def _grow(ctx: LocalContext, pool: PoolInfo, size: int, cap: float) -> PlanDraft:
+def _grow(ctx: LocalContext, pool: PoolInfo, size: int) -> PlanDraft:
     prices = {n: ctx.node_config[n].price_per_hour for n in pool.released}
     added = sorted(pool.released, key=lambda n: (prices[n], n))[: size - pool.size]
     per_hour = sum(prices[n] for n in added)
@@ -100,11 +99,12 @@ def _grow(ctx: LocalContext, pool: PoolInfo, size: int, cap: float) -> PlanDraft
         rollback=f"shrink it again: {errors.step('scale_pool', pool=pool.id, size=pool.size)}",
         cost_effect=capacity.cost_note(per_hour),
         scope=PlanScope(backend=NAME, pool=pool.name, targets=added),
-        risk=capacity.scale_risk(moves=0, added_per_hour=per_hour, cap_per_hour=cap),
+        risk=capacity.scale_risk(moves=0),
+        added_cost_per_hour=per_hour,
     )
 
 
-def _shrink(ctx: LocalContext, pool: PoolInfo, size: int, cap: float) -> PlanDraft:
+def _shrink(ctx: LocalContext, pool: PoolInfo, size: int) -> PlanDraft:
     up = [n for n in ctx.nodes() if n.name in pool.nodes]
     going = capacity.victims(up, pool.size - size, unsaved=_unsaved(ctx, up))
     gone = {n.name for n in going}
@@ -160,8 +160,7 @@ def _shrink(ctx: LocalContext, pool: PoolInfo, size: int, cap: float) -> PlanDra
         scope=PlanScope(
             backend=NAME, pool=pool.name, workloads=[*moved, *held], targets=sorted(set(targets))
         ),
-        risk=capacity.scale_risk(moves=len(moved) + len(held), added_per_hour=0.0,
-                                 cap_per_hour=cap),
+        risk=capacity.scale_risk(moves=len(moved) + len(held)),
     )  # fmt: skip
 
 

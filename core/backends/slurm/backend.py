@@ -39,12 +39,16 @@ from core import errors
 from core.actions import ActionParams
 from core.backends import dispatch
 from core.backends.base import PlanDraft, ProgressFn, poll_until
-from core.backends.slurm import plans, sbatch, step_args, steps
+from core.backends.slurm import plans, pools, sbatch, step_args, steps
 from core.backends.slurm.config import SlurmConfig
+from core.backends.slurm.context import PowerState
 from core.backends.slurm.ids import job_id, node_name
 from core.backends.slurm.inventory import (
+    RELEASED_FLAGS,
     Partition,
     QueueDepth,
+    flags_of,
+    node_states,
     partitions_of,
     queue_depth,
     to_node,
@@ -56,7 +60,9 @@ from core.model import (
     Action,
     CheckpointInfo,
     NodeInfo,
+    PoolInfo,
     WorkloadInfo,
+    WorkloadState,
     validate_name,
 )
 from core.specs import BatchSpec
@@ -116,8 +122,35 @@ class SlurmBackend:
         return [to_workload(j, self.cfg.marker) for j in self.raw_jobs()]
 
     def nodes(self) -> list[NodeInfo]:
+        """The nodes up: one Slurm powered down (or is powering down) is a pool's released
+        capacity (``pools``), not a node that failed."""
         jobs = self.workloads()
-        return [to_node(n, jobs) for n in self.raw_nodes()]
+        return [to_node(n, jobs) for n in self.raw_nodes() if not pools.is_released(n)]
+
+    def pools(self) -> list[PoolInfo]:
+        """``PoolSource``: the ``[slurm.pools]`` partitions under power saving."""
+        return pools.pools(self, self.raw_nodes(), self.nodes())
+
+    def node_name(self, name: str) -> str:
+        return node_name(name)
+
+    def power_state(self, node: str) -> PowerState:
+        raw = next((n for n in self.raw_nodes() if n.get("name") == node), None)
+        if raw is None:
+            raise errors.NotFound(f"no Slurm node {node}", hint=errors.step("list_pools"))
+        flags = set(flags_of(node_states(raw)))
+        jobs = [
+            w.name
+            for w in self.workloads()
+            if w.state is WorkloadState.RUNNING and w.node and node in w.node.split(",")
+        ]
+        return PowerState(
+            released=bool(flags & RELEASED_FLAGS),
+            powered_down="POWERED_DOWN" in flags and "POWERING_DOWN" not in flags,
+            answers=not flags & {"POWERED_DOWN", "POWERING_DOWN", "POWERING_UP",
+                                 "NOT_RESPONDING", "DOWN"},
+            jobs=tuple(jobs),
+        )  # fmt: skip
 
     def partitions(self) -> list[Partition]:
         return partitions_of(self.nodes())

@@ -16,6 +16,19 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 
+class SlurmPoolConfig(BaseModel):
+    """``[slurm.pools.NAME]``: a partition whose nodes Slurm powers down and up (power saving:
+    ``SuspendProgram``/``ResumeProgram``), scaled by ``scale_pool``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    partition: str | None = None  # default: the pool's name
+    min_size: int = Field(default=0, ge=0)
+    # What one node costs per hour (Slurm knows no prices): the growth cost cap compares it.
+    price_per_hour: float = Field(default=0.0, ge=0)
+    spot: bool = False
+
+
 class SlurmConfig(BaseModel):
     """The ``[slurm]`` section. Unknown keys are errors, so a misspelling is named."""
 
@@ -45,6 +58,10 @@ class SlurmConfig(BaseModel):
     checkpoint_timeout_s: float = Field(default=300.0, gt=0)
     start_timeout_s: float = Field(default=120.0, gt=0)
     poll_interval_s: float = Field(default=0.5, gt=0)
+    # How long a node may take to power up (ResumeTimeout) or down (SuspendTimeout + the
+    # controller's power-save pass) before the step fails.
+    power_timeout_s: float = Field(default=120.0, gt=0)
+    pools: dict[str, SlurmPoolConfig] = Field(default_factory=dict)
 
     def resolved(self) -> SlurmConfig:
         """A copy with unset fields filled from the environment."""

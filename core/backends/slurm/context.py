@@ -9,12 +9,24 @@ that runs the commands; no I/O here.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from core.backends.slurm.config import SlurmConfig
 from core.backends.slurm.transport import SlurmTransport
-from core.model import CheckpointInfo, NodeInfo, WorkloadInfo
+from core.model import CheckpointInfo, NodeInfo, PoolInfo, WorkloadInfo
 from core.store.store import CheckpointStore
+
+
+@dataclass(frozen=True)
+class PowerState:
+    """A node as power saving sees it: ``released`` (powered down or on its way),
+    ``powered_down`` (all the way), ``answers`` (up and responding), the jobs on it."""
+
+    released: bool
+    powered_down: bool
+    answers: bool
+    jobs: tuple[str, ...]
 
 
 class SlurmContext(Protocol):
@@ -29,6 +41,16 @@ class SlurmContext(Protocol):
     def get_workload(self, name: str) -> WorkloadInfo: ...
 
     def get_node(self, name: str) -> NodeInfo: ...
+
+    def node_name(self, name: str) -> str:
+        """A node name as Slurm knows it (``slurm:n4`` or ``n4``), checked."""
+        ...
+
+    def pools(self) -> list[PoolInfo]: ...
+
+    def power_state(self, node: str) -> PowerState:
+        """Where a node stands in Slurm's power saving, and the jobs on it."""
+        ...
 
     def store(self, owner: str | None = None) -> CheckpointStore: ...
 

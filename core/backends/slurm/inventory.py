@@ -47,6 +47,9 @@ _JOB_STATES: dict[str, WorkloadState] = {
 }
 _HELD_REASONS = {"JobHeldUser", "JobHeldAdmin"}
 _DOWN_FLAGS = {"DOWN", "NOT_RESPONDING", "FAIL", "POWERED_DOWN", "POWER_DOWN", "INVALID"}
+# A node powered down by Slurm's power saving, or on its way there: capacity given back
+# (a pool's released node), not a failure; the backend does not list it as a node.
+RELEASED_FLAGS = frozenset({"POWERED_DOWN", "POWERING_DOWN"})
 
 
 def num(value: Any) -> int | None:
@@ -137,12 +140,20 @@ def flags_of(states: list[str]) -> list[str]:
 
 
 def node_conditions(states: list[str]) -> list[NodeCondition]:
-    """The conditions a node's state flags report; flags that mean nothing wrong give none."""
-    return [
+    """The conditions a node's state flags report; flags that mean nothing wrong give none.
+    A node powering up does not answer yet: that is its boot, said as such."""
+    flags = flags_of(states)
+    if "POWERING_UP" in flags:
+        flags = [f for f in flags if f != "NOT_RESPONDING"]
+    found = [
         NodeCondition(type=_CONDITION[f][0], ok=False, reason=_CONDITION[f][1], source=f)
-        for f in flags_of(states)
+        for f in flags
         if f in _CONDITION
     ]
+    if "POWERING_UP" in flags:
+        found.append(NodeCondition(type=NodeConditionType.SCHEDULABLE, ok=False,
+                                   reason="powering up", source="POWERING_UP"))  # fmt: skip
+    return found
 
 
 def to_node(raw: dict[str, Any], jobs: list[WorkloadInfo]) -> NodeInfo:

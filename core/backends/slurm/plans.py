@@ -18,20 +18,22 @@ from core.actions import (
     DrainParams,
     MoveParams,
     NoParams,
+    PoolSizeParams,
     StartParams,
 )
 from core.backends.base import PlanDraft
 from core.backends.dispatch import PlanEntry
+from core.backends.slurm import pools
 from core.backends.slurm.context import SlurmContext
 from core.backends.slurm.ids import check_reason, check_value, is_job_id
+from core.backends.slurm.moving import place as _place
+from core.backends.slurm.moving import restart as _restart
+from core.backends.slurm.moving import save_and_stop as _save_and_stop
 from core.backends.slurm.step_args import (
-    JobArgs,
-    JobWaitArgs,
     NodeStateArgs,
     RequeueArgs,
     ResumeNodeArgs,
     SignalArgs,
-    UpdateJobArgs,
     WaitCheckpointArgs,
     step,
 )
@@ -45,67 +47,6 @@ from core.model import (
     WorkloadState,
     validate_name,
 )
-
-
-def _save_and_stop(b: SlurmContext, w: WorkloadInfo, prefix: str = "") -> list[PlanStep]:
-    lineage = b.lineage(w)
-    p = f"{prefix}{w.name}-" if prefix else ""
-    return [
-        step(
-            f"{p}signal",
-            "signal",
-            SignalArgs(job=w.name, signal="USR2", lineage=lineage, owner=b.owner(w)),
-            f"send SIGUSR2 to the wrapper of job {w.name}: checkpoint, then stop",
-        ),
-        step(
-            f"{p}wait_checkpoint",
-            "wait_checkpoint",
-            WaitCheckpointArgs(
-                lineage=lineage,
-                owner=b.owner(w),
-                after_seq=f"${p}signal.after_seq",
-                timeout_s=b.cfg.checkpoint_timeout_s,
-            ),
-            f"wait for a new checkpoint of {lineage} in the shared store",
-        ),
-        step(
-            f"{p}wait_ended",
-            "wait_ended",
-            JobWaitArgs(job=w.name, timeout_s=b.cfg.checkpoint_timeout_s),
-            f"wait for job {w.name} to leave its node",
-        ),
-        step(
-            f"{p}requeue",
-            "requeue",
-            RequeueArgs(job=w.name, hold=True),
-            f"requeue job {w.name} held (it pends until released)",
-        ),
-    ]
-
-
-def _restart(b: SlurmContext, job: str, fields: dict[str, str], prefix: str = "") -> list[PlanStep]:
-    p = f"{prefix}{job}-" if prefix else ""
-    steps = []
-    if fields:
-        desc = ", ".join(f"{k}={v}" for k, v in fields.items())
-        place = UpdateJobArgs(job=job, fields=fields)
-        steps.append(step(f"{p}place", "update_job", place, f"set {desc}"))
-    steps += [
-        step(f"{p}release", "release", JobArgs(job=job), f"release job {job}"),
-        step(
-            f"{p}start_now",
-            "update_job",
-            UpdateJobArgs(job=job, fields={"StartTime": "now"}),
-            "StartTime=now (a requeued job otherwise pends with reason BeginTime)",
-        ),
-        step(
-            f"{p}wait_running",
-            "wait_running",
-            JobWaitArgs(job=job, timeout_s=b.cfg.start_timeout_s),
-            f"wait until job {job} runs again (its wrapper restores the checkpoint)",
-        ),
-    ]
-    return steps
 
 
 def _scope(w: WorkloadInfo) -> PlanScope:
@@ -130,18 +71,6 @@ def _target(b: SlurmContext, params: MoveParams, *, away_from: str | None) -> st
             f"({errors.step('list_nodes', backend='slurm')})",
         )
     return node.name
-
-
-def _place(target: str | None, avoid: str | None) -> dict[str, str]:
-    """Job fields that send a restarted job to ``target``, else away from ``avoid``.
-
-    Clear the other list: a job submitted with --nodelist=SOURCE and then excluded from
-    SOURCE would pend forever with reason BadConstraints."""
-    if target:
-        return {"ExcNodeList": "", "NodeList": check_value(target)}
-    if avoid:
-        return {"NodeList": "", "ExcNodeList": check_value(avoid)}
-    return {}
 
 
 def plan_checkpoint(b: SlurmContext, w: WorkloadInfo, params: NoParams) -> PlanDraft:
@@ -433,6 +362,7 @@ PLANS: dict[Action, PlanEntry[SlurmContext]] = {
     Action.DRAIN_NODE: PlanEntry(_on_node(plan_drain), DrainParams),
     Action.CORDON_NODE: PlanEntry(_on_node(plan_cordon), CordonParams),
     Action.UNDRAIN_NODE: PlanEntry(_on_node(plan_undrain), NoParams),
+    Action.SCALE_POOL: PlanEntry(pools.plan_scale_pool, PoolSizeParams),
 }
 
 # Why an action is not in the table, where the reason helps the caller.

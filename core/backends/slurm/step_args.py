@@ -78,6 +78,14 @@ class ResumeNodeArgs(StepArgs):
     timeout_s: float | None = None
 
 
+class PowerArgs(StepArgs):
+    """``power_up``, ``power_down``: Slurm's power saving for ``node`` (POWER_UP, POWER_DOWN),
+    waiting up to ``timeout_s`` until it is up, or powered down."""
+
+    node: str
+    timeout_s: float | None = None
+
+
 ARGS: dict[str, type[StepArgs]] = {
     "signal": SignalArgs,
     "wait_checkpoint": WaitCheckpointArgs,
@@ -89,6 +97,8 @@ ARGS: dict[str, type[StepArgs]] = {
     "drain": NodeStateArgs,
     "node_down": NodeStateArgs,
     "resume_node": ResumeNodeArgs,
+    "power_up": PowerArgs,
+    "power_down": PowerArgs,
 }
 
 
@@ -134,6 +144,8 @@ OUTPUTS: dict[str, type[StepOutput]] = {
     "drain": NodeStateOutput,
     "node_down": NodeStateOutput,
     "resume_node": NodeStateOutput,
+    "power_up": NodeStateOutput,
+    "power_down": NodeStateOutput,
 }
 
 

@@ -19,6 +19,7 @@ import structlog
 
 from core import errors
 from core.backends.base import ProgressFn
+from core.backends.slurm import pools
 from core.backends.slurm.context import SlurmContext
 from core.backends.slurm.ids import check_reason, check_value, job_id
 from core.backends.slurm.step_args import (
@@ -208,6 +209,8 @@ STEPS: dict[str, Callable[[SlurmContext, Args, ProgressFn], Args]] = {
     "drain": _set_node_state("DRAIN"),
     "node_down": _set_node_state("DOWN"),
     "resume_node": resume_node,
+    "power_up": pools.power_up,
+    "power_down": pools.power_down,
 }
 
 
@@ -256,9 +259,11 @@ RECOVER: dict[str, Callable[[SlurmContext, Args, datetime], Args | None]] = {
     "drain": _node_in("drain"),
     "node_down": _node_in("down"),
     "resume_node": _node_back,
+    "power_up": lambda b, args, _started: pools.recover_power(b, "power_up", args),
+    "power_down": lambda b, args, _started: pools.recover_power(b, "power_down", args),
 }
 # Steps whose effect is a state Slurm reports (a requeued/held job, a drained or down node).
-RECONCILABLE = frozenset({"requeue", "drain", "node_down"})
+RECONCILABLE = frozenset({"requeue", "drain", "node_down", "power_up", "power_down"})
 
 
 def recover_step(b: SlurmContext, op: str, args: Args, started_at: datetime) -> Args | None:

@@ -1,0 +1,94 @@
+"""Moving a Slurm job: save and stop it (signal, wait for its checkpoint, requeue it held),
+then restart it somewhere (placement fields, release, start now, wait until it runs).
+
+The step sequences every plan that moves wrapped jobs is built from (``plans``: migrate,
+preempt, drain; ``pools``: a shrink). Read-only: they build steps, ``steps`` runs them.
+"""
+
+from __future__ import annotations
+
+from core.backends.slurm.context import SlurmContext
+from core.backends.slurm.ids import check_value
+from core.backends.slurm.step_args import (
+    JobArgs,
+    JobWaitArgs,
+    RequeueArgs,
+    SignalArgs,
+    UpdateJobArgs,
+    WaitCheckpointArgs,
+    step,
+)
+from core.model import PlanStep, WorkloadInfo
+
+
+def save_and_stop(b: SlurmContext, w: WorkloadInfo, prefix: str = "") -> list[PlanStep]:
+    lineage = b.lineage(w)
+    p = f"{prefix}{w.name}-" if prefix else ""
+    return [
+        step(
+            f"{p}signal",
+            "signal",
+            SignalArgs(job=w.name, signal="USR2", lineage=lineage, owner=b.owner(w)),
+            f"send SIGUSR2 to the wrapper of job {w.name}: checkpoint, then stop",
+        ),
+        step(
+            f"{p}wait_checkpoint",
+            "wait_checkpoint",
+            WaitCheckpointArgs(
+                lineage=lineage,
+                owner=b.owner(w),
+                after_seq=f"${p}signal.after_seq",
+                timeout_s=b.cfg.checkpoint_timeout_s,
+            ),
+            f"wait for a new checkpoint of {lineage} in the shared store",
+        ),
+        step(
+            f"{p}wait_ended",
+            "wait_ended",
+            JobWaitArgs(job=w.name, timeout_s=b.cfg.checkpoint_timeout_s),
+            f"wait for job {w.name} to leave its node",
+        ),
+        step(
+            f"{p}requeue",
+            "requeue",
+            RequeueArgs(job=w.name, hold=True),
+            f"requeue job {w.name} held (it pends until released)",
+        ),
+    ]
+
+
+def restart(b: SlurmContext, job: str, fields: dict[str, str], prefix: str = "") -> list[PlanStep]:
+    p = f"{prefix}{job}-" if prefix else ""
+    steps = []
+    if fields:
+        desc = ", ".join(f"{k}={v}" for k, v in fields.items())
+        place = UpdateJobArgs(job=job, fields=fields)
+        steps.append(step(f"{p}place", "update_job", place, f"set {desc}"))
+    steps += [
+        step(f"{p}release", "release", JobArgs(job=job), f"release job {job}"),
+        step(
+            f"{p}start_now",
+            "update_job",
+            UpdateJobArgs(job=job, fields={"StartTime": "now"}),
+            "StartTime=now (a requeued job otherwise pends with reason BeginTime)",
+        ),
+        step(
+            f"{p}wait_running",
+            "wait_running",
+            JobWaitArgs(job=job, timeout_s=b.cfg.start_timeout_s),
+            f"wait until job {job} runs again (its wrapper restores the checkpoint)",
+        ),
+    ]
+    return steps
+
+
+def place(target: str | None, avoid: str | None) -> dict[str, str]:
+    """Job fields that send a restarted job to ``target``, else away from ``avoid``.
+
+    Clear the other list: a job submitted with --nodelist=SOURCE and then excluded from
+    SOURCE would pend forever with reason BadConstraints."""
+    if target:
+        return {"ExcNodeList": "", "NodeList": check_value(target)}
+    if avoid:
+        return {"NodeList": "", "ExcNodeList": check_value(avoid)}
+    return {}
