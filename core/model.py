@@ -257,6 +257,9 @@ class PoolInfo(BaseModel):
     nodes: list[str] = Field(default_factory=list)
     idle: list[str] = Field(default_factory=list, description="nodes up with no live workload")
     released: list[str] = Field(default_factory=list)
+    # The queue whose pending work the pool's nodes serve (Slurm: its partition); None: the
+    # backend's whole queue. The planner grows a pool for the work waiting there.
+    partition: str | None = None
 
 
 class WorkloadState(StrEnum):

@@ -16,10 +16,16 @@ spot-interr.     900   an interruption notice that loses the node: checkpoint + 
 node-down        800   a DOWN node: fail over its dead (FAILED) workloads
 sla-risk         500   SLA level high: migrate to a node fast enough to bring the level
                        back to low (or the fastest that still adds slack)
+capacity-grow    400   a pool with released nodes whose queue has work waiting >= 60 s:
+                       scale_pool up, one node per pending job (``capacity_advice``);
+                       up to 49 more, one per minute the oldest job has waited
 spot-interr.     200   a rebalance recommendation / drain notice: checkpoint, leave running
 queue-backlog    300   a backlogged queue: preempt-and-save lower-priority running work
 cost             100   a cheaper node: migrate only if the saving over the remaining run
                        time exceeds the cost of moving
+capacity-shrink   75   a pool with idle nodes, no work waiting and above its min_size, not
+                       scaled in the last 10 minutes: scale_pool down, releasing idle nodes
+                       only (safe); up to 24 more, one per unit per hour it saves
 checkpoint-int.   50   a running workload whose periodic checkpoint interval is far from
                        the one that pays: set_checkpoint_interval when it saves >= 20 %
                        and >= 5 s per hour of lost work plus pause (``interval_advice``)
@@ -30,7 +36,10 @@ a larger SLA deficit, or a larger net saving. No rule moves work unless it remov
 (notice, failure, dead node, missed deadline) or its saving exceeds the cost of moving:
 changeover = expected pause + lost work, valued at both nodes' prices per hour. The
 interval rule moves nothing: it re-times the workload's own checkpoints (shorter, or on
-where they were off: safe; longer: disruptive, as the backend's plan says).
+where they were off: safe; longer: disruptive, as the backend's plan says). The capacity
+rule moves nothing either; a growth it proposes counts against the backlog rule (nodes
+coming back for the pending jobs leave fewer to free by preempting), and one that adds
+more per hour than ``PlannerInput.pool_cost_cap`` is proposed as disruptive.
 """
 
 from __future__ import annotations
@@ -43,7 +52,16 @@ from pydantic import BaseModel, Field, computed_field
 
 from core.actions import risk_of, spec
 from core.durations import interval_text
-from core.model import Action, NodeHealth, NodeInfo, RiskClass, WorkloadInfo, WorkloadState
+from core.model import (
+    Action,
+    NodeHealth,
+    NodeInfo,
+    PoolInfo,
+    RiskClass,
+    WorkloadInfo,
+    WorkloadState,
+)
+from core.planner.capacity_advice import MIN_WAIT_S, SETTLE_S, pool_change, queue_for
 from core.planner.interval_advice import MIN_FRACTION, MIN_S_PER_H, IntervalCase, interval_change
 from core.planner.placement import NodeSlot, Placement
 from core.signals.model import (
@@ -64,9 +82,11 @@ BASE = {
     "spot-interruption": 900.0,
     "node-down": 800.0,
     "sla-risk": 500.0,
+    "capacity-grow": 400.0,
     "queue-backlog": 300.0,
     "spot-rebalance": 200.0,
     "cost": 100.0,
+    "capacity-shrink": 75.0,
     "checkpoint-interval": 50.0,
 }
 
@@ -80,6 +100,10 @@ class PlannerConfig(BaseModel):
     # many seconds per hour (core.planner.interval_advice).
     interval_min_fraction: float = Field(default=MIN_FRACTION, ge=0, le=1)
     interval_min_s_per_h: float = Field(default=MIN_S_PER_H, ge=0)
+    # A pool grows once its queue's oldest job waited this long; it is not shrunk within
+    # pool_settle_s of its last scale_pool (core.planner.capacity_advice).
+    pool_min_wait_s: float = Field(default=MIN_WAIT_S, ge=0)
+    pool_settle_s: float = Field(default=SETTLE_S, ge=0)
 
 
 class PlannerInput(BaseModel):
@@ -104,6 +128,13 @@ class PlannerInput(BaseModel):
         description="workload id -> its checkpoint interval advice (only workloads with a "
         "measured checkpoint cost whose backend can set_checkpoint_interval)",
     )
+    pools: list[PoolInfo] = Field(default_factory=list, description="node pools (PoolSource)")
+    pools_scaled_at: dict[str, datetime] = Field(
+        default_factory=dict, description="pool id -> when a scale_pool of it last succeeded"
+    )
+    pool_cost_cap: float | None = Field(
+        default=None, description="[capacity] max_added_per_hour: a dearer growth is disruptive"
+    )
 
 
 class Effect(BaseModel):
@@ -117,6 +148,8 @@ class Effect(BaseModel):
     slack_before_s: float | None = None
     slack_after_s: float | None = None
     net_saving: float | None = Field(default=None, description="money saved minus move cost")
+    # The queue wait a pool growth addresses: its oldest pending job's wait, seconds.
+    queue_wait_s: float | None = None
     move_cost: float | None = None
     notice_deadline: datetime | None = None
     # Expected lost work + checkpoint pause, seconds per hour (the interval rule).
@@ -204,6 +237,8 @@ class _Planner:
             prices=data.prices,
         )
         self.out: dict[str, Proposal] = {}
+        # (backend, partition) -> nodes a proposed pool growth brings back for its queue.
+        self.adding: dict[tuple[str, str | None], int] = defaultdict(int)
 
     # -- helpers
     def _pause(self, w: WorkloadInfo) -> float:
@@ -343,6 +378,9 @@ class _Planner:
             if not q.backlog:
                 continue
             want_gpus, want_jobs = q.pending_gpus, q.pending
+            # A job per node coming back (without GPU requests): fewer to free by preempting.
+            if not q.pending_gpus:
+                want_jobs -= self.adding.get((q.backend, q.partition), 0)
             victims = []
             for w in self.d.workloads:
                 if (
@@ -434,6 +472,37 @@ class _Planner:
                 w, Action.MIGRATE, "cost", reason, BASE["cost"] + min(99.0, net), effect, dest
             )
 
+    def capacity(self) -> None:
+        for pool in self.d.pools:
+            change = pool_change(
+                pool, queue_for(pool, self.d.queues), now=self.now,
+                scaled_at=self.d.pools_scaled_at.get(pool.id),
+                min_wait_s=self.cfg.pool_min_wait_s, settle_s=self.cfg.pool_settle_s,
+            )  # fmt: skip
+            if change is None:
+                continue
+            params = {"size": change.size}
+            risk = risk_of(Action.SCALE_POOL, params)
+            cap = self.d.pool_cost_cap
+            if change.grow:
+                self.adding[(pool.backend, pool.partition)] += change.nodes
+                trigger = "capacity-grow"
+                score = BASE[trigger] + min(49.0, (change.oldest_wait_s or 0.0) / 60)
+                if cap is not None and change.delta_per_hour > cap:
+                    risk = RiskClass.DISRUPTIVE  # as the service will judge it
+            else:
+                trigger = "capacity-shrink"
+                score = BASE[trigger] + min(24.0, -change.delta_per_hour)
+            effect = Effect(cost_per_hour_before=change.per_hour_before,
+                            cost_per_hour_after=change.per_hour_after,
+                            queue_wait_s=change.oldest_wait_s)  # fmt: skip
+            self._add(
+                Proposal(
+                    action=Action.SCALE_POOL, target=pool.id, params=params, trigger=trigger,
+                    reason=change.reason, effect=effect, risk=risk, score=round(score, 3),
+                )
+            )  # fmt: skip
+
     def intervals(self) -> None:
         for w in self.d.workloads:
             case = self.d.intervals.get(w.id)
@@ -489,6 +558,7 @@ def plan_actions(
     p.interruptions()
     p.dead_nodes()
     p.sla_risks()
+    p.capacity()
     p.backlog()
     p.cost()
     p.intervals()

@@ -12,7 +12,9 @@ service's GPU report for up to ``core.signals.nvml.REPORT_TTL_S`` seconds (``Rep
 an NVML probe per read tool call cost more than the call). Either way the same clients,
 the same node attribution and the same error reporting apply. ``planner_input`` also hands
 the planner each running workload's checkpoint interval advice (``economics.cases``, from the
-same read of the checkpoints), where its backend can change the interval.
+same read of the checkpoints), where its backend can change the interval, and the node pools
+with when each last scaled (``capacity_facts``: a backend whose pools cannot be read is an
+error in the report, not a failed plan).
 
 Limits: a workload's own progress is read only where its backend offers it
 (``core.backends.base.ProgressSource``: local progress files); others report progress
@@ -34,6 +36,7 @@ from core import errors, timings
 from core.model import Action, CheckpointInfo, NodeInfo, WorkloadInfo, WorkloadState, utcnow
 from core.planner.planner import PlannerConfig, PlannerInput, Proposal, plan_actions
 from core.service import economics
+from core.service.capacity_facts import pool_facts
 from core.service.facade import Service
 from core.signals.cloud import NoticePoller, ProviderStatus
 from core.signals.model import (
@@ -315,9 +318,12 @@ def planner_input(
     history: Mapping[str, Sequence[Observation]] | None = None,
     nodes: Sequence[NodeInfo] | None = None,
     workloads: Sequence[WorkloadInfo] | None = None,
+    problems: list[str] | None = None,
 ) -> tuple[PlannerInput, list[SlaRisk]]:
     """What the planner needs, read once: ``nodes`` and ``workloads`` may be the inventory
-    the caller already read (a tool that also briefs on them reads it once per call)."""
+    the caller already read (a tool that also briefs on them reads it once per call).
+    A source that fails without failing the plan (a backend's pools) is appended to
+    ``problems``."""
     now = now or utcnow()
     nodes = list(nodes) if nodes is not None else service.nodes()
     workloads = list(workloads) if workloads is not None else service.workloads()
@@ -351,6 +357,9 @@ def planner_input(
         and Action.SET_CHECKPOINT_INTERVAL in service.backends[w.backend].capabilities()
     ]  # fmt: skip
     market = _market(service, now, nodes)
+    pools = pool_facts(service)
+    if problems is not None:
+        problems.extend(pools.errors)
     data = PlannerInput(
         nodes=nodes,
         workloads=workloads,
@@ -365,6 +374,9 @@ def planner_input(
         last_checkpoint_at=last,
         prices={m.node: m.price_per_hour for m in market.nodes if m.source != "inventory"},
         intervals=economics.cases(service, retimable, nodes=nodes, checkpoints=checkpoints),
+        pools=pools.pools,
+        pools_scaled_at=pools.scaled_at,
+        pool_cost_cap=service.settings.capacity.max_added_per_hour,
     )
     return data, sla
 
@@ -392,7 +404,7 @@ def propose(
         gpus = seen.gpus if gpus is None else gpus
         errors_seen = seen.errors
     data, sla = planner_input(service, now=now, notices=notices, gpus=gpus, history=history,
-                              nodes=nodes, workloads=workloads)  # fmt: skip
+                              nodes=nodes, workloads=workloads, problems=errors_seen)  # fmt: skip
     return PlanReport(
         observed_at=now,
         proposals=plan_actions(data, now=now, config=config),

@@ -232,6 +232,7 @@ def _plan_and_act(
         config=config,
     )  # fmt: skip
     report.proposals = plans.proposals
+    report.errors.extend(plans.errors)  # the planner's own sources (a backend's pools)
     record_evidence(evidence, report, now=now, ids=ids, nodes=nodes, gpus=gpus, plans=plans,
                      providers=providers, here=service.settings.signals.node)  # fmt: skip
     _run_approved(service, state, report)

@@ -64,6 +64,7 @@ def pools(b: SlurmContext, raw_nodes: list[dict[str, Any]], up: list[NodeInfo]) 
                 nodes=[n.name for n in live],
                 idle=[n.name for n in live if not n.workloads],
                 released=[str(r["name"]) for r in members if is_released(r)],
+                partition=partition,
             )
         )
     return out
