@@ -3,9 +3,10 @@
 client is accepted (as a dry run).
 
 The first test covers each kind of proposal the planner makes (migrate, preempt, failover,
-leave-running checkpoint, checkpoint interval; from a notice, a lost GPU, a dead node, an SLA
-risk, a backlog, a cheaper node, an interval that does not pay) against the live
-``tools/list`` of the server; the second drives the installed ``clawpoint serve`` over
+leave-running checkpoint, checkpoint interval, pool scaling; from a notice, a lost GPU, a dead
+node, an SLA risk, a backlog, a cheaper node, an interval that does not pay, work waiting for
+a pool, idle pool nodes) against the live ``tools/list`` of the server (with the ``capacity``
+toolset that serves ``scale_pool``); the second drives the installed ``clawpoint serve`` over
 stdio: a spot notice on the workload's node, ``plan_actions``, then the proposal's own
 ``tool`` with its own ``arguments`` and ``dry_run=true``; the third does the same for a
 real workload checkpointed once a day whose measured checkpoint pays far more often.
@@ -24,14 +25,14 @@ import pytest
 
 from core.config import load_settings
 from core.durations import interval_seconds
-from core.model import Action, NodeHealth, WorkloadState
+from core.model import Action, NodeHealth, PoolInfo, WorkloadState
 from core.planner.planner import PlannerInput, Proposal, plan_actions
 from core.service import insights
 from core.service.facade import bootstrap
 from core.signals.model import InterruptionAction, InterruptionNotice, Provider
 from core.signals.queue import coerce
 from core.signals.sla import Observation, Progress, assess
-from mcp_server.server import build_server
+from mcp_server.server import DEFAULT_TOOLSETS, build_server
 from tests.adversarial.conftest import PERSON, Lab
 from tests.agent_layer import serving
 from tests.planner.test_interval_advice import ON_DEMAND
@@ -98,6 +99,13 @@ def _every_kind() -> list[Proposal]:
         timed = wl("timed", "b").model_copy(update={"checkpoint_every": every})
         out += plan_actions(PlannerInput(nodes=[node("b")], workloads=[timed],
                                          intervals={timed.id: ON_DEMAND}), now=NOW)  # fmt: skip
+    # A pool: grown for work waiting in its queue, shrunk by its idle nodes.
+    spot = PoolInfo(id="local:spot", backend="local", name="spot", price_per_hour=0.9,
+                    max_size=3, size=2, nodes=["b", "c"], idle=["c"], released=["d"])  # fmt: skip
+    waiting = coerce({"pending": 1, "oldest_pending_age_s": 120}, backend="local")
+    out += plan_actions(PlannerInput(nodes=[node("b")], workloads=[], pools=[spot],
+                                     queues=[waiting]), now=NOW)  # fmt: skip
+    out += plan_actions(PlannerInput(nodes=[node("b")], workloads=[], pools=[spot]), now=NOW)
     return out
 
 
@@ -110,8 +118,11 @@ def test_every_kind_of_proposal_names_a_served_tool_with_valid_arguments(tmp_pat
         ("sla-risk", Action.MIGRATE), ("cost", Action.MIGRATE),
         ("queue-backlog", Action.PREEMPT),
         ("checkpoint-interval", Action.SET_CHECKPOINT_INTERVAL),
+        ("capacity-grow", Action.SCALE_POOL), ("capacity-shrink", Action.SCALE_POOL),
     }, kinds  # fmt: skip
-    server = build_server(bootstrap(load_settings(tmp_path)))
+    # scale_pool is served only with the capacity toolset (off by default).
+    toolsets = (*DEFAULT_TOOLSETS, "capacity")
+    server = build_server(bootstrap(load_settings(tmp_path)), toolsets=toolsets)
     schemas = {t.name: t.input_schema for t in anyio.run(server.list_tools)}
     for p in proposals:
         assert p.tool in schemas, (p.tool, sorted(schemas))
