@@ -234,6 +234,10 @@ class CapacityConfig(_Section):
     # max_added_per_hour (in the nodes' price unit per hour, summed over the nodes added);
     # a larger scale-up is disruptive and waits for a person, like any move of work.
     max_added_per_hour: float = Field(default=10.0, ge=0, le=1e6)
+    # The planner (and so the watch loop) proposes releasing a pool's idle nodes only when
+    # this is on: an idle node is also where work moves to on a notice or a failure, and a
+    # pool's min_size bounds what a person may do, not what should happen by itself.
+    release_idle: bool = False
 
 
 class Settings(_Section):

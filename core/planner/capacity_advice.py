@@ -13,6 +13,10 @@ backend's whole queue for a pool without one) and when the pool was last scaled,
 - **Shrink**: the pool has idle nodes (up, no live workload), its queue has no pending work
   and it is above ``min_size``: release the idle nodes (never below ``min_size``). It only
   ever releases idle nodes, so it is safe; a shrink that would move work is never proposed.
+- **Headroom**: a shrink is proposed only where the person asked for it (``[capacity]
+  release_idle``, off by default: an idle node is also where work goes on a notice or a
+  failure); nor for a pool with an idle node that another proposal of the same pass moves
+  work to.
 - **Hysteresis**: no shrink is proposed for a pool scaled within ``settle_s`` (600 s by
   default): a node just brought back for pending work is idle until that work lands, and
   releasing it then would flap. A growth is never held back (work is waiting).
@@ -27,7 +31,7 @@ partitions is judged on its own partition's queue only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from pydantic import BaseModel, Field
@@ -82,8 +86,12 @@ def pool_change(
     scaled_at: datetime | None = None,
     min_wait_s: float = MIN_WAIT_S,
     settle_s: float = SETTLE_S,
+    shrink: bool = True,
+    keep: Collection[str] = (),
 ) -> PoolChange | None:
-    """The change to propose for ``pool``, or None (see the module doc for the rules)."""
+    """The change to propose for ``pool``, or None (see the module doc for the rules).
+    ``shrink=False``: growths only; ``keep``: node names other proposals of this pass move
+    work to (a pool with one of them idle is not shrunk this pass)."""
     price = pool.price_per_hour
     pending = queue.pending if queue is not None else 0
     waited = (queue.oldest_pending_age_s or 0.0) if queue is not None else 0.0
@@ -102,8 +110,10 @@ def pool_change(
             per_hour_before=round(price * pool.size, 4), per_hour_after=round(price * size, 4),
             pending=pending, oldest_wait_s=waited, where=where, reason=reason,
         )  # fmt: skip
-    if not pool.idle or pending > 0 or pool.size <= pool.min_size:
+    if not shrink or not pool.idle or pending > 0 or pool.size <= pool.min_size:
         return None
+    if set(pool.idle) & set(keep):
+        return None  # work moves there this pass (and the backend picks which idle node goes)
     if scaled_at is not None and (now - scaled_at).total_seconds() < settle_s:
         return None  # just scaled: let the work it was grown for land first
     size = max(pool.min_size, pool.size - len(pool.idle))

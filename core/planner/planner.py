@@ -23,9 +23,10 @@ spot-interr.     200   a rebalance recommendation / drain notice: checkpoint, le
 queue-backlog    300   a backlogged queue: preempt-and-save lower-priority running work
 cost             100   a cheaper node: migrate only if the saving over the remaining run
                        time exceeds the cost of moving
-capacity-shrink   75   a pool with idle nodes, no work waiting and above its min_size, not
-                       scaled in the last 10 minutes: scale_pool down, releasing idle nodes
-                       only (safe); up to 24 more, one per unit per hour it saves
+capacity-shrink   75   with ``release_idle`` on: a pool with idle nodes, no work waiting and
+                       above its min_size, not scaled in the last 10 minutes, none of its
+                       idle nodes a destination this pass: scale_pool down, releasing idle
+                       nodes only (safe); up to 24 more, one per unit per hour it saves
 checkpoint-int.   50   a running workload whose periodic checkpoint interval is far from
                        the one that pays: set_checkpoint_interval when it saves >= 20 %
                        and >= 5 s per hour of lost work plus pause (``interval_advice``)
@@ -134,6 +135,9 @@ class PlannerInput(BaseModel):
     )
     pool_cost_cap: float | None = Field(
         default=None, description="[capacity] max_added_per_hour: a dearer growth is disruptive"
+    )
+    release_idle: bool = Field(
+        default=False, description="[capacity] release_idle: propose releasing idle pool nodes"
     )
 
 
@@ -472,14 +476,19 @@ class _Planner:
                 w, Action.MIGRATE, "cost", reason, BASE["cost"] + min(99.0, net), effect, dest
             )
 
-    def capacity(self) -> None:
+    def capacity(self, *, grow: bool) -> None:
+        """Growths (before the backlog rule, which they relieve), or shrinks (last: an idle
+        node another proposal moves work to is not released)."""
+        dests = [p.to_node.partition(":") for p in self.out.values() if p.to_node]
         for pool in self.d.pools:
             change = pool_change(
                 pool, queue_for(pool, self.d.queues), now=self.now,
                 scaled_at=self.d.pools_scaled_at.get(pool.id),
                 min_wait_s=self.cfg.pool_min_wait_s, settle_s=self.cfg.pool_settle_s,
+                shrink=not grow and self.d.release_idle,
+                keep={name for backend, _, name in dests if backend == pool.backend},
             )  # fmt: skip
-            if change is None:
+            if change is None or change.grow is not grow:
                 continue
             params = {"size": change.size}
             risk = risk_of(Action.SCALE_POOL, params)
@@ -558,8 +567,9 @@ def plan_actions(
     p.interruptions()
     p.dead_nodes()
     p.sla_risks()
-    p.capacity()
+    p.capacity(grow=True)
     p.backlog()
     p.cost()
     p.intervals()
+    p.capacity(grow=False)
     return sorted(p.out.values(), key=lambda x: (-x.score, x.target))

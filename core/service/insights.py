@@ -377,6 +377,7 @@ def planner_input(
         pools=pools.pools,
         pools_scaled_at=pools.scaled_at,
         pool_cost_cap=service.settings.capacity.max_added_per_hour,
+        release_idle=service.settings.capacity.release_idle,
     )
     return data, sla
 

@@ -100,12 +100,14 @@ def _every_kind() -> list[Proposal]:
         out += plan_actions(PlannerInput(nodes=[node("b")], workloads=[timed],
                                          intervals={timed.id: ON_DEMAND}), now=NOW)  # fmt: skip
     # A pool: grown for work waiting in its queue, shrunk by its idle nodes.
-    spot = PoolInfo(id="local:spot", backend="local", name="spot", price_per_hour=0.9,
+    spot_pool = PoolInfo(id="local:spot", backend="local", name="spot", price_per_hour=0.9,
                     max_size=3, size=2, nodes=["b", "c"], idle=["c"], released=["d"])  # fmt: skip
     waiting = coerce({"pending": 1, "oldest_pending_age_s": 120}, backend="local")
-    out += plan_actions(PlannerInput(nodes=[node("b")], workloads=[], pools=[spot],
+    out += plan_actions(PlannerInput(nodes=[node("b")], workloads=[], pools=[spot_pool],
                                      queues=[waiting]), now=NOW)  # fmt: skip
-    out += plan_actions(PlannerInput(nodes=[node("b")], workloads=[], pools=[spot]), now=NOW)
+    out += plan_actions(
+        PlannerInput(nodes=[node("b")], workloads=[], pools=[spot_pool], release_idle=True), now=NOW
+    )
     return out
 
 

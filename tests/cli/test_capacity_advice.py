@@ -1,9 +1,10 @@
 """Pool scaling as the watch loop proposes it: the installed ``clawpoint`` on local pools.
 
 The local backend has no pending work (its queue counts PENDING workloads, and local ones
-start at once), so only the shrink can be seen here (the growth: tests/slurm). Pool ``spot``
-has three idle nodes and ``min_size = 1``; pool ``on-demand`` one idle node at its
-``min_size``. ``watch --once --json`` proposes releasing spot's two idle nodes above its
+start at once), so only the shrink can be seen here (the growth: tests/slurm). Without
+``[capacity] release_idle`` nothing is proposed. With it: pool ``spot`` has three idle nodes
+and ``min_size = 1``; pool ``on-demand`` one idle node at its ``min_size``.
+``watch --once --json`` proposes releasing spot's two idle nodes above its
 minimum and, since releasing idle nodes is safe, carries it out under the default policy as
 the scheduler (exit 21); on-demand, at its minimum, is left alone. A person grows spot back:
 the next pass proposes no shrink (the pool just scaled). A backend whose pools cannot be read
@@ -36,6 +37,8 @@ nodes = [
 min_size = 1
 [local.pools.spot]
 min_size = 1
+[capacity]
+release_idle = true
 """
 
 
@@ -46,6 +49,9 @@ def _pools(cli: Cli) -> dict[str, dict[str, Any]]:
 
 
 def test_watch_releases_idle_pool_nodes_and_holds_off_after_a_growth(cli: Cli) -> None:
+    cli.config(CONFIG.replace("release_idle = true", "release_idle = false"))
+    quiet = cli("watch", "--once", "--json")
+    assert quiet.code == 0 and quiet.json()["proposals"] == [], str(quiet)
     cli.config(CONFIG)
     assert _pools(cli)["local:spot"]["size"] == 3
 

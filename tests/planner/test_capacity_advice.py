@@ -1,7 +1,8 @@
 """The capacity rule: grow a pool for work that waits, release idle nodes, never flap.
 
 ``pool_change`` alone (sizes, bounds, threshold, hysteresis), then through ``plan_actions``:
-the proposal's call, risk, score against the other rules, its effect, and a growth that
+the proposal's call, risk, score against the other rules, its effect; releasing idle nodes
+only with ``release_idle`` and never a node another proposal moves work to; a growth that
 covers a backlog leaves the low-priority work running.
 """
 
@@ -12,6 +13,7 @@ from datetime import timedelta
 from core.model import Action, PoolInfo, RiskClass
 from core.planner.capacity_advice import pool_change, queue_for
 from core.planner.planner import BASE, PlannerConfig, PlannerInput, plan_actions
+from core.signals.model import InterruptionAction, InterruptionNotice, Provider
 from core.signals.queue import QueueDepth, coerce
 from tests.planner.test_planner import NOW, node, wl
 
@@ -98,6 +100,8 @@ def test_plan_actions_proposes_scale_pool_with_its_call_risk_effect_and_rank() -
 
     idle = pool(size=2, nodes=["n4", "n5"], idle=["n5"], released=["n6", "n7"])
     data = PlannerInput(nodes=[node("a")], workloads=[], pools=[idle], queues=[queue(0, None)])
+    assert plan_actions(data, now=NOW) == []  # releasing idle nodes is the person's choice
+    data = data.model_copy(update={"release_idle": True})
     (shrink,) = plan_actions(data, now=NOW)
     assert (shrink.trigger, shrink.arguments, shrink.risk) == (
         "capacity-shrink", {"pool": "slurm:elastic", "size": 1}, RiskClass.SAFE)  # fmt: skip
@@ -123,3 +127,20 @@ def test_a_growth_that_covers_the_backlog_leaves_low_priority_work_running() -> 
     short = plan_actions(PlannerInput(nodes=nodes, workloads=[low], queues=[backlog],
                                       pools=[pool(released=["n5"])]), now=NOW)  # fmt: skip
     assert {p.action for p in short} == {Action.SCALE_POOL, Action.PREEMPT}
+
+
+def test_an_idle_node_work_moves_to_this_pass_is_not_released() -> None:
+    spot = node("spot", 0.9, spot=True)
+    od = node("od", 3.0)
+    pools = [PoolInfo(id="local:on-demand", backend="local", name="on-demand", price_per_hour=3.0,
+                      max_size=1, size=1, nodes=["od"], idle=["od"])]  # fmt: skip
+    quiet = PlannerInput(nodes=[spot, od], workloads=[wl("s1", "spot")], pools=pools,
+                         release_idle=True)  # fmt: skip
+    assert [p.trigger for p in plan_actions(quiet, now=NOW)] == ["capacity-shrink"]
+    notice = InterruptionNotice(source="aws-imds", provider=Provider.AWS,
+                                action=InterruptionAction.TERMINATE,
+                                deadline=NOW + timedelta(seconds=120), node="local:spot")  # fmt: skip
+    moving = quiet.model_copy(update={"notices": [notice]})
+    assert [(p.action, p.to_node) for p in plan_actions(moving, now=NOW)] == [
+        (Action.MIGRATE, "local:od")
+    ]
