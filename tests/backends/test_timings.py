@@ -59,8 +59,7 @@ def test_planning_and_insights_use_the_one_estimator(monkeypatch: pytest.MonkeyP
         args={"handoff": "$s.socket", "mode": "post-copy"},
     )
     assert planning.estimate_pause(ctx, "train", move=[handoff]) == 7.0  # type: ignore[arg-type]
-    service = SimpleNamespace(checkpoints=lambda: [ckpt.model_copy(update={"id": "local:train/3"})])
-    pause, _ = insights._checkpoint_facts(service)  # type: ignore[arg-type]
+    pause, _ = insights._checkpoint_facts([ckpt.model_copy(update={"id": "local:train/3"})])
     assert pause == {"local:train": 7.0}
     assert [c[1] for c in calls] == [{"handoff_mode": "post-copy"}, {}]
 
