@@ -251,6 +251,9 @@ start_rest() {
 
 wait_ready() {
     local i
+    # slurmctld writes its pid file once it has read its state, which under load takes a
+    # while (and a controller that was just stopped may still hold its port briefly).
+    for i in $(seq 1 150); do alive "$DIR/run/slurmctld.pid" && break; sleep 0.2; done
     alive "$DIR/run/slurmctld.pid" || die "slurmctld did not start: see $DIR/log/slurmctld.log"
     for i in $(seq 1 100); do
         # Ready: every node answers (no unknown/down/not-responding) and the socket exists.

@@ -100,6 +100,25 @@ def _record_progress(service: Service, state: WatchState, now: datetime) -> None
     state.prune(live, now)
 
 
+# Proposals about economics rather than risk to work: the watch loop reports them and acts
+# only where a person's standing grant covers them (``trigger=checkpoint-interval``). A
+# workload's interval is its owner's choice (a pause can hurt a latency-bound service more
+# than the model knows); ``every=auto`` is how an owner lets the wrapper follow the model.
+ADVICE_TRIGGERS = frozenset({"checkpoint-interval"})
+
+
+def _granted(service: Service, p: Proposal) -> bool:
+    """Whether an active standing grant covers the proposal's plan for the watch loop."""
+    now = utcnow()
+    if not any(g.action is p.action and g.active(now) for g in service.guard.grants.list()):
+        return False  # the common case: nothing is planned or persisted for the check
+    try:
+        plan = service.plan(p.action, p.target, p.params, reason=p.reason)
+    except errors.ClawpointError:
+        return False
+    return service.guard.grants.match(plan, p.trigger, SCHEDULER) is not None
+
+
 def _act(service: Service, p: Proposal, notice_deadline: datetime | None) -> WatchAction:
     started = utcnow()
     status, message, plan_hash, approval_id = "error", "", None, None
@@ -237,6 +256,9 @@ def _plan_and_act(
                      providers=providers, here=service.settings.signals.node)  # fmt: skip
     _run_approved(service, state, report)
     for p in plans.proposals:
+        if p.trigger in ADVICE_TRIGGERS and not _granted(service, p):
+            report.advised.append(p.key)  # plan_actions shows it; a person or a grant decides
+            continue
         prev = state.request(p.key)
         if prev is not None and prev.blocks(now):
             if prev.status != "approval_required":

@@ -87,6 +87,11 @@ class WatchReport(BaseModel):
     )
     pending_total: int = Field(default=0, description="approvals waiting for a person, in all")
     skipped: list[str] = Field(default_factory=list, description="keys asked for recently")
+    advised: list[str] = Field(
+        default_factory=list,
+        description="keys of advice (a checkpoint interval that pays) reported, not acted on: "
+        "no standing grant covers it",
+    )
     notices: list[InterruptionNotice] = Field(default_factory=list)
     gpu_status: str | None = None
     errors: list[str] = Field(default_factory=list)

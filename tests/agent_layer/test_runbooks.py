@@ -14,7 +14,7 @@ from core import errors
 from core.config import load_settings
 from core.runbooks import loading, schema, templates, tools
 from core.service.facade import bootstrap
-from mcp_server.server import build_server
+from mcp_server.server import TOOLSETS, build_server
 
 REPO = Path(__file__).resolve().parents[2]
 RUNBOOKS = REPO / "runbooks"
@@ -58,7 +58,7 @@ def test_tool_catalogue_is_consistent(tmp_path: Path) -> None:
     assert tools.ENGINE_ONLY_TOOLS <= tools.ACTION_TOOLS
     # The runbook catalogue mirrors the server: every tool it names is served, except the
     # runbook-only plan calls (over MCP an action's dry_run returns the same plan).
-    server = build_server(bootstrap(load_settings(tmp_path)))
+    server = build_server(bootstrap(load_settings(tmp_path)), toolsets=TOOLSETS)  # every one
     served = {t.name for t in anyio.run(server.list_tools)}
     assert tools.ALL_TOOLS - tools.PLAN_TOOLS <= served, tools.ALL_TOOLS - served
     assert not tools.PLAN_TOOLS & served

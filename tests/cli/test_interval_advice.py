@@ -2,8 +2,9 @@
 ``clawpoint`` on a real CRIU workload checkpointed once a day on an on-demand node.
 
 After one timed checkpoint, ``workloads --json`` shows the advice beside the interval in
-force (the table stays as it was); ``watch --once --json`` proposes the shorter interval and,
-since shortening is safe, carries it out under the default policy (exit 21), after which
+force (the table stays as it was); ``watch --once --json`` reports the shorter interval as
+advice and changes nothing (exit 0: the interval is its owner's choice); once a person grants
+it (``trigger=checkpoint-interval``), the next pass carries it out (exit 21), after which
 nothing more is proposed.
 """
 
@@ -27,7 +28,7 @@ def _row(cli: Cli, ref: str, *more: str) -> dict[str, Any]:
     return next(w for w in r.json() if w["id"] == ref)
 
 
-def test_workloads_json_shows_the_advice_and_watch_shortens_the_interval(
+def test_workloads_json_shows_the_advice_and_watch_follows_it_once_granted(
     cli: Cli,
     need_criu: None,  # noqa: F811
 ) -> None:
@@ -47,14 +48,24 @@ def test_workloads_json_shows_the_advice_and_watch_shortens_the_interval(
     table = cli("workloads")
     assert table.code == 0 and "interval" not in table.stdout, str(table)
 
+    # Advice, not an order: watch reports it and changes nothing by itself (exit 0) ...
     watched = cli("watch", "--once", "--json")
-    assert watched.code == 21, str(watched)  # it acted
+    assert watched.code == 0, str(watched)
     report = watched.json()
     [proposal] = [p for p in report["proposals"] if p["target"] == ref]
     assert (proposal["action"], proposal["trigger"], proposal["risk"]) == (
         "set_checkpoint_interval", "checkpoint-interval", "safe",
     ), proposal  # fmt: skip
-    [done] = [a for a in report["actions"] if a["target"] == ref]
+    key = f"checkpoint-interval|set_checkpoint_interval|{ref}"
+    assert report["advised"] == [key] and not report["actions"], report
+    assert _row(cli, ref)["checkpoint_every"] == 86400
+    # ... until a person grants it: then the next pass carries it out.
+    r = cli("approvals", "grant", "--action", "set_checkpoint_interval", "--scope",
+            "trigger=checkpoint-interval", "--expires", "1h", "--reason", "follow the advice")  # fmt: skip
+    assert r.code == 0, str(r)
+    watched = cli("watch", "--once", "--json")
+    assert watched.code == 21, str(watched)  # it acted
+    [done] = [a for a in watched.json()["actions"] if a["target"] == ref]
     assert done["status"] == "executed", done
     every = interval_seconds(proposal["params"]["every"])
     assert every is not None and every < 86400

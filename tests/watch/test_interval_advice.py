@@ -1,8 +1,8 @@
 """The watch loop and a longer checkpoint interval: the same guardrails as any disruptive
-proposal. A real CRIU workload checkpointed every 10 s on an on-demand node, where the
-measured checkpoint pays far less often: a pass asks a person (an approval, nothing changed);
-with a standing grant scoped to the planner's ``checkpoint-interval`` trigger, the next
-workload's pass carries it out at once. (The safe direction, shorter: tests/cli.)
+proposal once granted. A real CRIU workload checkpointed every 10 s on an on-demand node,
+where the measured checkpoint pays far less often: a pass reports the advice and changes
+nothing, asking nobody; with a standing grant scoped to the planner's
+``checkpoint-interval`` trigger, the next workload's pass carries it out at once. (The safe direction, shorter: tests/cli.)
 
 The planner's 5 s per hour floor is set to 0 here: an 8 MiB counter's pause (0.01-0.05 s)
 every 10 s costs 4-18 s per hour, either side of it; the 20 % share still holds.
@@ -18,7 +18,7 @@ from core.model import Action
 from core.planner.planner import PlannerConfig
 from core.service.facade import Service
 from core.watch.loop import watch_once
-from core.watch.report import EXIT_ACTED, EXIT_APPROVALS
+from core.watch.report import EXIT_ACTED, EXIT_APPROVALS, EXIT_NOTHING
 from tests.service.conftest import PERSON, counter, wait_step
 
 pytestmark = pytest.mark.criu
@@ -33,16 +33,18 @@ def _start(service: Service, settings: Settings, name: str) -> str:
     return ref
 
 
-def test_a_longer_interval_waits_for_a_person_unless_a_trigger_grant_covers_it(
+def test_a_longer_interval_is_advice_until_a_trigger_grant_covers_it(
     service: Service, settings: Settings, need_criu: None
 ) -> None:
     ref = _start(service, settings, "often")
     report = watch_once(service, notices=[], nvml=None, config=ANY_SAVING)
-    [asked] = [a for a in report.actions if a.target == ref]
-    assert (asked.trigger, asked.action, asked.status) == (
-        "checkpoint-interval", "set_checkpoint_interval", "approval_required",
-    ), asked  # fmt: skip
-    assert report.exit_code == EXIT_APPROVALS
+    [advice] = [p for p in report.proposals if p.target == ref]
+    assert (advice.trigger, advice.action) == (
+        "checkpoint-interval",
+        Action.SET_CHECKPOINT_INTERVAL,
+    )
+    assert advice.key in report.advised and not report.actions, report  # reported, not asked
+    assert report.exit_code == EXIT_NOTHING
     assert service.get_workload(ref).checkpoint_every == 10.0  # nothing changed
 
     service.grant(
