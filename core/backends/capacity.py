@@ -22,7 +22,8 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from core import errors
-from core.model import NodeInfo, PoolInfo, RiskClass
+from core.backends.base import PlanDraft
+from core.model import NodeInfo, PlanScope, PlanStep, PoolInfo, RiskClass
 
 
 @runtime_checkable
@@ -95,3 +96,46 @@ def scale_risk(*, moves: int) -> RiskClass:
 def cost_note(delta_per_hour: float) -> str:
     """``+2.76/h`` or ``-0.92/h``: what the change does to the pool's hourly cost."""
     return f"{delta_per_hour:+.2f}/h for the pool"
+
+
+def grow_draft(
+    pool: PoolInfo, size: int, added: list[str], steps: list[PlanStep], *, per_hour: float,
+    scope: PlanScope,
+) -> PlanDraft:  # fmt: skip
+    """A growth's plan as every backend states it: safe but for the cost it adds, which the
+    service weighs against the person's cap."""
+    return PlanDraft(
+        steps=steps,
+        summary=f"Grow {pool.id} from {pool.size} to {size} node(s): {', '.join(added)}",
+        saves="nothing to save: no work moves",
+        rollback=f"shrink it again: {errors.step('scale_pool', pool=pool.id, size=pool.size)}",
+        cost_effect=cost_note(per_hour),
+        scope=scope,
+        risk=scale_risk(moves=0),
+        added_cost_per_hour=per_hour,
+    )
+
+
+def shrink_draft(
+    pool: PoolInfo, size: int, gone: list[str], steps: list[PlanStep], *,
+    undo: list[PlanStep], moved: list[str], held: list[str], per_hour: float,
+    scope: PlanScope, verb: str = "release", unit: str = "workload",
+) -> PlanDraft:  # fmt: skip
+    """A shrink's plan as every backend states it: ``moved`` go elsewhere, ``held`` are saved
+    and stopped (no node of the pool stays up for them); disruptive when either is not empty;
+    ``undo`` returns the nodes it took out of service when a step fails."""
+    what = f"move {len(moved)} {unit}(s)" if moved else f"no {unit} to move"
+    if held:
+        what += f", save and stop {len(held)} (no node stays up for them: resume them later)"
+    return PlanDraft(
+        steps=steps,
+        on_failure=undo,
+        summary=f"Shrink {pool.id} from {pool.size} to {size} node(s): {verb} "
+        f"{', '.join(sorted(gone))}; {what}",
+        saves=f"the full state of every {unit} on those nodes" if moved or held
+        else "nothing to save: those nodes are idle",
+        rollback=f"grow it again: {errors.step('scale_pool', pool=pool.id, size=pool.size)}",
+        cost_effect=cost_note(per_hour),
+        scope=scope,
+        risk=scale_risk(moves=len(moved) + len(held)),
+    )  # fmt: skip

@@ -92,16 +92,8 @@ def _grow(ctx: LocalContext, pool: PoolInfo, size: int) -> PlanDraft:
              f"provision {NAME}:{n}")
         for n in added
     ]  # fmt: skip
-    return PlanDraft(
-        steps=steps,
-        summary=f"Grow {pool.id} from {pool.size} to {size} node(s): {', '.join(added)}",
-        saves="nothing to save: no workload moves",
-        rollback=f"shrink it again: {errors.step('scale_pool', pool=pool.id, size=pool.size)}",
-        cost_effect=capacity.cost_note(per_hour),
-        scope=PlanScope(backend=NAME, pool=pool.name, targets=added),
-        risk=capacity.scale_risk(moves=0),
-        added_cost_per_hour=per_hour,
-    )
+    scope = PlanScope(backend=NAME, pool=pool.name, targets=added)
+    return capacity.grow_draft(pool, size, added, steps, per_hour=per_hour, scope=scope)
 
 
 def _shrink(ctx: LocalContext, pool: PoolInfo, size: int) -> PlanDraft:
@@ -142,25 +134,12 @@ def _shrink(ctx: LocalContext, pool: PoolInfo, size: int) -> PlanDraft:
              f"return {n.id} to service")
         for n in going if n.schedulable
     ]  # fmt: skip
-    per_hour = -sum(n.price_per_hour for n in going)
-    what = f"move {len(moved)} workload(s)" if moved else "no workload to move"
-    if held:
-        what += f", save and stop {len(held)} (no node left for them: resume later)"
-    return PlanDraft(
-        steps=steps,
-        on_failure=undo,
-        summary=f"Shrink {pool.id} from {pool.size} to {size} node(s): release "
-        f"{', '.join(sorted(gone))}; {what}",
-        expected_pause_s=None,
-        saves="the full state of every workload on the released nodes"
-        if moved or held
-        else "nothing to save: the released nodes are idle",
-        rollback=f"grow it again: {errors.step('scale_pool', pool=pool.id, size=pool.size)}",
-        cost_effect=capacity.cost_note(per_hour),
-        scope=PlanScope(
-            backend=NAME, pool=pool.name, workloads=[*moved, *held], targets=sorted(set(targets))
-        ),
-        risk=capacity.scale_risk(moves=len(moved) + len(held)),
+    scope = PlanScope(
+        backend=NAME, pool=pool.name, workloads=[*moved, *held], targets=sorted(set(targets))
+    )
+    return capacity.shrink_draft(
+        pool, size, sorted(gone), steps, undo=undo, moved=moved, held=held,
+        per_hour=-sum(n.price_per_hour for n in going), scope=scope,
     )  # fmt: skip
 
 

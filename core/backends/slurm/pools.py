@@ -88,17 +88,9 @@ def _grow(b: SlurmContext, pool: PoolInfo, size: int) -> PlanDraft:
              f"power {n} up and wait until it answers")
         for n in added
     ]  # fmt: skip
-    return PlanDraft(
-        steps=steps,
-        summary=f"Grow {pool.id} from {pool.size} to {size} node(s): power up {', '.join(added)}",
-        saves="nothing to save: no job moves",
-        rollback=f"shrink it again: {errors.step('scale_pool', pool=pool.id, size=pool.size)}",
-        cost_effect=capacity.cost_note(per_hour),
-        scope=PlanScope(backend=BACKEND, pool=pool.name, partition=_partition(b, pool),
-                        targets=added),
-        risk=capacity.scale_risk(moves=0),
-        added_cost_per_hour=per_hour,
-    )  # fmt: skip
+    scope = PlanScope(backend=BACKEND, pool=pool.name, partition=_partition(b, pool),
+                      targets=added)  # fmt: skip
+    return capacity.grow_draft(pool, size, added, steps, per_hour=per_hour, scope=scope)
 
 
 def _partition(b: SlurmContext, pool: PoolInfo) -> str:
@@ -156,21 +148,11 @@ def _shrink(b: SlurmContext, pool: PoolInfo, size: int) -> PlanDraft:
              f"return {n.name} to service")
         for n in going if n.schedulable
     ]  # fmt: skip
-    what = f"move {len(moved)} job(s)" if moved else "no job to move"
-    if held:
-        what += f", save and hold {len(held)} (no node of the pool stays up: release them later)"
-    return PlanDraft(
-        steps=steps,
-        on_failure=undo,
-        summary=f"Shrink {pool.id} from {pool.size} to {size} node(s): power down "
-        f"{', '.join(sorted(gone))}; {what}",
-        saves="each wrapped job's state on those nodes" if moved or held
-        else "nothing to save: the nodes are idle",
-        rollback=f"grow it again: {errors.step('scale_pool', pool=pool.id, size=pool.size)}",
-        cost_effect=capacity.cost_note(-pool.price_per_hour * len(going)),
-        scope=PlanScope(backend=BACKEND, pool=pool.name, partition=_partition(b, pool),
-                        workloads=[*moved, *held]),
-        risk=capacity.scale_risk(moves=len(moved) + len(held)),
+    scope = PlanScope(backend=BACKEND, pool=pool.name, partition=_partition(b, pool),
+                      workloads=[*moved, *held])  # fmt: skip
+    return capacity.shrink_draft(
+        pool, size, sorted(gone), steps, undo=undo, moved=moved, held=held,
+        per_hour=-pool.price_per_hour * len(going), scope=scope, verb="power down", unit="job",
     )  # fmt: skip
 
 
