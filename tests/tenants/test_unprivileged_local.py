@@ -150,7 +150,7 @@ def test_an_ordinary_user_checkpoints_moves_and_fails_over(alice: As) -> None:
     _assert_users_own(alice, name)
 
     # Periodic checkpoints set while it runs, through her own wrapper's socket: every 2 s
-    # (a new one comes, hers), then off again.
+    # (a new one comes, hers), then auto, then off again.
     code, cps, err = alice("checkpoints", f"local:{name}", "--json")
     before = cps[0]["seq"]
     code, out, err = alice("checkpoint-interval", f"local:{name}", "--every", "2s", "--json")
@@ -161,10 +161,20 @@ def test_an_ordinary_user_checkpoints_moves_and_fails_over(alice: As) -> None:
         time.sleep(0.5)
     assert cps[0]["status"] == "good", cps[0]
     _assert_users_own(alice, name)
+    # auto: her wrapper takes the hazard and bounds and re-times itself from her own
+    # checkpoints' measured cost (the interval it starts from is within the bounds).
+    code, out, err = alice(
+        "checkpoint-interval", f"local:{name}", "--every", "auto", "--yes", "--json"
+    )
+    assert code == 0 and out["status"] == "executed", (out, err)
+    row = alice.workload(name)
+    assert row["checkpoint_auto"] is True and 10 <= row["checkpoint_every"] <= 86400, row
     code, out, err = alice(
         "checkpoint-interval", f"local:{name}", "--every", "off", "--yes", "--json"
     )
-    assert code == 0 and alice.workload(name)["checkpoint_every"] is None, (out, err)
+    row = alice.workload(name)
+    assert code == 0 and row["checkpoint_every"] is None, (out, err)
+    assert not row.get("checkpoint_auto"), row
 
     # kill -9 of the workload's processes (not its wrapper): fail over from the newest
     # checkpoint, which the migrate just made.
