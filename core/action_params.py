@@ -10,11 +10,14 @@ backend's business.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from core.durations import INTERVAL_HELP, Interval
+from core.sizes import MEMORY_HELP, OptionalMemory, memory_mib
 
 
 class ActionParams(BaseModel):
@@ -102,3 +105,40 @@ class PoolSizeParams(ActionParams):
     """The number of nodes a pool should have."""
 
     size: int = Field(ge=0, le=10_000, description="Nodes the pool should have")
+
+
+class ResizeParams(MoveParams):
+    """A workload's new size: what changes (omitted: as now), and where it may go."""
+
+    cpus: float | None = Field(default=None, gt=0, le=1024, description="CPUs (0.5, 2...)")
+    memory: OptionalMemory = Field(default=None, max_length=32, description=MEMORY_HELP)
+    gpus: int | None = Field(default=None, ge=0, le=64, description="GPUs")
+    # The name's shape is checked by a validator, not a schema pattern: the pattern would
+    # cost every agent tokens on every turn for a rule the error message states anyway.
+    gpu_class: str | None = Field(
+        default=None, max_length=63, description="GPU model a node must have (a100, h100)"
+    )
+
+    @field_validator("gpu_class")
+    @classmethod
+    def _gpu_class_name(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value):
+            raise PydanticCustomError(
+                "gpu_class_name",
+                "{got} is not a GPU model name: letters, digits, '.', '_' or '-' (a100, h100)",
+                {"got": repr(value)},
+            )
+        return value.lower() if value else value
+
+    @model_validator(mode="after")
+    def _asks_for_something(self) -> ResizeParams:
+        if self.cpus is None and self.memory is None and self.gpus is None and not self.gpu_class:
+            raise PydanticCustomError(
+                "resize_nothing", "give at least one of cpus, memory, gpus or gpu_class"
+            )
+        return self
+
+    @property
+    def memory_mb(self) -> int | None:
+        """The memory asked for in MiB (the unit of ``NodeInfo.memory_mb``)."""
+        return memory_mib(self.memory) if self.memory else None

@@ -57,6 +57,7 @@ from core.action_params import (
     MoveParams,
     NoParams,
     PoolSizeParams,
+    ResizeParams,
     ScaleParams,
     StartParams,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "MoveParams",
     "NoParams",
     "PoolSizeParams",
+    "ResizeParams",
     "ScaleParams",
     "StartParams",
     "Target",
@@ -432,6 +434,20 @@ CATALOGUE: dict[Action, ActionSpec] = {
             "releases (then disruptive).",
             "scale_pool",
             ("pools", "scale"),
+        ),
+        # Safe by its parameters: a change in place that gives the workload more loses
+        # nothing; the backend's plan raises it when the workload must move (checkpoint and
+        # restore: a pause) or is given less than it has (``core.backends.sizing``).
+        _spec(
+            Action.RESIZE,
+            Target.WORKLOAD,
+            ResizeParams,
+            _fixed(RiskClass.SAFE),
+            "Resize a workload",
+            "New CPUs, memory or GPUs for a workload: in place if its node has room, else "
+            "moved to a node that fits (disruptive).",
+            "resize_workload",
+            ("resize",),
         ),
     )
 }

@@ -183,6 +183,7 @@ class Action(StrEnum):
     RESUME_GPU = "resume_gpu"
     SET_CHECKPOINT_INTERVAL = "set_checkpoint_interval"
     SCALE_POOL = "scale_pool"
+    RESIZE = "resize"
 
 
 class NodeHealth(StrEnum):
@@ -233,6 +234,7 @@ class NodeInfo(BaseModel):
     cpus: int | None = None
     memory_mb: int | None = None
     gpus: int = 0
+    gpu_class: str | None = None  # the GPU model its GPUs are (a100, h100); None: unknown
     partitions: list[str] = Field(default_factory=list)
     workloads: list[str] = Field(default_factory=list)
     # Structured health (``NodeCondition``); ``state`` is the backend's text for people only.
@@ -284,6 +286,10 @@ class WorkloadInfo(BaseModel):
     namespace: str | None = None
     partition: str | None = None
     gpus: int = 0
+    # What the workload may use (its limits or allocation); None: not limited / not known.
+    cpus: float | None = None
+    memory_mb: int | None = None
+    gpu_class: str | None = None
     started_at: datetime | None = None
     last_checkpoint: str | None = None
     checkpoint_every: float | None = None

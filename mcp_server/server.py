@@ -74,7 +74,7 @@ instructions."""
 # resize a cluster, and every tool costs every turn (``default,capacity`` adds it).
 TOOLSETS = ("inventory", "signals", "actions", "approvals", "runbooks", "capacity")
 DEFAULT_TOOLSETS = TOOLSETS[:-1]
-CAPACITY_TOOLS = frozenset({"list_pools", "scale_pool"})
+CAPACITY_TOOLS = frozenset({"list_pools", "scale_pool", "resize_workload"})
 APPROVAL_TOOLS = frozenset({"list_approvals", "get_approval", "execute_approved"})
 
 # The lists a client may cache (protocol 2026-07-28, ``ttlMs``/``cacheScope``): they are

@@ -46,6 +46,7 @@ COMMANDS: dict[str, Entry] = {
     "suspend-gpu": Entry(_A, "COMMANDS", "Move a workload's GPU memory to host memory and free its GPU; it stays alive, its GPU calls wait until resume_gpu (disruptive)."),
     "resume-gpu": Entry(_A, "COMMANDS", "Put a GPU-suspended workload's memory back on its GPU and let it go on (disruptive: takes the GPU back)."),
     "checkpoint-interval": Entry(_A, "COMMANDS", "Change how often a workload is checkpointed (longer or off: disruptive)."),
+    "resize": Entry(_A, "COMMANDS", "New CPUs, memory or GPUs for a workload: in place if its node has room, else moved to a node that fits (disruptive)."),
     "run": Entry("core.cli.running", "COMMANDS", "Run CMD checkpointably; restores the newest good checkpoint of NAME if there is one (if NAME has checkpoints but none verifies, it fails with exit 8 unless --fresh)."),
     "serve": Entry("core.cli.system", "COMMANDS", "Run the MCP server (stdio by default)."),
     "demo": Entry("core.cli.system", "COMMANDS", "Checkpoint, migrate, kill and fail over a real stateful workload, then summarise."),

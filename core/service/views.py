@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from core.guardrails.approvals import ApprovalView
 from core.model import CheckpointInfo, Execution, NodeInfo, Plan, PoolInfo, WorkloadInfo
+from core.sizes import memory_text
 
 __all__ = [
     "approval",
@@ -74,13 +75,14 @@ def _cut(text: str, limit: int = MAX_TEXT) -> str:
 
 
 def node(n: NodeInfo, *, detail: bool = False) -> dict[str, Any]:
-    """id, state, health, schedulable, spot, price_per_hour, gpus, labels, reason, workloads."""
+    """id, state, health, schedulable, spot, price_per_hour, gpus, gpu_class, labels, reason,
+    workloads."""
     if detail:
         return _full(n)
     return compact({
         "id": n.id, "state": n.state, "health": n.health.value, "schedulable": n.schedulable,
         "spot": n.spot, "price_per_hour": n.price_per_hour, "gpus": n.gpus or None,
-        "labels": n.labels, "reason": n.reason, "workloads": n.workloads,
+        "gpu_class": n.gpu_class, "labels": n.labels, "reason": n.reason, "workloads": n.workloads,
     })  # fmt: skip
 
 
@@ -95,8 +97,9 @@ def pool(p: PoolInfo) -> dict[str, Any]:
 
 
 def workload(w: WorkloadInfo, *, detail: bool = False) -> dict[str, Any]:
-    """id, state, node, engine, gpus, labels, last_checkpoint, checkpoint_every (and
-    checkpoint_auto when its wrapper re-times it), message."""
+    """id, state, node, engine, its size where limited (cpus, memory, gpus, gpu_class),
+    labels, last_checkpoint, checkpoint_every (and checkpoint_auto when its wrapper
+    re-times it), message."""
     if detail:
         return _full(w)
     last = w.last_checkpoint
@@ -104,7 +107,9 @@ def workload(w: WorkloadInfo, *, detail: bool = False) -> dict[str, Any]:
         last = f"{w.backend}:{last}"
     return compact({
         "id": w.id, "state": w.state.value, "node": w.node, "engine": w.engine,
-        "gpus": w.gpus or None, "labels": w.labels, "last_checkpoint": last,
+        "cpus": w.cpus, "memory": memory_text(w.memory_mb) if w.memory_mb else None,
+        "gpus": w.gpus or None, "gpu_class": w.gpu_class, "labels": w.labels,
+        "last_checkpoint": last,
         "checkpoint_every": w.checkpoint_every, "checkpoint_auto": w.checkpoint_auto or None,
         "exit_status": w.exit_status,
         "message": _cut(w.message) if w.message else None,
