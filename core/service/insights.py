@@ -378,6 +378,9 @@ def planner_input(
         pools_scaled_at=pools.scaled_at,
         pool_cost_cap=service.settings.capacity.max_added_per_hour,
         release_idle=service.settings.capacity.release_idle,
+        resize_backends=[
+            name for name, b in service.backends.items() if Action.RESIZE in b.capabilities()
+        ],
     )
     return data, sla
 
