@@ -66,6 +66,7 @@ from core.signals.cloud import NoticePoller, ProviderStatus
 from core.signals.model import GpuHealth
 from core.signals.nvml import NvmlMonitor
 from core.watch.evidence import record_evidence
+from core.watch.interruptions import record_interruptions
 from core.watch.report import APPROVAL_FINDINGS, WatchAction, WatchReport, Withdrawn, add_findings
 from core.watch.state import Request, WatchState
 
@@ -254,6 +255,7 @@ def _plan_and_act(
     report.errors.extend(plans.errors)  # the planner's own sources (a backend's pools)
     record_evidence(evidence, report, now=now, ids=ids, nodes=nodes, gpus=gpus, plans=plans,
                      providers=providers, here=service.settings.signals.node)  # fmt: skip
+    record_interruptions(service.db, report, now=now, nodes=nodes, ids=ids)
     _run_approved(service, state, report)
     for p in plans.proposals:
         if p.trigger in ADVICE_TRIGGERS and not _granted(service, p):
