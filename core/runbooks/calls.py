@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core import actions, errors
-from core.model import Action, Principal, utcnow
-from core.planner.planner import Proposal
+from core.model import Action, Principal
 from core.runbooks.pool_reading import read_pool
 from core.service import insights
 from core.service.facade import Service
@@ -180,20 +179,6 @@ def _cluster_health(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
                           hint="check the node id with list_nodes")  # fmt: skip
 
 
-def _granted(svc: Service, p: Proposal, principal: Principal) -> bool:
-    """Whether an active standing grant covers ``p``'s plan run by ``principal``: the test
-    the watch loop applies to advice (a checkpoint interval) before it acts on it."""
-    now = utcnow()
-    if not any(g.action is p.action and g.active(now) for g in svc.guard.grants.list()):
-        return False  # the common case: nothing is planned for the check
-    try:
-        plan = svc.plan(p.action, p.target, p.params, reason=p.reason,
-                        interface=actions.Interface.RUNBOOK)  # fmt: skip
-    except errors.ClawpointError:
-        return False
-    return svc.guard.grants.match(plan, p.trigger, principal) is not None
-
-
 def _plan_actions(svc: Service, a: dict[str, Any], ctx: CallContext) -> Any:
     _args("plan_actions", a, {"goal", "partition", "target"}, set())
     report = insights.propose(svc)
@@ -210,7 +195,11 @@ def _plan_actions(svc: Service, a: dict[str, Any], ctx: CallContext) -> Any:
         "action": top.action.value if top else None,
         "workload": top.target if top else None,
         "summary": f"{top.action.value} {top.target}: {top.reason}" if top else "no proposal",
-        "granted": _granted(svc, top, ctx.principal) if top else False,
+        "granted": insights.grant_covers(
+            svc, top, ctx.principal, interface=actions.Interface.RUNBOOK
+        )
+        if top
+        else False,
     }
 
 

@@ -108,18 +108,6 @@ def _record_progress(service: Service, state: WatchState, now: datetime) -> None
 ADVICE_TRIGGERS = frozenset({"checkpoint-interval"})
 
 
-def _granted(service: Service, p: Proposal) -> bool:
-    """Whether an active standing grant covers the proposal's plan for the watch loop."""
-    now = utcnow()
-    if not any(g.action is p.action and g.active(now) for g in service.guard.grants.list()):
-        return False  # the common case: nothing is planned or persisted for the check
-    try:
-        plan = service.plan(p.action, p.target, p.params, reason=p.reason)
-    except errors.ClawpointError:
-        return False
-    return service.guard.grants.match(plan, p.trigger, SCHEDULER) is not None
-
-
 def _act(service: Service, p: Proposal, notice_deadline: datetime | None) -> WatchAction:
     started = utcnow()
     status, message, plan_hash, approval_id = "error", "", None, None
@@ -258,7 +246,7 @@ def _plan_and_act(
     record_interruptions(service.db, report, now=now, nodes=nodes, ids=ids)
     _run_approved(service, state, report)
     for p in plans.proposals:
-        if p.trigger in ADVICE_TRIGGERS and not _granted(service, p):
+        if p.trigger in ADVICE_TRIGGERS and not insights.grant_covers(service, p, SCHEDULER):
             report.advised.append(p.key)  # plan_actions shows it; a person or a grant decides
             continue
         prev = state.request(p.key)
