@@ -61,6 +61,7 @@ from core.backends.kubernetes import (
     mutations,
     placement,
     plans,
+    pools,
     step_args,
     steps,
 )
@@ -70,7 +71,7 @@ from core.backends.kubernetes.kubelet_api import CheckpointProbe, probe_checkpoi
 from core.backends.kubernetes.node_info import NodeDetail
 from core.backends.kubernetes.pods import pods_of, with_placement
 from core.backends.kubernetes.queue import QueueEntry, QueueReader
-from core.model import Action, CheckpointInfo, NodeInfo, WorkloadInfo
+from core.model import Action, CheckpointInfo, NodeInfo, PoolInfo, WorkloadInfo
 from core.store.store import CheckpointStore
 
 log = structlog.get_logger(__name__)
@@ -121,6 +122,10 @@ class KubernetesBackend:
         raise errors.NotFound(
             f"no Kubernetes node {name}", hint="list the nodes (kubectl get nodes)"
         )
+
+    def pools(self) -> list[PoolInfo]:
+        """``PoolSource``: the ``[k8s.pools]`` MachineDeployments and NodePools (``pools``)."""
+        return pools.pools(self)
 
     def get_node(self, node: str) -> NodeInfo:
         name = ids.parse_node_id(node)
