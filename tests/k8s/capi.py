@@ -200,7 +200,8 @@ class ClusterAPI:
             api=False,
         )  # fmt: skip
         st = {"phase": "Running", "nodeRef": {"apiVersion": "v1", "kind": "Node", "name": name}}
-        return self.store.set_status(self.kind("machines"), ns, name, st)
+        made: Obj = self.store.set_status(self.kind("machines"), ns, name, st)
+        return made
 
     def _finish_deletion(self, machine: Obj) -> None:
         """The Machine controller's deletion: drain the Node, delete it, drop the finalizer."""

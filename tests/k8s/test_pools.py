@@ -27,7 +27,7 @@ from core import errors
 from core.backends.kubernetes import autoscalers as rules
 from core.backends.kubernetes.backend import KubernetesBackend
 from core.backends.kubernetes.connection import KubePoolConfig
-from core.model import Action
+from core.model import Action, utcnow
 from core.service.facade import Service
 from tests.cli.conftest import Cli
 from tests.k8s.capi import (
@@ -216,7 +216,7 @@ def svc(
     monkeypatch.setenv("CLAWPOINT_HOME", str(tmp_path / "home"))
     service = bootstrap(load_settings(tmp_path / "home"))
     backend = KubernetesBackend(k8s_config(kubeconfig, store_dir, pools=POOLS))
-    service.backends["k8s"] = backend  # type: ignore[assignment]
+    service.backends["k8s"] = backend
     yield service
     backend.close()
 
@@ -338,3 +338,62 @@ def test_capi_bounds_follow_parse_scaling_bounds() -> None:
     bad["metadata"]["annotations"][rules.MAX_SIZE_ANNOTATION] = "ten"
     with pytest.raises(errors.InvalidInput, match="not a whole number"):
         rules.capi_bounds(bad)
+
+
+# ----- RBAC -----------------------------------------------------------------------------------
+def _pool_request(r: Any) -> tuple[str, str] | None:
+    """(verb, resource[/sub]) of a request to a Cluster API or Karpenter object, else None."""
+    parts = [p for p in r.path.split("/") if p]
+    if len(parts) < 4 or parts[0] != "apis" or parts[1] not in ("cluster.x-k8s.io", "karpenter.sh"):
+        return None
+    rest = parts[3:]
+    if rest[0] == "namespaces":
+        rest = rest[2:]
+    named = len(rest) > 1
+    verb = {"GET": "get" if named else "list", "PATCH": "patch", "DELETE": "delete"}[r.method]
+    return verb, "/".join([rest[0], *rest[2:3]])
+
+
+def test_the_deployed_rbac_grants_what_pools_use_and_nothing_more(
+    emu: Any, kubeconfig: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from core.config import load_settings
+    from core.service.facade import bootstrap
+    from tests.k8s.test_deploy import NS, rules_from_manifests
+
+    emu.namespace(NS)
+    with seed_pools(emu) as capi, Termination(emu) as karpenter:
+        emu.rules = rules_from_manifests()
+        before = len(emu.requests)
+        monkeypatch.setenv("CLAWPOINT_HOME", str(tmp_path / "home"))
+        svc = bootstrap(load_settings(tmp_path / "home"))
+        backend = KubernetesBackend(k8s_config(kubeconfig, None, namespaces=[NS], pools=POOLS))
+        svc.backends["k8s"] = backend
+        try:
+            assert {p.id for p in svc.pools("k8s")} == {"k8s:gpu", "k8s:burst"}
+            act(svc, Action.SCALE_POOL, "k8s:gpu", size=3)
+            shrunk = act(svc, Action.SCALE_POOL, "k8s:gpu", size=1)
+            removed = act(svc, Action.SCALE_POOL, "k8s:burst", size=1)
+            # after a crash, whether a step took effect is read back (get): each Machine
+            # marked (gone now), the last size set, each NodeClaim deleted
+            assert shrunk.plan is not None and removed.plan is not None
+            mutating = [s for r in (shrunk, removed) for s in r.plan.steps
+                        if s.op in ("patch_object", "delete_object")]  # fmt: skip
+            last_scale = [s for s in mutating if s.name.endswith("-scale")][-1]
+            for s in mutating:
+                if s.name.endswith("-scale") and s is not last_scale:
+                    continue  # a later step set another size
+                assert backend.recover_step(s.op, s.args, utcnow()) is not None, s.name
+        finally:
+            backend.close()
+        assert not capi.errors and not karpenter.errors
+    assert replicas(emu) == 1 and len(karpenter.terminated) == 1
+    used = {u for r in emu.requests[before:] if (u := _pool_request(r)) is not None}
+    granted = {
+        (verb, res)
+        for rule in rules_from_manifests()
+        if set(rule.api_groups) & {"cluster.x-k8s.io", "karpenter.sh"}
+        for res in rule.resources
+        for verb in rule.verbs
+    }
+    assert used == granted

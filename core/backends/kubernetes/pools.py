@@ -407,12 +407,15 @@ def _contains(current: Any, patch: Any) -> bool:
 
 def recover_patch_object(b: KubeContext, args: Obj) -> Obj | None:
     """After a crash: done when the object already holds the patch (a scale patch is read
-    on the object: ``spec.replicas``)."""
+    on the object: ``spec.replicas``), or, for a Machine marked for deletion, when it is
+    gone (the MachineSet removed it)."""
     ns = str(args.get("namespace") or "") or None
     try:
         obj = _get(b, str(args["group"]), str(args["version"]), str(args["plural"]), ns,
                    ids.check_name(str(args["name"])))  # fmt: skip
     except errors.NotFound:
+        if args["plural"] == "machines":
+            return {"name": args["name"], "already_gone": True}
         return None
     return (
         {"name": args["name"], "already_applied": True} if _contains(obj, args["patch"]) else None
