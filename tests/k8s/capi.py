@@ -85,6 +85,19 @@ def machine_deployment(
     }
 
 
+def machine_of(md: str, node: str, *, namespace: str = "default") -> dict[str, Any]:
+    """A Machine of MachineDeployment ``md`` that runs ``node`` (status.nodeRef)."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Machine",
+        "metadata": {"name": f"{md}-{node}", "namespace": namespace,
+                     "labels": {DEPLOYMENT_LABEL: md}, "finalizers": [FINALIZER]},
+        "spec": {"clusterName": "c1"},
+        "status": {"phase": "Running",
+                   "nodeRef": {"apiVersion": "v1", "kind": "Node", "name": node}},
+    }  # fmt: skip
+
+
 class ClusterAPI:
     """The Cluster API controllers over the emulator's store, with the fake kubelet."""
 
