@@ -30,6 +30,9 @@ keys); every mutating request is previewed with ``dryRun=All`` when the plan is 
   interruption; a NotReady node is fenced first (``nodes``: cordon, out-of-service taint,
   and an expired lease or a person's word); each wrapped pod is then restored from its
   newest good checkpoint elsewhere.
+- scale_pool: a ``[k8s.pools.NAME]`` Cluster API MachineDeployment grown through its
+  ``scale`` subresource; it or a Karpenter NodePool shrunk by draining the nodes that lose
+  least with save, then removing them the autoscaler's way (``pools``, ``autoscalers``).
 - unsaved work (not an action; the watch pass and the checkpoint step): running wrapped pods
   whose newest checkpoint is stale carry ``karpenter.sh/do-not-disrupt`` so Karpenter does not
   consolidate their node; removed once a fresh one exists (``disruption``).
