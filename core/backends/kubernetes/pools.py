@@ -295,8 +295,9 @@ def _shrink(b: KubeContext, v: PoolView, size: int) -> PlanDraft:
             raise errors.Conflict(
                 f"{pool.id}: the NodePool's disruption {why} lets {allowed} node(s) go now, "
                 f"not {len(gone)}",
-                hint=f"shrink by {allowed} or fewer, wait until the nodes being disrupted have "
-                "gone, or change the NodePool's spec.disruption.budgets",
+                hint=(f"shrink by {allowed} or fewer, " if allowed else "")
+                + "wait until the budget allows more (nodes being disrupted gone, a scheduled "
+                "budget over), or change the NodePool's spec.disruption.budgets",
                 code="karpenter-disruption-budget",
                 details={"allowed": allowed, "budget": why},
             )
