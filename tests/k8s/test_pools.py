@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from core import errors
+from core.actions import params_for
 from core.backends.kubernetes import autoscalers as rules
 from core.backends.kubernetes.backend import KubernetesBackend
 from core.backends.kubernetes.connection import KubePoolConfig
@@ -147,10 +148,40 @@ def test_a_cluster_api_pool_grows_within_its_max(emu: Any, cli: Cli) -> None:
         # through the scale subresource, previewed with dryRun first
         scale = [r for r in emu.requests if r.method == "PATCH" and r.path.endswith("/scale")]
         assert [r.query.get("dryRun") for r in scale] == ["All", None]
-        assert scale[-1].body == {"spec": {"replicas": 3}}
+        # conditional on the MachineDeployment as the step read it (a 409 if it changed)
+        assert scale[-1].body["spec"] == {"replicas": 3}
+        assert scale[-1].body["metadata"]["resourceVersion"]
         assert not capi.errors
     listed = {p["id"]: p for p in _json(cli("pools", "--backend", "k8s", "--json"))}
     assert listed["k8s:gpu"]["size"] == 3 and len(listed["k8s:gpu"]["nodes"]) == 3
+
+
+def test_a_size_change_refuses_a_group_someone_else_scaled_meanwhile(
+    emu: Any, kubeconfig: Path
+) -> None:
+    """cluster-autoscaler may scale the group between the plan and its step: the step then
+    refuses (the plan's victims and sizes were computed from what it saw); a repeat of a
+    step that took effect is done."""
+    from core.backends.base import no_progress
+
+    seed_pools(emu)
+    backend = KubernetesBackend(k8s_config(kubeconfig, None, pools=POOLS))
+    try:
+        draft = backend.plan(Action.SCALE_POOL, "gpu", params_for(Action.SCALE_POOL, size=3))
+        scale = next(s for s in draft.steps if s.name == "scale")
+        md_kind = emu.store.kinds[("cluster.x-k8s.io", "machinedeployments")]
+        md = objects(emu, "cluster.x-k8s.io", "machinedeployments")["md-gpu"]
+        md["spec"]["replicas"] = 4
+        emu.store.update(md_kind, "default", "md-gpu", md, api=False)
+        with pytest.raises(errors.Conflict, match="has 4 replicas now, the plan saw 2"):
+            backend.run_step(scale.op, scale.args, no_progress)
+        assert replicas(emu) == 4
+        md = objects(emu, "cluster.x-k8s.io", "machinedeployments")["md-gpu"]
+        md["spec"]["replicas"] = 3
+        emu.store.update(md_kind, "default", "md-gpu", md, api=False)
+        assert backend.run_step(scale.op, scale.args, no_progress)["already_applied"]
+    finally:
+        backend.close()
 
 
 @pytest.mark.parametrize("size", ["5", "0"])

@@ -42,7 +42,7 @@ from core.backends.kubernetes.context import KubeContext
 from core.backends.kubernetes.lineages import lineage_of
 from core.backends.kubernetes.nodes import left_alone
 from core.backends.kubernetes.pods import live, meta
-from core.backends.kubernetes.step_args import WaitPoolNodesArgs, read
+from core.backends.kubernetes.step_args import PatchObjectArgs, WaitPoolNodesArgs, read
 from core.model import NodeInfo, PlanScope, PlanStep, PoolInfo, utcnow
 
 Obj = dict[str, Any]
@@ -211,11 +211,12 @@ def _scope(pool: PoolInfo, **kw: Any) -> PlanScope:
     return PlanScope(backend=BACKEND, pool=pool.name, **kw)
 
 
-def _scale_step(v: PoolView, replicas: int, name: str, what: str) -> PlanStep:
+def _scale_step(v: PoolView, replicas: int, expect: int, name: str, what: str) -> PlanStep:
     m = meta(v.obj)
     return step(name, "patch_object", what, group=rules.CAPI_GROUP, version=rules.CAPI_VERSION,
                 plural="machinedeployments", namespace=m["namespace"], name=m["name"],
-                patch={"spec": {"replicas": replicas}}, subresource="scale")  # fmt: skip
+                patch={"spec": {"replicas": replicas}}, subresource="scale",
+                expect_replicas=expect)  # fmt: skip
 
 
 def _wait_step(b: KubeContext, pool: PoolInfo, *, gone: list[str], ready: int | None) -> PlanStep:
@@ -229,7 +230,7 @@ def _grow(b: KubeContext, v: PoolView, size: int) -> PlanDraft:
     pool, m = v.info, meta(v.obj)
     more = size - pool.size
     steps = [
-        _scale_step(v, size, "scale", f"set MachineDeployment {m['namespace']}/{m['name']} "
+        _scale_step(v, size, pool.size, "scale", f"set MachineDeployment {m['namespace']}/{m['name']} "
                     f"replicas {pool.size} -> {size} (its scale subresource)"),
         _wait_step(b, pool, gone=[], ready=size),
     ]  # fmt: skip
@@ -363,7 +364,7 @@ def _release_steps(v: PoolView, gone: list[str]) -> list[PlanStep]:
                  group=rules.CAPI_GROUP, version=rules.CAPI_VERSION, plural="machines",
                  namespace=m["namespace"], name=machine,
                  patch={"metadata": {"annotations": {rules.DELETE_MACHINE_ANNOTATION: stamp}}}),
-            _scale_step(v, replicas, f"{n}-scale",
+            _scale_step(v, replicas, replicas + 1, f"{n}-scale",
                         f"set MachineDeployment {m['namespace']}/{m['name']} replicas to "
                         f"{replicas} (its scale subresource)"),
         ]  # fmt: skip
@@ -371,6 +372,29 @@ def _release_steps(v: PoolView, gone: list[str]) -> list[PlanStep]:
 
 
 # ----- steps -----------------------------------------------------------------------------
+def guarded_scale(b: KubeContext, args: Obj) -> Obj | None:
+    """Before a size change: the answer when the group already has the size asked (a repeat
+    after a crash), else None with the patch made conditional on the object read (its
+    ``resourceVersion``: a change in between is a 409). Conflict when another size than the
+    plan saw is found: someone scaled the group meanwhile."""
+    a = read(PatchObjectArgs, args)
+    if a.expect_replicas is None:
+        return None
+    md = _get(b, a.group, a.version, a.plural, a.namespace or None, ids.check_name(a.name))
+    now, want = rules.replicas_of(md), int(a.patch["spec"]["replicas"])
+    if now == want:
+        return {"name": a.name, "already_applied": True}
+    if now != a.expect_replicas:
+        raise errors.Conflict(
+            f"MachineDeployment {a.namespace}/{a.name} has {now} replicas now, the plan saw "
+            f"{a.expect_replicas}: someone else scaled it meanwhile (cluster-autoscaler?)",
+            hint=f"plan the change again ({errors.step('scale_pool')}) from its size now",
+            code="pool-size-changed",
+        )
+    args["patch"] = {**a.patch, "metadata": {"resourceVersion": meta(md)["resourceVersion"]}}
+    return None
+
+
 def _ready(node: Obj) -> bool:
     conds = (node.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)

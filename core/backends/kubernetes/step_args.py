@@ -117,6 +117,9 @@ class PatchObjectArgs(StepArgs):
     name: str
     patch: dict[str, Any]
     subresource: str = ""
+    # A size change: the replicas the plan saw; another size found first refuses the step
+    # (someone else scaled the group meanwhile: the plan's victims may no longer be right).
+    expect_replicas: int | None = None
 
 
 class DeleteObjectArgs(StepArgs):

@@ -63,7 +63,9 @@ def _delete_pod(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
 
 
 def _patch_object(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
-    return _request(b, args, "patch_object")
+    args = dict(args)
+    done = pools.guarded_scale(b, args)
+    return done if done is not None else _request(b, args, "patch_object")
 
 
 def _delete_object(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
