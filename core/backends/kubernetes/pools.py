@@ -336,6 +336,8 @@ def _shrink(b: KubeContext, v: PoolView, size: int) -> PlanDraft:
     if v.cfg.kind == "karpenter":
         draft.rollback = ("Karpenter adds nodes again for pending pods (raise the NodePool's "
                           "spec.limits if they hold it back)")  # fmt: skip
+        # Karpenter may remove more by itself; pods with unsaved work carry do-not-disrupt.
+        draft.summary += f" (the NodePool consolidates {rules.consolidation_policy(v.obj)})"
     return draft
 
 
