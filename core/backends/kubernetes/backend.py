@@ -30,6 +30,9 @@ keys); every mutating request is previewed with ``dryRun=All`` when the plan is 
   interruption; a NotReady node is fenced first (``nodes``: cordon, out-of-service taint,
   and an expired lease or a person's word); each wrapped pod is then restored from its
   newest good checkpoint elsewhere.
+- scale_pool: a ``[k8s.pools.NAME]`` Cluster API MachineDeployment grown through its
+  ``scale`` subresource; it or a Karpenter NodePool shrunk by draining the nodes that lose
+  least with save, then removing them the autoscaler's way (``pools``, ``autoscalers``).
 - unsaved work (not an action; the watch pass and the checkpoint step): running wrapped pods
   whose newest checkpoint is stale carry ``karpenter.sh/do-not-disrupt`` so Karpenter does not
   consolidate their node; removed once a fresh one exists (``disruption``).
@@ -61,6 +64,7 @@ from core.backends.kubernetes import (
     mutations,
     placement,
     plans,
+    pools,
     step_args,
     steps,
 )
@@ -70,7 +74,7 @@ from core.backends.kubernetes.kubelet_api import CheckpointProbe, probe_checkpoi
 from core.backends.kubernetes.node_info import NodeDetail
 from core.backends.kubernetes.pods import pods_of, with_placement
 from core.backends.kubernetes.queue import QueueEntry, QueueReader
-from core.model import Action, CheckpointInfo, NodeInfo, WorkloadInfo
+from core.model import Action, CheckpointInfo, NodeInfo, PoolInfo, WorkloadInfo
 from core.store.store import CheckpointStore
 
 log = structlog.get_logger(__name__)
@@ -121,6 +125,10 @@ class KubernetesBackend:
         raise errors.NotFound(
             f"no Kubernetes node {name}", hint="list the nodes (kubectl get nodes)"
         )
+
+    def pools(self) -> list[PoolInfo]:
+        """``PoolSource``: the ``[k8s.pools]`` MachineDeployments and NodePools (``pools``)."""
+        return pools.pools(self)
 
     def get_node(self, node: str) -> NodeInfo:
         name = ids.parse_node_id(node)

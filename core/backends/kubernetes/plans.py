@@ -21,12 +21,13 @@ from core.actions import (
     FailoverParams,
     MoveParams,
     NoParams,
+    PoolSizeParams,
     ScaleParams,
     StartParams,
 )
 from core.backends.base import PlanDraft
 from core.backends.dispatch import PlanEntry
-from core.backends.kubernetes import ids, jobs, lineages, node_plans
+from core.backends.kubernetes import ids, jobs, lineages, node_plans, pools
 from core.backends.kubernetes.builders import (
     checkpoint_step,
     command_of,
@@ -410,4 +411,5 @@ PLANS: dict[Action, PlanEntry[KubeContext]] = {
     Action.DRAIN_NODE: PlanEntry(_on_node(node_plans.plan_drain), DrainParams),
     Action.UNDRAIN_NODE: PlanEntry(_on_node(node_plans.plan_undrain), NoParams),
     Action.CORDON_NODE: PlanEntry(_on_node(node_plans.plan_cordon), CordonParams),
+    Action.SCALE_POOL: PlanEntry(pools.plan_scale_pool, PoolSizeParams),
 }

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field
+
 from core.backends.step_models import Later, StepArgs, StepOutput, build, read
 from core.model import PlanStep
 
@@ -104,7 +106,46 @@ class WaitLeaseExpiredArgs(StepArgs):
     timeout_s: Seconds
 
 
+class PatchObjectArgs(StepArgs):
+    """A merge patch of a pool's custom object (``mutations.POOL_OBJECTS``), or of its
+    ``scale`` subresource; ``namespace`` empty for a cluster-scoped one."""
+
+    group: str
+    version: str
+    plural: str
+    namespace: str
+    name: str
+    patch: dict[str, Any]
+    subresource: str = ""
+    # A size change: the replicas the plan saw; another size found first refuses the step
+    # (someone else scaled the group meanwhile: the plan's victims may no longer be right).
+    expect_replicas: int | None = None
+
+
+class DeleteObjectArgs(StepArgs):
+    """Delete a pool's custom object (a NodeClaim: Karpenter's way to remove its node)."""
+
+    group: str
+    version: str
+    plural: str
+    namespace: str
+    name: str
+
+
+class WaitPoolNodesArgs(StepArgs):
+    """The pool's nodes settle: each of ``gone`` has left the cluster and ``ready`` of the
+    pool's nodes are Ready (None: not waited on)."""
+
+    pool: str
+    gone: list[str] = Field(default_factory=list)
+    ready: int | None = None
+    timeout_s: Seconds
+
+
 ARGS: dict[str, type[StepArgs]] = {
+    "patch_object": PatchObjectArgs,
+    "delete_object": DeleteObjectArgs,
+    "wait_pool_nodes": WaitPoolNodesArgs,
     "patch": PatchArgs,
     "create_pod": CreatePodArgs,
     "delete_pod": DeletePodArgs,
@@ -172,7 +213,15 @@ class LeaseOutput(StepOutput):
     lease_expired: bool
 
 
+class PoolNodesOutput(StepOutput):
+    pool: str
+    nodes: list[str]
+
+
 OUTPUTS: dict[str, type[StepOutput]] = {
+    "patch_object": RequestOutput,
+    "delete_object": RequestOutput,
+    "wait_pool_nodes": PoolNodesOutput,
     "patch": RequestOutput,
     "create_pod": RequestOutput,
     "delete_pod": RequestOutput,
