@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from core import errors
+from core.action_params import ResizeParams
 from core.actions import (
     ActionParams,
     CordonParams,
@@ -45,6 +46,7 @@ from core.backends.kubernetes.pods import (
     require_wrapped,
     selector,
 )
+from core.backends.kubernetes.resize import plan_resize
 from core.model import Action, PlanScope, PlanStep
 
 Obj = dict[str, Any]
@@ -405,6 +407,7 @@ PLANS: dict[Action, PlanEntry[KubeContext]] = {
     Action.PREEMPT: PlanEntry(_on_workload(plan_preempt), NoParams),
     Action.RESUME: PlanEntry(_on_workload(plan_resume), StartParams),
     Action.MIGRATE: PlanEntry(_on_workload(plan_migrate), MoveParams),
+    Action.RESIZE: PlanEntry(_on_workload(plan_resize), ResizeParams),
     Action.SCALE: PlanEntry(_on_workload(plan_scale, identities=False), ScaleParams),
     Action.FAILOVER: PlanEntry(_failover, FailoverParams),
     Action.DRAIN_NODE: PlanEntry(_on_node(node_plans.plan_drain), DrainParams),
