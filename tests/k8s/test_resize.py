@@ -15,21 +15,14 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from core.model import Action, RiskClass
 from core.service.facade import Service
-from tests.k8s.conftest import node, pod, wrapped_pod
-from tests.k8s.test_actions import (  # noqa: F401 - svc and need_criu are fixtures
-    act,
-    assert_intact,
-    need_criu,
-    pods,
-    running,
-    step_of,
-    svc,
-    wait_for,
-)
+from tests.k8s.conftest import node, pod, wait_for, wrapped_pod
+from tests.k8s.test_actions import act, assert_intact, pods, running, step_of
+from tests.k8s.test_actions import need_criu as need_criu
+from tests.k8s.test_actions import svc as svc
 
 ROOT = Path(__file__).resolve().parents[2]
 CLAWPOINT = str(Path(sys.executable).parent / "clawpoint")
@@ -80,7 +73,9 @@ def test_in_place_memory_grow_keeps_the_process_running(
     emu.seed(sized_pod("grow", "n1"))
     wait_for("grow runs", lambda: running(emu, "grow"))
     before = wait_for("progress", lambda: (s := step_of(kubelet, "grow")) > 10 and s)
-    pid = running(emu, "grow")["status"]["containerStatuses"][0]["containerID"]
+    pid = wait_for("grow runs", lambda: running(emu, "grow"))["status"]["containerStatuses"][0][
+        "containerID"
+    ]
     sent = len(emu.requests)
     # Safe (in place, giving more): no --yes needed, exit 0.
     done = cli(home, "resize", "k8s:Pod/default/grow", "--memory", "1Gi", "--json")
@@ -92,6 +87,7 @@ def test_in_place_memory_grow_keeps_the_process_running(
     # Only the resize went out: no checkpoint (no exec), no pod created or deleted.
     assert mutations(emu, sent) == ["PATCH /api/v1/namespaces/default/pods/grow/resize"]
     now = running(emu, "grow")
+    assert now is not None
     assert now["spec"]["containers"][0]["resources"]["limits"]["memory"] == "1Gi"
     assert now["status"]["containerStatuses"][0]["resources"]["limits"]["memory"] == "1Gi"
     assert now["status"]["containerStatuses"][0]["containerID"] == pid  # the same process
@@ -190,7 +186,7 @@ def _refusal(fn: Any) -> str:
     with pytest.raises(ApiException) as info:
         fn()
     assert info.value.status == 422, info.value.body
-    return str(json.loads(info.value.body)["message"])
+    return str(json.loads(str(info.value.body))["message"])
 
 
 def test_the_emulator_refuses_what_upstream_refuses(emu: Any, api: Any) -> None:
@@ -219,7 +215,10 @@ def test_the_emulator_refuses_what_upstream_refuses(emu: Any, api: Any) -> None:
     # What it takes: cpu and memory up together, the class kept.
     big = {"limits": {"cpu": "2", "memory": "1Gi"}, "requests": {"cpu": "2", "memory": "1Gi"}}
     got = core.patch_namespaced_pod_resize("p", "default", patch(big))
-    assert got.spec.containers[0].resources.limits == {"cpu": "2", "memory": "1Gi"}
+    assert got.to_dict()["spec"]["containers"][0]["resources"]["limits"] == {
+        "cpu": "2",
+        "memory": "1Gi",
+    }
     # A kubelet that does not report container resources: no resize on that node.
     _running_pod(emu, "q", json.loads(json.dumps(GUARANTEED)))
     q = emu.store.get(emu.store.kinds[("", "pods")], "default", "q")

@@ -1,5 +1,5 @@
 """Plans of the workload actions on Kubernetes (checkpoint, preempt, resume, migrate, scale;
-see ``backend`` for what each does) and ``PLANS``, the dispatch table the backend plans and
+resize in ``resize``; see ``backend`` for what each does) and ``PLANS``, the dispatch table the backend plans and
 declares its capabilities from (node actions from ``node_plans``).
 
 Plans take ``KubeContext`` (``context``), not the backend. Each table entry resolves its
