@@ -17,10 +17,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from core.backends.kubernetes.backend import KubernetesBackend
+from core.config import load_settings
 from core.model import Action, RiskClass
-from core.service.facade import Service
+from core.service.facade import Service, bootstrap
 from tests.k8s.conftest import node, pod, wait_for, wrapped_pod
-from tests.k8s.test_actions import act, assert_intact, pods, running, step_of
+from tests.k8s.test_actions import PERSON, act, assert_intact, k8s_config, pods, running, step_of
 from tests.k8s.test_actions import need_criu as need_criu
 from tests.k8s.test_actions import svc as svc
 
@@ -168,6 +170,43 @@ def test_an_old_server_takes_the_migrate_path(
     (name,) = pods(emu)
     assert pods(emu)[name]["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "2"
     wait_for("progress again", lambda: step_of(kubelet, "old") > before + 10)
+    assert_intact(kubelet)
+
+
+def test_an_infeasible_resize_fails_the_plan_and_is_undone(
+    need_criu: None, emu: Any, kubelet: Any, tmp_path: Path, monkeypatch: Any,
+    kubeconfig: Path, store_dir: Path,
+) -> None:  # fmt: skip
+    # A pod of a namespace out of scope holds most of n1: the plan cannot see it (the
+    # documented limit), the kubelet can, and answers the resize Infeasible.
+    hog = pod("hog", "team-a", node="n1")
+    hog["spec"]["containers"][0].update(
+        command=["sleep", "600"], resources={"requests": {"cpu": "7"}}
+    )
+    emu.seed(hog, sized_pod("tight", "n1"))
+    wait_for("tight runs", lambda: running(emu, "tight"))
+    before = wait_for("progress", lambda: (s := step_of(kubelet, "tight")) > 10 and s)
+    monkeypatch.setenv("CLAWPOINT_HOME", str(tmp_path / "scoped"))
+    service = bootstrap(load_settings(tmp_path / "scoped"))
+    backend = KubernetesBackend(k8s_config(kubeconfig, store_dir, namespaces=["default"]))
+    service.backends["k8s"] = backend  # type: ignore[assignment]
+    try:
+        result = service.act(Action.RESIZE, "k8s:Pod/default/tight", {"cpus": 2}, principal=PERSON, confirmed=True)  # fmt: skip
+    finally:
+        backend.close()
+    assert result.status == "failed", result
+    assert "Infeasible" in str(result.message), result.message
+    assert [s.name for s in result.plan.steps] == ["resize", "wait_resized"]
+
+    def undone() -> bool:
+        now = running(emu, "tight") or {}
+        conds = {c["type"] for c in (now.get("status") or {}).get("conditions") or []}
+        limits = now["spec"]["containers"][0]["resources"]["limits"] if now else {}
+        return limits.get("cpu") == "1" and "PodResizePending" not in conds
+
+    wait_for("the resize undone and the pending condition cleared", undone)
+    wait_for("it keeps counting", lambda: step_of(kubelet, "tight") > before + 20)
+    assert set(pods(emu)) == {"tight"}
     assert_intact(kubelet)
 
 
