@@ -100,13 +100,14 @@ def server_refusal(b: KubeContext) -> str | None:
 
 
 def in_place_refusal(
-    b: KubeContext, pod: Obj, before: Size, after: Size, *, moves: bool
+    b: KubeContext, pod: Obj, before: Size, after: Size, *, moves_to: str | None
 ) -> str | None:
-    """Why the resize cannot be made in place (the first reason), None when it can."""
+    """Why the resize cannot be made in place (the first reason), None when it can.
+    ``moves_to``: the other node the resized pod goes to (None: its own)."""
     spec = pod.get("spec") or {}
     container = container_named(spec, container_of(pod))
-    if moves:
-        return "its node has no room for it"
+    if moves_to is not None:
+        return f"it goes to {moves_to}"
     if (after.gpus, after.gpu_class) != (before.gpus, before.gpu_class):
         return "only cpu and memory resize in place"
     pod_level = spec.get("resources") or {}
@@ -204,7 +205,8 @@ def plan_resize(b: KubeContext, ref: ids.WorkloadRef, raw: Obj, params: ResizePa
     target = pick_node(nodes, after, used, workload=workload, to=to)
     source_name = str((raw.get("spec") or {}).get("nodeName") or "")
     source = next((n for n in nodes if n.name == source_name), None)
-    why = in_place_refusal(b, raw, before, after, moves=target.name != source_name)
+    moves_to = target.name if target.name != source_name else None
+    why = in_place_refusal(b, raw, before, after, moves_to=moves_to)
     container = container_named(raw.get("spec") or {}, container_of(raw))
     scope = PlanScope(namespace=ns, kind="Pod", node=source_name or None)
     if why is None:

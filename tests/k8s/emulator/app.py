@@ -4,7 +4,8 @@ Paths served: ``/version``, ``/api``, ``/apis``, ``/api/v1``, ``/apis/GROUP``,
 ``/apis/GROUP/VERSION`` (legacy discovery documents; aggregated discovery is not offered,
 so clients fall back to these as they do with older servers); collections and objects of
 every known kind, cluster-wide lists of namespaced kinds (``/api/v1/pods``), the
-``status`` and ``scale`` subresources, ``pods/eviction`` and ``nodes/NODE/proxy/...``
+``status`` and ``scale`` subresources, ``pods/eviction``, ``pods/resize`` (from 1.33, with
+``Emulator.version``: module ``resize``) and ``nodes/NODE/proxy/...``
 (only the kubelet's ``checkpoint`` endpoint behind it). Query parameters honoured:
 ``labelSelector``, ``fieldSelector``, ``limit`` / ``continue``, ``watch``,
 ``resourceVersion`` (watch start), ``timeoutSeconds``, ``dryRun=All``,
