@@ -189,13 +189,14 @@ def test_an_infeasible_resize_fails_the_plan_and_is_undone(
     monkeypatch.setenv("CLAWPOINT_HOME", str(tmp_path / "scoped"))
     service = bootstrap(load_settings(tmp_path / "scoped"))
     backend = KubernetesBackend(k8s_config(kubeconfig, store_dir, namespaces=["default"]))
-    service.backends["k8s"] = backend  # type: ignore[assignment]
+    service.backends["k8s"] = backend
     try:
         result = service.act(Action.RESIZE, "k8s:Pod/default/tight", {"cpus": 2}, principal=PERSON, confirmed=True)  # fmt: skip
     finally:
         backend.close()
     assert result.status == "failed", result
     assert "Infeasible" in str(result.message), result.message
+    assert result.plan is not None
     assert [s.name for s in result.plan.steps] == ["resize", "wait_resized"]
 
     def undone() -> bool:
@@ -208,6 +209,28 @@ def test_an_infeasible_resize_fails_the_plan_and_is_undone(
     wait_for("it keeps counting", lambda: step_of(kubelet, "tight") > before + 20)
     assert set(pods(emu)) == {"tight"}
     assert_intact(kubelet)
+
+
+def test_sizes_come_from_the_wrapped_container_and_the_gpu_label(
+    emu: Any, kubeconfig: Path, store_dir: Path
+) -> None:
+    label = "nvidia.com/gpu.product"
+    emu.seed(node("g1", labels={label: "NVIDIA-H100-80GB-HBM3"}, gpus=2))
+    body = pod("sized", node="g1", phase="Running")
+    body["spec"]["containers"][0]["resources"] = {
+        "limits": {"cpu": "1500m", "memory": "3Gi", "nvidia.com/gpu": "1"},
+        "requests": {"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": "1"},
+    }
+    emu.seed(body)
+    backend = KubernetesBackend(k8s_config(kubeconfig, store_dir))
+    try:
+        w = backend.get_workload("k8s:Pod/default/sized")
+        (g1,) = [n for n in backend.nodes() if n.name == "g1"]
+    finally:
+        backend.close()
+    # The limits (what it may use), the GPU model of its node (compared case-insensitively).
+    assert (w.cpus, w.memory_mb, w.gpus, w.gpu_class) == (1.5, 3072, 1, "nvidia-h100-80gb-hbm3")
+    assert (g1.cpus, g1.memory_mb, g1.gpus, g1.gpu_class) == (8, 32768, 2, "NVIDIA-H100-80GB-HBM3")
 
 
 # ----- the emulator's pods/resize: what kube-apiserver refuses ----------------------------
