@@ -233,6 +233,32 @@ def test_sizes_come_from_the_wrapped_container_and_the_gpu_label(
     assert (g1.cpus, g1.memory_mb, g1.gpus, g1.gpu_class) == (8, 32768, 2, "NVIDIA-H100-80GB-HBM3")
 
 
+def test_the_deployed_role_allows_the_in_place_resize_and_needs_its_rule(
+    emu: Any, api: Any
+) -> None:
+    from core import errors
+    from core.backends.kubernetes.connection import KubernetesConfig
+    from tests.k8s.test_deploy import NS, rules_from_manifests
+
+    emu.namespace(NS)
+    body = sized_pod("fit", "n1")
+    body["metadata"]["namespace"] = NS
+    body["spec"]["nodeName"] = "n1"
+    running_status = [{"name": "main", "ready": True, "restartCount": 0, "image": "x", "imageID": "",
+                       "state": {"running": {}}, "resources": GUARANTEED}]  # fmt: skip
+    body["status"] = {"phase": "Running", "containerStatuses": running_status}
+    emu.seed(node("n1"), body)
+    emu.rules = rules_from_manifests()
+    backend = KubernetesBackend(KubernetesConfig(namespaces=[NS], retry_total_s=1), api_client=api)
+    draft = backend.plan(Action.RESIZE, f"Pod/{NS}/fit", {"memory": "1Gi"})
+    (preview,) = draft.scope.dry_run or []
+    assert preview["request"].startswith(f"PATCH Pod {NS}/fit/resize") and "object" in preview
+    emu.rules = [r for r in emu.rules if "pods/resize" not in r.resources]
+    with pytest.raises(errors.ClawpointError) as info:
+        backend.plan(Action.RESIZE, f"Pod/{NS}/fit", {"memory": "1Gi"})
+    assert info.value.code == "kubernetes-forbidden" and "pods/resize" in info.value.message
+
+
 # ----- the emulator's pods/resize: what kube-apiserver refuses ----------------------------
 def _running_pod(emu: Any, name: str, resources: dict[str, Any]) -> None:
     body = pod(name, node="n1", phase="Running")
