@@ -17,6 +17,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from core.action_params import ResizeParams
 from core.backends.kubernetes.backend import KubernetesBackend
 from core.config import load_settings
 from core.model import Action, RiskClass
@@ -250,12 +251,12 @@ def test_the_deployed_role_allows_the_in_place_resize_and_needs_its_rule(
     emu.seed(node("n1"), body)
     emu.rules = rules_from_manifests()
     backend = KubernetesBackend(KubernetesConfig(namespaces=[NS], retry_total_s=1), api_client=api)
-    draft = backend.plan(Action.RESIZE, f"Pod/{NS}/fit", {"memory": "1Gi"})
+    draft = backend.plan(Action.RESIZE, f"Pod/{NS}/fit", ResizeParams(memory="1Gi"))
     (preview,) = draft.scope.dry_run or []
     assert preview["request"].startswith(f"PATCH Pod {NS}/fit/resize") and "object" in preview
     emu.rules = [r for r in emu.rules if "pods/resize" not in r.resources]
     with pytest.raises(errors.ClawpointError) as info:
-        backend.plan(Action.RESIZE, f"Pod/{NS}/fit", {"memory": "1Gi"})
+        backend.plan(Action.RESIZE, f"Pod/{NS}/fit", ResizeParams(memory="1Gi"))
     assert info.value.code == "kubernetes-forbidden" and "pods/resize" in info.value.message
 
 
