@@ -260,6 +260,53 @@ def test_the_deployed_role_allows_the_in_place_resize_and_needs_its_rule(
     assert info.value.code == "kubernetes-forbidden" and "pods/resize" in info.value.message
 
 
+def test_the_wait_reads_each_resize_state(emu: Any, kubeconfig: Path, store_dir: Path) -> None:
+    """``wait_resized`` as a kubelet reports a resize: PodResizeInProgress waits, the new
+    resources applied end it, PodResizePending Deferred or Infeasible (or, before 1.33,
+    ``status.resize``) fail it, naming the reason."""
+    import threading
+
+    from core import errors
+    from core.backends.kubernetes import resize
+
+    pods_kind = emu.store.kinds[("", "pods")]
+    big = {"limits": {"cpu": "2", "memory": "1Gi"}, "requests": {"cpu": "2", "memory": "1Gi"}}
+    _running_pod(emu, "w", json.loads(json.dumps(GUARANTEED)))
+    backend = KubernetesBackend(k8s_config(kubeconfig, store_dir))
+    args = {
+        "namespace": "default",
+        "name": "w",
+        "container": "main",
+        "resources": big,
+        "timeout_s": 10,
+    }
+
+    def report(**status_update: Any) -> None:
+        st = emu.store.get(pods_kind, "default", "w")["status"]
+        st.update(status_update)
+        emu.store.set_status(pods_kind, "default", "w", st)
+
+    try:
+        report(conditions=[{"type": "PodResizeInProgress", "status": "True"}])
+        later = threading.Timer(0.5, lambda: report(
+            conditions=[], containerStatuses=[{**emu.store.get(pods_kind, "default", "w")["status"]["containerStatuses"][0], "resources": big}],
+        ))  # fmt: skip
+        later.start()
+        done = resize.run_wait_resized(backend, args, lambda *a: None)
+        later.join()
+        assert done["resources"] == big
+        for reason in ("Deferred", "Infeasible"):
+            report(conditions=[{"type": "PodResizePending", "status": "True", "reason": reason, "message": "no room"}])  # fmt: skip
+            with pytest.raises(errors.OperationFailed) as info:
+                resize.run_wait_resized(backend, {**args, "resources": {"limits": {"cpu": "3"}}}, lambda *a: None)  # fmt: skip
+            assert info.value.code == f"kubernetes-resize-{reason.lower()}"
+        report(conditions=[], resize="Infeasible")  # the field before 1.33
+        with pytest.raises(errors.OperationFailed, match="Infeasible"):
+            resize.run_wait_resized(backend, {**args, "resources": {"limits": {"cpu": "3"}}}, lambda *a: None)  # fmt: skip
+    finally:
+        backend.close()
+
+
 # ----- the emulator's pods/resize: what kube-apiserver refuses ----------------------------
 def _running_pod(emu: Any, name: str, resources: dict[str, Any]) -> None:
     body = pod(name, node="n1", phase="Running")
