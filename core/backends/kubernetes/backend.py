@@ -19,6 +19,9 @@ keys); every mutating request is previewed with ``dryRun=All`` when the plan is 
   to end, clear ``startTime`` through ``jobs/status``, set its template's node affinity,
   unsuspend; its next pod restores (``jobs``: the server's rule; steps it would refuse on a
   running Job are previewed as "validated when reached"). A Kueue-admitted Job is refused.
+- resize: a wrapped bare Pod's new CPU, memory, GPUs or GPU class: in place through
+  ``pods/resize`` when the server (1.33+), the change and the container's resizePolicy allow
+  it, else the migrate path with the new requests and limits (``resize``).
 - scale: replicas (``scale`` subresource) or Job parallelism; never below the floor
   (``k8s.min_replicas`` or the workload's ``clawpoint.io/min-replicas``).
 - drain_node: cordon; move every wrapped pod as migrate does; evict the rest through the

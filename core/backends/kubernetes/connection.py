@@ -134,6 +134,11 @@ class KubernetesConfig(BaseModel):
     min_replicas: int = Field(
         default=1, ge=0, description="scale floor; a workload's clawpoint.io/min-replicas raises it"
     )
+    gpu_class_label: str = Field(
+        default="nvidia.com/gpu.product",
+        max_length=317,
+        description="node label naming its GPU model (GPU feature discovery's by default)",
+    )
     unsaved_after_s: float | None = Field(
         default=None,
         gt=0,

@@ -104,8 +104,8 @@ def mutate(b: KubeContext, op: str, args: Obj, *, dry_run: bool) -> Obj:
                 "StatefulSet": ("AppsV1Api", "patch_namespaced_stateful_set"),
                 "Pod": ("CoreV1Api", "patch_namespaced_pod"),
             }[wk.kind]
-            if sub == "scale":
-                method += "_scale"
+            if sub in ("scale", "resize"):  # pods/resize: an in-place resize (``resize``)
+                method += f"_{sub}"
             kw = dict(extra)
             if sub == "status":
                 # jobs/status: clearing startTime before a move, as a JSON merge patch

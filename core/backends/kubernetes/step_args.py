@@ -94,6 +94,17 @@ class WaitRestoredArgs(StepArgs):
     timeout_s: Seconds
 
 
+class WaitResizedArgs(StepArgs):
+    """The kubelet reports ``container`` of pod ``name`` running with ``resources`` (an
+    in-place resize, ``resize``)."""
+
+    namespace: str
+    name: str
+    container: str
+    resources: dict[str, Any]
+    timeout_s: Seconds
+
+
 class CheckNodeDrainedArgs(StepArgs):
     node: str
 
@@ -154,6 +165,7 @@ ARGS: dict[str, type[StepArgs]] = {
     "wait_pods_gone": WaitPodsGoneArgs,
     "wait_pod_ended": WaitPodEndedArgs,
     "wait_restored": WaitRestoredArgs,
+    "wait_resized": WaitResizedArgs,
     "check_node_drained": CheckNodeDrainedArgs,
     "wait_lease_expired": WaitLeaseExpiredArgs,
 }
@@ -203,6 +215,11 @@ class RestoredOutput(StepOutput):
     restored_from: str
 
 
+class ResizedOutput(StepOutput):
+    pod: str
+    resources: dict[str, Any]
+
+
 class DrainedOutput(StepOutput):
     node: str
     drained: bool
@@ -230,6 +247,7 @@ OUTPUTS: dict[str, type[StepOutput]] = {
     "wait_pods_gone": StoppedOutput,
     "wait_pod_ended": EndedOutput,
     "wait_restored": RestoredOutput,
+    "wait_resized": ResizedOutput,
     "check_node_drained": DrainedOutput,
     "wait_lease_expired": LeaseOutput,
 }

@@ -26,6 +26,7 @@ from core.backends.kubernetes.context import KubeContext
 from core.backends.kubernetes.lineages import lineage_of
 from core.backends.kubernetes.mutations import mutate
 from core.backends.kubernetes.pods import TERMINAL, container_of, live, meta
+from core.backends.kubernetes.resize import run_wait_resized
 
 log = structlog.get_logger("clawpoint.kubernetes")
 Obj = dict[str, Any]
@@ -277,6 +278,7 @@ STEPS: dict[str, StepFn] = {
     "wait_pods_gone": _wait_pods_gone,
     "wait_pod_ended": _wait_pod_ended,
     "wait_restored": _wait_restored,
+    "wait_resized": run_wait_resized,
     "check_node_drained": lambda b, args, progress: nodes.run_check_drained(b, args),
     "wait_lease_expired": lambda b, args, progress: nodes.run_wait_lease_expired(b, args),
     "patch_object": _patch_object,
