@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from core import errors
@@ -40,6 +41,14 @@ def become_subreaper() -> None:
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _then(join: Callable[[], None]) -> Callable[[], None]:
+    def both() -> None:
+        _die_with_parent()
+        join()
+
+    return both
 
 
 class RotatingOutput:
@@ -203,7 +212,10 @@ def start_fresh(
     env: dict[str, str],
     cwd: str | None,
     pid_namespace: bool,
+    join: Callable[[], None] | None = None,
 ) -> Payload:
+    """Start ``command``; ``join`` (``cgroup_limits``) runs in the child before exec, so the
+    payload is in its cgroup before it runs (its children inherit that)."""
     argv = list(command)
     if pid_namespace:
         argv = [sys.executable, "-I", "-S", str(_NSINIT), *argv]
@@ -223,7 +235,8 @@ def start_fresh(
             stderr=pipes.err_w,
             env=env,
             cwd=cwd,
-            preexec_fn=_die_with_parent,  # only a prctl: safe between fork and exec
+            # Only a prctl and, with limits, a write to cgroup.procs: safe between fork and exec.
+            preexec_fn=_die_with_parent if join is None else _then(join),
         )
     except OSError as exc:
         raise errors.InvalidInput(

@@ -42,6 +42,7 @@ import queue
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -58,7 +59,7 @@ from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store import staging
 from core.store.disk import ON_REQUEST, REQUESTED_BY
 from core.store.store import CheckpointStore
-from core.wrapper import ending, fence, handoff, payload, restoring
+from core.wrapper import cgroup_limits, ending, fence, handoff, payload, restoring
 from core.wrapper.auto_interval import AutoTimer
 from core.wrapper.desk import ControlDesk, Job
 from core.wrapper.faults import die_if
@@ -118,6 +119,7 @@ class Supervisor:
         self.clock = PeriodicClock(spec.checkpoint_every)
         self.auto = AutoTimer(self.clock, spec.checkpoint_auto)  # auto: it re-times the clock
         self._out: payload.RotatingOutput | None = None
+        self.cgroup: cgroup_limits.WorkloadCgroup | None = None  # its limits, if sized
 
     @property
     def order(self) -> handoff.HandoffOrder | None:
@@ -187,6 +189,8 @@ class Supervisor:
         if self.order is None:  # a standby did it while it waited
             self.store.cleanup_partial()
         self.engine.require(self.settings.checkpoint)
+        spec = self.spec
+        self.cgroup = cgroup_limits.for_start(self.settings, self.name, spec.cpus, spec.memory_mb)
         if self.spec.start_mode == "fresh":
             self.start_fresh()
             message = "started fresh on request: no checkpoint was restored"
@@ -223,6 +227,8 @@ class Supervisor:
                 cwd=self.spec.cwd,
                 labels=self.spec.labels,
                 **self.auto.recorded(),  # checkpoint_every, checkpoint_auto
+                cpus=spec.cpus,
+                memory_mb=spec.memory_mb,
                 last_checkpoint=self.last_checkpoint,
                 message=message,
                 started_at=utcnow(),
@@ -235,7 +241,7 @@ class Supervisor:
         assert order is not None
         self.pipes = payload.Pipes(self._output())
         restored, self.restore_info = self.target.restore_staged(
-            [self.pipes.out_w, self.pipes.err_w]
+            [self.pipes.out_w, self.pipes.err_w], join=self._join()
         )
         assert restored.pid is not None
         self.payload = payload.restored(restored.pid)
@@ -262,6 +268,7 @@ class Supervisor:
             env=self._env(restored),
             cwd=self.spec.cwd,
             pid_namespace=self.engine.needs_pid_namespace,
+            join=self._join(),
         )
         self.pipes.start()
 
@@ -284,6 +291,7 @@ class Supervisor:
             inherit_pipes={int(ino): fd for ino, fd in zip(old, new, strict=False)},
             lazy=order is not None and order.mode == "post-copy",
             resume_early=order is not None,
+            join=self._join(),
         )
         if restored.pid is None:  # the engine restarts the command, which reloads its state
             self.start_fresh(restored.env)
@@ -297,6 +305,10 @@ class Supervisor:
             self.restored_files = restored.files
         self.payload = payload.restored(restored.pid)
         self.pipes.start()
+
+    def _join(self) -> Callable[[], None] | None:
+        """What a process the payload starts from runs to enter the workload's cgroup."""
+        return self.cgroup.joiner() if self.cgroup is not None else None
 
     def _output(self) -> payload.RotatingOutput | None:
         """logs/NAME.out for a detached wrapper (one per wrapper, shared by its attempts)."""
@@ -555,6 +567,7 @@ class Supervisor:
         if self._out is not None:
             self._out.close()
         self.desk.close()
+        cgroup_limits.discard(self.settings, self.name)  # its own, if it had (or was given) one
         self._release_lock()
 
     def _release_lock(self) -> None:

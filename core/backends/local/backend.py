@@ -16,7 +16,6 @@ narrow protocol (``context``). Each step is safe to re-check after a crash
 
 from __future__ import annotations
 
-import os
 from datetime import datetime
 from typing import Any
 
@@ -122,8 +121,10 @@ class LocalBackend:
             schedulable=schedulable,
             state=state,
             reason=o.get("reason", ""),
-            cpus=os.cpu_count(),
+            cpus=cfg.cpu_count,
+            memory_mb=cfg.memory_mb,
             gpus=cfg.gpus,
+            gpu_class=cfg.gpu_class,
             workloads=placed,
         )
 
