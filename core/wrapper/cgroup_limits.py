@@ -21,8 +21,9 @@ The files written, as the kernel documents them:
 
 - v1 memory (``Documentation/admin-guide/cgroup-v1/memory.rst``): ``memory.limit_in_bytes``
   (the limit; lowering it below the usage makes the kernel reclaim, then fails with EBUSY),
-  ``memory.usage_in_bytes``; ``memory.move_charge_at_immigrate`` = 1 (section 8, deprecated
-  in recent kernels: best effort) so a tree adopted while running brings its charges.
+  ``memory.usage_in_bytes``; ``memory.move_charge_at_immigrate`` = 1 (section 8, deprecated:
+  6.18 refuses it with EINVAL; best effort) so a tree adopted while running brings its
+  charges where the kernel still can.
 - v1 CPU bandwidth (``Documentation/scheduler/sched-bwc.rst``): ``cpu.cfs_period_us`` and
   ``cpu.cfs_quota_us``; N CPUs is a quota of N periods ("Limit a group to 2 CPUs worth of
   runtime": quota 200000, period 100000); at least 1 ms.
@@ -148,9 +149,11 @@ class WorkloadCgroup:
             if self.layout.version == 2:
                 _enable_controllers(top / TOP)
             (top / self.rel).mkdir(exist_ok=True)
-        if self.layout.version == 1:  # best effort: deprecated, maybe absent
-            _write(self.layout.memory / self.rel / "memory.move_charge_at_immigrate", "1",
-                   missing_ok=True)  # fmt: skip
+        if self.layout.version == 1:  # best effort: deprecated, refused (EINVAL) since 6.x
+            try:
+                _write(self.layout.memory / self.rel / "memory.move_charge_at_immigrate", "1")
+            except errors.OperationFailed:
+                pass
         return self
 
     def apply(self, cpus: float | None, memory_mb: int | None) -> None:
@@ -235,13 +238,9 @@ def _enable_controllers(d: Path) -> None:
         _write(control, " ".join(wanted))
 
 
-def _write(path: Path, value: str, *, missing_ok: bool = False) -> None:
+def _write(path: Path, value: str) -> None:
     try:
         fd = os.open(path, os.O_WRONLY)
-    except FileNotFoundError:
-        if missing_ok:
-            return
-        raise _failed(path, value, errno.ENOENT) from None
     except OSError as exc:
         raise _failed(path, value, exc.errno or 0) from exc
     try:
