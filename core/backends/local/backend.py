@@ -50,6 +50,7 @@ from core.specs import RunSpec
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store.store import CheckpointStore
+from core.wrapper import cgroup_limits
 from core.wrapper.launch import launch_detached
 
 
@@ -167,7 +168,10 @@ class LocalBackend:
         return read_progress(self.settings.run_dir, name)
 
     def place(self, spec: RunSpec) -> RunSpec:
-        """``Launcher``: the named node checked, or the least busy, cheapest healthy one."""
+        """``Launcher``: the named node checked, or the least busy, cheapest healthy one; a
+        spec with a size needs a cgroup this user may write (refused here, nothing started)."""
+        if spec.cpus is not None or spec.memory_mb is not None:
+            cgroup_limits.require(self.settings)
         if spec.node is not None:
             if spec.node not in {n.name for n in self.nodes()}:
                 raise errors.NotFound(
