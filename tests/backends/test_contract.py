@@ -198,7 +198,8 @@ def test_pool_shrink_saves_work_before_release(subject: Subject) -> None:
 
 
 def test_a_resize_that_moves_saves_the_workload_first(subject: Subject) -> None:
-    _capable(subject, Action.RESIZE)
+    if subject.name != "local":  # the local backend resizes; the others once they declare it
+        _capable(subject, Action.RESIZE)
     backend, running = subject.backend, subject.target(Action.RESIZE)
     params = params_for(Action.RESIZE, memory="256Mi", to=subject.other)
     draft = backend.plan(Action.RESIZE, running, params)

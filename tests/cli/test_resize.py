@@ -119,5 +119,8 @@ def test_resize_bad_input_exits_2(cli: Cli) -> None:
     for args in (("--memory", "12"), ("--cpus", "-1"), ("--memory", "lots"), ()):
         r = cli("resize", "local:tick", *args)
         assert r.code == 2, str(r)
-    r = cli("run", "--name", "x", "--memory", "12", "--", "true")
-    assert r.code == 2, str(r)
+    for bad, said in (("12", "is not a memory size"), ("65Ti", "at most 64Ti")):
+        r = cli("run", "--name", "x", "--memory", bad, "--", "true")
+        assert r.code == 2 and said in r.stderr, str(r)
+    r = cli("run", "--name", "x", "--cpus", "0", "--", "true")
+    assert r.code == 2 and "--cpus" in r.stderr, str(r)
