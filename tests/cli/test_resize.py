@@ -6,7 +6,8 @@ of their own holding those limits. Giving it 512Mi happens in place (safe: no qu
 pause): the limit file shows the new value and the counter keeps counting in the same
 process. 1536Mi does not fit ``small``: the move to ``big`` needs a person (exit 6, nothing
 changed); confirmed, the counter goes on from its checkpoint on ``big`` (its own state check
-never fails) with the new limit on its new cgroup. 4Gi fits nowhere: exit 10 naming each
+never fails) with the new limit on its new cgroup, which a preempt and resume keep. 4Gi
+fits nowhere: exit 10 naming each
 node; a size without a unit: exit 2.
 """
 
@@ -106,6 +107,14 @@ def test_resize_in_place_then_moved_to_a_bigger_node(cli: Cli, need_criu: None) 
     assert new_pid != pid and memory_limit(new_pid) == 1536 * MIB
     _wait_step(cli.home, "tick", saved + 5)
     assert _progress(cli.home, "tick").get("verified") is True  # its own state check
+
+    # The size is the workload's: a preempt and a resume restore it with the same limit.
+    assert cli("preempt", "local:tick", "--yes").code == 0
+    assert cli("resume", "local:tick", "--yes").code == 0
+    w = _workload(cli, "tick")
+    assert (w["node"], w["memory_mb"]) == ("big", 1536), w
+    new_pid = int(str(w["pid"]))
+    assert memory_limit(new_pid) == 1536 * MIB
 
     # 4Gi fits nowhere: refused naming each node; nothing changed.
     r = cli("resize", "local:tick", "--memory", "4Gi", "--yes")
