@@ -77,6 +77,7 @@ def test_resize_in_place_then_moved_to_a_bigger_node(cli: Cli, need_criu: None) 
     w = _workload(cli, "tick")
     pid = int(str(w["pid"]))
     assert (w["cpus"], w["memory_mb"]) == (1.0, 256), w
+    assert 48 <= w["memory_used_mb"] <= 256, w  # its cgroup's charge, for the planner
     assert memory_limit(pid) == 256 * MIB
 
     # In place: more memory on the same node is safe, so no question is asked.

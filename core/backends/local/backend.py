@@ -215,11 +215,22 @@ class LocalBackend:
         return record
 
     def workloads(self) -> list[WorkloadInfo]:
-        return [self.refresh(r).to_info() for r in self.registry.list()]
+        return [self._with_use(self.refresh(r).to_info()) for r in self.registry.list()]
 
     def get_workload(self, name: str) -> WorkloadInfo:
         validate_name(name, what="workload name")
-        return self.refresh(self.registry.require(name)).to_info()
+        return self._with_use(self.refresh(self.registry.require(name)).to_info())
+
+    def _with_use(self, info: WorkloadInfo) -> WorkloadInfo:
+        """A live workload with a memory limit, with what its cgroup is charged now (the
+        planner's resize rule reads it); others as they are."""
+        if info.memory_mb is None or info.pid is None or info.state not in _LIVE:
+            return info
+        group = cgroup_limits.of_process(self.settings, info.pid)
+        used = group.usage_bytes() if group is not None else None
+        if used is None:
+            return info
+        return info.model_copy(update={"memory_used_mb": -(-used // cgroup_limits.MIB)})
 
     def checkpoints(self, workload: str | None = None) -> list[CheckpointInfo]:
         if workload is not None:
