@@ -51,6 +51,7 @@ from pathlib import Path
 
 from core import errors
 from core.config import Settings
+from core.specs import RunSpec
 
 BASE = Path("/sys/fs/cgroup")
 TOP = "clawpoint"
@@ -309,15 +310,14 @@ def tree_rss_bytes(pids: Iterable[int]) -> int:
     return total
 
 
-def for_start(
-    settings: Settings, name: str, cpus: float | None, memory_mb: int | None
-) -> WorkloadCgroup | None:
-    """A starting wrapper's cgroup, made and limited (None: the start has no size)."""
-    if cpus is None and memory_mb is None:
+def joiner_for(settings: Settings, name: str, spec: RunSpec) -> Callable[[], None] | None:
+    """A starting wrapper's cgroup, made and limited as ``spec`` says; what a process it
+    starts runs to enter it (None: the start has no size)."""
+    if spec.cpus is None and spec.memory_mb is None:
         return None
     group = for_wrapper(settings, name).create()
-    group.apply(cpus, memory_mb)
-    return group
+    group.apply(spec.cpus, spec.memory_mb)
+    return group.joiner()
 
 
 def discard(settings: Settings, name: str) -> None:

@@ -26,7 +26,9 @@ from pathlib import Path
 
 from core import errors
 from core.checkpoint import engine, nsinit
+from core.config import Settings
 from core.polling import poll_until
+from core.wrapper.spec import output_path
 
 _PR_SET_PDEATHSIG = 1
 _NSINIT = Path(nsinit.__file__).resolve()
@@ -69,6 +71,13 @@ class RotatingOutput:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self._size = os.fstat(self._fd).st_size
         self._open_line = False  # the last byte written was not a newline
+
+    @classmethod
+    def of(cls, settings: Settings, name: str) -> RotatingOutput:
+        """A detached wrapper's logs/NAME.out, rotated as ``[wrapper]`` says."""
+        cfg = settings.wrapper
+        return cls(output_path(settings, name), max_bytes=int(cfg.out_max_mib * 2**20),
+                   keep=cfg.out_keep)  # fmt: skip
 
     def write(self, data: bytes) -> None:
         with self._lock:
