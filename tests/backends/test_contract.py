@@ -202,7 +202,12 @@ def test_a_resize_that_moves_saves_the_workload_first(subject: Subject) -> None:
         _capable(subject, Action.RESIZE)
     backend, running = subject.backend, subject.target(Action.RESIZE)
     params = params_for(Action.RESIZE, memory="256Mi", to=subject.other)
-    draft = backend.plan(Action.RESIZE, running, params)
+    try:
+        draft = backend.plan(Action.RESIZE, running, params)
+    except errors.NotSupported as exc:  # e.g. Kubernetes: a Job's pods come from its template
+        if subject.name == "local":
+            raise
+        pytest.skip(f"the {subject.name} subject's workload is not resized: {exc.message}")
     ops = [(s.op, s.args.get("workload"), s.args.get("stop")) for s in draft.steps]
     name = running.split(":")[-1]
     saved = ops.index(("checkpoint", name, True))
