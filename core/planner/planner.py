@@ -2,8 +2,8 @@
 
 ``plan_actions(PlannerInput, now=..., config=...)`` is a pure function over plain models
 (``core.planner.contract``: what it takes and gives; no I/O), fast enough for 10,000
-workloads on 2,000 nodes well under a second (``bench/planner.py``). Rules, in score order (higher = more urgent; one proposal per
-workload, the highest wins):
+workloads on 2,000 nodes well under a second (``bench/planner.py``). Rules, in score order
+(higher = more urgent; one proposal per workload, the highest wins):
 
 ==============  =====  ==============================================================
 trigger         base   rule
