@@ -37,6 +37,7 @@ from tests.adversarial.conftest import PERSON, Lab
 from tests.agent_layer import serving
 from tests.planner.test_interval_advice import ON_DEMAND
 from tests.planner.test_planner import NOW, node, wl
+from tests.service.conftest import counter, step, wait_step
 from tests.signals.fakes import FakeAwsImds
 
 
@@ -108,6 +109,12 @@ def _every_kind() -> list[Proposal]:
     out += plan_actions(
         PlannerInput(nodes=[node("b")], workloads=[], pools=[spot_pool], release_idle=True), now=NOW
     )
+    # A workload near its memory limit: more memory in place, or on a node with room.
+    hot = wl("hot", "b").model_copy(update={"memory_mb": 1024, "memory_used_mb": 1000})
+    for room in (8192, 1024):
+        sized = [node("b", memory_mb=room), node("big", memory_mb=65536)]
+        out += plan_actions(PlannerInput(nodes=sized, workloads=[hot], resize_backends=["local"]),
+                            now=NOW)  # fmt: skip
     return out
 
 
@@ -121,8 +128,9 @@ def test_every_kind_of_proposal_names_a_served_tool_with_valid_arguments(tmp_pat
         ("queue-backlog", Action.PREEMPT),
         ("checkpoint-interval", Action.SET_CHECKPOINT_INTERVAL),
         ("capacity-grow", Action.SCALE_POOL), ("capacity-shrink", Action.SCALE_POOL),
+        ("memory-pressure", Action.RESIZE),
     }, kinds  # fmt: skip
-    # scale_pool is served only with the capacity toolset (off by default).
+    # scale_pool and resize_workload are served only with the capacity toolset (off by default).
     toolsets = (*DEFAULT_TOOLSETS, "capacity")
     server = build_server(bootstrap(load_settings(tmp_path)), toolsets=toolsets)
     schemas = {t.name: t.input_schema for t in anyio.run(server.list_tools)}
@@ -194,3 +202,35 @@ async def test_an_interval_proposal_is_called_as_it_stands_over_mcp(
         assert lab.service.get_workload(workload).checkpoint_every == shorter
         again = await serving.ok(client, "plan_actions")
         assert not [p for p in again["proposals"] if p["target"] == workload], again
+
+
+@pytest.mark.anyio
+@pytest.mark.criu
+async def test_a_memory_pressure_proposal_is_called_as_it_stands_over_mcp(
+    lab_factory: Callable[[str], Lab], need_criu: None
+) -> None:
+    """A real counter in a 64 MiB cgroup using about 60 MiB of it: plan_actions proposes more
+    memory in place (safe), and the proposal called as it stands raises the limit while the
+    same process keeps counting."""
+    lab = lab_factory("")
+    spec = counter(lab.settings, "tight", mb=48, node="node-a").model_copy(update={"memory_mb": 64})
+    lab.service.run_workload(spec, detach=True, principal=PERSON)
+    wait_step(lab.settings, "tight", 2)
+    workload = "local:tight"
+    before = lab.service.get_workload(workload)
+    assert before.memory_mb == 64 and (before.memory_used_mb or 0) >= 58, before
+    async with serving.client(lab, gpus=[], toolsets="default,capacity") as client:
+        plan = await serving.ok(client, "plan_actions")
+        [p] = [p for p in plan["proposals"] if p["target"] == workload]
+        assert (p["tool"], p["trigger"], p["risk"]) == (
+            "resize_workload", "memory-pressure", "safe",
+        ), p  # fmt: skip
+        assert set(p["arguments"]) == {"workload", "memory"}, p  # in place: no "to"
+        args: dict[str, Any] = {**p["arguments"], "reason": p["reason"][:500]}
+        done = await serving.ok(client, p["tool"], args)  # safe: an agent may
+        assert done["status"] == "executed", done
+    after = lab.service.get_workload(workload)
+    assert after.memory_mb is not None and after.memory_mb > 64, after
+    assert (after.pid, after.node, after.state) == (before.pid, "node-a", WorkloadState.RUNNING)
+    step_then = step(lab.settings, "tight")
+    wait_step(lab.settings, "tight", step_then + 5)  # the same process counts on
