@@ -124,12 +124,17 @@ def requeue(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
     return {"job": job}
 
 
+def _field_pairs(fields: dict[str, str]) -> list[str]:
+    """``Key=value`` for ``scontrol update``, each key allowed and each value checked."""
+    if not fields or set(fields) - _UPDATE_KEYS:
+        raise errors.InvalidInput(f"job fields must be some of {sorted(_UPDATE_KEYS)}")
+    return [f"{k}={check_value(str(v)) if v else ''}" for k, v in fields.items()]
+
+
 def update_job(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
     a = read(UpdateJobArgs, args)
     job, fields = job_id(a.job), a.fields
-    if not fields or set(fields) - _UPDATE_KEYS:
-        raise errors.InvalidInput(f"job fields must be some of {sorted(_UPDATE_KEYS)}")
-    pairs = [f"{k}={check_value(str(v)) if v else ''}" for k, v in fields.items()]
+    pairs = _field_pairs(fields)
     b.transport.run("scontrol", ["update", f"jobid={job}", *pairs])
     return {"job": job, **{k: str(v) for k, v in fields.items()}}
 
@@ -179,6 +184,8 @@ def put_back(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
     of that fail, the job is left held with its state saved (release it later)."""
     a = read(PutBackArgs, args)
     job = job_id(a.job)
+    if a.fields:
+        _field_pairs(a.fields)  # an invalid field runs nothing, not half of this
     w = _maybe(b, job)
     if w is None:
         raise errors.NotFound(f"Slurm job {job} is gone", hint="nothing left to put back")
