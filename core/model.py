@@ -290,6 +290,8 @@ class WorkloadInfo(BaseModel):
     cpus: float | None = None
     memory_mb: int | None = None
     gpu_class: str | None = None
+    # Memory in use now, MiB, where the backend measures it (the planner's resize rule).
+    memory_used_mb: int | None = None
     started_at: datetime | None = None
     last_checkpoint: str | None = None
     checkpoint_every: float | None = None

@@ -6,8 +6,10 @@
 #   2. runs `openclaw skills check` and `openclaw skills info NAME` for every skill and
 #      fails unless each one is found and eligible with the venv's `clawpoint` on PATH;
 #   3. when `clawpoint serve` exists, adds it as a stdio MCP server (`openclaw mcp add`,
-#      which probes before saving), runs `openclaw mcp probe` and fails unless every tool
-#      the server itself lists is listed by OpenClaw's probe (the names are printed).
+#      which probes before saving) serving the toolsets the skills declare
+#      (`metadata.clawpoint-toolsets`, with the default ones), runs `openclaw mcp probe`
+#      and fails unless every tool the server itself lists is listed by OpenClaw's probe
+#      (the names are printed).
 # Exits non-zero on any failure, with the reason on stderr.
 #
 # Needs Node >= 22 tools (scripts/install-node-tools.sh) and the project venv (.venv).
@@ -117,21 +119,36 @@ done
 mcp_checked=0
 if [[ $stub_used == 0 ]] && "$VENV/bin/clawpoint" serve --help >/dev/null 2>&1; then
   # A Python server can take longer than OpenClaw's default 5 s to answer initialize on a
-  # busy machine; allow a minute.
-  oc mcp add clawpoint --command "$VENV/bin/clawpoint" --arg serve --cwd "$REPO" --connect-timeout 60 \
+  # busy machine; allow a minute. Serve every toolset a skill declares it needs.
+  TOOLSETS=$("$PY" - "$SKILLS_DIR" <<'EOF'
+import pathlib, sys
+import yaml
+names = {"default"}
+for skill in pathlib.Path(sys.argv[1]).glob("*/SKILL.md"):
+    front = yaml.safe_load(skill.read_text(encoding="utf-8").split("---", 2)[1])
+    declared = (front.get("metadata") or {}).get("clawpoint-toolsets")
+    names |= {n.strip() for n in str(declared or "").split(",") if n.strip()}
+print(",".join(sorted(names)))
+EOF
+  ) || fail "cannot read the toolsets the skills declare"
+  log "mcp add: clawpoint serve --toolsets=$TOOLSETS"
+  oc mcp add clawpoint --command "$VENV/bin/clawpoint" --arg serve --arg="--toolsets=$TOOLSETS" \
+    --cwd "$REPO" --connect-timeout 60 \
     >"$WORK/add.out" 2>&1 || { cat "$WORK/add.out" >&2; fail "openclaw mcp add (with probe) failed"; }
   oc mcp probe clawpoint --json >"$WORK/probe.json" 2>"$WORK/probe.err" \
     || { cat "$WORK/probe.err" >&2; fail "openclaw mcp probe failed"; }
   # Expected names: the server's own tools/list (the same build the command serves).
-  PYTHONPATH=$REPO CLAWPOINT_HOME=$WORK/state "$PY" - "$WORK/probe.json" <<'EOF' || fail "openclaw mcp probe: tools missing"
+  PYTHONPATH=$REPO CLAWPOINT_HOME=$WORK/state "$PY" - "$WORK/probe.json" "$TOOLSETS" <<'EOF' || fail "openclaw mcp probe: tools missing"
 import json, sys
 import anyio
 from core.config import load_settings
 from core.service.facade import bootstrap
-from mcp_server.server import build_server
+from mcp_server.server import build_server, check_toolsets
 
 async def served() -> set[str]:
-    return {t.name for t in await build_server(bootstrap(load_settings())).list_tools()}
+    toolsets = check_toolsets(sys.argv[2].split(","))
+    server = build_server(bootstrap(load_settings()), toolsets=toolsets)
+    return {t.name for t in await server.list_tools()}
 
 expected = anyio.run(served)
 probe = json.load(open(sys.argv[1]))

@@ -9,6 +9,10 @@ bursts. ``estimate_hazard`` builds one from the history of past runs (``RunSpan`
 each ran and whether it ended in an interruption), shrunk towards the pooled rate where a
 bin has seen little, so that a few observations never give a zero or an extreme rate.
 
+``learned_mtbf_h`` is the constant-rate estimate the checkpoint economics use for a class of
+nodes (a backend's spot or on-demand ones) from what the watch loop saw there
+(``core.state.interruptions``), starting from the configured guess.
+
 Limits: the age is the only covariate (price, time of day and a notice are not); bins are
 fixed (``DEFAULT_EDGES_H``, log-spaced from 5 minutes to 32 hours); a run whose end was not
 an interruption (the history ends, or it was stopped) counts as exposure only (censored).
@@ -176,3 +180,22 @@ def estimate_hazard(
     for run in runs:
         counts.add(run)
     return counts.hazard(prior_rate_per_h)
+
+
+def learned_mtbf_h(prior_mtbf_h: float, events: int, watched_h: float) -> float:
+    """The mean time between interruptions after watching ``watched_h`` node-hours and
+    seeing ``events``: the posterior mean rate of a Poisson process under a gamma prior worth
+    one interruption in ``prior_mtbf_h`` (the configured guess), as an MTBF. No history gives
+    the prior; a long one its own rate; a short quiet one lengthens it only a little."""
+    return (max(watched_h, 0.0) + prior_mtbf_h) / (max(events, 0) + 1.0)
+
+
+def mtbf_basis(prior_mtbf_h: float, events: int, watched_h: float) -> str:
+    """What ``learned_mtbf_h`` rests on, in a few words (for ``why``)."""
+    if watched_h <= 0 and events <= 0:
+        return f"MTBF {prior_mtbf_h:g} h as configured (nothing watched yet)"
+    mtbf = learned_mtbf_h(prior_mtbf_h, events, watched_h)
+    return (
+        f"MTBF {mtbf:.3g} h: {events} interruption(s) in {watched_h:.3g} node-hours watched "
+        f"and the configured {prior_mtbf_h:g} h"
+    )

@@ -16,6 +16,9 @@ spot-interr.     900   an interruption notice that loses the node: checkpoint + 
 node-down        800   a DOWN node: fail over its dead (FAILED) workloads
 sla-risk         500   SLA level high: migrate to a node fast enough to bring the level
                        back to low (or the fastest that still adds slack)
+memory-pressure  450   a workload using >= 90 % of its memory limit: resize it to 1.5x its
+                       use, in place when its node has room (safe), else on the cheapest
+                       node that fits (``resize_advice``); up to 49 more with the share used
 capacity-grow    400   a pool with released nodes whose queue has work waiting >= 60 s:
                        scale_pool up, one node per pending job (``capacity_advice``);
                        up to 49 more, one per minute the oldest job has waited
@@ -52,6 +55,7 @@ from typing import Any
 from pydantic import BaseModel, Field, computed_field
 
 from core.actions import risk_of, spec
+from core.backends.sizing import size_of, total
 from core.durations import interval_text
 from core.model import (
     Action,
@@ -65,6 +69,7 @@ from core.model import (
 from core.planner.capacity_advice import MIN_WAIT_S, SETTLE_S, pool_change, queue_for
 from core.planner.interval_advice import MIN_FRACTION, MIN_S_PER_H, IntervalCase, interval_change
 from core.planner.placement import NodeSlot, Placement
+from core.planner.resize_advice import GROWTH, PRESSURE, memory_change
 from core.signals.model import (
     GpuHealth,
     GpuVerdict,
@@ -83,6 +88,7 @@ BASE = {
     "spot-interruption": 900.0,
     "node-down": 800.0,
     "sla-risk": 500.0,
+    "memory-pressure": 450.0,
     "capacity-grow": 400.0,
     "queue-backlog": 300.0,
     "spot-rebalance": 200.0,
@@ -105,6 +111,10 @@ class PlannerConfig(BaseModel):
     # pool_settle_s of its last scale_pool (core.planner.capacity_advice).
     pool_min_wait_s: float = Field(default=MIN_WAIT_S, ge=0)
     pool_settle_s: float = Field(default=SETTLE_S, ge=0)
+    # A workload using this share of its memory limit gets a resize to growth x its use
+    # (core.planner.resize_advice).
+    memory_pressure: float = Field(default=PRESSURE, gt=0, le=1)
+    memory_growth: float = Field(default=GROWTH, gt=1)
 
 
 class PlannerInput(BaseModel):
@@ -138,6 +148,9 @@ class PlannerInput(BaseModel):
     )
     release_idle: bool = Field(
         default=False, description="[capacity] release_idle: propose releasing idle pool nodes"
+    )
+    resize_backends: list[str] = Field(
+        default_factory=list, description="backends that can resize a workload"
     )
 
 
@@ -512,6 +525,47 @@ class _Planner:
                 )
             )  # fmt: skip
 
+    def memory_pressure(self) -> None:
+        can = set(self.d.resize_backends)
+        for w in self.d.workloads:
+            if w.backend not in can or w.state is not WorkloadState.RUNNING or w.id in self.out:
+                continue
+            nodes = [n for n in self.d.nodes if n.backend == w.backend]
+            used = {
+                n.name: total(
+                    size_of(o)
+                    for o in self.on_node.get(n.id, [])
+                    if o.id != w.id and o.state in LIVE
+                )
+                for n in nodes
+            }
+            change = memory_change(
+                w, nodes, used, pressure=self.cfg.memory_pressure, growth=self.cfg.memory_growth
+            )
+            if change is None:
+                continue
+            since = self.d.last_checkpoint_at.get(w.id) or w.started_at
+            at_risk = max((self.now - since).total_seconds(), 0.0) if since else None
+            params: dict[str, Any] = {"memory": change.memory}
+            if not change.in_place:
+                params["to"] = change.to_node
+            effect = Effect(
+                work_at_risk_s=at_risk,
+                pause_s=None if change.in_place else self.d.pause_s.get(w.id, self.cfg.default_pause_s),
+                cost_per_hour_before=change.price_before, cost_per_hour_after=change.price_after,
+            )  # fmt: skip
+            share = change.used_mb / change.limit_mb
+            self._add(
+                Proposal(
+                    action=Action.RESIZE, target=w.id, params=params, trigger="memory-pressure",
+                    reason=change.reason, effect=effect,
+                    risk=RiskClass.SAFE if change.in_place else RiskClass.DISRUPTIVE,
+                    score=round(BASE["memory-pressure"] + min(49.0, 100 * max(0.0, share - 0.5)), 3),
+                    node=f"{w.backend}:{w.node}",
+                    to_node=None if change.in_place else f"{w.backend}:{change.to_node}",
+                )
+            )  # fmt: skip
+
     def intervals(self) -> None:
         for w in self.d.workloads:
             case = self.d.intervals.get(w.id)
@@ -567,6 +621,7 @@ def plan_actions(
     p.interruptions()
     p.dead_nodes()
     p.sla_risks()
+    p.memory_pressure()
     p.capacity(grow=True)
     p.backlog()
     p.cost()

@@ -2,7 +2,9 @@
 
 Runbooks name MCP tools (``core.runbooks.tools``) but the engine does not go through MCP:
 each name maps to a direct ``Service`` call here. Read tools return plain JSON data shaped
-for references (``{{steps.health.health}}``, ``{{steps.workloads.count}}``); action tools
+for references (``{{steps.health.health}}``, ``{{steps.workloads.count}}``; ``list_pools``
+with ``pool``: that pool with the planner's size for it, ``core.runbooks.pool_reading``;
+``plan_actions``: its top proposal and whether a standing grant covers it); action tools
 call ``service.act`` with the run's principal, so every write inside a runbook passes the
 same policy, approvals and audit as the MCP action tools, and return the ``ActionResult``.
 
@@ -20,6 +22,7 @@ from typing import Any
 
 from core import actions, errors
 from core.model import Action, Principal
+from core.runbooks.pool_reading import read_pool
 from core.service import insights
 from core.service.facade import Service
 from core.service.projection import projection
@@ -176,13 +179,15 @@ def _cluster_health(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
                           hint="check the node id with list_nodes")  # fmt: skip
 
 
-def _plan_actions(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
-    _args("plan_actions", a, {"goal", "partition"}, set())
+def _plan_actions(svc: Service, a: dict[str, Any], ctx: CallContext) -> Any:
+    _args("plan_actions", a, {"goal", "partition", "target"}, set())
     report = insights.propose(svc)
     proposals = report.proposals
     if a.get("goal"):
         goal = str(a["goal"]).replace("-", "_")
         proposals = [p for p in proposals if p.trigger.replace("-", "_") == goal]
+    if a.get("target"):
+        proposals = [p for p in proposals if p.target == a["target"]]
     top = proposals[0] if proposals else None
     return {
         "count": len(proposals),
@@ -190,6 +195,11 @@ def _plan_actions(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
         "action": top.action.value if top else None,
         "workload": top.target if top else None,
         "summary": f"{top.action.value} {top.target}: {top.reason}" if top else "no proposal",
+        "granted": insights.grant_covers(
+            svc, top, ctx.principal, interface=actions.Interface.RUNBOOK
+        )
+        if top
+        else False,
     }
 
 
@@ -204,6 +214,20 @@ def _plan(action: Action) -> ToolCall:
         return out
 
     return call
+
+
+def _list_pools(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
+    _args("list_pools", a, {"backend", "pool", "min_wait_minutes"}, set())
+    if a.get("pool"):
+        wait = a.get("min_wait_minutes")
+        if wait is None:
+            return read_pool(svc, str(a["pool"]))
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or wait < 0:
+            raise errors.InvalidInput(f"min_wait_minutes must be a number >= 0, not {wait!r}",
+                                      hint="e.g. 1 (the planner's own threshold)")  # fmt: skip
+        return read_pool(svc, str(a["pool"]), min_wait_s=float(wait) * 60)
+    pools = svc.pools(a.get("backend"))
+    return {"pools": [_json(p) for p in pools], "count": len(pools)}
 
 
 def _list_approvals(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
@@ -256,6 +280,7 @@ CALLS: dict[str, ToolCall] = {
     "spot_market": _spot_market,
     "cluster_health": _cluster_health,
     "plan_actions": _plan_actions,
+    "list_pools": _list_pools,
     "plan_migration": _plan(Action.MIGRATE),
     "plan_failover": _plan(Action.FAILOVER),
     "list_approvals": _list_approvals,

@@ -35,6 +35,7 @@ READ_TOOLS: Final[frozenset[str]] = frozenset(
         "spot_market",
         "cluster_health",
         "plan_actions",
+        "list_pools",
         "list_approvals",
         "get_approval",
         "list_runbooks",

@@ -12,8 +12,13 @@ One computation, three readers: ``get_workload`` (``workload_view``), ``clawpoin
 --json`` (``workload_rows``) and the planner (``cases``: what the advice rests on, for
 ``core.planner.interval_advice``), the last two over one read of the checkpoints and nodes.
 
-Limits: the hazard is the configured constant rate (Young/Daly); the age-dependent estimate
-from a reclaim history (``core.planner.interruption_hazard``) is not read from any store yet.
+The hazard is a constant rate (Young/Daly) per class of nodes (a backend's spot or on-demand
+nodes): the configured guess as a prior, updated with the interruptions the watch loop saw
+there and the node-hours it watched (``core.state.interruptions``,
+``interruption_hazard.learned_mtbf_h``); ``why`` says which.
+
+Limits: the age-dependent estimate (``interruption_hazard.estimate_hazard``) needs each
+run's length, which is not stored; only what a watch loop saw counts.
 A workload with no timed checkpoint, or on a node the backend does not list, gets none.
 """
 
@@ -29,10 +34,11 @@ from core import errors
 from core.config import EconomicsConfig
 from core.model import CheckpointInfo, NodeInfo, WorkloadInfo
 from core.planner.checkpoint_interval import CheckpointCost, IntervalBounds, recommend
-from core.planner.interruption_hazard import Hazard
+from core.planner.interruption_hazard import Hazard, learned_mtbf_h, mtbf_basis
 from core.planner.interval_advice import IntervalCase
 from core.service import views
 from core.service.facade import Service
+from core.state.interruptions import InterruptionHistory, Tally
 
 # The newest checkpoints whose costs are pooled (a median: one slow dump does not decide).
 RECENT = 10
@@ -88,10 +94,11 @@ def checkpoint_economics(service: Service, workload: WorkloadInfo) -> Checkpoint
     except errors.ClawpointError:
         return None  # a read beside get_workload: its absence says nothing was computed
     node = next((n for n in nodes if n.name == workload.node), None)
-    case = _case(service.settings.economics, checkpoints, node)
+    seen = _History(service).of(node)
+    case = _case(service.settings.economics, checkpoints, node, seen)
     if case is None or node is None:
         return None
-    return _economics(service.settings.economics, case, workload, node)
+    return _economics(service.settings.economics, case, workload, node, seen)
 
 
 def cases(
@@ -114,9 +121,10 @@ def cases(
     for c in checkpoints:
         by_workload[f"{c.id.partition(':')[0]}:{c.lineage}"].append(c)
     out: dict[str, IntervalCase] = {}
+    history = _History(service)
     for w in workloads:
         node = by_node.get((w.backend, w.node or ""))
-        case = _case(service.settings.economics, by_workload.get(w.id, []), node)
+        case = _case(service.settings.economics, by_workload.get(w.id, []), node, history.of(node))
         if case is not None:
             out[w.id] = case
     return out
@@ -132,12 +140,13 @@ def workload_rows(service: Service, backend: str | None = None) -> list[dict[str
     except errors.ClawpointError:
         checkpoints = []  # the rows without advice rather than no rows
     found = cases(service, workloads, nodes=list(nodes.values()), checkpoints=checkpoints)
+    history = _History(service)
     rows = []
     for w in workloads:
         row = w.model_dump(mode="json")
         case, node = found.get(w.id), nodes.get((w.backend, w.node or ""))
         if case is not None and node is not None:
-            pays = _economics(service.settings.economics, case, w, node)
+            pays = _economics(service.settings.economics, case, w, node, history.of(node))
             row["checkpoint_interval"] = pays.brief()
         rows.append(row)
     return rows
@@ -151,24 +160,33 @@ def _nodes(service: Service, backend: str | None) -> list[NodeInfo]:
 
 
 def _case(
-    cfg: EconomicsConfig, checkpoints: Sequence[CheckpointInfo], node: NodeInfo | None
+    cfg: EconomicsConfig,
+    checkpoints: Sequence[CheckpointInfo],
+    node: NodeInfo | None,
+    seen: Tally | None = None,
 ) -> IntervalCase | None:
     """The advice from the median cost of the newest ``RECENT`` timed checkpoints and the
-    node's configured hazard; None without a measured cost or a node."""
+    hazard of the node's class (``_mtbf_h``); None without a measured cost or a node."""
     newest = sorted(checkpoints, key=lambda c: c.created_at, reverse=True)[:RECENT]
     cost = CheckpointCost.from_checkpoints(newest)
     if cost is None or node is None:
         return None
-    hazard = Hazard.from_mtbf(_mtbf_h(cfg, node))
+    hazard = Hazard.from_mtbf(_mtbf_h(cfg, node, seen))
     bounds = IntervalBounds(min_s=cfg.min_interval_s, max_s=cfg.max_interval_s)
     advice = recommend(cost, hazard, bounds=bounds)
     return IntervalCase(cost=cost, hazard=hazard, bounds=bounds, advice=advice)
 
 
 def _economics(
-    cfg: EconomicsConfig, case: IntervalCase, workload: WorkloadInfo, node: NodeInfo
+    cfg: EconomicsConfig,
+    case: IntervalCase,
+    workload: WorkloadInfo,
+    node: NodeInfo,
+    seen: Tally | None = None,
 ) -> CheckpointEconomics:
     advice, kind = case.advice, "Spot" if node.spot else "On-demand"
+    prior = _prior_h(cfg, node)
+    basis = mtbf_basis(prior, seen.events, seen.watched_h) if seen else f"MTBF {prior:g} h"
     return CheckpointEconomics(
         interval_s=advice.interval_s,
         in_force_s=workload.checkpoint_every,
@@ -177,14 +195,35 @@ def _economics(
         else ("off" if workload.checkpoint_every is None else "fixed"),
         expected_loss_s_per_h=advice.expected_loss_s_per_h,
         overhead_s_per_h=advice.overhead_s_per_h,
-        why=f"{kind} node: {advice.why}",
+        why=f"{kind} node, {basis}: {advice.why}",
         method=advice.method,
         pause_s=case.cost.pause_s,
         wall_s=case.cost.wall_s,
-        mtbf_h=_mtbf_h(cfg, node),
+        mtbf_h=round(_mtbf_h(cfg, node, seen), 3),
         spot=node.spot,
     )
 
 
-def _mtbf_h(cfg: EconomicsConfig, node: NodeInfo) -> float:
+def _prior_h(cfg: EconomicsConfig, node: NodeInfo) -> float:
     return cfg.spot_mtbf_h if node.spot else cfg.on_demand_mtbf_h
+
+
+def _mtbf_h(cfg: EconomicsConfig, node: NodeInfo, seen: Tally | None) -> float:
+    prior = _prior_h(cfg, node)
+    return learned_mtbf_h(prior, seen.events, seen.watched_h) if seen else prior
+
+
+class _History:
+    """What the watch loop saw per class of nodes, read once per class per call."""
+
+    def __init__(self, service: Service) -> None:
+        self.history = InterruptionHistory(service.db)
+        self.read: dict[tuple[str, bool], Tally] = {}
+
+    def of(self, node: NodeInfo | None) -> Tally | None:
+        if node is None:
+            return None
+        key = (node.backend, node.spot)
+        if key not in self.read:
+            self.read[key] = self.history.tally(node.backend, spot=node.spot)
+        return self.read[key]

@@ -32,8 +32,16 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from core import errors, timings
-from core.model import Action, CheckpointInfo, NodeInfo, WorkloadInfo, WorkloadState, utcnow
+from core import actions, errors, timings
+from core.model import (
+    Action,
+    CheckpointInfo,
+    NodeInfo,
+    Principal,
+    WorkloadInfo,
+    WorkloadState,
+    utcnow,
+)
 from core.planner.planner import PlannerConfig, PlannerInput, Proposal, plan_actions
 from core.service import economics
 from core.service.capacity_facts import pool_facts
@@ -378,6 +386,9 @@ def planner_input(
         pools_scaled_at=pools.scaled_at,
         pool_cost_cap=service.settings.capacity.max_added_per_hour,
         release_idle=service.settings.capacity.release_idle,
+        resize_backends=[
+            name for name, b in service.backends.items() if Action.RESIZE in b.capabilities()
+        ],
     )
     return data, sla
 
@@ -506,3 +517,23 @@ class Briefer:
     @staticmethod
     def provider(s: ProviderStatus) -> dict[str, Any]:
         return {"provider": s.provider.value, "available": s.available, "reason": s.reason}
+
+
+def grant_covers(
+    service: Service,
+    p: Proposal,
+    principal: Principal,
+    *,
+    interface: actions.Interface = actions.Interface.MCP,
+) -> bool:
+    """Whether an active standing grant covers ``p``'s plan run by ``principal``: how the
+    watch loop and a runbook decide to act on advice (a checkpoint interval) that waits for
+    a person otherwise. A plan that cannot be made is covered by nothing."""
+    now = utcnow()
+    if not any(g.action is p.action and g.active(now) for g in service.guard.grants.list()):
+        return False  # the common case: nothing is planned for the check
+    try:
+        plan = service.plan(p.action, p.target, p.params, reason=p.reason, interface=interface)
+    except errors.ClawpointError:
+        return False
+    return service.guard.grants.match(plan, p.trigger, principal) is not None

@@ -66,6 +66,7 @@ from core.signals.cloud import NoticePoller, ProviderStatus
 from core.signals.model import GpuHealth
 from core.signals.nvml import NvmlMonitor
 from core.watch.evidence import record_evidence
+from core.watch.interruptions import record_interruptions
 from core.watch.report import APPROVAL_FINDINGS, WatchAction, WatchReport, Withdrawn, add_findings
 from core.watch.state import Request, WatchState
 
@@ -105,18 +106,6 @@ def _record_progress(service: Service, state: WatchState, now: datetime) -> None
 # workload's interval is its owner's choice (a pause can hurt a latency-bound service more
 # than the model knows); ``every=auto`` is how an owner lets the wrapper follow the model.
 ADVICE_TRIGGERS = frozenset({"checkpoint-interval"})
-
-
-def _granted(service: Service, p: Proposal) -> bool:
-    """Whether an active standing grant covers the proposal's plan for the watch loop."""
-    now = utcnow()
-    if not any(g.action is p.action and g.active(now) for g in service.guard.grants.list()):
-        return False  # the common case: nothing is planned or persisted for the check
-    try:
-        plan = service.plan(p.action, p.target, p.params, reason=p.reason)
-    except errors.ClawpointError:
-        return False
-    return service.guard.grants.match(plan, p.trigger, SCHEDULER) is not None
 
 
 def _act(service: Service, p: Proposal, notice_deadline: datetime | None) -> WatchAction:
@@ -254,9 +243,10 @@ def _plan_and_act(
     report.errors.extend(plans.errors)  # the planner's own sources (a backend's pools)
     record_evidence(evidence, report, now=now, ids=ids, nodes=nodes, gpus=gpus, plans=plans,
                      providers=providers, here=service.settings.signals.node)  # fmt: skip
+    record_interruptions(service.db, report, now=now, nodes=nodes, ids=ids)
     _run_approved(service, state, report)
     for p in plans.proposals:
-        if p.trigger in ADVICE_TRIGGERS and not _granted(service, p):
+        if p.trigger in ADVICE_TRIGGERS and not insights.grant_covers(service, p, SCHEDULER):
             report.advised.append(p.key)  # plan_actions shows it; a person or a grant decides
             continue
         prev = state.request(p.key)

@@ -9,7 +9,8 @@ now, computed by the one pure model ``core.planner.checkpoint_interval.recommend
 same ``get_workload`` shows); ``advise`` is that computation for any list of checkpoints
 (the plan's first recommendation, from the store). The interval never leaves the bounds.
 
-Limits: the hazard is the configured constant rate (Young/Daly); a checkpoint an earlier
+Limits: the hazard is a constant rate (Young/Daly): the configured one, learned from what
+the watch loop saw on that class of nodes where the caller passes it; a checkpoint an earlier
 wrapper of the workload made (before a restore) is not pooled: a restored wrapper starts
 from the interval its record kept and re-times after its own first checkpoint. This module
 is the one place below the planner that imports its pure interval model (pyproject's
@@ -33,18 +34,22 @@ from core.planner.checkpoint_interval import (
     IntervalBounds,
     recommend,
 )
-from core.planner.interruption_hazard import Hazard
+from core.planner.interruption_hazard import Hazard, learned_mtbf_h
 from core.specs import AutoInterval
+from core.state.interruptions import Tally
 from core.wrapper.periodic import PeriodicClock
 
 # The newest checkpoints whose costs are pooled (a median: one slow dump does not decide).
 RECENT = 10
 
 
-def for_node(economics: EconomicsConfig, *, spot: bool) -> AutoInterval:
-    """The auto interval's inputs on a spot or an on-demand node."""
+def for_node(economics: EconomicsConfig, *, spot: bool, seen: Tally | None = None) -> AutoInterval:
+    """The auto interval's inputs on a spot or an on-demand node; ``seen``: what the watch
+    loop saw on that class of nodes (``core.state.interruptions``), which the configured
+    hazard is a prior for (``learned_mtbf_h``)."""
+    prior = economics.spot_mtbf_h if spot else economics.on_demand_mtbf_h
     return AutoInterval(
-        mtbf_h=economics.spot_mtbf_h if spot else economics.on_demand_mtbf_h,
+        mtbf_h=learned_mtbf_h(prior, seen.events, seen.watched_h) if seen else prior,
         min_s=economics.min_interval_s,
         max_s=economics.max_interval_s,
     )

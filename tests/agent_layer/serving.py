@@ -40,10 +40,12 @@ def server_env(lab: Lab, gpus: list[dict[str, Any]] = HEALTHY_AND_LOST) -> dict[
 
 
 @asynccontextmanager
-async def client(lab: Lab, gpus: list[dict[str, Any]] = HEALTHY_AND_LOST) -> AsyncIterator[Client]:
-    params = StdioServerParameters(
-        command=str(CLAWPOINT), args=["serve"], env=server_env(lab, gpus)
-    )
+async def client(
+    lab: Lab, gpus: list[dict[str, Any]] = HEALTHY_AND_LOST, *, toolsets: str | None = None
+) -> AsyncIterator[Client]:
+    """``clawpoint serve`` over stdio (``toolsets``: its ``--toolsets``, else the default)."""
+    args = ["serve", *(["--toolsets", toolsets] if toolsets else [])]
+    params = StdioServerParameters(command=str(CLAWPOINT), args=args, env=server_env(lab, gpus))
     async with Client(params) as session:
         yield session
 

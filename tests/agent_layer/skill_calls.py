@@ -38,6 +38,9 @@ PLACEHOLDERS: dict[str, tuple[str, Any]] = {
     "BACKEND": ("local | slurm | kubernetes", "local"),
     "REPLICAS": ("a replica count", 2),
     "CURSOR": ("next_cursor of the previous page", "x"),
+    "POOL": ("a node pool, BACKEND:POOL, e.g. local:spot or slurm:elastic", "local:spot"),
+    "SIZE": ("a pool size in nodes", 1),
+    "EVERY": ("a checkpoint interval, e.g. 90s, 20m or 2h", "20m"),
 }
 
 _IDENT = re.compile(r"[a-z][a-z0-9_]*")

@@ -24,6 +24,7 @@ SHIPPED = {
     "node-maintenance-drain",
     "sla-rescue",
     "queue-backlog",
+    "capacity-planner",
 }
 
 

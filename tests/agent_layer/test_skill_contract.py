@@ -6,7 +6,9 @@ One real ``clawpoint serve`` (the installed console script, stdio, the SDK's cli
 a small local setup: a counter workload under CRIU on node-a with one checkpoint, one
 approval the agent asked for, one runbook run. Then, for every call of every skill:
 
-- the tool is in the live ``tools/list``; every argument is one of its parameters and the
+- the tool is in the live ``tools/list`` of a server serving the toolsets the skill declares
+  (``metadata.clawpoint-toolsets``, e.g. ``default,capacity``; else the default ones); the
+  calls run on a server serving every toolset any skill declares; every argument is one of its parameters and the
   arguments (placeholders replaced by samples of their type) validate against its input
   schema: types, enums, bounds, required; a runbook's name and parameters against
   ``list_runbooks``;
@@ -34,12 +36,16 @@ from typing import Any, get_args
 
 import jsonschema  # type: ignore[import-untyped]
 import pytest
+import yaml
 from mcp import Client
+from pydantic import BaseModel
 
 from core.guardrails.approvals import ApprovalStatus
 from core.model import Action, CheckpointStatus, NodeHealth, RiskClass, WorkloadState
+from core.planner.planner import BASE as TRIGGERS
 from core.runbooks.store import RunStatus
 from core.signals.model import GpuVerdict
+from core.signals.queue import QueueDepth
 from core.signals.sla import RiskLevel
 from mcp_server.common import ActionOut
 from tests.adversarial.conftest import PERSON, Lab
@@ -78,12 +84,41 @@ FIELD_VALUES: dict[str, type[StrEnum] | tuple[Any, ...]] = {
     "spot_market:notices[].kind": ("spot", "rebalance", "maintenance"),
     "cluster_health:notices[].kind": ("spot", "rebalance", "maintenance"),
     "plan_actions:notices[].kind": ("spot", "rebalance", "maintenance"),
+    "plan_actions:proposals[].trigger": tuple(TRIGGERS),
+}
+
+# Open records that are a model's dump (all its fields, nulls left out): a field of the model
+# is declared even where the setup never fills it (nothing waits in a local queue).
+RECORD_MODELS: dict[str, tuple[str, type[BaseModel]]] = {
+    "queue_depth": ("queues[]", QueueDepth),
 }
 
 
 PRICES = (
     '[signals.prices.table]\n"local:node-b" = { price_per_hour = 0.9, on_demand_per_hour = 3.06 }\n'
 )
+# The default two nodes plus node-c in the spot pool, released in the setup (a pool with a
+# released node and an idle one, as a capacity skill reads them).
+NODES = """
+[local]
+nodes = [
+  { name = "node-a", price_per_hour = 3.06, labels = { pool = "on-demand" } },
+  { name = "node-b", price_per_hour = 0.92, spot = true, labels = { pool = "spot" } },
+  { name = "node-c", price_per_hour = 0.95, spot = true, labels = { pool = "spot" } },
+]
+"""
+DEFAULT_TOOLSETS = "default"
+
+
+def toolsets(skill: Path) -> str:
+    """The toolsets ``skill`` needs served (``metadata.clawpoint-toolsets``), else default."""
+    front = yaml.safe_load(skill.read_text(encoding="utf-8").split("---", 2)[1])
+    declared = (front.get("metadata") or {}).get("clawpoint-toolsets")
+    return str(declared) if declared else DEFAULT_TOOLSETS
+
+
+def union(sets: list[str]) -> str:
+    return ",".join(sorted({name.strip() for s in sets for name in s.split(",")}))
 
 
 @pytest.fixture
@@ -158,9 +193,11 @@ def test_every_skill_parses_and_says_when_it_is_done(skill: Path) -> None:
 # --- the live check ----------------------------------------------------------------------
 
 
-def _start(lab: Lab, name: str, labels: dict[str, str] | None = None) -> str:
+def _start(
+    lab: Lab, name: str, labels: dict[str, str] | None = None, every: float | None = None
+) -> str:
     """A small counter under CRIU on node-a, once it makes progress."""
-    spec = counter(lab.settings, name, mb=8, node="node-a")
+    spec = counter(lab.settings, name, mb=8, node="node-a", every=every)
     spec = spec.model_copy(update={"labels": labels or {}})
     lab.service.run_workload(spec, detach=True, principal=PERSON)
     wait_step(lab.settings, name, 2)
@@ -168,11 +205,13 @@ def _start(lab: Lab, name: str, labels: dict[str, str] | None = None) -> str:
 
 
 def _workloads(lab: Lab) -> dict[str, str]:
-    """One running workload with a deadline (so it has an SLA risk), one saved and stopped
+    """One running workload with a deadline (so it has an SLA risk) and an hourly periodic
+    checkpoint (an interval in force; none comes due in the test), one saved and stopped
     (to resume), one dead after a checkpoint (to fail over)."""
     deadline = (datetime.now(UTC) + timedelta(hours=6)).strftime("%Y-%m-%dT%H:%M:%SZ")
     running = _start(lab, "skill-w", {"clawpoint.io/deadline": deadline,
-                                      "clawpoint.io/expected-duration": "2h"})  # fmt: skip
+                                      "clawpoint.io/expected-duration": "2h"},
+                     every=3600)  # fmt: skip
     stopped = _start(lab, "skill-s")
     done = lab.service.act(Action.PREEMPT, stopped, {}, principal=PERSON, confirmed=True)
     assert done.status == "executed", done.message
@@ -213,6 +252,12 @@ async def _call(client: Client, tool: str, args: dict[str, Any]) -> tuple[Any, s
 
 
 async def _setup(client: Client, lab: Lab, ws: dict[str, str]) -> Live:
+    # A person releases node-c (idle, the dearer spot node): the spot pool then has a
+    # released node and an idle one (node-b), and no move below can land on node-c.
+    shrunk = lab.service.act(Action.SCALE_POOL, "local:spot", {"size": 1}, principal=PERSON,
+                             confirmed=True)  # fmt: skip
+    assert shrunk.status == "executed", shrunk.message
+    assert [p.released for p in lab.service.pools("local") if p.id == "local:spot"] == [["node-c"]]
     listed = await client.list_tools()
     tools = {t.name: t for t in listed.tools}
     books = await serving.ok(client, "list_runbooks")
@@ -231,6 +276,7 @@ async def _setup(client: Client, lab: Lab, ws: dict[str, str]) -> Live:
     real = {
         "WORKLOAD": workload, "NODE": "local:node-a", "APPROVAL": approval,
         "CHECKPOINT": saved["checkpoints"][0]["id"], "RUN": run["id"], "BACKEND": "local",
+        "POOL": "local:spot", "SIZE": 2,  # a dry run of growing node-c back
     }  # fmt: skip
     real_for = {
         "resume_workload": {"WORKLOAD": ws["stopped"]},
@@ -339,12 +385,21 @@ def _allowed(live: Live, call: Call, seen: list[Any] | None) -> set[Any]:
     return values
 
 
+def _record_field(tool: str, path: tuple[str, ...]) -> bool:
+    """Whether ``path`` is a field of the model ``tool``'s records are made from."""
+    where, model = RECORD_MODELS.get(tool, ("", BaseModel))
+    return len(path) == 2 and path[0] == where and path[1] in model.model_fields
+
+
 def _output_errors(live: Live, call: Call) -> list[str]:
     ref = call.ref
     if ref is None or call.tool not in live.tools:
         return []
     out = live.outputs.get(call.text)
     seen = _at(out, ref.path) if out is not None else None
+    if seen is None and _record_field(call.tool, ref.path):
+        return [] if ref.op is None else [f"{call.where}: `{call.text}`: the setup never "
+                                          f"fills {ref.text}, so no value can be checked"]  # fmt: skip
     if seen is None and _declared(live.tools[call.tool].output_schema, ref.path) is None:
         why = live.failed.get(call.text) or f"output: {json.dumps(out)[:300]}"
         return [f"{call.where}: `{call.text}`: {call.tool} returns no {ref.text!r} ({why})"]
@@ -430,16 +485,32 @@ async def test_every_skill_call_and_field_holds_against_the_live_server(
 ) -> None:
     parsed = {p.parent.name: skill_calls.calls(_split(p), p.parent.name) for p in SKILLS}
     spans = [s for p in SKILLS for _, s in skill_calls.find_spans(_split(p))]
+    needs = {p.parent.name: toolsets(p) for p in SKILLS}
+    every_set = union([DEFAULT_TOOLSETS, *needs.values()])
     # The host is local:node-a on AWS, with a spot notice and a lost GPU, and a price feed.
-    lab = lab_factory(serving.signals_config("aws", aws.url, nvml=True) + PRICES)
+    lab = lab_factory(serving.signals_config("aws", aws.url, nvml=True) + PRICES + NODES)
     aws.mark_instance_action("terminate", in_seconds=600)
     ws = _workloads(lab)
     problems: list[str] = []
-    async with serving.client(lab) as client:
+    # What each declared set of toolsets really serves (the live tools/list of its own server).
+    served: dict[str, set[str]] = {}
+    for wanted in {union([t]) for t in needs.values()} - {every_set}:
+        async with serving.client(lab, toolsets=wanted) as client:
+            served[wanted] = {t.name for t in (await client.list_tools()).tools}
+    async with serving.client(lab, toolsets=every_set) as client:
         live = await _setup(client, lab, ws)
+        served[every_set] = set(live.tools)
         every = [c for found in parsed.values() for c in found]
         for call in every:
             problems += _schema_errors(live, call)
+        for name, found in parsed.items():
+            wanted = union([needs[name]])
+            problems += [
+                f"{c.where}: {c.tool} is not served with --toolsets {wanted} (declare the "
+                "toolsets the skill needs in metadata.clawpoint-toolsets)"
+                for c in found
+                if c.tool in live.tools and c.tool not in served[wanted]
+            ]
 
         # Reads first, so the actions below cannot change what they see; the approved
         # plan (a real migration) last.

@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from core import errors
+from mcp_server.server import DEFAULT_TOOLSETS, check_toolsets
+
 REPO = Path(__file__).resolve().parents[2]
 SKILLS = REPO / "skills"
 REQUIRED = {
@@ -21,6 +24,7 @@ REQUIRED = {
     "capacity-balancer",
     "maintenance-drain",
     "approvals-desk",
+    "capacity-planner",
 }
 SKILL_DIRS = sorted(p.parent for p in SKILLS.glob("*/SKILL.md"))
 
@@ -96,3 +100,24 @@ def test_spot_guardian_moves_before_it_preempts() -> None:
     assert "migrate_workload(" in first and "preempt_workload(" in first, first
     assert first.index("migrate_workload(") < first.index("preempt_workload("), first
     assert "resume_workload(" not in rules
+
+
+@pytest.mark.parametrize("skill", SKILL_DIRS, ids=lambda p: p.name)
+def test_declared_toolsets_are_valid_and_said_in_the_skill(skill: Path) -> None:
+    """A skill that needs more than the default toolsets declares them
+    (``metadata.clawpoint-toolsets``, as ``clawpoint serve --toolsets`` takes them) and
+    says so in its compatibility and body; test_skill_contract serves it exactly those."""
+    front, body = _split(skill / "SKILL.md")
+    meta = front["metadata"]
+    assert isinstance(meta, dict)
+    declared = meta.get("clawpoint-toolsets")
+    if declared is None:
+        return
+    assert isinstance(declared, str)
+    try:
+        chosen = check_toolsets(declared.split(","))
+    except errors.InvalidInput as exc:
+        pytest.fail(f"{skill.name}: metadata.clawpoint-toolsets: {exc}")
+    assert chosen != set(DEFAULT_TOOLSETS), "the default toolsets need no declaration"
+    serve = f"clawpoint serve --toolsets {declared}"
+    assert serve in str(front["compatibility"]) and serve in body

@@ -34,7 +34,7 @@ from core.actions import NoParams
 from core.backends.base import Backend, PlanDraft, no_progress
 from core.backends.registry import REGISTRY
 from core.config import load_settings
-from core.model import Action, Principal, PrincipalKind, WorkloadState
+from core.model import Action, PlanStep, Principal, PrincipalKind, WorkloadInfo, WorkloadState
 from core.service.executor import resolve_args
 from core.service.facade import Service, bootstrap
 from tests.backends.named import CLAWPOINT, InstalledCli
@@ -43,6 +43,20 @@ from tests.slurm.conftest import cluster, read_env
 
 ROOT = Path(__file__).resolve().parents[2]
 PERSON = Principal(id="tester", kind=PrincipalKind.PERSON)
+
+
+def _local_pool_step(s: PlanStep) -> tuple[str, str] | None:
+    """A shrink's step as the pool contract reads it: ("save", WORKLOAD) where a workload's
+    state is saved, ("release", NODE) where a node leaves; None for the others."""
+    if s.op == "checkpoint":
+        return "save", str(s.args.get("workload"))
+    if s.op == "release":
+        return "release", str(s.args.get("node"))
+    return None
+
+
+def _named(w: WorkloadInfo) -> str:
+    return w.name
 
 
 @dataclass
@@ -59,6 +73,8 @@ class Subject:
     other: str  # a node that takes work and runs none of the above
     placement: Callable[[PlanDraft], set[str]]  # the nodes a plan starts workloads on
     pool: str | None = None  # the pool ``source`` is in (backends with pools)
+    pool_step: Callable[[PlanStep], tuple[str, str] | None] = _local_pool_step
+    saved_as: Callable[[WorkloadInfo], str] = _named  # the X of ("save", X) for a workload
 
     def target_of(self, action: Action) -> str | None:
         """The id ``action`` is planned on here; None: this backend has none of that kind."""
@@ -265,13 +281,25 @@ def _k8s_placement(draft: PlanDraft) -> set[str]:
     return found
 
 
+def _k8s_pool_step(s: PlanStep) -> tuple[str, str] | None:
+    """The checkpoint of a lineage; a node's Machine marked for deletion (step NODE-mark_machine)
+    or its NodeClaim deleted (NODE-delete_nodeclaim)."""
+    if s.op == "exec_checkpoint":
+        return "save", str(s.args["lineage"])
+    for suffix in ("-mark_machine", "-delete_nodeclaim"):
+        if s.name.endswith(suffix):
+            return "release", s.name.removesuffix(suffix)
+    return None
+
+
 @pytest.fixture(scope="module")
 def k8s_subject(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Subject]:
     """The Kubernetes backend on the API emulator (tests/k8s): a wrapped Job running on n1, a
     suspended one, and a wrapped pod on a NotReady node with a checkpoint on the volume."""
     from core.backends.kubernetes.backend import KubernetesBackend
-    from core.backends.kubernetes.connection import KubernetesConfig
+    from core.backends.kubernetes.connection import KubePoolConfig, KubernetesConfig
     from core.store.store import CheckpointStore
+    from tests.k8s.capi import capi_crds, machine_deployment, machine_of
     from tests.k8s.conftest import node, wrapped_job, wrapped_pod
     from tests.k8s.emulator import Emulator
 
@@ -300,10 +328,16 @@ def k8s_subject(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Subject]:
         lost["spec"]["nodeName"] = "n3"
         lost["status"] = {"phase": "Running"}
         emu.seed(running, lost)
+        # n1 is the one node of a Cluster API node group (pool "group-a", min 0, max 2)
+        emu.seed(*capi_crds())
+        emu.seed(machine_deployment("md-a", 1, min_size=0, max_size=2), machine_of("md-a", "n1"))
         backend = KubernetesBackend(
-            KubernetesConfig(enabled=True, retry_total_s=1, checkpoint_dir=str(store_dir)),
+            KubernetesConfig(
+                enabled=True, retry_total_s=1, checkpoint_dir=str(store_dir),
+                pools={"group-a": KubePoolConfig(kind="cluster-api", object="md-a")},
+            ),
             api_client=emu.api_client(),
-        )
+        )  # fmt: skip
         yield Subject(
             name="k8s",
             backend=backend,
@@ -314,6 +348,9 @@ def k8s_subject(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Subject]:
             source="n1",
             other="n2",
             placement=_k8s_placement,
+            pool="group-a",
+            pool_step=_k8s_pool_step,
+            saved_as=lambda w: w.labels["lineage"],
         )
         backend.close()
 

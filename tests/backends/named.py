@@ -42,6 +42,7 @@ NOT_TOOLS = {
     "spot_price",  # an argument of the spot evaluation
     "integrity_check",  # SQLite's PRAGMA
     "next_cursor",  # the field of a list result that names the next page
+    "gpu_class",  # an argument of resize_workload (its hint lists the arguments)
 }
 
 

@@ -177,16 +177,16 @@ def test_pool_shrink_saves_work_before_release(subject: Subject) -> None:
     assert subject.source in pool.nodes, pool
     assert set(pool.nodes) <= {n.name for n in backend.nodes()}, "a pool's nodes are nodes"
     draft = backend.plan(Action.SCALE_POOL, pool.name, params_for(Action.SCALE_POOL, size=0))
-    released = [str(s.args["node"]) for s in draft.steps if s.op == "release"]
+    ops = [subject.pool_step(s) for s in draft.steps]
+    released = [what for op in ops if op is not None for kind, what in [op] if kind == "release"]
     assert released and set(released) <= set(pool.nodes), draft.steps
     live = [w for w in backend.workloads()
             if w.node in released and w.state in (WorkloadState.RUNNING,
                                                   WorkloadState.CHECKPOINTING)]  # fmt: skip
     assert live, "the subject's running workload is on the pool's node"
-    ops = [(s.op, s.args.get("workload") or s.args.get("node")) for s in draft.steps]
     for w in live:
-        saved = ops.index(("checkpoint", w.name))
-        assert saved < ops.index(("release", w.node)), ops
+        saved = ops.index(("save", subject.saved_as(w)))
+        assert saved < ops.index(("release", str(w.node))), ops
     assert not subject.placement(draft) & set(released), draft.steps
     assert draft.risk is RiskClass.DISRUPTIVE, "work moves: a person's call"
     with pytest.raises(errors.InvalidInput):

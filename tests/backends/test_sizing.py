@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from core import actions, errors
@@ -20,7 +22,7 @@ def node(name: str, *, cpus: int | None = 8, mem: int | None = 16384, price: flo
 def workload(**kw: object) -> WorkloadInfo:
     base: dict[str, object] = {"id": "local:w", "backend": "local", "name": "w",
                                "state": WorkloadState.RUNNING, "node": "a"}  # fmt: skip
-    return WorkloadInfo(**{**base, **kw})  # type: ignore[arg-type]
+    return WorkloadInfo.model_validate({**base, **kw})
 
 
 @pytest.mark.parametrize(
@@ -44,9 +46,12 @@ def test_memory_is_written_back_in_its_largest_exact_unit() -> None:
 
 def test_resize_arguments_name_what_is_wrong_and_change_nothing() -> None:
     assert actions.parse(Action.RESIZE, {"memory": "4096Mi"}).memory == "4Gi"  # type: ignore[attr-defined]
-    for bad, said in [({}, "at least one of"), ({"memory": "4096"}, "no unit"),
-                      ({"cpus": 0}, "cpus"), ({"gpus": -1}, "gpus"),
-                      ({"gpu_class": "a 100"}, "gpu_class"), ({"size": 3}, "unknown argument")]:  # fmt: skip
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({}, "at least one of"), ({"memory": "4096"}, "no unit"), ({"cpus": 0}, "cpus"),
+        ({"gpus": -1}, "gpus"), ({"gpu_class": "a 100"}, "gpu_class"),
+        ({"size": 3}, "unknown argument"),
+    ]  # fmt: skip
+    for bad, said in cases:
         with pytest.raises(errors.InvalidInput, match=said) as info:
             actions.parse(Action.RESIZE, bad)
         assert "resize_workload takes" in (info.value.hint or "")

@@ -43,7 +43,7 @@ def test_workloads_json_shows_the_advice_and_watch_follows_it_once_granted(
     pays = _row(cli, ref)["checkpoint_interval"]
     assert set(pays) == {"interval_s", "in_force_s", "loss_s_per_h", "overhead_s_per_h", "why"}
     assert pays["in_force_s"] == 86400 and 10 <= pays["interval_s"] < 86400, pays
-    assert pays["why"].startswith("On-demand node:"), pays
+    assert pays["why"].startswith("On-demand node, MTBF 720 h"), pays
     assert _row(cli, ref, "--backend", "local")["checkpoint_interval"] == pays
     table = cli("workloads")
     assert table.code == 0 and "interval" not in table.stdout, str(table)

@@ -28,20 +28,39 @@ by its documented rules (kubernetes-sigs/karpenter at 2266468, 2026-08-20; karpe
   pods get their grace period and SIGTERM), mirror pods left, then, once no active pod is left
   on it, the Node deleted; ``on_node_gone`` tells the fake kubelet the machine is gone.
 
-Not modelled: NodePools, NodeClaims and their budgets, the choice of candidates (the test
-names the node), replacement nodes, the 15 s consolidation validation wait.
+**NodePools and NodeClaims** (``karpenter_crds``, ``nodepool``, ``seed_claimed_node``,
+``Termination``): the karpenter.sh/v1 CRDs as upstream declares them (both cluster-scoped;
+NodePool with the ``status`` and ``scale`` subresources, specpath ``.spec.replicas`` and
+statuspath ``.status.nodes``: pkg/apis/v1/nodepool.go; NodeClaim with ``status``:
+nodeclaim.go), a node of a NodePool labelled ``karpenter.sh/nodepool`` and
+``karpenter.sh/initialized`` with a NodeClaim (finalizer ``karpenter.sh/termination``) whose
+``status.nodeName`` names it, and the termination of a deleted NodeClaim
+(pkg/controllers/node/termination, nodeclaim/lifecycle): the node tainted
+``karpenter.sh/disrupted:NoSchedule``, its pods evicted through the eviction API (a budget
+refusal is tried again; a pod with an active ``karpenter.sh/do-not-disrupt`` is not evicted
+and holds the node, as without a ``terminationGracePeriod``), then the Node deleted, the
+kubelet told, and the finalizer removed. The API server refuses nothing about a NodeClaim's
+deletion, and budgets do not limit a deletion made by hand (karpenter.sh "Disruption",
+manual methods): only clawpoint's plan checks them.
+
+Not modelled: the choice of candidates (the test names the node), replacement nodes,
+provisioning for pending pods, the 15 s consolidation validation wait.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
-from tests.k8s.emulator import status, workloads
+from tests.k8s.conftest import node as node_manifest
+from tests.k8s.emulator import crds, status, workloads
 from tests.k8s.emulator.store import Obj
 
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
@@ -201,3 +220,135 @@ class Karpenter:
         if not any(t.get("key") == DISRUPTED_TAINT["key"] for t in taints):
             taints.append(dict(DISRUPTED_TAINT))
         self.store.update(self.nodes_kind, "", node, obj, api=False)
+
+
+# ----- NodePools and NodeClaims ----------------------------------------------------------
+GROUP, VERSION = "karpenter.sh", "v1"
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+INITIALIZED_LABEL = "karpenter.sh/initialized"
+TERMINATION_FINALIZER = "karpenter.sh/termination"
+
+
+def karpenter_crds() -> list[dict[str, Any]]:
+    pool = crds.crd(GROUP, VERSION, "NodePool", "nodepools", namespaced=False, scale=True)
+    pool["spec"]["versions"][0]["subresources"]["scale"]["statusReplicasPath"] = ".status.nodes"
+    claim = crds.crd(GROUP, VERSION, "NodeClaim", "nodeclaims", namespaced=False)
+    return [pool, claim]
+
+
+def nodepool(
+    name: str, *, limits: dict[str, str] | None = None, budgets: list[dict[str, Any]] | None = None,
+    policy: str = "WhenEmptyOrUnderutilized",
+) -> dict[str, Any]:  # fmt: skip
+    """A NodePool as the API server stores it (defaults applied: the 10% budget)."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws",
+                                                   "kind": "EC2NodeClass", "name": "default"},
+                                  "requirements": []}},
+            "limits": dict(limits or {}),
+            "disruption": {"consolidationPolicy": policy, "consolidateAfter": "0s",
+                           "budgets": budgets if budgets is not None else [{"nodes": "10%"}]},
+        },
+    }  # fmt: skip
+
+
+def seed_claimed_node(emu: Any, pool: str, name: str, *, kubelet: Any = None) -> None:
+    """A node Karpenter launched for ``pool``: the Node (Ready, initialized) and its
+    NodeClaim ``NAME-claim``; handed to the fake kubelet when one runs."""
+    pid = f"emulated://{name}"
+    node = node_manifest(name, labels={NODEPOOL_LABEL: pool, INITIALIZED_LABEL: "true"})
+    node["spec"] = {"providerID": pid}
+    claim = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "NodeClaim",
+        "metadata": {"name": f"{name}-claim", "labels": {NODEPOOL_LABEL: pool},
+                     "finalizers": [TERMINATION_FINALIZER]},
+        "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
+                                  "name": "default"}, "requirements": []},
+        "status": {"nodeName": name, "providerID": pid,
+                   "conditions": [{"type": "Ready", "status": "True"}]},
+    }  # fmt: skip
+    emu.seed(node, claim)
+    if kubelet is not None:
+        with kubelet._lock:
+            kubelet.nodes.add(name)
+
+
+class Termination:
+    """Karpenter's termination of deleted NodeClaims, one thread over the emulator's store."""
+
+    def __init__(self, emu: Any, kubelet: Any = None, *, poll_s: float = 0.05) -> None:
+        self.store, self.kubelet, self.poll_s = emu.store, kubelet, poll_s
+        self.claims = self.store.kinds[(GROUP, "nodeclaims")]
+        self.nodes = self.store.kinds[("", "nodes")]
+        self.pods = self.store.kinds[("", "pods")]
+        self.errors: list[str] = []
+        self.terminated: list[str] = []  # nodes, in order
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> Termination:
+        self._thread = threading.Thread(target=self._run, daemon=True, name="fake-karpenter")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                items, _ = self.store.list(self.claims, None,
+                                           lambda c: bool(c["metadata"].get("deletionTimestamp")))  # fmt: skip
+                for claim in items:
+                    self._terminate(claim)
+            except status.ApiError as exc:
+                if exc.code not in (404, 409):
+                    self.errors.append(repr(exc))
+            except Exception as exc:  # keep running; the test reads .errors
+                self.errors.append(repr(exc))
+            self._stop.wait(self.poll_s)
+
+    def _terminate(self, claim: Obj) -> None:
+        node = (claim.get("status") or {}).get("nodeName")
+        if node and not self._drained(str(node)):
+            return
+        if node:
+            with contextlib.suppress(status.ApiError):
+                self.store.delete(self.nodes, "", node)
+                self.terminated.append(str(node))
+            if self.kubelet is not None:
+                with self.kubelet._lock:
+                    self.kubelet.nodes.discard(node)
+        current = copy.deepcopy(self.store.get(self.claims, "", claim["metadata"]["name"]))
+        current["metadata"]["finalizers"] = [
+            f for f in current["metadata"].get("finalizers") or [] if f != TERMINATION_FINALIZER
+        ]
+        self.store.update(self.claims, "", current["metadata"]["name"], current, api=False)
+
+    def _drained(self, node: str) -> bool:
+        try:
+            obj = copy.deepcopy(self.store.get(self.nodes, "", node))
+        except status.ApiError:
+            return True
+        taints = obj["spec"].setdefault("taints", [])
+        if not any(t.get("key") == DISRUPTED_TAINT["key"] for t in taints):
+            taints.append(dict(DISRUPTED_TAINT))
+            self.store.update(self.nodes, "", node, obj, api=False)
+        pods, _ = self.store.list(self.pods, None,
+                                  lambda p: (p.get("spec") or {}).get("nodeName") == node)  # fmt: skip
+        left = [p for p in pods if is_active(p) and not _mirror(p)]
+        now = datetime.now(UTC)
+        for p in left:
+            m = p["metadata"]
+            if do_not_disrupt_active(p, now):
+                continue  # holds the node (no terminationGracePeriod here)
+            with contextlib.suppress(status.ApiError):  # a budget: tried again next pass
+                workloads.evict(self.store, m["namespace"], m["name"], {}, dry_run=False)
+        return not left

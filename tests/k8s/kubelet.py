@@ -21,7 +21,8 @@
   a real local process (its own session), with the container's ``env`` (values and the
   downward API's ``fieldRef``), and reports
   ``phase``, ``conditions`` (Ready, ContainersReady, PodScheduled) and ``containerStatuses``
-  (running, then terminated with the exit code). ``restartPolicy`` is honoured: Always
+  (running, then terminated with the exit code; the container's cpu/memory ``resources``,
+  resized in place by ``resizer``). ``restartPolicy`` is honoured: Always
   restarts the container after any exit, OnFailure after a non-zero one (``restartCount``,
   ``lastState``; the pod stays Running), with a short back-off (``restart_backoff_s``). A pod being deleted gets SIGTERM, then
   SIGKILL after ``deletionGracePeriodSeconds`` (the wrapper checkpoints inside that budget),
@@ -73,7 +74,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.k8s import container as ctr
-from tests.k8s import controllers, scheduler
+from tests.k8s import controllers, resizer, scheduler
 from tests.k8s.emulator import Emulator, status
 from tests.k8s.emulator.store import Obj
 
@@ -175,6 +176,7 @@ class FakeKubelet:
                     self._schedule()
                     self._taint_eviction()
                     self._pods()
+                    resizer.sync(self)
             except status.ApiError as exc:
                 # An object deleted (or replaced) between this pass's list and its write: the
                 # real controllers and kubelet requeue and see the new state next time
@@ -645,6 +647,9 @@ class FakeKubelet:
                         "imageID": "",
                         "containerID": f"fake://{popen.pid}",
                         "state": {"running": {"startedAt": started}},
+                        # What it runs with, as kubelets report since 1.33 (``resizer``).
+                        "resources": resizer.applied(container),
+                        "allocatedResources": resizer.applied(container).get("requests") or {},
                     }
                 ],
             },

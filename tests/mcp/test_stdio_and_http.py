@@ -92,7 +92,7 @@ async def test_stdio_lists_tools_with_annotations_and_calls_each(
         # (in_force_s, the workload's checkpoint_every, is left out: it has none)
         assert set(pays) == {"interval_s", "loss_s_per_h", "overhead_s_per_h", "why"}
         assert pays["interval_s"] >= 10 and pays["loss_s_per_h"] > 0
-        assert pays["why"].startswith("On-demand node:")
+        assert pays["why"].startswith("On-demand node, MTBF 720 h")
 
         plan = await client.call_tool(
             "migrate_workload", {"workload": "local:mcp-w", "dry_run": True}

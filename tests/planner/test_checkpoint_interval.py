@@ -184,3 +184,16 @@ def test_the_adaptive_interval_is_the_one_cycle_optimum() -> None:
         rate = _cycle_rate(cost, hazard, age, chosen)
         assert all(rate <= _cycle_rate(cost, hazard, age, iv) * (1 + 1e-6)
                    for iv in sweep_grid(10, 86_400, 300))  # fmt: skip
+
+
+def test_the_learned_mtbf_starts_at_the_prior_and_follows_what_was_seen() -> None:
+    from core.planner.interruption_hazard import learned_mtbf_h, mtbf_basis
+
+    assert learned_mtbf_h(4.0, 0, 0.0) == 4.0  # nothing watched: the configured guess
+    assert learned_mtbf_h(4.0, 0, 96.0) == 100.0  # four quiet days lengthen it
+    assert learned_mtbf_h(4.0, 99, 396.0) == pytest.approx(4.0)  # as often as configured
+    assert learned_mtbf_h(720.0, 10, 100.0) == pytest.approx(74.5, abs=0.1)  # failing often
+    assert mtbf_basis(4.0, 0, 0.0) == "MTBF 4 h as configured (nothing watched yet)"
+    assert mtbf_basis(4.0, 1, 10.0) == (
+        "MTBF 7 h: 1 interruption(s) in 10 node-hours watched and the configured 4 h"
+    )

@@ -26,7 +26,7 @@ def _json(*args: str, code: int = 0) -> Any:
 
 def test_list_and_check(tmp_path: Path, service: Service) -> None:
     names = {r["name"] for r in _json("list")}
-    assert "spot-interruption" in names and len(names) == 5
+    assert "spot-interruption" in names and len(names) == 6
     ok = _json("check", str(ROOT / "runbooks" / "sla-rescue.yaml"))
     assert ok["ok"] is True
     assert _json("check", "queue-backlog")["ok"] is True  # by name

@@ -67,7 +67,7 @@ async def test_tools_prompts_and_resources(settings: Settings, service: Service)
         listed = await _call(client, "list_runbooks", {})
         names = {r["name"] for r in listed["runbooks"]}
         assert names == {"spot-interruption", "gpu-node-failure", "node-maintenance-drain",
-                         "sla-rescue", "queue-backlog"}  # fmt: skip
+                         "sla-rescue", "queue-backlog", "capacity-planner"}  # fmt: skip
 
         prompts = {p.name: p for p in (await client.list_prompts()).prompts}
         assert set(prompts) >= names

@@ -4,7 +4,9 @@ workloads whose backend can ``set_checkpoint_interval``."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import tempfile
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,6 +19,8 @@ from core.planner.checkpoint_interval import daly_period
 from core.service import insights
 from core.service.economics import cases, checkpoint_economics
 from core.service.facade import Service
+from core.state.db import Database
+from core.state.interruptions import InterruptionHistory, Observed
 from tests.service.conftest import PERSON, counter, wait_step
 
 
@@ -31,6 +35,7 @@ class _Service:
         self.ckpts, self.fail = ckpts, fail
         self.node = NodeInfo(id="local:n", backend="local", name="n", spot=spot)
         self.settings = SimpleNamespace(economics=EconomicsConfig(spot_mtbf_h=2.0))
+        self.db = Database(Path(tempfile.mkdtemp(prefix="economics-")) / "state.db")
 
     def checkpoints(self, workload: str | None = None) -> list[CheckpointInfo]:
         if self.fail:
@@ -55,7 +60,7 @@ def test_a_spot_node_gets_young_daly_for_its_mtbf_from_the_median_cost() -> None
     pays = _for(_Service(ckpts, spot=True))
     assert pays.spot and pays.mtbf_h == 2.0 and (pays.pause_s, pays.wall_s) == (0.3, 0.6)
     assert pays.interval_s == pytest.approx(daly_period(0.3, 7200) - 0.6, abs=0.05)
-    assert pays.in_force_s == 600 and pays.why.startswith("Spot node:")
+    assert pays.in_force_s == 600 and pays.why.startswith("Spot node, MTBF 2 h")
     assert set(pays.brief()) == {"interval_s", "in_force_s", "loss_s_per_h",
                                  "overhead_s_per_h", "why"}  # fmt: skip
     on_demand = _for(_Service(ckpts, spot=False))
@@ -115,3 +120,26 @@ def test_only_a_backend_that_can_retime_a_workload_gets_the_proposal(
     can = local.capabilities(service.backends["local"])
     monkeypatch.setattr(local, "capabilities", lambda self: can - {Action.SET_CHECKPOINT_INTERVAL})
     assert retiming() == []
+
+
+def test_what_the_watch_saw_on_a_class_of_nodes_updates_its_configured_hazard() -> None:
+    """Two reclaims in 20 node-hours watched on spot nodes, against a 2 h prior: the MTBF
+    is (20 + 2) / (2 + 1) = 7.33 h, and the interval lengthens with it; on-demand nodes
+    keep theirs (nothing was seen there)."""
+    ckpts = [_ckpt(1, frozen_s=0.3, total_s=0.6)]
+    service: Any = _Service(ckpts, spot=True)
+    before = checkpoint_economics(service, W)
+    history = InterruptionHistory(service.db)
+    node = Observed("local:n", "local", True)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    for minute in range(0, 20 * 60 + 1, 5):  # a pass every 5 minutes for 20 hours
+        history.observe([node], t0 + timedelta(minutes=minute))
+    assert history.record(node, "reclaim", t0 + timedelta(hours=3))
+    assert not history.record(node, "reclaim", t0 + timedelta(hours=3))  # the same episode
+    assert history.record(node, "failure", t0 + timedelta(hours=9))
+    after = checkpoint_economics(service, W)
+    assert before is not None and after is not None
+    assert before.mtbf_h == 2.0 and after.mtbf_h == pytest.approx(22 / 3, abs=0.01)
+    assert after.interval_s > before.interval_s
+    assert "2 interruption(s) in 20 node-hours watched and the configured 2 h" in after.why
+    assert _for(_Service(ckpts, spot=False)).mtbf_h == 720  # another class, another history

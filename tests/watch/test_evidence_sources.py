@@ -130,3 +130,24 @@ def test_only_an_answering_provider_without_a_notice_ends_a_notice() -> None:
     assert notice_is_gone(here, [], down) is None
     assert notice_is_gone(here, [], up) is not None
     assert notice_is_gone("node-a", [notice], up) is None  # the same node, named bare
+
+
+def test_a_reclaim_notice_is_one_interruption_of_its_node_however_often_it_is_seen(
+    service: Service,
+) -> None:
+    """The checkpoint economics learn the hazard from what the watch saw: node-b (spot) is
+    reclaimed once, whatever the number of passes that see the notice; a rebalance
+    recommendation on node-a is a risk, not an interruption; both nodes were watched."""
+    from core.state.interruptions import InterruptionHistory
+
+    deadline = utcnow().replace(microsecond=0) + timedelta(seconds=120)
+    reclaim = InterruptionNotice(source="aws-imds", provider="aws", deadline=deadline,
+                                 action=InterruptionAction.TERMINATE, node="local:node-b")  # fmt: skip
+    rebalance = InterruptionNotice(source="aws-imds", provider="aws",
+                                   action=InterruptionAction.REBALANCE, node="local:node-a")  # fmt: skip
+    for _ in range(3):
+        watch_once(service, notices=[reclaim, rebalance])
+    history = InterruptionHistory(service.db)
+    spot, on_demand = history.tally("local", spot=True), history.tally("local", spot=False)
+    assert spot.events == 1 and on_demand.events == 0
+    assert spot.watched_h > 0 and on_demand.watched_h > 0  # three passes, seconds apart

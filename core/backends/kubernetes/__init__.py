@@ -13,7 +13,8 @@ undrain, failover), ``moves`` (a pod or a Job moved through a checkpoint), ``job
 moves the API server accepts, and Kueue-admitted Jobs through their Workloads), ``nodes``
 (node rules and fencing), ``builders`` (step builders), ``pods`` (reading pods, placement
 affinity), ``mutations`` (the mutating requests, previewed with ``dryRun=All``), ``steps``
-(``STEPS``, the step table, and crash recovery), ``kubelet_api`` (the kubelet checkpoint API
+(``STEPS``, the step table, and crash recovery), ``pools`` (node pools and ``scale_pool``
+through Cluster API or Karpenter; their rules in ``autoscalers``), ``kubelet_api`` (the kubelet checkpoint API
 probe) and ``incontainer`` (what ``pods/exec`` runs inside a wrapped container). See
 docs/kubernetes.md.
 """

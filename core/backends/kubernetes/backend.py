@@ -19,6 +19,9 @@ keys); every mutating request is previewed with ``dryRun=All`` when the plan is 
   to end, clear ``startTime`` through ``jobs/status``, set its template's node affinity,
   unsuspend; its next pod restores (``jobs``: the server's rule; steps it would refuse on a
   running Job are previewed as "validated when reached"). A Kueue-admitted Job is refused.
+- resize: a wrapped bare Pod's new CPU, memory, GPUs or GPU class: in place through
+  ``pods/resize`` when the server (1.33+), the change and the container's resizePolicy allow
+  it, else the migrate path with the new requests and limits (``resize``).
 - scale: replicas (``scale`` subresource) or Job parallelism; never below the floor
   (``k8s.min_replicas`` or the workload's ``clawpoint.io/min-replicas``).
 - drain_node: cordon; move every wrapped pod as migrate does; evict the rest through the
@@ -30,6 +33,9 @@ keys); every mutating request is previewed with ``dryRun=All`` when the plan is 
   interruption; a NotReady node is fenced first (``nodes``: cordon, out-of-service taint,
   and an expired lease or a person's word); each wrapped pod is then restored from its
   newest good checkpoint elsewhere.
+- scale_pool: a ``[k8s.pools.NAME]`` Cluster API MachineDeployment grown through its
+  ``scale`` subresource; it or a Karpenter NodePool shrunk by draining the nodes that lose
+  least with save, then removing them the autoscaler's way (``pools``, ``autoscalers``).
 - unsaved work (not an action; the watch pass and the checkpoint step): running wrapped pods
   whose newest checkpoint is stale carry ``karpenter.sh/do-not-disrupt`` so Karpenter does not
   consolidate their node; removed once a fresh one exists (``disruption``).
@@ -61,6 +67,7 @@ from core.backends.kubernetes import (
     mutations,
     placement,
     plans,
+    pools,
     step_args,
     steps,
 )
@@ -70,7 +77,7 @@ from core.backends.kubernetes.kubelet_api import CheckpointProbe, probe_checkpoi
 from core.backends.kubernetes.node_info import NodeDetail
 from core.backends.kubernetes.pods import pods_of, with_placement
 from core.backends.kubernetes.queue import QueueEntry, QueueReader
-from core.model import Action, CheckpointInfo, NodeInfo, WorkloadInfo
+from core.model import Action, CheckpointInfo, NodeInfo, PoolInfo, WorkloadInfo
 from core.store.store import CheckpointStore
 
 log = structlog.get_logger(__name__)
@@ -121,6 +128,10 @@ class KubernetesBackend:
         raise errors.NotFound(
             f"no Kubernetes node {name}", hint="list the nodes (kubectl get nodes)"
         )
+
+    def pools(self) -> list[PoolInfo]:
+        """``PoolSource``: the ``[k8s.pools]`` MachineDeployments and NodePools (``pools``)."""
+        return pools.pools(self)
 
     def get_node(self, node: str) -> NodeInfo:
         name = ids.parse_node_id(node)

@@ -21,6 +21,7 @@ from core import errors
 from core.backends.kubernetes import ids
 from core.backends.kubernetes.connection import Connection, Op
 from core.backends.kubernetes.node_info import NodeDetail, node_detail, to_node_info
+from core.backends.kubernetes.objects import pod_spec_gpus
 from core.backends.kubernetes.workload_info import to_workload
 from core.model import NodeInfo, WorkloadInfo
 
@@ -137,7 +138,8 @@ class Inventory:
             name = (p.get("spec") or {}).get("nodeName")
             if name:
                 by_node.setdefault(str(name), []).append(p)
-        return [node_detail(n, by_node.get(str(n["metadata"]["name"]), [])) for n in nodes]
+        label = self.conn.config.gpu_class_label
+        return [node_detail(n, by_node.get(str(n["metadata"]["name"]), []), label) for n in nodes]
 
     def nodes(self) -> list[NodeInfo]:
         return [to_node_info(d) for d in self.node_details()]
@@ -149,13 +151,37 @@ class Inventory:
             version = served.get(kind.kind)
             if version is None:
                 continue
-            out += [to_workload(kind, raw) for raw in self._list(kind, version)]
+            raws = self._list(kind, version)
+            labels = self._gpu_node_labels(raws) if kind.kind == "Pod" else None
+            out += [self._workload(kind, raw, labels) for raw in raws]
         return out
+
+    def _workload(
+        self, kind: ids.WorkloadKind, raw: Obj, labels: dict[str, dict[str, str]] | None
+    ) -> WorkloadInfo:
+        return to_workload(kind, raw, labels, self.conn.config.gpu_class_label)
+
+    def _gpu_node_labels(self, pods: list[Obj]) -> dict[str, dict[str, str]] | None:
+        """Node -> labels, read only when a pod with GPUs does not select its GPU class
+        itself (its class is then its node's)."""
+        label = self.conn.config.gpu_class_label
+        if not any(
+            pod_spec_gpus(p.get("spec"))
+            and label not in ((p.get("spec") or {}).get("nodeSelector") or {})
+            for p in pods
+        ):
+            return None
+        return {
+            str(n["metadata"]["name"]): dict((n.get("metadata") or {}).get("labels") or {})
+            for n in self.raw_nodes()
+        }
 
     def get_workload(self, workload_id: str) -> WorkloadInfo:
         """One workload by id; the id is validated before any request is sent."""
         ref = ids.parse_workload_id(workload_id)
-        return to_workload(ref.kind, self.read_raw(ref))
+        raw = self.read_raw(ref)
+        labels = self._gpu_node_labels([raw]) if ref.kind.kind == "Pod" else None
+        return self._workload(ref.kind, raw, labels)
 
     def read_raw(self, ref: ids.WorkloadRef) -> Obj:
         """The object behind ``ref`` as the API returns it; the namespace scope and whether

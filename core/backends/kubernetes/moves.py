@@ -40,9 +40,11 @@ def move_pod_steps(
     away: list[str],
     prefix: str,
     take_checkpoint: bool = True,
+    spec: Obj | None = None,
 ) -> list[PlanStep]:
     """Checkpoint-and-stop a wrapped bare pod, recreate it elsewhere so its wrapper restores
-    that checkpoint, then delete the old pod (only once the new one runs from it)."""
+    that checkpoint, then delete the old pod (only once the new one runs from it). ``spec``:
+    the copy's pod spec when it differs from the pod's (a resize's new resources)."""
     m = meta(pod)
     lineage = require_wrapped(pod)
     ns, old = m["namespace"], m["name"]
@@ -56,11 +58,12 @@ def move_pod_steps(
             "labels": dict(m.get("labels") or {}),
             "annotations": disruption.without_ours(m.get("annotations")),
         },
-        "spec": with_placement(pod.get("spec") or {}, to=to, away_from=away),
+        "spec": with_placement(spec or pod.get("spec") or {}, to=to, away_from=away),
     }
     steps: list[PlanStep] = []
     after: str | int = b.newest_seq(lineage)
     where = f"on {to}" if to else f"off {', '.join(away)}"
+    same = "same spec" if spec is None else "new resources"
     if take_checkpoint and restarts(pod):
         # restartPolicy Always/OnFailure: a payload stopped in place is started again by the
         # kubelet (and its wrapper would restore the checkpoint right there), so the old pod
@@ -72,7 +75,7 @@ def move_pod_steps(
             checkpoint_step(b, pod, stop=False, prefix=prefix),
             step(f"{prefix}delete_old", "delete_pod", f"delete pod {ns}/{old} (restartPolicy {policy}: stopping it in place would restart it; its wrapper checkpoints again on SIGTERM)", namespace=ns, name=old, grace_s=None),
             step(f"{prefix}wait_ended", "wait_pod_ended", f"wait until pod {ns}/{old} is gone", namespace=ns, name=old, timeout_s=b.cfg.checkpoint_timeout_s),
-            step(f"{prefix}create", "create_pod", f"create pod {ns}/{new_name} {where} (same spec; its wrapper restores {lineage})", namespace=ns, body=body),
+            step(f"{prefix}create", "create_pod", f"create pod {ns}/{new_name} {where} ({same}; its wrapper restores {lineage})", namespace=ns, body=body),
             wait_restored_step(b, f"{prefix}wait_restored", ns, f"metadata.name={new_name}", lineage, f"${prefix}checkpoint.seq"),
         ]  # fmt: skip
     if take_checkpoint:
@@ -83,7 +86,7 @@ def move_pod_steps(
         )  # fmt: skip
         after = f"${prefix}checkpoint.seq"
     steps += [
-        step(f"{prefix}create", "create_pod", f"create pod {ns}/{new_name} {where} (same spec; its wrapper restores {lineage})", namespace=ns, body=body),
+        step(f"{prefix}create", "create_pod", f"create pod {ns}/{new_name} {where} ({same}; its wrapper restores {lineage})", namespace=ns, body=body),
         wait_restored_step(b, f"{prefix}wait_restored", ns, f"metadata.name={new_name}", lineage, after),
         step(f"{prefix}delete_old", "delete_pod", f"delete the old pod {ns}/{old}", namespace=ns, name=old, grace_s=None if take_checkpoint else 0),
     ]  # fmt: skip

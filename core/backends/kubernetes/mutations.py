@@ -25,7 +25,50 @@ from core.model import PlanStep
 
 Obj = dict[str, Any]
 
-MUTATING = frozenset({"patch", "create_pod", "delete_pod", "evict"})
+MUTATING = frozenset(
+    {"patch", "create_pod", "delete_pod", "evict", "patch_object", "delete_object"}
+)
+
+# The custom objects a pool's steps may change (``pools``): nothing else, whatever a journal
+# says. (group, plural) -> namespaced.
+POOL_OBJECTS: dict[tuple[str, str], bool] = {
+    ("cluster.x-k8s.io", "machines"): True,
+    ("cluster.x-k8s.io", "machinedeployments"): True,
+    ("karpenter.sh", "nodeclaims"): False,
+}
+
+
+def _pool_object(args: Obj) -> tuple[str, str, str, str, str]:
+    """(group, version, plural, namespace, name) of a pool step's object, checked."""
+    group, plural = str(args["group"]), str(args["plural"])
+    namespaced = POOL_OBJECTS.get((group, plural))
+    if namespaced is None:
+        raise errors.InvalidInput(f"a pool step cannot change {plural}.{group}")
+    ns = ids.check_namespace(str(args["namespace"])) if namespaced else ""
+    version = ids.check_name(str(args["version"]), what="API version")
+    return group, version, plural, ns, ids.check_name(str(args["name"]))
+
+
+def _mutate_object(b: KubeContext, op: str, args: Obj, extra: Obj) -> Obj:
+    """A pool's custom object patched (a Machine's annotation, a MachineDeployment's
+    ``scale``) or deleted (a NodeClaim)."""
+    group, version, plural, ns, name = _pool_object(args)
+    custom = b.conn.api("CustomObjectsApi")
+    if op == "delete_object":
+        opn = Op("delete", plural, group, ns or None, name)
+        if ns:
+            return b.conn.call_json(opn, custom.delete_namespaced_custom_object, group, version,
+                                    ns, plural, name, **extra)  # fmt: skip
+        return b.conn.call_json(opn, custom.delete_cluster_custom_object, group, version,
+                                plural, name, **extra)  # fmt: skip
+    sub = str(args.get("subresource") or "")
+    if sub not in ("", "scale") or not isinstance(args.get("patch"), dict):
+        raise errors.InvalidInput("a pool patch is a JSON object, on the object or its scale")
+    opn = Op("patch", f"{plural}/{sub}" if sub else plural, group, ns or None, name)
+    method = "patch_namespaced_custom_object" + ("_scale" if sub else "")
+    kw = {**extra, "_content_type": "application/merge-patch+json"}
+    return b.conn.call_json(opn, getattr(custom, method), group, version, ns, plural, name,
+                            args["patch"], **kw)  # fmt: skip
 
 
 def mutate(b: KubeContext, op: str, args: Obj, *, dry_run: bool) -> Obj:
@@ -35,6 +78,8 @@ def mutate(b: KubeContext, op: str, args: Obj, *, dry_run: bool) -> Obj:
     ns = str(args.get("namespace") or "")
     if ns:
         ids.check_namespace(ns)
+    if op in ("patch_object", "delete_object"):
+        return _mutate_object(b, op, args, extra)
     if op == "patch":
         kind, name, patch, sub = (
             str(args["kind"]),
@@ -59,8 +104,8 @@ def mutate(b: KubeContext, op: str, args: Obj, *, dry_run: bool) -> Obj:
                 "StatefulSet": ("AppsV1Api", "patch_namespaced_stateful_set"),
                 "Pod": ("CoreV1Api", "patch_namespaced_pod"),
             }[wk.kind]
-            if sub == "scale":
-                method += "_scale"
+            if sub in ("scale", "resize"):  # pods/resize: an in-place resize (``resize``)
+                method += f"_{sub}"
             kw = dict(extra)
             if sub == "status":
                 # jobs/status: clearing startTime before a move, as a JSON merge patch
@@ -161,4 +206,11 @@ def describe(s: PlanStep) -> str:
         return f"CREATE Pod {a['namespace']}/{meta(a['body']).get('name')}"
     if s.op == "delete_pod":
         return f"DELETE Pod {a['namespace']}/{a['name']}"
+    if s.op in ("patch_object", "delete_object"):
+        where = f"{a['namespace']}/" if a.get("namespace") else ""
+        sub = f"/{a['subresource']}" if a.get("subresource") else ""
+        what = f"{a['plural']}.{a['group']} {where}{a['name']}{sub}"
+        if s.op == "delete_object":
+            return f"DELETE {what}"
+        return f"PATCH {what} {json.dumps(a['patch'], sort_keys=True)}"
     return f"EVICT Pod {a['namespace']}/{a['name']}"

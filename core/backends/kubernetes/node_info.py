@@ -5,7 +5,7 @@ The Ready condition and every other condition, cordon (and clawpoint's reason fo
 taints (spot interruption and other disruption taints recognised by key,
 ``DISRUPTION_TAINTS``), allocatable and allocated GPUs (``nvidia.com/gpu``, ``amd.com/gpu``;
 allocated = the effective requests of the non-terminal pods on the node that are in scope),
-instance type, zone, region, node pool and capacity type from the usual labels
+the GPU model (``pod_size.GPU_CLASS_LABEL`` or ``k8s.gpu_class_label``), instance type, zone, region, node pool and capacity type from the usual labels
 (``CAPACITY_LABELS``: Karpenter, EKS, GKE, AKS, kops/eksctl). Pure functions on raw JSON.
 """
 
@@ -24,6 +24,7 @@ from core.backends.kubernetes.objects import (
     pod_spec_gpus,
     quantity,
 )
+from core.backends.kubernetes.pod_size import GPU_CLASS_LABEL
 from core.model import NodeHealth, NodeInfo
 
 Obj = dict[str, Any]
@@ -124,6 +125,7 @@ class NodeDetail(BaseModel):
     gpus_allocatable: int = 0
     gpus_capacity: int = 0
     gpus_allocated: int = 0
+    gpu_class: str | None = None  # the GPU model label (``pod_size.GPU_CLASS_LABEL``)
     instance_type: str | None = None
     zone: str | None = None
     region: str | None = None
@@ -133,7 +135,9 @@ class NodeDetail(BaseModel):
     pods: list[str] = Field(default_factory=list)
 
 
-def node_detail(raw: Obj, pods_on_node: list[Obj]) -> NodeDetail:
+def node_detail(
+    raw: Obj, pods_on_node: list[Obj], gpu_class_label: str = GPU_CLASS_LABEL
+) -> NodeDetail:
     meta, spec, st = raw.get("metadata") or {}, raw.get("spec") or {}, raw.get("status") or {}
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     conds = conditions(raw)
@@ -168,6 +172,7 @@ def node_detail(raw: Obj, pods_on_node: list[Obj]) -> NodeDetail:
         gpus_allocatable=sum(int_quantity(alloc.get(r)) for r in GPU_RESOURCES),
         gpus_capacity=sum(int_quantity(cap.get(r)) for r in GPU_RESOURCES),
         gpus_allocated=sum(pod_spec_gpus(p.get("spec")) for p in pods_on_node),
+        gpu_class=labels.get(gpu_class_label) or None,
         instance_type=first_label(labels, INSTANCE_TYPE_LABELS),
         zone=first_label(labels, ZONE_LABELS),
         region=first_label(labels, REGION_LABELS),
@@ -228,6 +233,7 @@ def to_node_info(d: NodeDetail) -> NodeInfo:
         cpus=d.cpus,
         memory_mb=d.memory_mb,
         gpus=d.gpus_allocatable,
+        gpu_class=d.gpu_class,
         partitions=[d.pool] if d.pool else [],
         workloads=list(d.pods),
     )

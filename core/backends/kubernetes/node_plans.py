@@ -5,6 +5,7 @@ needs force, fencing) are ``nodes``'; moving each wrapped workload is ``moves``'
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from core import errors
@@ -40,87 +41,45 @@ from core.model import Action, PlanScope, PlanStep
 Obj = dict[str, Any]
 
 
-def _cordon_step(node: str, reason: str, description: str) -> PlanStep:
+def cordon_step(node: str, reason: str, description: str, name: str = "cordon") -> PlanStep:
     patch: Obj = {"spec": {"unschedulable": True}}
     if reason:
         patch["metadata"] = {"annotations": {REASON_ANNOTATION: reason}}
-    s = patch_step("cordon", "Node", "", node, patch, description)
+    s = patch_step(name, "Node", "", node, patch, description)
     s.args["reason"] = reason
     return s
+
+
+@dataclass
+class DrainBody:
+    """What draining one cordoned node takes: the steps that move or evict its pods, then the
+    check that it is empty, and what the plan says about them."""
+
+    steps: list[PlanStep] = field(default_factory=list)
+    moved: int = 0
+    evicted: int = 0
+    warnings: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)  # DaemonSet and mirror pods
+    forced: list[str] = field(default_factory=list)
+    not_handled: list[str] = field(default_factory=list)
+    visible: bool = True
 
 
 def plan_drain(b: KubeContext, node: str, params: DrainParams) -> PlanDraft:
 
     to = b.target_node(params.to, away_from=node)
     save, force, reason = params.save, params.force, params.reason
-    steps: list[PlanStep] = [_cordon_step(node, reason, f"cordon {node}: nothing new lands there")]
-    moved, evicted = 0, 0
-    warnings: list[str] = []
-    evictions: list[PlanStep] = []  # after the moves: a budget that blocks one moves nothing
-    jobs_moved: set[tuple[str, str]] = set()  # a Job moves once, with every pod it has
-    left: list[str] = []  # DaemonSet and mirror pods (kubectl drain leaves them too)
-    forced: list[str] = []  # evicted only because of force
-    unforced: list[tuple[str, str]] = []
-    for pod in b.list_pods(None, field_selector=f"spec.nodeName={node}"):
-        if not live(pod):
-            continue
-        why_left = nodes.left_alone(pod)
-        if why_left:
-            left.append(f"{nodes.name_of(pod)}: {why_left}")
-            continue
-        m = meta(pod)
-        prefix = f"{m['namespace']}-{m['name']}-"
-        # A wrapped pod saves itself: moved through a checkpoint (a bare or Job pod, with
-        # save), or checkpointing on SIGTERM (its emptyDir is the wrapper's scratch).
-        wrapped = bool(lineage_of(pod))
-        moved_kind = owner_kind(pod) in (None, "Job")
-        why_force = nodes.needs_force(pod, wrapped=wrapped, moved=save and wrapped and moved_kind)
-        if why_force:
-            if not force:
-                unforced.append((nodes.name_of(pod), why_force))
-                continue
-            forced.append(f"{nodes.name_of(pod)}: {why_force}")
-        if save and lineage_of(pod) and owner_kind(pod) in (None, "Job"):
-            require_wrapped(pod)
-            spec = spec_to_move(b, pod)
-            b.preflight(spec, to=to, away=[node], what=f"pod {m['namespace']}/{m['name']}",
-                        pod=(m["namespace"], m["name"]))  # fmt: skip
-            warnings += image_warnings(spec)
-        if save and lineage_of(pod) and owner_kind(pod) is None:
-            steps += move_pod_steps(b, pod, to=to, away=[node], prefix=prefix)
-            moved += 1
-        elif save and lineage_of(pod) and owner_kind(pod) == "Job":
-            job_name = next(
-                str(o["name"]) for o in m.get("ownerReferences") or [] if o.get("controller")
-            )
-            if (m["namespace"], job_name) in jobs_moved:
-                continue
-            jobs_moved.add((m["namespace"], job_name))
-            job_ref = ids.WorkloadRef(ids.kind_named("Job"), m["namespace"], job_name)
-            job = b.read_raw(job_ref)
-            lineages.check_identities("Job", job)
-            job_pods = [
-                p for p in pods_of(b, job_ref, job)
-                if lineage_of(p) and (p.get("status") or {}).get("phase") == "Running"
-            ] or [pod]  # fmt: skip
-            workload = jobs.kueue_workload(b, job)
-            if workload is not None and to is None:
-                # Through Kueue: the node is cordoned, so its new admission lands elsewhere.
-                steps += jobs.kueue_requeue_steps(b, job, workload, job_pods, prefix=prefix)
-            else:
-                steps += move_job_steps(b, job, job_pods, to=to, away=[node], prefix=prefix)
-            moved += 1
-        else:
-            evictions.append(
-                step(f"{prefix}evict", "evict", f"evict pod {m['namespace']}/{m['name']} (honouring its PodDisruptionBudget)",
-                     namespace=m["namespace"], name=m["name"], wait_s=b.cfg.eviction_wait_s)
-            )  # fmt: skip
-            evicted += 1
-    if unforced:
-        raise nodes.refuse_unforced(node, unforced)
-    steps += evictions
-    not_handled, visible = nodes.outside_scope(b, node)
-    steps.append(nodes.check_drained_step(b, node, visible=visible))
+    cordon = cordon_step(node, reason, f"cordon {node}: nothing new lands there")
+    body = drain_body(b, node, to=to, away=[node], save=save, force=force)
+    steps: list[PlanStep] = [cordon, *body.steps]
+    moved, evicted, warnings, left, forced = (
+        body.moved,
+        body.evicted,
+        body.warnings,
+        body.left,
+        body.forced,
+    )
+    not_handled, visible = body.not_handled, body.visible
     where = f" to {to}" if to else ""
     scope_ns = ", ".join(b.conn.scoped_namespaces or [])
     notes = ""
@@ -162,6 +121,85 @@ def plan_drain(b: KubeContext, node: str, params: DrainParams) -> PlanDraft:
     )
 
 
+def drain_body(
+    b: KubeContext, node: str, *, to: str | None, away: list[str], save: bool, force: bool,
+    check: str = "check_drained",
+) -> DrainBody:  # fmt: skip
+    """The steps after a node's cordon: each wrapped bare or Job pod moved through a
+    checkpoint (with ``save``) off every node in ``away``, the others evicted through the
+    Eviction API, then the check that nothing is left, step ``check`` (a pool's shrink
+    drains several nodes in one plan)."""
+    steps: list[PlanStep] = []
+    moved, evicted = 0, 0
+    warnings: list[str] = []
+    evictions: list[PlanStep] = []  # after the moves: a budget that blocks one moves nothing
+    jobs_moved: set[tuple[str, str]] = set()  # a Job moves once, with every pod it has
+    left: list[str] = []  # DaemonSet and mirror pods (kubectl drain leaves them too)
+    forced: list[str] = []  # evicted only because of force
+    unforced: list[tuple[str, str]] = []
+    for pod in b.list_pods(None, field_selector=f"spec.nodeName={node}"):
+        if not live(pod):
+            continue
+        why_left = nodes.left_alone(pod)
+        if why_left:
+            left.append(f"{nodes.name_of(pod)}: {why_left}")
+            continue
+        m = meta(pod)
+        prefix = f"{m['namespace']}-{m['name']}-"
+        # A wrapped pod saves itself: moved through a checkpoint (a bare or Job pod, with
+        # save), or checkpointing on SIGTERM (its emptyDir is the wrapper's scratch).
+        wrapped = bool(lineage_of(pod))
+        moved_kind = owner_kind(pod) in (None, "Job")
+        why_force = nodes.needs_force(pod, wrapped=wrapped, moved=save and wrapped and moved_kind)
+        if why_force:
+            if not force:
+                unforced.append((nodes.name_of(pod), why_force))
+                continue
+            forced.append(f"{nodes.name_of(pod)}: {why_force}")
+        if save and lineage_of(pod) and owner_kind(pod) in (None, "Job"):
+            require_wrapped(pod)
+            spec = spec_to_move(b, pod)
+            b.preflight(spec, to=to, away=away, what=f"pod {m['namespace']}/{m['name']}",
+                        pod=(m["namespace"], m["name"]))  # fmt: skip
+            warnings += image_warnings(spec)
+        if save and lineage_of(pod) and owner_kind(pod) is None:
+            steps += move_pod_steps(b, pod, to=to, away=away, prefix=prefix)
+            moved += 1
+        elif save and lineage_of(pod) and owner_kind(pod) == "Job":
+            job_name = next(
+                str(o["name"]) for o in m.get("ownerReferences") or [] if o.get("controller")
+            )
+            if (m["namespace"], job_name) in jobs_moved:
+                continue
+            jobs_moved.add((m["namespace"], job_name))
+            job_ref = ids.WorkloadRef(ids.kind_named("Job"), m["namespace"], job_name)
+            job = b.read_raw(job_ref)
+            lineages.check_identities("Job", job)
+            job_pods = [
+                p for p in pods_of(b, job_ref, job)
+                if lineage_of(p) and (p.get("status") or {}).get("phase") == "Running"
+            ] or [pod]  # fmt: skip
+            workload = jobs.kueue_workload(b, job)
+            if workload is not None and to is None:
+                # Through Kueue: the node is cordoned, so its new admission lands elsewhere.
+                steps += jobs.kueue_requeue_steps(b, job, workload, job_pods, prefix=prefix)
+            else:
+                steps += move_job_steps(b, job, job_pods, to=to, away=away, prefix=prefix)
+            moved += 1
+        else:
+            evictions.append(
+                step(f"{prefix}evict", "evict", f"evict pod {m['namespace']}/{m['name']} (honouring its PodDisruptionBudget)",
+                     namespace=m["namespace"], name=m["name"], wait_s=b.cfg.eviction_wait_s)
+            )  # fmt: skip
+            evicted += 1
+    if unforced:
+        raise nodes.refuse_unforced(node, unforced)
+    steps += evictions
+    not_handled, visible = nodes.outside_scope(b, node)
+    steps.append(nodes.check_drained_step(b, node, visible=visible, name=check))
+    return DrainBody(steps, moved, evicted, warnings, left, forced, not_handled, visible)
+
+
 def plan_cordon(b: KubeContext, node: str, params: CordonParams) -> PlanDraft:
     if b.node_detail(node).unschedulable:
         raise errors.Conflict(
@@ -170,7 +208,7 @@ def plan_cordon(b: KubeContext, node: str, params: CordonParams) -> PlanDraft:
         )
     reason = params.reason
     return PlanDraft(
-        steps=[_cordon_step(node, reason, f"cordon {node}: nothing new lands there; what runs stays")],
+        steps=[cordon_step(node, reason, f"cordon {node}: nothing new lands there; what runs stays")],
         summary=f"cordon {node}",
         rollback=f"undrain it: {command_of(Action.UNDRAIN_NODE)} {ids.PREFIX}{node}",
         scope=PlanScope(node=node),

@@ -140,14 +140,16 @@ def outside_scope(b: KubeContext, node: str) -> tuple[list[str], bool]:
     return still_running([p for p in pods if meta(p).get("namespace") not in scope]), True
 
 
-def check_drained_step(b: KubeContext, node: str, *, visible: bool) -> PlanStep:
+def check_drained_step(
+    b: KubeContext, node: str, *, visible: bool, name: str = "check_drained"
+) -> PlanStep:
     what = (
         "check that nothing but DaemonSet and mirror pods still runs on it, in any namespace"
         if visible
         else "try to check that nothing else runs on it (these credentials cannot list pods "
         "of every namespace: the node is not reported drained unless they can)"
     )
-    return step("check_drained", "check_node_drained", f"{node}: {what}", node=node)
+    return step(name, "check_node_drained", f"{node}: {what}", node=node)
 
 
 def run_check_drained(b: KubeContext, args: Obj) -> Obj:

@@ -140,14 +140,20 @@ def _show(name: str, value: Decimal) -> str:
     return f"{value.normalize():f}"
 
 
+def requests_of(pods: list[Obj]) -> dict[str, Decimal]:
+    """What ``pods`` hold of their node together: the sum of their ``pod_requests``."""
+    used: dict[str, Decimal] = {}
+    for p in pods:
+        _add(used, pod_requests(p.get("spec") or {}))
+    return used
+
+
 def resource_reasons(spec: Obj, node: Obj, others: list[Obj]) -> list[str]:
     alloc = {
         str(k): quantity(v)
         for k, v in ((node.get("status") or {}).get("allocatable") or {}).items()
     }
-    used: dict[str, Decimal] = {}
-    for p in others:
-        _add(used, pod_requests(p.get("spec") or {}))
+    used = requests_of(others)
     reasons: list[str] = []
     slots = alloc.get("pods")
     if slots is not None and len(others) + 1 > slots:
@@ -244,11 +250,10 @@ def check_node(spec: Obj, node: Obj, pods_on_node: list[Obj]) -> Fit:
     return fit
 
 
-def check_nodes(
-    spec: Obj, nodes: list[Obj], pods: list[Obj], *, skip_pod: tuple[str, str] | None = None
-) -> list[Fit]:
-    """``check_node`` over ``nodes``; ``skip_pod`` (namespace, name): the pod being moved,
-    whose own requests do not count against its target."""
+def pods_by_node(
+    pods: list[Obj], *, skip_pod: tuple[str, str] | None = None
+) -> dict[str, list[Obj]]:
+    """The pods bound to each node (by name), ``skip_pod`` (namespace, name) left out."""
     by_node: dict[str, list[Obj]] = {}
     for p in pods:
         m = p.get("metadata") or {}
@@ -257,6 +262,15 @@ def check_nodes(
         bound = (p.get("spec") or {}).get("nodeName")
         if bound:
             by_node.setdefault(str(bound), []).append(p)
+    return by_node
+
+
+def check_nodes(
+    spec: Obj, nodes: list[Obj], pods: list[Obj], *, skip_pod: tuple[str, str] | None = None
+) -> list[Fit]:
+    """``check_node`` over ``nodes``; ``skip_pod`` (namespace, name): the pod being moved,
+    whose own requests do not count against its target."""
+    by_node = pods_by_node(pods, skip_pod=skip_pod)
     return [
         check_node(spec, n, by_node.get(str((n.get("metadata") or {}).get("name")), []))
         for n in nodes

@@ -1,5 +1,5 @@
 """Plans of the workload actions on Kubernetes (checkpoint, preempt, resume, migrate, scale;
-see ``backend`` for what each does) and ``PLANS``, the dispatch table the backend plans and
+resize in ``resize``; see ``backend`` for what each does) and ``PLANS``, the dispatch table the backend plans and
 declares its capabilities from (node actions from ``node_plans``).
 
 Plans take ``KubeContext`` (``context``), not the backend. Each table entry resolves its
@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from core import errors
+from core.action_params import ResizeParams
 from core.actions import (
     ActionParams,
     CordonParams,
@@ -21,12 +22,13 @@ from core.actions import (
     FailoverParams,
     MoveParams,
     NoParams,
+    PoolSizeParams,
     ScaleParams,
     StartParams,
 )
 from core.backends.base import PlanDraft
 from core.backends.dispatch import PlanEntry
-from core.backends.kubernetes import ids, jobs, lineages, node_plans
+from core.backends.kubernetes import ids, jobs, lineages, node_plans, pools
 from core.backends.kubernetes.builders import (
     checkpoint_step,
     command_of,
@@ -45,6 +47,7 @@ from core.backends.kubernetes.pods import (
     require_wrapped,
     selector,
 )
+from core.backends.kubernetes.resize import plan_resize
 from core.model import Action, PlanScope, PlanStep
 
 Obj = dict[str, Any]
@@ -405,9 +408,11 @@ PLANS: dict[Action, PlanEntry[KubeContext]] = {
     Action.PREEMPT: PlanEntry(_on_workload(plan_preempt), NoParams),
     Action.RESUME: PlanEntry(_on_workload(plan_resume), StartParams),
     Action.MIGRATE: PlanEntry(_on_workload(plan_migrate), MoveParams),
+    Action.RESIZE: PlanEntry(_on_workload(plan_resize), ResizeParams),
     Action.SCALE: PlanEntry(_on_workload(plan_scale, identities=False), ScaleParams),
     Action.FAILOVER: PlanEntry(_failover, FailoverParams),
     Action.DRAIN_NODE: PlanEntry(_on_node(node_plans.plan_drain), DrainParams),
     Action.UNDRAIN_NODE: PlanEntry(_on_node(node_plans.plan_undrain), NoParams),
     Action.CORDON_NODE: PlanEntry(_on_node(node_plans.plan_cordon), CordonParams),
+    Action.SCALE_POOL: PlanEntry(pools.plan_scale_pool, PoolSizeParams),
 }

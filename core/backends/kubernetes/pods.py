@@ -12,7 +12,8 @@ from typing import Any
 from core import errors
 from core.backends.kubernetes import ids
 from core.backends.kubernetes.context import KubeContext
-from core.backends.kubernetes.lineages import CONTAINER_ANNOTATION, LINEAGE_ANNOTATION, lineage_of
+from core.backends.kubernetes.lineages import LINEAGE_ANNOTATION, lineage_of
+from core.backends.kubernetes.pod_size import wrapped_name
 
 Obj = dict[str, Any]
 
@@ -25,13 +26,10 @@ def meta(obj: Obj) -> Obj:
 
 
 def container_of(pod: Obj) -> str:
-    wanted = (meta(pod).get("annotations") or {}).get(CONTAINER_ANNOTATION)
-    names = [str(c.get("name")) for c in (pod.get("spec") or {}).get("containers") or []]
-    if wanted and wanted in names:
-        return str(wanted)
-    if not names:
+    name = wrapped_name(pod)
+    if name is None:
         raise errors.InvalidInput(f"pod {meta(pod).get('name')} has no containers")
-    return names[0]
+    return name
 
 
 def live(pod: Obj) -> bool:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field
+
 from core.backends.step_models import Later, StepArgs, StepOutput, build, read
 from core.model import PlanStep
 
@@ -92,6 +94,17 @@ class WaitRestoredArgs(StepArgs):
     timeout_s: Seconds
 
 
+class WaitResizedArgs(StepArgs):
+    """The kubelet reports ``container`` of pod ``name`` running with ``resources`` (an
+    in-place resize, ``resize``)."""
+
+    namespace: str
+    name: str
+    container: str
+    resources: dict[str, Any]
+    timeout_s: Seconds
+
+
 class CheckNodeDrainedArgs(StepArgs):
     node: str
 
@@ -104,7 +117,46 @@ class WaitLeaseExpiredArgs(StepArgs):
     timeout_s: Seconds
 
 
+class PatchObjectArgs(StepArgs):
+    """A merge patch of a pool's custom object (``mutations.POOL_OBJECTS``), or of its
+    ``scale`` subresource; ``namespace`` empty for a cluster-scoped one."""
+
+    group: str
+    version: str
+    plural: str
+    namespace: str
+    name: str
+    patch: dict[str, Any]
+    subresource: str = ""
+    # A size change: the replicas the plan saw; another size found first refuses the step
+    # (someone else scaled the group meanwhile: the plan's victims may no longer be right).
+    expect_replicas: int | None = None
+
+
+class DeleteObjectArgs(StepArgs):
+    """Delete a pool's custom object (a NodeClaim: Karpenter's way to remove its node)."""
+
+    group: str
+    version: str
+    plural: str
+    namespace: str
+    name: str
+
+
+class WaitPoolNodesArgs(StepArgs):
+    """The pool's nodes settle: each of ``gone`` has left the cluster and ``ready`` of the
+    pool's nodes are Ready (None: not waited on)."""
+
+    pool: str
+    gone: list[str] = Field(default_factory=list)
+    ready: int | None = None
+    timeout_s: Seconds
+
+
 ARGS: dict[str, type[StepArgs]] = {
+    "patch_object": PatchObjectArgs,
+    "delete_object": DeleteObjectArgs,
+    "wait_pool_nodes": WaitPoolNodesArgs,
     "patch": PatchArgs,
     "create_pod": CreatePodArgs,
     "delete_pod": DeletePodArgs,
@@ -113,6 +165,7 @@ ARGS: dict[str, type[StepArgs]] = {
     "wait_pods_gone": WaitPodsGoneArgs,
     "wait_pod_ended": WaitPodEndedArgs,
     "wait_restored": WaitRestoredArgs,
+    "wait_resized": WaitResizedArgs,
     "check_node_drained": CheckNodeDrainedArgs,
     "wait_lease_expired": WaitLeaseExpiredArgs,
 }
@@ -162,6 +215,11 @@ class RestoredOutput(StepOutput):
     restored_from: str
 
 
+class ResizedOutput(StepOutput):
+    pod: str
+    resources: dict[str, Any]
+
+
 class DrainedOutput(StepOutput):
     node: str
     drained: bool
@@ -172,7 +230,15 @@ class LeaseOutput(StepOutput):
     lease_expired: bool
 
 
+class PoolNodesOutput(StepOutput):
+    pool: str
+    nodes: list[str]
+
+
 OUTPUTS: dict[str, type[StepOutput]] = {
+    "patch_object": RequestOutput,
+    "delete_object": RequestOutput,
+    "wait_pool_nodes": PoolNodesOutput,
     "patch": RequestOutput,
     "create_pod": RequestOutput,
     "delete_pod": RequestOutput,
@@ -181,6 +247,7 @@ OUTPUTS: dict[str, type[StepOutput]] = {
     "wait_pods_gone": StoppedOutput,
     "wait_pod_ended": EndedOutput,
     "wait_restored": RestoredOutput,
+    "wait_resized": ResizedOutput,
     "check_node_drained": DrainedOutput,
     "wait_lease_expired": LeaseOutput,
 }

@@ -20,12 +20,13 @@ import structlog
 
 from core import errors
 from core.backends.base import ProgressFn
-from core.backends.kubernetes import disruption, ids, nodes
+from core.backends.kubernetes import disruption, ids, nodes, pools
 from core.backends.kubernetes.connection import Op, translate
 from core.backends.kubernetes.context import KubeContext
 from core.backends.kubernetes.lineages import lineage_of
 from core.backends.kubernetes.mutations import mutate
 from core.backends.kubernetes.pods import TERMINAL, container_of, live, meta
+from core.backends.kubernetes.resize import run_wait_resized
 
 log = structlog.get_logger("clawpoint.kubernetes")
 Obj = dict[str, Any]
@@ -60,6 +61,19 @@ def _create_pod(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
 
 def _delete_pod(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
     return _request(b, args, "delete_pod")
+
+
+def _patch_object(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
+    args = dict(args)
+    done = pools.guarded_scale(b, args)
+    return done if done is not None else _request(b, args, "patch_object")
+
+
+def _delete_object(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
+    try:
+        return _request(b, args, "delete_object")
+    except errors.NotFound:
+        return {"deleted": args["name"], "already_gone": True}
 
 
 def _wait_pods_gone(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
@@ -264,8 +278,12 @@ STEPS: dict[str, StepFn] = {
     "wait_pods_gone": _wait_pods_gone,
     "wait_pod_ended": _wait_pod_ended,
     "wait_restored": _wait_restored,
+    "wait_resized": run_wait_resized,
     "check_node_drained": lambda b, args, progress: nodes.run_check_drained(b, args),
     "wait_lease_expired": lambda b, args, progress: nodes.run_wait_lease_expired(b, args),
+    "patch_object": _patch_object,
+    "delete_object": _delete_object,
+    "wait_pool_nodes": pools.run_wait_pool_nodes,
 }
 
 
@@ -320,6 +338,8 @@ RECOVER: dict[str, Callable[[KubeContext, Obj], Obj | None]] = {
     "patch": _patched,
     "create_pod": _created,
     "delete_pod": _deleted,
+    "patch_object": pools.recover_patch_object,
+    "delete_object": pools.recover_delete_object,
 }
 
 

@@ -21,6 +21,13 @@ from core.backends.kubernetes.objects import (
     template_gpus,
     ts,
 )
+from core.backends.kubernetes.pod_size import (
+    GPU_CLASS_LABEL,
+    container_named,
+    container_size,
+    gpu_class_of,
+    wrapped_name,
+)
 from core.model import WorkloadInfo, WorkloadState
 
 Obj = dict[str, Any]
@@ -231,7 +238,14 @@ _STATE_OF: dict[str, Callable[[Obj], tuple[WorkloadState, str]]] = {
 }
 
 
-def to_workload(kind: ids.WorkloadKind, raw: Obj) -> WorkloadInfo:
+def to_workload(
+    kind: ids.WorkloadKind,
+    raw: Obj,
+    node_labels: dict[str, dict[str, str]] | None = None,
+    gpu_class_label: str = GPU_CLASS_LABEL,
+) -> WorkloadInfo:
+    """``raw`` as a ``WorkloadInfo``; a Pod's size is its wrapped container's (``pod_size``),
+    its GPU class the one it selects or its node's (``node_labels``: node -> labels)."""
     meta, spec = raw.get("metadata") or {}, raw.get("spec") or {}
     ref = ids.WorkloadRef(kind, str(meta.get("namespace", "")), str(meta.get("name", "")))
     state, message = _STATE_OF[kind.kind](raw)
@@ -247,9 +261,16 @@ def to_workload(kind: ids.WorkloadKind, raw: Obj) -> WorkloadInfo:
     node: str | None = None
     started: datetime | None = None
     partition: str | None = None
+    cpus: float | None = None
+    memory_mb: int | None = None
+    gpus = workload_gpus(kind.kind, raw)
+    gpu_class: str | None = None
     if kind.kind == "Pod":
         node = spec.get("nodeName") or None
         started = ts((raw.get("status") or {}).get("startTime"))
+        cpus, memory_mb = container_size(container_named(spec, wrapped_name(raw)))
+        if gpus:
+            gpu_class = gpu_class_of(spec, (node_labels or {}).get(node or ""), gpu_class_label)
     elif kind.kind == "Job":
         started = ts((raw.get("status") or {}).get("startTime"))
     elif kind.kind == "Workload":
@@ -275,7 +296,10 @@ def to_workload(kind: ids.WorkloadKind, raw: Obj) -> WorkloadInfo:
         labels=labels,
         namespace=ref.namespace,
         partition=partition,
-        gpus=workload_gpus(kind.kind, raw),
+        gpus=gpus,
+        cpus=cpus,
+        memory_mb=memory_mb,
+        gpu_class=gpu_class.lower() if gpu_class else None,
         started_at=started,
         message=message,
     )

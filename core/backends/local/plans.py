@@ -43,6 +43,7 @@ from core.backends.local.planning import (
     work_lost_note,
     workload_record,
 )
+from core.backends.local.starting import seen_on
 from core.backends.local.step_args import (
     CheckpointArgs,
     IntervalArgs,
@@ -321,7 +322,8 @@ def _plan_auto_interval(
     checkpoints are off today (then auto only adds checkpoints)."""
     ref, was = f"{NAME}:{rec.name}", rec.checkpoint_every
     node = ctx.node_config.get(rec.node or "")
-    auto = auto_interval.for_node(ctx.settings.economics, spot=bool(node and node.spot))
+    spot = bool(node and node.spot)
+    auto = auto_interval.for_node(ctx.settings.economics, spot=spot, seen=seen_on(ctx, spot=spot))
     newest = sorted(ctx.store.list(rec.name), key=lambda c: c.created_at, reverse=True)
     advice = auto_interval.advise(auto, newest[: auto_interval.RECENT])
     start = auto_interval.clamp(auto, advice.interval_s if advice else was)

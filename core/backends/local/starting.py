@@ -25,6 +25,7 @@ from core.checkpoint import engine
 from core.model import WorkloadState
 from core.polling import poll_until
 from core.specs import RunSpec
+from core.state.interruptions import InterruptionHistory, Tally
 from core.state.workloads import WorkloadRecord
 from core.wrapper import auto_interval, handoff
 from core.wrapper import fence as fencing
@@ -118,13 +119,20 @@ def _spec(ctx: LocalContext, rec: WorkloadRecord, node: str, **how: Any) -> RunS
     # An auto interval stays auto, with the hazard of the node it now starts on.
     spot = bool((cfg := ctx.node_config.get(node)) and cfg.spot)
     auto = (
-        auto_interval.for_node(ctx.settings.economics, spot=spot) if rec.checkpoint_auto else None
+        auto_interval.for_node(ctx.settings.economics, spot=spot, seen=seen_on(ctx, spot=spot))
+        if rec.checkpoint_auto
+        else None
     )
     return RunSpec(
         name=rec.name, node=node, engine=rec.engine, checkpoint_every=rec.checkpoint_every,
         checkpoint_auto=auto, command=rec.command, cwd=rec.cwd, labels=rec.labels,
         home=str(ctx.settings.home), **how,
     )  # fmt: skip
+
+
+def seen_on(ctx: LocalContext, *, spot: bool) -> Tally:
+    """What the watch loop saw on the local spot (or on-demand) nodes: the hazard's history."""
+    return InterruptionHistory(ctx.registry.db).tally(NAME, spot=spot)
 
 
 def start_standby(ctx: LocalContext, name: str, *, node: str) -> dict[str, Any]:

@@ -9,7 +9,7 @@ proxy, RBAC denials). Each module's docstring says where it differs from a real 
 Modules: ``server`` (the ``Emulator`` tests start), ``app`` (HTTP paths), ``store`` (state,
 resourceVersions, watch events), ``kinds`` (served resource types), ``selectors``,
 ``patching``, ``validation``, ``schema`` (OpenAPI schema checks of what clients send),
-``workloads`` (eviction, scale), ``rbac``, ``status`` (error
+``workloads`` (eviction, scale), ``resize`` (``pods/resize``), ``rbac``, ``status`` (error
 bodies), ``crds`` (CRDs of Kueue, Kubeflow, Ray and KServe for tests to register).
 """
 

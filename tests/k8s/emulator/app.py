@@ -4,7 +4,8 @@ Paths served: ``/version``, ``/api``, ``/apis``, ``/api/v1``, ``/apis/GROUP``,
 ``/apis/GROUP/VERSION`` (legacy discovery documents; aggregated discovery is not offered,
 so clients fall back to these as they do with older servers); collections and objects of
 every known kind, cluster-wide lists of namespaced kinds (``/api/v1/pods``), the
-``status`` and ``scale`` subresources, ``pods/eviction`` and ``nodes/NODE/proxy/...``
+``status`` and ``scale`` subresources, ``pods/eviction``, ``pods/resize`` (from 1.33, with
+``Emulator.version``: module ``resize``) and ``nodes/NODE/proxy/...``
 (only the kubelet's ``checkpoint`` endpoint behind it). Query parameters honoured:
 ``labelSelector``, ``fieldSelector``, ``limit`` / ``continue``, ``watch``,
 ``resourceVersion`` (watch start), ``timeoutSeconds``, ``dryRun=All``,
@@ -35,7 +36,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from tests.k8s.emulator import admission, patching, rbac, status, workloads
+from tests.k8s.emulator import admission, patching, rbac, resize, status, workloads
 from tests.k8s.emulator import kinds as kinds_mod
 from tests.k8s.emulator import schema as schema_mod
 from tests.k8s.emulator.selectors import parse_fields, parse_labels
@@ -153,7 +154,7 @@ class App:
     async def route(self, request: Request, path: str, body: Any) -> Response:
         parts = [p for p in path.split("/") if p]
         if parts in (["version"],):
-            return _json(VERSION)
+            return _json(self.emu.version)
         if parts == ["api"]:
             host = request.headers.get("host", "127.0.0.1")
             return _json(
@@ -217,7 +218,10 @@ class App:
                 k for k in self.store.kinds.values() if k.group == group and k.version == version
             ]
         return [
-            e for k in sorted(found, key=lambda k: k.plural) for e in kinds_mod.discovery_entry(k)
+            e
+            for k in sorted(found, key=lambda k: k.plural)
+            for e in kinds_mod.discovery_entry(k)
+            if e["name"] != "pods/resize" or resize.served(self.emu)
         ]
 
     # ----- paths ------------------------------------------------------------------------
@@ -289,6 +293,8 @@ class App:
                     store, kind, ns, str(t.name), body, content_type=ctype, dry_run=dry_run
                 )
             )
+        if t.sub == "resize":
+            return _json(self._resize(request, t, verb, body, dry_run))
         if t.name is None:
             if verb in ("list", "watch"):
                 match = self._matcher(q.get("labelSelector"), q.get("fieldSelector"), kind)
@@ -320,6 +326,8 @@ class App:
             return _json(self._present(kind, store.get(kind, ns, name)))
         if verb == "update":
             self._schema_check(request, kind, body, name)
+            if kind.key == ("", "pods") and resize.served(self.emu) and isinstance(body, dict):
+                resize.check_pod_update(store.get(kind, ns, name), body)
             return _json(
                 self._present(
                     kind, store.update(kind, ns, name, body, subresource=t.sub, dry_run=dry_run)
@@ -332,6 +340,8 @@ class App:
                     kind.builtin, request.headers.get("content-type", ""), current, body
                 )
                 self._schema_check(request, kind, patched, name)
+                if kind.key == ("", "pods") and not t.sub and resize.served(self.emu):
+                    resize.check_pod_update(current, patched)
                 new = store.update(
                     kind, ns, name, patched, subresource=t.sub, dry_run=dry_run, require_rv=False
                 )
@@ -369,6 +379,27 @@ class App:
                 )
             return _json(obj)
         raise status.method_not_allowed()
+
+    def _resize(self, request: Request, t: _Target, verb: str, body: Any, dry_run: bool) -> Obj:
+        """``pods/resize`` (``resize``): GET, PATCH or PUT of the pod; only its containers'
+        resources and resizePolicy change. 404 on a server older than 1.33."""
+        if not resize.served(self.emu) or t.name is None:
+            raise status.page_not_found()
+        kind, ns, name, store = t.kind, t.namespace or "", t.name, self.store
+        if verb == "get":
+            return self._present(kind, store.get(kind, ns, name))
+        if verb not in ("patch", "update"):
+            raise status.method_not_allowed()
+        with store.lock:
+            current = store.get(kind, ns, name)
+            sent = (
+                patching.apply(kind.builtin, request.headers.get("content-type", ""), current, body)
+                if verb == "patch"
+                else body
+            )
+            new = resize.validate(current, sent if isinstance(sent, dict) else {})
+            self._schema_check(request, kind, new, name)
+            return store.update(kind, ns, name, new, dry_run=dry_run, require_rv=False)
 
     def _schema_check(
         self, request: Request, kind: kinds_mod.Kind, body: Any, name: str | None = None

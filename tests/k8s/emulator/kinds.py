@@ -79,7 +79,7 @@ BUILTIN: tuple[Kind, ...] = (
         "Pod",
         True,
         short_names=("po",),
-        subresources=frozenset({"status", "eviction"}),
+        subresources=frozenset({"status", "eviction", "resize"}),
         fields=COMMON_FIELDS
         | {
             "spec.nodeName",
@@ -234,6 +234,16 @@ def discovery_entry(kind: Kind) -> list[dict[str, Any]]:
                     "version": "v1",
                     "kind": "Eviction",
                     "verbs": ["create"],
+                }
+            )
+        elif sub == "resize":
+            entries.append(
+                {
+                    "name": f"{kind.plural}/resize",
+                    "singularName": "",
+                    "namespaced": kind.namespaced,
+                    "kind": kind.kind,
+                    "verbs": ["get", "patch", "update"],
                 }
             )
         elif sub == "proxy":

@@ -26,7 +26,7 @@ import uvicorn
 import yaml
 
 from tests.k8s.emulator import status
-from tests.k8s.emulator.app import App
+from tests.k8s.emulator.app import VERSION, App
 from tests.k8s.emulator.kinds import Kind
 from tests.k8s.emulator.rbac import Rule
 from tests.k8s.emulator.store import Obj, Store
@@ -93,6 +93,8 @@ class Emulator:
         self.exec_handler: Callable[[str, str, str, list[str]], tuple[int, bytes, bytes]] | None = (
             None
         )
+        # What /version answers (a test sets an older one: pods/resize is served from 1.33).
+        self.version: dict[str, str] = dict(VERSION)
         self.crashes: list[str] = []  # unexpected exceptions inside the emulator (its bugs)
         self._lock = threading.Lock()
         self._app = App(self)
