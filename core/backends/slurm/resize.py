@@ -54,9 +54,16 @@ def plan_resize(b: SlurmContext, w: WorkloadInfo, params: ResizeParams) -> PlanD
         )
     before = sizing.size_of(w)
     after = sizing.wanted(w, params)
-    nodes = [n for n in b.nodes() if not w.partition or w.partition in n.partitions]
-    used = _used(b, w, nodes)
+    everywhere = b.nodes()
+    nodes = [n for n in everywhere if not w.partition or w.partition in n.partitions]
     to = b.node_name(str(params.to)) if params.to else None
+    if to and to in {n.name for n in everywhere} - {n.name for n in nodes}:
+        raise errors.Conflict(
+            f"node {to} is not in partition {w.partition} of Slurm job {w.name}",
+            hint=f"pass a node of {w.partition} as {errors.arg('to')}, or omit it "
+            f"({errors.step('list_nodes', backend='slurm')})",
+        )
+    used = _used(b, w, nodes)
     target = sizing.pick_node(nodes, after, used, workload=w, to=to)
     source = next((n for n in nodes if n.name == w.node), None)
     new = allocation_fields(
