@@ -21,12 +21,14 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from core import errors
 from core.backends.slurm import SbatchSpec, SlurmBackend, submit
 from core.config import load_settings
 from core.model import Action, ExecutionStatus
@@ -50,7 +52,7 @@ command_timeout_s = 10.0
 @pytest.fixture
 def counter(backend: SlurmBackend) -> Iterator[tuple[str, str]]:
     """(job id, lineage) of a wrapped counter running on n1 with 1 CPU and 300 MiB."""
-    lineage = f"resize-{os.getpid()}"
+    lineage = f"resize-{os.getpid()}-{uuid.uuid4().hex[:6]}"  # a checkpoint of its own
     spec = SbatchSpec(
         lineage=lineage, cpus=1, mem_mb=300, nodelist="n1",
         command=[sys.executable, "-m", "core.workloads.counter", "--state-mb", "16"],
@@ -63,8 +65,21 @@ def counter(backend: SlurmBackend) -> Iterator[tuple[str, str]]:
         wait_step(job, 20)
         yield job, lineage
     finally:
-        sh("scancel", job, check=False)
+        _cancel(backend, job)
         shutil.rmtree(CLUSTER_DIR / "checkpoints" / "root" / lineage, ignore_errors=True)
+
+
+def _cancel(backend: SlurmBackend, job: str) -> None:
+    """Cancel and wait until it holds nothing: the next test counts the nodes' free CPUs."""
+    sh("scancel", job, check=False)
+
+    def gone() -> bool:
+        try:
+            return backend.get_workload(job).state.value not in ("running", "pending")
+        except errors.NotFound:
+            return True
+
+    backend.wait_until(f"job {job} to leave its node", 60, gone)
 
 
 def _allocation(job: str) -> dict[str, str]:
@@ -98,13 +113,14 @@ def cli(slurm_env: dict[str, str], tmp_path: Path) -> Callable[..., tuple[int, A
 
 
 @pytest.fixture
-def sleeper(backend: SlurmBackend, job_name: str) -> str:
+def sleeper(backend: SlurmBackend, job_name: str) -> Iterator[str]:
     """A job that carries a lineage (as the wrapper's do) and only sleeps: enough to plan."""
     job = sh("sbatch", "--parsable", f"--job-name={job_name}", f"--comment=clawpoint:{job_name}",
              "--requeue", "-o", "/dev/null", "--cpus-per-task=1", "--mem=300M",
              "--wrap", "sleep 300").strip().split(";")[0]  # fmt: skip
     backend.wait_until("the job to run", 60, lambda: backend.get_workload(job).node)
-    return job
+    yield job
+    _cancel(backend, job)
 
 
 def test_fractional_cpus_are_refused(
@@ -144,9 +160,11 @@ def test_resize_restarts_the_job_with_its_new_allocation(
     assert out["plan"]["risk"] == "disruptive" and out["plan"]["expected_pause_s"] > 0, said
     steps = {s["name"]: s for s in out["execution"]["steps"]}
     saved = steps["wait_checkpoint"]["output"]["checkpoint"]
-    assert steps["wait_running"]["output"]["node"] == "n1"  # it fits on its own node
+    # On its own node when no other job holds n1's second CPU (another test may).
+    node = steps["place"]["output"]["NodeList"]
+    assert steps["wait_running"]["output"]["node"] == node
     after = _allocation(job)
-    assert after == {**before, "NumCPUs": "2"}, after  # read from Slurm
+    assert after == {**before, "NumCPUs": "2", "NodeList": node}, after  # read from Slurm
     assert backend.get_workload(job).cpus == 2
     assert_resumed(backend, lineage, job, saved)
 
@@ -165,12 +183,14 @@ def test_a_restart_that_fails_puts_the_job_back_as_it_was(
     monkeypatch.setenv("CLAWPOINT_HOME", str(home))
     monkeypatch.delenv("CLAWPOINT_CONFIG", raising=False)
     service = bootstrap(load_settings(home))
-    plan = service.plan(Action.RESIZE, f"slurm:{job}", {"cpus": 2, "to": "n2"})
-    sh("scontrol", "update", "nodename=n2", "state=DRAIN", "reason=resize-test")
+    idle = [n.name for n in backend.nodes() if n.name in ("n2", "n3") and not n.workloads]
+    target = (idle or ["n2"])[0]  # another test may use the cluster
+    plan = service.plan(Action.RESIZE, f"slurm:{job}", {"cpus": 2, "to": target})
+    sh("scontrol", "update", f"nodename={target}", "state=DRAIN", "reason=resize-test")
     try:
         ex = service.executor.run(plan, service.backend("slurm"), principal="tester")
     finally:
-        sh("scontrol", "update", "nodename=n2", "state=RESUME", check=False)
+        sh("scontrol", "update", f"nodename={target}", "state=RESUME", check=False)
     ex = service.journal.get(ex.id)
     assert ex.status is ExecutionStatus.ROLLED_BACK, ex.result
     assert [s["step"] for s in ex.result["compensation"]] == ["put_back", "wait_put_back"]
