@@ -238,6 +238,11 @@ class CapacityConfig(_Section):
     # this is on: an idle node is also where work moves to on a notice or a failure, and a
     # pool's min_size bounds what a person may do, not what should happen by itself.
     release_idle: bool = False
+    # The planner proposes growing a pool once the oldest job in its queue has waited this
+    # long (core.planner.capacity_advice): a site whose jobs usually start within minutes
+    # raises it, one that wants idle capacity back sooner lowers it. The default is the
+    # planner's own (capacity_advice.MIN_WAIT_S; a test keeps the two equal).
+    grow_after_wait_s: float = Field(default=60.0, ge=0, le=86400)
 
 
 class Settings(_Section):

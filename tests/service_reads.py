@@ -9,7 +9,8 @@ went into starting interpreters, not into the behaviour under test. What the use
 the rows here are what that command prints: the same service call
 (``Service.workloads``), dumped the same way (``model_dump(mode="json")``), less the
 command's ``checkpoint_interval`` advice (``core.service.economics.workload_rows``: it reads
-every checkpoint, which a polling loop does not need).
+every checkpoint, which a polling loop does not need). ``checkpoint_rows`` is what
+``clawpoint checkpoints REF --json`` prints (``Service.checkpoints``, the same dump).
 
 Limits: the caller's own user and environment (a test that runs the CLI as another user
 or with other ``CLAWPOINT_*`` variables must keep using the CLI); each call wires a fresh
@@ -37,3 +38,10 @@ def workload_row(
 ) -> dict[str, Any]:
     """One workload's row, found by ``name`` or ``id`` (StopIteration: none such)."""
     return next(w for w in workload_rows(home, backend) if w[by] == key)
+
+
+def checkpoint_rows(home: Path, workload: str | None = None) -> list[dict[str, Any]]:
+    """The checkpoints of ``workload`` (all: None), newest first, as ``clawpoint checkpoints
+    --json`` lists them."""
+    service = bootstrap(load_settings(home))
+    return [c.model_dump(mode="json") for c in service.checkpoints(workload)]

@@ -203,13 +203,17 @@ def resize_draft(
     scope: PlanScope,
     undo: list[PlanStep] | None = None,
     how: str = "",
+    restarts: bool = False,
 ) -> PlanDraft:
     """A resize's plan as every backend states it: in place or moved, the pause, the cost
     difference between the nodes (``added_cost_per_hour`` when the new node is dearer),
-    and the risk of ``resize_risk``. ``how``: the backend's words for the change."""
-    moves = source is None or source.name != target.name
+    and the risk of ``resize_risk``. ``how``: the backend's words for the change;
+    ``restarts``: the workload is checkpointed and restored even on its own node (Slurm's
+    new allocation, a Kubernetes replacement pod): a pause like a move, at no cost change."""
+    changes_node = source is None or source.name != target.name
+    moves = changes_node or restarts
     delta = target.price_per_hour - (source.price_per_hour if source else 0.0)
-    where = f"on {target.name}" if not moves else (
+    where = f"on {target.name}" if not changes_node else (
         f"from {source.name if source else 'nowhere'} to {target.name}"
     )  # fmt: skip
     summary = f"Resize {workload.id} from {before.text()} to {after.text()} {where}"
@@ -229,10 +233,10 @@ def resize_draft(
             f"{delta:+.2f}/h: {source.name if source else '-'} "
             f"({source.price_per_hour if source else 0:.2f}/h) -> {target.name} "
             f"({target.price_per_hour:.2f}/h)"
-            if moves
+            if changes_node
             else "none: same node"
         ),
         scope=scope,
         risk=resize_risk(moves=moves, gives_less=gives_less(before, after)),
-        added_cost_per_hour=max(0.0, delta) if moves else 0.0,
+        added_cost_per_hour=max(0.0, delta) if changes_node else 0.0,
     )

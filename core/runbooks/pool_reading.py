@@ -22,7 +22,7 @@ from typing import Any
 
 from core import errors
 from core.model import PoolInfo, utcnow
-from core.planner.capacity_advice import MIN_WAIT_S, PoolChange, pool_change, queue_for
+from core.planner.capacity_advice import PoolChange, pool_change, queue_for
 from core.service.capacity_facts import pool_facts
 from core.service.facade import Service
 
@@ -49,12 +49,15 @@ def _unchanged(pool: PoolInfo, pending: int, waited_min: float) -> str:
 
 
 def read_pool(
-    svc: Service, pool_id: str, *, min_wait_s: float = MIN_WAIT_S, now: datetime | None = None
+    svc: Service, pool_id: str, *, min_wait_s: float | None = None, now: datetime | None = None
 ) -> dict[str, Any]:
     """The pool's record plus its queue (``pending``, ``oldest_wait_minutes``) and the
     planner's change for it (``grow_to`` or ``shrink_to``, the other null; ``reason``), with
-    the growth's cost per hour and the person's cap."""
+    the growth's cost per hour and the person's cap. ``min_wait_s`` None: the site's
+    ``[capacity] grow_after_wait_s``, as the watch loop uses."""
     now = now or utcnow()
+    if min_wait_s is None:
+        min_wait_s = svc.settings.capacity.grow_after_wait_s
     pool, scaled_at = _find(svc, pool_id)
     queue = queue_for(pool, svc.queue_depth(pool.backend))
     change: PoolChange | None = pool_change(

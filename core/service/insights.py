@@ -417,6 +417,8 @@ def propose(
         errors_seen = seen.errors
     data, sla = planner_input(service, now=now, notices=notices, gpus=gpus, history=history,
                               nodes=nodes, workloads=workloads, problems=errors_seen)  # fmt: skip
+    if config is None:  # the site's own thresholds ([capacity] in config.toml)
+        config = PlannerConfig(pool_min_wait_s=service.settings.capacity.grow_after_wait_s)
     return PlanReport(
         observed_at=now,
         proposals=plan_actions(data, now=now, config=config),

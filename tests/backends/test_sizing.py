@@ -117,3 +117,18 @@ def test_only_a_change_in_place_that_gives_more_is_safe() -> None:
     assert gives_less(Size(), Size(memory_mb=4096))  # a limit where there was none
     assert gives_less(Size(cpus=4), Size(cpus=2))
     assert not gives_less(Size(cpus=2, memory_mb=1024), Size(cpus=4, memory_mb=1024))
+
+
+def test_a_restart_on_its_own_node_is_stated_as_a_move_at_no_cost() -> None:
+    from core.backends.sizing import resize_draft
+    from core.model import PlanScope
+
+    here = node("a", price=2.0)
+    w = workload(cpus=1)
+    args = {"source": here, "target": here, "steps": [], "pause_s": 1.5, "scope": PlanScope()}
+    in_place = resize_draft(w, Size(cpus=1), Size(cpus=2), **args)  # type: ignore[arg-type]
+    assert in_place.risk is RiskClass.SAFE and in_place.expected_pause_s == 0.0
+    again = resize_draft(w, Size(cpus=1), Size(cpus=2), restarts=True, **args)  # type: ignore[arg-type]
+    assert again.risk is RiskClass.DISRUPTIVE and again.expected_pause_s == 1.5
+    assert again.cost_effect == "none: same node" and again.added_cost_per_hour == 0.0
+    assert "on a" in again.summary and "checkpointed" in again.saves

@@ -5,18 +5,25 @@ payload run (status, the command's output as `summary`, delivery); a condition t
 answers fire:false leaves no run, only `triggerEvalCount` in `openclaw cron get ID`. No
 model is configured, so a fired agent turn ends with an auth error: the run is still
 recorded, which is what "the agent was woken" means here.
+
+Each read of those records starts `openclaw` (a Node process: about 2.5 s of CPU), so the
+waits read them sparingly: the trigger job's only around its evaluations (OpenClaw's own 30 s
+minimum interval sets this module's time, not the polling), the stream job's every few
+seconds. Where the workloads are, is read in-process (tests/service_reads.py).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.scheduling.conftest import CLAWPOINT, Gateway, Site, render_trigger, wait_for
+from tests.service_reads import workload_rows
 
 pytestmark = pytest.mark.node
 
@@ -35,6 +42,42 @@ def _latest_run(gw: Gateway, job: str, after: int) -> dict[str, Any] | None:
     return runs[0] if len(runs) > after else None
 
 
+AFTER_DUE_S = 20.0  # how long after an evaluation is due its outcome is polled for (every 2 s)
+
+
+def wait_for_evaluation(
+    gateway: Gateway, job: str, what: str, check: Callable[[], Any], timeout: float
+) -> Any:
+    """``wait_for(what, check)`` where only a trigger evaluation of ``job`` can make ``check``
+    true: between evaluations, sleep until the next is due (``state.nextRunAtMs``), then poll
+    every 2 s for AFTER_DUE_S (the evaluation's watch pass, the agent turn it may start). The
+    same checks and timeout as polling every 2 s throughout, a fraction of the reads."""
+    deadline = time.monotonic() + timeout
+    window_end = 0.0  # wall-clock time until which to keep polling
+    while True:
+        got = check()
+        if got:
+            return got
+        left = deadline - time.monotonic()
+        if left <= 0:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        now = time.time()
+        if now > window_end:
+            due = _next_due(gateway, job)
+            if due is not None and due > now:
+                time.sleep(min(due - now, left))  # nothing can change before it
+                window_end = due + AFTER_DUE_S
+                continue
+            window_end = now + AFTER_DUE_S  # one under way (or not said): watch its outcome
+        time.sleep(min(2.0, left))
+
+
+def _next_due(gateway: Gateway, job: str) -> float | None:
+    """When the job's next evaluation is due (epoch seconds; None: the gateway does not say)."""
+    due_ms = gateway.job(job).get("state", {}).get("nextRunAtMs")
+    return due_ms / 1000 if isinstance(due_ms, int | float) else None
+
+
 def test_quiet_command_job_reports_only_news_and_never_fails_on_20_or_21(
     gateway: Gateway, site: Site
 ) -> None:
@@ -45,14 +88,14 @@ def test_quiet_command_job_reports_only_news_and_never_fails_on_20_or_21(
     )  # fmt: skip
     try:
         gateway.openclaw("cron", "run", job, "--json")
-        quiet = wait_for("the quiet run", lambda: _latest_run(gateway, job, 0))
+        quiet = wait_for("the quiet run", lambda: _latest_run(gateway, job, 0), every=2)
         assert quiet["status"] == "ok", quiet
         assert not quiet.get("summary")  # nothing printed: nothing to announce
         assert quiet.get("deliveryError") is None and quiet.get("delivered") is False
 
         site.imds.mark_instance_action("terminate", in_seconds=120)
         gateway.openclaw("cron", "run", job, "--json")
-        news = wait_for("the run after the notice", lambda: _latest_run(gateway, job, 1))
+        news = wait_for("the run after the notice", lambda: _latest_run(gateway, job, 1), every=2)
         # watch exited 20 (a person must approve): a success for the scheduler, not an error.
         assert news["status"] == "ok", news
         summary = news["summary"]
@@ -78,14 +121,17 @@ def test_trigger_job_wakes_the_agent_once_and_only_when_needed(
         def evals() -> int:
             return int(gateway.job(job).get("state", {}).get("triggerEvalCount", 0))
 
-        wait_for("a quiet evaluation", lambda: evals() >= 1, timeout=150, every=2)
+        def until(what: str, check: Callable[[], Any], timeout: float) -> Any:
+            return wait_for_evaluation(gateway, job, what, check, timeout)
+
+        until("a quiet evaluation", lambda: evals() >= 1, timeout=150)
         assert gateway.runs(job) == []  # fire:false: no agent turn, no run history
 
         site.imds.mark_instance_action("terminate", in_seconds=120)
-        woke = wait_for("the wake-up", lambda: _latest_run(gateway, job, 0), timeout=150, every=2)
+        woke = until("the wake-up", lambda: _latest_run(gateway, job, 0), timeout=150)
         assert woke.get("sessionKey"), woke  # an agent turn was started for it
         seen = evals()
-        wait_for("two more evaluations", lambda: evals() >= seen + 2, timeout=300, every=3)
+        until("two more evaluations", lambda: evals() >= seen + 2, timeout=300)
         assert len([r for r in gateway.runs(job) if r.get("action") == "finished"]) == 1
     finally:
         gateway.openclaw("cron", "rm", job, "--json", check=False)
@@ -107,7 +153,7 @@ def test_stream_job_wakes_the_agent_on_a_line_that_needs_it(gateway: Gateway, si
         time.sleep(12)  # let the source make passes while all is quiet
         assert gateway.runs(job) == []
         site.imds.mark_instance_action("terminate", in_seconds=120)
-        woke = wait_for("the wake-up", lambda: _latest_run(gateway, job, 0), timeout=120)
+        woke = wait_for("the wake-up", lambda: _latest_run(gateway, job, 0), timeout=120, every=3)
         assert woke.get("sessionKey"), woke
     finally:
         gateway.openclaw("cron", "rm", job, "--json", check=False)
@@ -123,7 +169,7 @@ def test_stream_job_does_not_wake_for_what_watch_settled(gateway: Gateway, site:
         site.imds.mark_instance_action("terminate", in_seconds=120)
 
         def moved() -> bool:
-            got = json.loads(site.cli("workloads", "--json").stdout)
+            got = workload_rows(site.home)
             return [(w["node"], w["state"]) for w in got] == [("node-a", "running")]
 
         wait_for("watch to move the workload under the grant", moved, timeout=120)

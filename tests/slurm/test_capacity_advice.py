@@ -2,12 +2,14 @@
 
 Two jobs are submitted held to the loopback cluster's ``elastic`` partition, whose CLOUD
 nodes n4 and n5 are powered down (held, so Slurm does not power a node up for them itself).
-Once they have waited past the planner's threshold (60 s), ``watch --once --json`` from the
-installed ``clawpoint`` proposes ``scale_pool`` of ``slurm:elastic`` to 2 nodes (one per
-pending job), naming the wait and the cost it adds. With ``[capacity] max_added_per_hour``
-at 0 the growth is disruptive, so the pass asks a person (exit 20) and nothing powers up:
-the test leaves the nodes as it found them. The jobs are cancelled afterwards and every
-elastic node is powered down again, so the other Slurm tests see n1..n3 only.
+Once they have waited past the planner's threshold (``[capacity] grow_after_wait_s``: the
+site's setting, 5 s here; its 60 s default is pinned by the rule's unit tests), ``watch
+--once --json`` from the installed ``clawpoint`` proposes ``scale_pool`` of ``slurm:elastic``
+to 2 nodes (one per pending job), naming the wait and the cost it adds. With ``[capacity]
+max_added_per_hour`` at 0 the growth is disruptive, so the pass asks a person (exit 20) and
+nothing powers up: the test leaves the nodes as it found them. The jobs are cancelled
+afterwards and every elastic node is powered down again, so the other Slurm tests see n1..n3
+only.
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ command_timeout_s = 10.0
 price_per_hour = 2.0
 [capacity]
 max_added_per_hour = 0.0
+grow_after_wait_s = 5.0
 """
-WAIT_S = 62.0  # past the planner's default pool_min_wait_s (60 s)
+WAIT_S = 7.0  # past grow_after_wait_s, with room for Slurm's whole-second submit times
 
 
 @pytest.fixture

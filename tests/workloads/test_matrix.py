@@ -14,7 +14,6 @@ covered with the file-state contract.
 from __future__ import annotations
 
 import itertools
-import json
 import re
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests.service_reads import checkpoint_rows
 from tests.workloads.conftest import PROGRAMS, Cli
 
 pytestmark = pytest.mark.criu
@@ -114,8 +114,10 @@ def test_numpy_job_with_periodic_checkpoints(cli: Cli) -> None:
     cycle(cli, name, [sys.executable, program("numpy_job.py"), "150"], every=5.0)
 
     def newest() -> dict[str, Any]:
-        rows = json.loads(cli("checkpoints", ref, "--json").stdout)
-        return max(rows, key=lambda c: str(c["created_at"]))  # type: ignore[no-any-return]
+        # Read in-process: this polls (an interpreter per poll otherwise); the command
+        # itself is tested in tests/cli.
+        rows = checkpoint_rows(cli.home, ref)
+        return max(rows, key=lambda c: str(c["created_at"]))
 
     # A failover loses under one interval: once the next periodic checkpoint is published,
     # kill the payload; the failover restores that checkpoint, not an older one.

@@ -63,7 +63,7 @@ from core.backends.kubernetes.pod_size import (
 from core.backends.kubernetes.pods import container_of, meta, require_wrapped
 from core.backends.kubernetes.workload_info import to_workload
 from core.backends.sizing import Size, pick_node, resize_draft, size_of, wanted
-from core.model import PlanScope, PlanStep, RiskClass
+from core.model import PlanScope, PlanStep
 from core.sizes import MIB
 from core.timings import estimate_pause
 
@@ -234,16 +234,12 @@ def plan_resize(b: KubeContext, ref: ids.WorkloadRef, raw: Obj, params: ResizePa
         None, resident_bytes=(before.memory_mb or 0) * MIB
     )
     scope.fits = [target.name]
-    draft = resize_draft(
+    # A replacement on the same node still stops the process: a move, not a change in place.
+    return resize_draft(
         workload, before, after, source=source, target=target, steps=steps,
         pause_s=pause or 0.0, scope=scope, how=f"checkpointed and restored: {why}",
+        restarts=True,
     )  # fmt: skip
-    if target.name == source_name:
-        # A replacement on the same node still stops the process: a move, not a change in place.
-        draft.risk = RiskClass.DISRUPTIVE
-        draft.expected_pause_s = round(pause or 0.0, 3)
-        draft.saves = "its full state (checkpointed and restored)"
-    return draft
 
 
 def _resize_step(

@@ -1,0 +1,39 @@
+"""bench/suite_times.py: a ``--durations=0`` output summed per directory and per xdist group."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.suite_times import Times, report
+
+ROOT = Path(__file__).resolve().parents[1]
+OUTPUT = """
+============================= slowest durations =============================
+64.05s call     tests/slurm/test_capacity_advice.py::test_grows@slurm
+2.50s setup    tests/slurm/test_e2e.py::test_down[x]@slurm
+10.00s call     tests/scheduling/test_openclaw_jobs.py::test_t@module:tests/scheduling/test_openclaw_jobs.py
+3.25s teardown tests/cli/test_start.py::test_help
+1 failed, 3 passed, 1 skipped in 80.50s (0:01:20)
+"""
+
+
+def test_sums_per_directory_and_group_and_the_wall_time() -> None:
+    t = Times(OUTPUT)
+    assert dict(t.by_dir) == {"tests/slurm": 66.55, "tests/scheduling": 10.0, "tests/cli": 3.25}
+    assert dict(t.by_group) == {
+        "slurm": 66.55, "module:tests/scheduling/test_openclaw_jobs.py": 10.0, "-": 3.25,
+    }  # fmt: skip
+    assert t.wall == 80.5 and len(t.tests) == 4
+    text = report(t, Times(OUTPUT.replace("64.05s", "4.05s")))
+    assert "tests/slurm" in text and "(+60.0)" in text
+    assert "largest group: slurm (66.5 s); the run's wall time: 80.5 s" in text
+
+
+def test_an_output_without_durations_is_refused(tmp_path: Path) -> None:
+    empty = tmp_path / "out.txt"
+    empty.write_text("3 passed in 1.00s\n")
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "suite_times.py"), str(empty)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 2 and "--durations=0" in done.stderr
