@@ -30,7 +30,7 @@ from core.backends.slurm.context import SlurmContext
 from core.backends.slurm.inventory import allocated
 from core.backends.slurm.moving import allocation_fields, place, restart, save_and_stop
 from core.backends.slurm.step_args import JobWaitArgs, PutBackArgs, step
-from core.model import NodeInfo, PlanScope, RiskClass, WorkloadInfo, WorkloadState
+from core.model import NodeInfo, PlanScope, WorkloadInfo, WorkloadState
 from core.timings import estimate_pause
 
 # Requeue, release, scheduling and a new wrapper's start on top of dump and restore (the
@@ -95,7 +95,8 @@ def plan_resize(b: SlurmContext, w: WorkloadInfo, params: ResizeParams) -> PlanD
             f"wait until job {w.name} runs again where it was",
         ),
     ]
-    draft = sizing.resize_draft(
+    # Every resize restarts the job, on its own node too: a pause, its state saved first.
+    return sizing.resize_draft(
         w,
         before,
         after,
@@ -106,16 +107,7 @@ def plan_resize(b: SlurmContext, w: WorkloadInfo, params: ResizeParams) -> PlanD
         scope=PlanScope(partition=w.partition, node=w.node, gpus=w.gpus, labels=w.labels),
         undo=undo,
         how=HOW,
-    )
-    if target.name != w.node:
-        return draft
-    # On its own node too the job stops and restarts: a pause, and its state saved first.
-    return draft.model_copy(
-        update={
-            "expected_pause_s": round(_pause(b, w), 3),
-            "saves": "its full state (checkpointed and restored)",
-            "risk": RiskClass.DISRUPTIVE,
-        }
+        restarts=True,
     )
 
 
