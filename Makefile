@@ -47,6 +47,7 @@ test: deps venv style
 bench: deps venv
 	$(BIN)/python bench/checkpoint.py
 	$(BIN)/python bench/migration.py
+	$(BIN)/python bench/resize.py
 	$(BIN)/python bench/unprivileged.py
 	$(BIN)/python bench/real_software.py
 	$(BIN)/python bench/spot_policy.py

@@ -50,6 +50,10 @@ class RunSpec(BaseModel):
     checkpoint_every: float | None = Field(default=None, gt=0)
     # Set: the interval is ``auto``; ``checkpoint_every`` is where it starts from.
     checkpoint_auto: AutoInterval | None = None
+    # Its limits (``core.wrapper.cgroup_limits``): CPUs (a bandwidth quota) and memory in
+    # MiB; None: not limited. A start with either runs the payload in a cgroup of its own.
+    cpus: float | None = Field(default=None, gt=0, le=1024)
+    memory_mb: int | None = Field(default=None, ge=1)
     command: list[str] = Field(min_length=1)
     cwd: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)

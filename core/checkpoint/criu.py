@@ -465,6 +465,7 @@ class CriuEngine:
             abort=req.abort,
             env=self.criu_env(),
             lazy=req.lazy and lazy_pages.supported(req.cfg.criu_path),
+            join=req.join,
         )
 
 

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import structlog
@@ -47,6 +47,7 @@ def restore(
     abort: threading.Event | None = None,
     env: Mapping[str, str] | None = None,
     lazy: bool = False,
+    join: Callable[[], None] | None = None,
 ) -> engine.Restored:
     """Restore a dumped tree as a child of the calling process; returns its root's host pid.
 
@@ -58,6 +59,10 @@ def restore(
     CRIU can spin for ever on damaged page images, so it is never waited out.
     ``lazy``: post-copy (``core.checkpoint.lazy``): the tree is restored without its memory,
     which a ``criu lazy-pages`` daemon then faults in and copies in the background.
+    ``join`` runs in CRIU's process before exec (``core.wrapper.cgroup_limits``): it enters
+    the workload's cgroup, and with ``--manage-cgroups=ignore`` the tasks it forks stay
+    there (else CRIU's default, soft, would put them back into the cgroup they were dumped
+    in, ``Documentation/criu.txt``).
     """
     exe = require(criu_path)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -73,6 +78,8 @@ def restore(
             argv.append("--leave-stopped")
         if daemon is not None:
             argv.append("--lazy-pages")
+        if join is not None:
+            argv.append("--manage-cgroups=ignore")
         fds = []
         for inode, fd in (inherit_pipes or {}).items():
             argv += ["--inherit-fd", f"fd[{fd}]:pipe:[{inode}]"]
@@ -88,6 +95,7 @@ def restore(
                 text=True,
                 pass_fds=fds,
                 env=None if env is None else dict(env),
+                preexec_fn=join,
             )
             while True:
                 try:

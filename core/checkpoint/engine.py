@@ -98,6 +98,9 @@ class RestoreRequest:
     inherit_pipes: Mapping[int, int] = field(default_factory=dict)
     abort: threading.Event = field(default_factory=threading.Event)
     lazy: bool = False  # post-copy where the engine can; others restore as usual
+    # Run in the restoring process before it execs (a CRIU engine's ``criu restore``): it
+    # enters the workload's cgroup, and the tasks it restores are born there.
+    join: Callable[[], None] | None = None
     # Filled by ``prepare_restore``: what it did to the workload's files (files.put_back).
     files: list[dict[str, Any]] = field(default_factory=list)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -203,6 +203,7 @@ def restore_staged(
     info: CheckpointInfo,
     inherit_pipes: Mapping[int, int] | None = None,
     lazy: bool = False,
+    join: Callable[[], None] | None = None,
 ) -> Restored:
     """Restore a handoff's staged images (written a moment ago on this host, not yet
     published: nothing to hash them against) and let the tree run at once. ``images`` must
@@ -211,7 +212,7 @@ def restore_staged(
     checkpoint afterwards."""
     t0 = time.perf_counter()
     req = RestoreRequest(images=images, info=info, work_dir=work_dir, cfg=cfg,
-                         inherit_pipes=dict(inherit_pipes or {}), lazy=lazy)  # fmt: skip
+                         inherit_pipes=dict(inherit_pipes or {}), lazy=lazy, join=join)  # fmt: skip
     restored = eng.restore(req)
     if restored.pid is not None:
         eng.resume(restored.pid)
@@ -230,6 +231,7 @@ def restore_verified(
     inherit_pipes: Mapping[int, int] | None = None,
     lazy: bool = False,
     resume_early: bool = False,
+    join: Callable[[], None] | None = None,
 ) -> Restored:
     """Restore and verify concurrently; resume only a verified tree.
 
@@ -254,6 +256,7 @@ def restore_verified(
             inherit_pipes=inherit_pipes,
             lazy=lazy,
             resume_early=resume_early,
+            join=join,
         )
 
 
@@ -267,6 +270,7 @@ def _restore_verified(
     inherit_pipes: Mapping[int, int] | None = None,
     lazy: bool = False,
     resume_early: bool = False,
+    join: Callable[[], None] | None = None,
 ) -> Restored:
     t0 = time.perf_counter()
     images = store.images_dir(checkpoint_id)
@@ -281,6 +285,7 @@ def _restore_verified(
         cfg=cfg,
         inherit_pipes=dict(inherit_pipes or {}),
         lazy=lazy,
+        join=join,
     )
     try:
         eng.prepare_restore(req)

@@ -17,6 +17,7 @@ from core.engine_names import ENGINES
 from core.engine_names import check as check_engine
 from core.lineage import pod_lineage
 from core.model import parse_labels, validate_interval_s, validate_name
+from core.sizes import MEMORY_HELP, memory_mib
 
 run_app = typer.Typer(add_completion=False)
 COMMANDS = {"run": run_app}
@@ -66,6 +67,20 @@ def run(
             "recorded in the audit log).",
         ),
     ] = False,
+    cpus: Annotated[
+        float | None,
+        typer.Option(
+            help="CPUs it may use (a cgroup CPU quota; 0.5, 2...). Needs root or "
+            "[local] cgroup_root."
+        ),
+    ] = None,
+    memory: Annotated[
+        str | None,
+        typer.Option(
+            help="Memory it may use (a cgroup limit: 512Mi, 4Gi...). Needs root or "
+            "[local] cgroup_root."
+        ),
+    ] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Run CMD checkpointably; restores the newest good checkpoint of NAME if there is one
@@ -76,6 +91,9 @@ def run(
     if checkpoint_every is not None:
         validate_interval_s(checkpoint_every, what="--checkpoint-every")
     labels = parse_labels(label or [], what="--label")
+    memory_mb = _memory_mb(memory)
+    if cpus is not None and not 0 < cpus <= 1024:
+        raise errors.InvalidInput(f"--cpus {cpus:g} is out of range", hint="give 0.01 to 1024")
     config = settings()
     engine = engine or config.checkpoint.default_engine
     check_engine(engine)  # an unknown name is refused here, naming the known ones
@@ -99,6 +117,8 @@ def run(
         node=node,
         engine=engine,
         checkpoint_every=checkpoint_every,
+        cpus=cpus,
+        memory_mb=memory_mb,
         command=command,
         cwd=os.getcwd(),
         labels=labels,
@@ -122,6 +142,16 @@ def run(
         f"started [bold]{output.esc(result.id)}[/] on {output.esc(result.node)} (pid {result.pid})",
         highlight=False,
     )
+
+
+def _memory_mb(memory: str | None) -> int | None:
+    """``--memory`` in MiB; InvalidInput (exit 2) saying how to write it."""
+    if memory is None:
+        return None
+    try:
+        return memory_mib(memory)
+    except ValueError as exc:
+        raise errors.InvalidInput(f"--memory: {exc}", hint=f"write it as {MEMORY_HELP}") from None
 
 
 def _exit_status_words(status: str | None, code: int) -> str:

@@ -92,6 +92,9 @@ MIGRATIONS: dict[str, list[str]] = {
         "ALTER TABLE executions ADD COLUMN owner_start TEXT",
         # v4: a workload whose checkpoint interval is auto (its wrapper re-times it).
         "ALTER TABLE workloads ADD COLUMN checkpoint_auto INTEGER NOT NULL DEFAULT 0",
+        # v5, v6: a workload's size, its limits on every start (``resize``).
+        "ALTER TABLE workloads ADD COLUMN cpus REAL",
+        "ALTER TABLE workloads ADD COLUMN memory_mb INTEGER",
     ],
 }
 

@@ -33,6 +33,9 @@ class WorkloadRecord(BaseModel):
     # The interval is ``auto``: the wrapper re-times it (``checkpoint_every``: what it uses
     # now) and a restart of the workload is auto too, with its new node's hazard.
     checkpoint_auto: bool = False
+    # Its limits (None: none), applied again on every start (``core.wrapper.cgroup_limits``).
+    cpus: float | None = None
+    memory_mb: int | None = None
     last_checkpoint: str | None = None
     exit_status: str | None = None
     message: str = ""
@@ -57,6 +60,8 @@ class WorkloadRecord(BaseModel):
             else None,
             checkpoint_every=self.checkpoint_every,
             checkpoint_auto=self.checkpoint_auto,
+            cpus=self.cpus,
+            memory_mb=self.memory_mb,
             exit_status=self.exit_status,
             message=self.message,
         )
@@ -76,6 +81,8 @@ _COLUMNS = (
     "labels",
     "checkpoint_every",
     "checkpoint_auto",
+    "cpus",
+    "memory_mb",
     "last_checkpoint",
     "exit_status",
     "message",

@@ -22,6 +22,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -126,9 +127,12 @@ class HandoffTarget:
                 os.link(f, links / f.name)
         return links
 
-    def restore_staged(self, fds: list[int]) -> tuple[engine.Restored, dict[str, Any]]:
+    def restore_staged(
+        self, fds: list[int], *, join: Callable[[], None] | None = None
+    ) -> tuple[engine.Restored, dict[str, Any]]:
         """Restore the order's staged images (their links), the payload's pipes on ``fds``
-        (stdout, stderr). Returns the restored tree and the restore's report."""
+        (stdout, stderr), into the cgroup ``join`` enters (``cgroup_limits``). Returns the
+        restored tree and the restore's report."""
         order = self.order
         assert order is not None and self._links is not None
         lineage, seq = parse_checkpoint_id(order.checkpoint)
@@ -140,7 +144,7 @@ class HandoffTarget:
         lazy = order.mode == "post-copy"
         restored = ops.restore_staged(
             self.engine, self._links, work_dir=self.settings.run_dir / f"{self.name}.restore",
-            cfg=self.settings.checkpoint, info=info, lazy=lazy,
+            cfg=self.settings.checkpoint, info=info, lazy=lazy, join=join,
             inherit_pipes={ino: fd for ino, fd in zip(order.pipes, fds, strict=False)},
         )  # fmt: skip
         assert restored.pid is not None

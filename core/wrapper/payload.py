@@ -21,11 +21,14 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from core import errors
 from core.checkpoint import engine, nsinit
+from core.config import Settings
 from core.polling import poll_until
+from core.wrapper.spec import output_path
 
 _PR_SET_PDEATHSIG = 1
 _NSINIT = Path(nsinit.__file__).resolve()
@@ -40,6 +43,14 @@ def become_subreaper() -> None:
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _then(join: Callable[[], None]) -> Callable[[], None]:
+    def both() -> None:
+        _die_with_parent()
+        join()
+
+    return both
 
 
 class RotatingOutput:
@@ -60,6 +71,13 @@ class RotatingOutput:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self._size = os.fstat(self._fd).st_size
         self._open_line = False  # the last byte written was not a newline
+
+    @classmethod
+    def of(cls, settings: Settings, name: str) -> RotatingOutput:
+        """A detached wrapper's logs/NAME.out, rotated as ``[wrapper]`` says."""
+        cfg = settings.wrapper
+        return cls(output_path(settings, name), max_bytes=int(cfg.out_max_mib * 2**20),
+                   keep=cfg.out_keep)  # fmt: skip
 
     def write(self, data: bytes) -> None:
         with self._lock:
@@ -203,7 +221,10 @@ def start_fresh(
     env: dict[str, str],
     cwd: str | None,
     pid_namespace: bool,
+    join: Callable[[], None] | None = None,
 ) -> Payload:
+    """Start ``command``; ``join`` (``cgroup_limits``) runs in the child before exec, so the
+    payload is in its cgroup before it runs (its children inherit that)."""
     argv = list(command)
     if pid_namespace:
         argv = [sys.executable, "-I", "-S", str(_NSINIT), *argv]
@@ -223,7 +244,8 @@ def start_fresh(
             stderr=pipes.err_w,
             env=env,
             cwd=cwd,
-            preexec_fn=_die_with_parent,  # only a prctl: safe between fork and exec
+            # Only a prctl and, with limits, a write to cgroup.procs: safe between fork and exec.
+            preexec_fn=_die_with_parent if join is None else _then(join),
         )
     except OSError as exc:
         raise errors.InvalidInput(

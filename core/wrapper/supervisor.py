@@ -42,6 +42,7 @@ import queue
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -58,7 +59,7 @@ from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store import staging
 from core.store.disk import ON_REQUEST, REQUESTED_BY
 from core.store.store import CheckpointStore
-from core.wrapper import ending, fence, handoff, payload, restoring
+from core.wrapper import cgroup_limits, ending, fence, handoff, payload, restoring
 from core.wrapper.auto_interval import AutoTimer
 from core.wrapper.desk import ControlDesk, Job
 from core.wrapper.faults import die_if
@@ -66,7 +67,6 @@ from core.wrapper.handoff_source import HandoffSource
 from core.wrapper.handoff_target import HandoffTarget
 from core.wrapper.periodic import PeriodicClock
 from core.wrapper.progress import ProgressFile
-from core.wrapper.spec import output_path
 
 log = structlog.get_logger(__name__)
 
@@ -118,6 +118,7 @@ class Supervisor:
         self.clock = PeriodicClock(spec.checkpoint_every)
         self.auto = AutoTimer(self.clock, spec.checkpoint_auto)  # auto: it re-times the clock
         self._out: payload.RotatingOutput | None = None
+        self.join: Callable[[], None] | None = None  # enters its cgroup, if it has a size
 
     @property
     def order(self) -> handoff.HandoffOrder | None:
@@ -187,6 +188,7 @@ class Supervisor:
         if self.order is None:  # a standby did it while it waited
             self.store.cleanup_partial()
         self.engine.require(self.settings.checkpoint)
+        self.join = cgroup_limits.joiner_for(self.settings, self.name, self.spec)
         if self.spec.start_mode == "fresh":
             self.start_fresh()
             message = "started fresh on request: no checkpoint was restored"
@@ -223,6 +225,7 @@ class Supervisor:
                 cwd=self.spec.cwd,
                 labels=self.spec.labels,
                 **self.auto.recorded(),  # checkpoint_every, checkpoint_auto
+                **self.spec.model_dump(include={"cpus", "memory_mb"}),  # its limits
                 last_checkpoint=self.last_checkpoint,
                 message=message,
                 started_at=utcnow(),
@@ -235,7 +238,7 @@ class Supervisor:
         assert order is not None
         self.pipes = payload.Pipes(self._output())
         restored, self.restore_info = self.target.restore_staged(
-            [self.pipes.out_w, self.pipes.err_w]
+            [self.pipes.out_w, self.pipes.err_w], join=self.join
         )
         assert restored.pid is not None
         self.payload = payload.restored(restored.pid)
@@ -262,6 +265,7 @@ class Supervisor:
             env=self._env(restored),
             cwd=self.spec.cwd,
             pid_namespace=self.engine.needs_pid_namespace,
+            join=self.join,
         )
         self.pipes.start()
 
@@ -284,6 +288,7 @@ class Supervisor:
             inherit_pipes={int(ino): fd for ino, fd in zip(old, new, strict=False)},
             lazy=order is not None and order.mode == "post-copy",
             resume_early=order is not None,
+            join=self.join,
         )
         if restored.pid is None:  # the engine restarts the command, which reloads its state
             self.start_fresh(restored.env)
@@ -300,15 +305,8 @@ class Supervisor:
 
     def _output(self) -> payload.RotatingOutput | None:
         """logs/NAME.out for a detached wrapper (one per wrapper, shared by its attempts)."""
-        if self.spec.output != "file":
-            return None
-        if self._out is None:
-            cfg = self.settings.wrapper
-            self._out = payload.RotatingOutput(
-                output_path(self.settings, self.name),
-                max_bytes=int(cfg.out_max_mib * 2**20),
-                keep=cfg.out_keep,
-            )
+        if self.spec.output == "file" and self._out is None:
+            self._out = payload.RotatingOutput.of(self.settings, self.name)
         return self._out
 
     def close_pipes(self) -> None:
@@ -555,6 +553,7 @@ class Supervisor:
         if self._out is not None:
             self._out.close()
         self.desk.close()
+        cgroup_limits.discard(self.settings, self.name)  # its own, if it had (or was given) one
         self._release_lock()
 
     def _release_lock(self) -> None:

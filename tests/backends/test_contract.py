@@ -14,6 +14,9 @@
   only that pool's nodes, saves every live workload on them before their release step, and
   places none on a node it releases; it is disruptive exactly when work moves. A growth
   adds released nodes of the pool only.
+- A backend that resizes: a resize onto another node saves the workload (a stop
+  checkpoint) before it starts there, and is disruptive; one asking for more than any node
+  has is refused naming the nodes (exit 10), nothing planned.
 - Every rollback and hint a plan carries names only commands of the installed CLI and tools
   of the live MCP server.
 """
@@ -40,7 +43,10 @@ MOVES = [
     Action.FAILOVER,
     Action.RESTORE,
     Action.DRAIN_NODE,
+    Action.RESIZE,
 ]
+# What a move needs besides ``to`` (a resize to the size a workload has is nothing to do).
+EXTRA: dict[Action, dict[str, object]] = {Action.RESIZE: {"cpus": 2}}
 
 
 def _capable(subject: Subject, action: Action) -> None:
@@ -56,7 +62,13 @@ def test_every_action_taking_to_is_covered() -> None:
 def test_to_places_the_workload_on_that_node(subject: Subject, action: Action) -> None:
     _capable(subject, action)
     target = subject.target(action)
-    draft = subject.backend.plan(action, target, params_for(action, to=subject.other))
+    params = params_for(action, to=subject.other, **EXTRA.get(action, {}))
+    try:
+        draft = subject.backend.plan(action, target, params)
+    except errors.NotSupported as exc:  # a Kubernetes Job's pods come from its template
+        if action is not Action.RESIZE or subject.name == "local":
+            raise
+        pytest.skip(f"the {subject.name} subject's workload is not resized: {exc.message}")
     assert subject.placement(draft) == {subject.other}, [s.model_dump() for s in draft.steps]
     assert subject.other in draft.summary
 
@@ -194,6 +206,29 @@ def test_pool_shrink_saves_work_before_release(subject: Subject) -> None:
                      params_for(Action.SCALE_POOL, size=pool.max_size + 1))  # fmt: skip
 
 
+def test_a_resize_that_moves_saves_the_workload_first(subject: Subject) -> None:
+    if subject.name != "local":  # the local backend resizes; the others once they declare it
+        _capable(subject, Action.RESIZE)
+    backend, running = subject.backend, subject.target(Action.RESIZE)
+    params = params_for(Action.RESIZE, memory="256Mi", to=subject.other)
+    try:
+        draft = backend.plan(Action.RESIZE, running, params)
+    except errors.NotSupported as exc:  # e.g. Kubernetes: a Job's pods come from its template
+        if subject.name == "local":
+            raise
+        pytest.skip(f"the {subject.name} subject's workload is not resized: {exc.message}")
+    ops = [(s.op, s.args.get("workload"), s.args.get("stop")) for s in draft.steps]
+    name = running.split(":")[-1]
+    saved = ops.index(("checkpoint", name, True))
+    starts = [i for i, s in enumerate(draft.steps) if s.op == "start"]
+    assert starts and saved < starts[0], ops
+    assert subject.placement(draft) == {subject.other}, draft.steps
+    assert draft.risk is RiskClass.DISRUPTIVE and (draft.expected_pause_s or 0) > 0, draft
+    with pytest.raises(errors.Conflict) as no_fit:
+        backend.plan(Action.RESIZE, running, params_for(Action.RESIZE, memory="60Ti"))
+    assert no_fit.value.code == "no-node-fits" and subject.other in no_fit.value.message
+
+
 def _node(subject: Subject, name: str) -> NodeInfo:
     return next(n for n in subject.backend.nodes() if n.name == name)
 
@@ -214,6 +249,8 @@ def test_rollbacks_and_hints_name_real_commands_and_tools(
                 params = {**params, "every": "1h"}
             if action is Action.SCALE_POOL:
                 params = {**params, "size": 0}
+            if action is Action.RESIZE:
+                params = {**params, "memory": "256Mi"}
             target = subject.target_of(action)
             if target is None or action not in subject.backend.capabilities():
                 continue  # the service refuses it with the backend's not_supported hint

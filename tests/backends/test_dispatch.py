@@ -233,6 +233,7 @@ def test_every_local_step_the_backend_runs_is_in_the_table(tmp_path: Path) -> No
     assert set(local_steps.STEPS) == {
         "checkpoint", "standby", "start", "fence", "terminate", "set_node",
         "delete_checkpoint", "suspend_gpu", "resume_gpu", "set_interval", "release",
+        "set_limits",
     }  # fmt: skip
 
 

@@ -87,6 +87,11 @@ OPERATIONS: dict[str, Operation] = {
         Action.SCALE_POOL, lambda _: ["pools", "scale", "local:on-demand", "--size", "0", "--yes"],
         {"size": 0}, target="local:on-demand",
     ),
+    # More memory than it had, on another node: the migrate path, restored with the limit.
+    "resize": Operation(
+        Action.RESIZE, lambda w: ["resize", w, "--memory", "512Mi", "--to", "node-b", "--yes"],
+        {"memory": "512Mi", "to": "node-b"},
+    ),
 }  # fmt: skip
 
 

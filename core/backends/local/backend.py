@@ -16,7 +16,6 @@ narrow protocol (``context``). Each step is safe to re-check after a crash
 
 from __future__ import annotations
 
-import os
 from datetime import datetime
 from typing import Any
 
@@ -51,6 +50,7 @@ from core.specs import RunSpec
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store.store import CheckpointStore
+from core.wrapper import cgroup_limits
 from core.wrapper.launch import launch_detached
 
 
@@ -122,8 +122,10 @@ class LocalBackend:
             schedulable=schedulable,
             state=state,
             reason=o.get("reason", ""),
-            cpus=os.cpu_count(),
+            cpus=cfg.cpu_count,
+            memory_mb=cfg.memory_mb,
             gpus=cfg.gpus,
+            gpu_class=cfg.gpu_class,
             workloads=placed,
         )
 
@@ -166,7 +168,10 @@ class LocalBackend:
         return read_progress(self.settings.run_dir, name)
 
     def place(self, spec: RunSpec) -> RunSpec:
-        """``Launcher``: the named node checked, or the least busy, cheapest healthy one."""
+        """``Launcher``: the named node checked, or the least busy, cheapest healthy one; a
+        spec with a size needs a cgroup this user may write (refused here, nothing started)."""
+        if spec.cpus is not None or spec.memory_mb is not None:
+            cgroup_limits.require(self.settings)
         if spec.node is not None:
             if spec.node not in {n.name for n in self.nodes()}:
                 raise errors.NotFound(
@@ -210,11 +215,22 @@ class LocalBackend:
         return record
 
     def workloads(self) -> list[WorkloadInfo]:
-        return [self.refresh(r).to_info() for r in self.registry.list()]
+        return [self._with_use(self.refresh(r).to_info()) for r in self.registry.list()]
 
     def get_workload(self, name: str) -> WorkloadInfo:
         validate_name(name, what="workload name")
-        return self.refresh(self.registry.require(name)).to_info()
+        return self._with_use(self.refresh(self.registry.require(name)).to_info())
+
+    def _with_use(self, info: WorkloadInfo) -> WorkloadInfo:
+        """A live workload with a memory limit, with what its cgroup is charged now (the
+        planner's resize rule reads it); others as they are."""
+        if info.memory_mb is None or info.pid is None or info.state not in _LIVE:
+            return info
+        group = cgroup_limits.of_process(self.settings, info.pid)
+        used = group.usage_bytes() if group is not None else None
+        if used is None:
+            return info
+        return info.model_copy(update={"memory_used_mb": -(-used // cgroup_limits.MIB)})
 
     def checkpoints(self, workload: str | None = None) -> list[CheckpointInfo]:
         if workload is not None:

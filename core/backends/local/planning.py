@@ -37,10 +37,12 @@ def start_step(
     *,
     fresh: bool = False,
     after_standby: bool = False,
+    size: tuple[float | None, int | None] | None = None,
 ) -> PlanStep:
     """Start the workload's wrapper on ``node``, restoring ``restore_from`` (None = newest
     good; a start step never falls back to a fresh start), or from scratch when ``fresh``;
-    ``after_standby``: the standby step's wrapper took the workload over, await it."""
+    ``after_standby``: the standby step's wrapper took the workload over, await it.
+    ``size``: (cpus, memory MiB) it has from then on (a resize; None: as recorded)."""
     if after_standby:
         args = StartArgs(workload=workload, node=node, restore_from=restore_from,
                          standby_pid="$standby.pid", standby="$standby.socket")  # fmt: skip
@@ -48,6 +50,8 @@ def start_step(
         args = StartArgs(workload=workload, node=node, restore_from=restore_from, fresh=True)
     else:
         args = StartArgs(workload=workload, node=node, restore_from=restore_from)
+    if size is not None:
+        args = args.model_copy(update={"cpus": size[0], "memory_mb": size[1]})
     return step("start", "start", args, description)
 
 
@@ -181,9 +185,16 @@ def scope(ctx: LocalContext, rec: WorkloadRecord) -> PlanScope:
     )
 
 
-def move_steps(ctx: LocalContext, rec: WorkloadRecord, dest: str) -> list[PlanStep]:
+def move_steps(
+    ctx: LocalContext,
+    rec: WorkloadRecord,
+    dest: str,
+    *,
+    limits: tuple[float | None, int | None] | None = None,
+) -> list[PlanStep]:
     """The steps that stop ``rec`` for a move to ``dest``: a standby wrapper started on
-    ``dest`` first and the workload handed to it (``moves``), or a plain stop."""
+    ``dest`` first and the workload handed to it (``moves``), or a plain stop. ``limits``:
+    the limits the standby restores it with (a resize; None: as recorded)."""
     ref = f"{NAME}:{rec.name}"
     if not (ctx.settings.migration.handoff and _hands_off(rec.engine)):
         return [
@@ -202,7 +213,7 @@ def move_steps(ctx: LocalContext, rec: WorkloadRecord, dest: str) -> list[PlanSt
         step(
             "standby",
             "standby",
-            StandbyArgs(workload=rec.name, node=dest),
+            StandbyArgs(workload=rec.name, node=dest, **_sized(limits)),
             f"start a standby wrapper for {ref} on {dest} (nothing paused yet)",
         ),
         step(
@@ -213,6 +224,10 @@ def move_steps(ctx: LocalContext, rec: WorkloadRecord, dest: str) -> list[PlanSt
             f"standby ({mode}: {why})",
         ),
     ]
+
+
+def _sized(size: tuple[float | None, int | None] | None) -> dict[str, float | int | None]:
+    return {} if size is None else {"cpus": size[0], "memory_mb": size[1]}
 
 
 def require_restorable(ctx: LocalContext, name: str) -> None:

@@ -19,11 +19,12 @@ from core.actions import (
     MoveParams,
     NoParams,
     PoolSizeParams,
+    ResizeParams,
     StartParams,
 )
 from core.backends.base import PlanDraft
 from core.backends.dispatch import PlanEntry
-from core.backends.local import node_plans, pools
+from core.backends.local import node_plans, pools, resize
 from core.backends.local.common import _LIVE, NAME
 from core.backends.local.context import LocalContext
 from core.backends.local.planning import (
@@ -463,6 +464,7 @@ PLANS: dict[Action, PlanEntry[LocalContext]] = {
     Action.RESUME_GPU: PlanEntry(plan_resume_gpu, NoParams),
     Action.SET_CHECKPOINT_INTERVAL: PlanEntry(plan_set_interval, IntervalParams),
     Action.SCALE_POOL: PlanEntry(pools.plan_scale_pool, PoolSizeParams),
+    Action.RESIZE: PlanEntry(resize.plan_resize, ResizeParams),
 }
 
 # Why an action is not in the table: every other action is refused with this reason.

@@ -58,10 +58,17 @@ def wait_wrapper_exit(
 
 
 def start(
-    ctx: LocalContext, name: str, *, node: str, restore_from: str | None, fresh: bool = False
+    ctx: LocalContext,
+    name: str,
+    *,
+    node: str,
+    restore_from: str | None,
+    fresh: bool = False,
+    size: Size | None = None,
 ) -> dict[str, Any]:
     """The start step: launch the workload's wrapper on ``node`` restoring ``restore_from``
-    (or fresh), then check it did; a start that already happened is returned as such."""
+    (or fresh), then check it did; a start that already happened is returned as such.
+    ``size``: (cpus, memory MiB) from now on, where a resize gives new ones."""
     rec = ctx.registry.require(name)
     before = rec.state
     if _wrapper_alive(ctx.settings, rec):
@@ -84,7 +91,7 @@ def start(
     mark = ProgressFile.of(ctx.settings, name).stamp()
     # A start step restores (or fails); only a person's explicit --fresh starts over.
     spec = _spec(
-        ctx, rec, node, restore_from=restore_from, start_mode="fresh" if fresh else "restore"
+        ctx, rec, node, size, restore_from=restore_from, start_mode="fresh" if fresh else "restore"
     )
     try:
         started = launch_detached(ctx.settings, spec)
@@ -114,8 +121,15 @@ def start(
     }
 
 
-def _spec(ctx: LocalContext, rec: WorkloadRecord, node: str, **how: Any) -> RunSpec:
-    """The run spec of ``rec`` started on ``node``; ``how``: restore_from, start_mode..."""
+Size = tuple[float | None, int | None]  # (cpus, memory MiB) a resize gives; None: as recorded
+
+
+def _spec(
+    ctx: LocalContext, rec: WorkloadRecord, node: str, size: Size | None, **how: Any
+) -> RunSpec:
+    """The run spec of ``rec`` started on ``node``, with its recorded limits (or ``size``:
+    a resize's; its limits go with it on every start); ``how``: restore_from, start_mode..."""
+    cpus, memory_mb = size if size is not None else (None, None)
     # An auto interval stays auto, with the hazard of the node it now starts on.
     spot = bool((cfg := ctx.node_config.get(node)) and cfg.spot)
     auto = (
@@ -126,6 +140,8 @@ def _spec(ctx: LocalContext, rec: WorkloadRecord, node: str, **how: Any) -> RunS
     return RunSpec(
         name=rec.name, node=node, engine=rec.engine, checkpoint_every=rec.checkpoint_every,
         checkpoint_auto=auto, command=rec.command, cwd=rec.cwd, labels=rec.labels,
+        cpus=cpus if cpus is not None else rec.cpus,
+        memory_mb=memory_mb if memory_mb is not None else rec.memory_mb,
         home=str(ctx.settings.home), **how,
     )  # fmt: skip
 
@@ -135,12 +151,15 @@ def seen_on(ctx: LocalContext, *, spot: bool) -> Tally:
     return InterruptionHistory(ctx.registry.db).tally(NAME, spot=spot)
 
 
-def start_standby(ctx: LocalContext, name: str, *, node: str) -> dict[str, Any]:
-    """The standby step: a wrapper waiting on ``node`` for the workload (``moves``). A
-    standby that cannot start is no failure: the move goes on the plain way."""
+def start_standby(
+    ctx: LocalContext, name: str, *, node: str, size: Size | None = None
+) -> dict[str, Any]:
+    """The standby step: a wrapper waiting on ``node`` for the workload (``moves``), with
+    ``size`` (a resize's limits). A standby that cannot start is no failure: the move goes
+    on the plain way."""
     rec = ctx.registry.require(name)
     spec = _spec(ctx,
-        rec, node, start_mode="restore", standby=handoff.new_token(),
+        rec, node, size, start_mode="restore", standby=handoff.new_token(),
         standby_timeout_s=ctx.settings.migration.standby_timeout_s,
     )  # fmt: skip
     try:

@@ -41,16 +41,20 @@ class CheckpointArgs(StepArgs):
 
 
 class StandbyArgs(StepArgs):
-    """Start a standby wrapper for ``workload`` on ``node`` (``moves``)."""
+    """Start a standby wrapper for ``workload`` on ``node`` (``moves``); ``cpus`` and
+    ``memory_mb``: the limits it restores the workload with (None: as recorded)."""
 
     workload: str
     node: str
+    cpus: float | None = None
+    memory_mb: int | None = None
 
 
 class StartArgs(StepArgs):
     """Start ``workload``'s wrapper on ``node`` (None: its own), restoring ``restore_from``
     (None: its newest good checkpoint) or from scratch when ``fresh``; after a handoff,
-    the standby wrapper (``standby_pid`` on socket ``standby``) is awaited instead."""
+    the standby wrapper (``standby_pid`` on socket ``standby``) is awaited instead.
+    ``cpus``, ``memory_mb``: its limits from this start on (None: as recorded; a resize)."""
 
     workload: str
     node: str | None
@@ -58,6 +62,19 @@ class StartArgs(StepArgs):
     fresh: bool = False
     standby_pid: int | Later | None = None
     standby: str | None = None
+    cpus: float | None = None
+    memory_mb: int | None = None
+
+
+class LimitsArgs(StepArgs):
+    """Give the running ``workload`` the limits ``cpus`` and ``memory_mb`` in place, if
+    its recorded size is still ``was_cpus``/``was_memory_mb`` (what the plan read)."""
+
+    workload: str
+    cpus: float | None
+    memory_mb: int | None
+    was_cpus: float | None
+    was_memory_mb: int | None
 
 
 class SetNodeArgs(StepArgs):
@@ -105,6 +122,7 @@ ARGS: dict[str, type[StepArgs]] = {
     "resume_gpu": WorkloadArgs,
     "set_interval": IntervalArgs,
     "release": ReleaseArgs,
+    "set_limits": LimitsArgs,
 }
 
 
@@ -185,6 +203,14 @@ class IntervalOutput(StepOutput):
     live: bool
 
 
+class LimitsOutput(StepOutput):
+    """The limits in force now, as the kernel holds them, and the cgroup holding them."""
+
+    cpus: float | None
+    memory_mb: int | None
+    cgroup: str
+
+
 OUTPUTS: dict[str, type[StepOutput]] = {
     "checkpoint": CheckpointOutput,
     "standby": StandbyOutput,
@@ -197,6 +223,7 @@ OUTPUTS: dict[str, type[StepOutput]] = {
     "resume_gpu": GpuOutput,
     "set_interval": IntervalOutput,
     "release": ReleaseOutput,
+    "set_limits": LimitsOutput,
 }
 
 

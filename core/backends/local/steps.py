@@ -2,7 +2,8 @@
 
 One function per step op a plan emits (``plans``, ``node_plans``, ``planning``):
 ``checkpoint``, ``standby``, ``start``, ``fence``, ``terminate``, ``set_node``,
-``delete_checkpoint``, ``suspend_gpu``, ``resume_gpu``, ``set_interval``. Each is
+``delete_checkpoint``, ``suspend_gpu``, ``resume_gpu``, ``set_interval`` (and ``release``,
+``set_limits``: ``pools``, ``resize``). Each is
 ``fn(ctx, args, progress)`` with ``ctx`` a ``LocalStepContext`` (never the backend class)
 and returns the step's JSON-able output. The start machinery is in ``starting``; what a step did when its answer
 was lost, in ``recovery``. Limits: an op not in the table is refused before anything runs.
@@ -17,7 +18,7 @@ from typing import Any
 from core import errors
 from core.backends.base import ProgressFn, asked_by_agent
 from core.backends.dispatch import StepFn
-from core.backends.local import planning, pools, starting
+from core.backends.local import planning, pools, resize, starting
 from core.backends.local.common import NAME, _pid_alive, _wrapper_alive
 from core.backends.local.context import LocalStepContext
 from core.backends.local.step_args import CheckpointArgs, IntervalArgs, StandbyArgs, StartArgs
@@ -66,7 +67,7 @@ def checkpoint(ctx: LocalStepContext, args: Obj, progress: ProgressFn) -> Obj:
 def standby(ctx: LocalStepContext, args: Obj, progress: ProgressFn) -> Obj:
     """Start a standby wrapper on the destination (``moves``); nothing is paused yet."""
     a = StandbyArgs.model_validate(args)
-    return starting.start_standby(ctx, a.workload, node=a.node)
+    return starting.start_standby(ctx, a.workload, node=a.node, size=(a.cpus, a.memory_mb))
 
 
 def start(ctx: LocalStepContext, args: Obj, progress: ProgressFn) -> Obj:
@@ -85,8 +86,9 @@ def start(ctx: LocalStepContext, args: Obj, progress: ProgressFn) -> Obj:
         else contextlib.nullcontext()
     ):
         return starting.start(
-            ctx, a.workload, node=a.node, restore_from=restore_from, fresh=a.fresh
-        )
+            ctx, a.workload, node=a.node, restore_from=restore_from, fresh=a.fresh,
+            size=(a.cpus, a.memory_mb),
+        )  # fmt: skip
 
 
 def fence(ctx: LocalStepContext, args: Obj, progress: ProgressFn) -> Obj:
@@ -211,4 +213,5 @@ STEPS: dict[str, StepFn[LocalStepContext]] = {
     "resume_gpu": resume_gpu,
     "set_interval": set_interval,
     "release": pools.release,
+    "set_limits": resize.set_limits,
 }
