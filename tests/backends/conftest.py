@@ -55,6 +55,26 @@ def _local_pool_step(s: PlanStep) -> tuple[str, str] | None:
     return None
 
 
+def _local_move_step(s: PlanStep) -> tuple[str, str] | None:
+    """A move's step as the resize contract reads it: ("save", WORKLOAD) where the workload
+    is checkpointed and stopped, ("start", WORKLOAD) where it starts again; None otherwise."""
+    if s.op == "checkpoint" and s.args.get("stop"):
+        return "save", str(s.args.get("workload"))
+    if s.op == "start":
+        return "start", str(s.args.get("workload"))
+    return None
+
+
+def _slurm_move_step(s: PlanStep) -> tuple[str, str] | None:
+    """Slurm saves a job with SIGUSR2 to its wrapper (checkpoint, then stop) and starts it
+    again by releasing it (held after the requeue)."""
+    if s.op == "signal" and s.args.get("signal") == "USR2":
+        return "save", str(s.args["job"])
+    if s.op == "release":
+        return "start", str(s.args["job"])
+    return None
+
+
 def _named(w: WorkloadInfo) -> str:
     return w.name
 
@@ -75,6 +95,7 @@ class Subject:
     pool: str | None = None  # the pool ``source`` is in (backends with pools)
     pool_step: Callable[[PlanStep], tuple[str, str] | None] = _local_pool_step
     saved_as: Callable[[WorkloadInfo], str] = _named  # the X of ("save", X) for a workload
+    move_step: Callable[[PlanStep], tuple[str, str] | None] = _local_move_step
 
     def target_of(self, action: Action) -> str | None:
         """The id ``action`` is planned on here; None: this backend has none of that kind."""
@@ -224,6 +245,7 @@ def slurm_subject() -> Iterator[Subject]:
                 source=str(source),
                 other=other,
                 placement=_slurm_placement,
+                move_step=_slurm_move_step,
             )
         finally:
             subprocess.run(["scancel", f"--name=clawpoint-{name}"], env=full_env, check=False)

@@ -217,11 +217,11 @@ def test_a_resize_that_moves_saves_the_workload_first(subject: Subject) -> None:
         if subject.name == "local":
             raise
         pytest.skip(f"the {subject.name} subject's workload is not resized: {exc.message}")
-    ops = [(s.op, s.args.get("workload"), s.args.get("stop")) for s in draft.steps]
+    moves = [subject.move_step(s) for s in draft.steps]
     name = running.split(":")[-1]
-    saved = ops.index(("checkpoint", name, True))
-    starts = [i for i, s in enumerate(draft.steps) if s.op == "start"]
-    assert starts and saved < starts[0], ops
+    saved = moves.index(("save", name))
+    starts = [i for i, m in enumerate(moves) if m and m[0] == "start"]
+    assert starts and saved < starts[0], moves
     assert subject.placement(draft) == {subject.other}, draft.steps
     assert draft.risk is RiskClass.DISRUPTIVE and (draft.expected_pause_s or 0) > 0, draft
     with pytest.raises(errors.Conflict) as no_fit:

@@ -41,7 +41,10 @@ def test_hostile_job_ids_run_nothing(backend: SlurmBackend, guarded: list[Any], 
     for action in (Action.CHECKPOINT, Action.PREEMPT, Action.MIGRATE, Action.RESUME):
         with pytest.raises(errors.InvalidInput):
             backend.plan(action, bad, {})
-    for op in ("signal", "requeue", "release", "update_job", "wait_running", "wait_ended"):
+    with pytest.raises(errors.InvalidInput):
+        backend.plan(Action.RESIZE, bad, {"cpus": 2})
+    for op in ("signal", "requeue", "release", "update_job", "wait_running", "wait_ended",
+               "put_back"):  # fmt: skip
         with pytest.raises(errors.InvalidInput):
             backend.run_step(op, {"job": bad, "signal": "USR1", "lineage": "x"}, lambda *a: None)
     assert guarded == []
@@ -64,6 +67,10 @@ def test_hostile_node_names_run_nothing(
         ("update_job", {"job": "1", "fields": {"Partition": "gpu"}}),
         ("update_job", {"job": "1", "fields": {"ExcNodeList": "n1;reboot"}}),
         ("update_job", {"job": "1", "fields": {"StartTime": "$(date)"}}),
+        ("update_job", {"job": "1", "fields": {"NumCPUs": "2 MinMemoryNode=1"}}),
+        ("update_job", {"job": "1", "fields": {"TresPerNode": "gres:gpu:1=2"}}),
+        ("put_back", {"job": "1", "fields": {"Partition": "gpu"}}),
+        ("put_back", {"job": "1", "fields": {"NodeList": "n1;reboot"}}),
         ("signal", {"job": "1", "signal": "KILL", "lineage": "x"}),
         ("signal", {"job": "1", "signal": "USR1", "lineage": "../x"}),
         ("drain", {"node": "n1", "reason": "x; reboot"}),

@@ -8,7 +8,15 @@ import pytest
 
 from core import errors
 from core.backends.slurm import SbatchSpec, SlurmConfig, render_sbatch
-from core.backends.slurm.inventory import gpus_in, queue_depth, to_node, to_workload
+from core.backends.slurm.inventory import (
+    allocated,
+    gpu_class_in,
+    gpus_in,
+    queue_depth,
+    to_node,
+    to_workload,
+)
+from core.backends.slurm.moving import allocation_fields
 from core.model import NodeHealth, WorkloadState
 
 # Shapes as 23.02+ (data parser v0.0.40-42) prints them: lists of states, number objects.
@@ -72,6 +80,54 @@ def test_held_job_is_stopped() -> None:
 )
 def test_gpu_counts(spec: str, gpus: int) -> None:
     assert gpus_in(spec) == gpus
+
+
+@pytest.mark.parametrize(
+    ("spec", "kind"),
+    [("gres:gpu:a100:1", "a100"), ("gres/gpu:H100=2", "h100"), ("gpu:h100:8(S:0-1)", "h100"),
+     ("gpu:a100:1(IDX:0)", "a100"), ("gres:gpu:2", None), ("gres/gpu=3", None), ("", None)],
+)  # fmt: skip
+def test_gpu_class(spec: str, kind: str | None) -> None:
+    assert gpu_class_in(spec) == kind
+
+
+def test_sizes_of_a_running_job_as_22_05_prints_them() -> None:
+    """squeue --json / slurmrestd v0.0.38 on the loopback cluster: ``cpus`` is the allocation,
+    ``memory_per_node`` the --mem; no --mem leaves memory unlimited (the TRES then shows the
+    node's whole memory, which is not the job's choice)."""
+    raw = {"job_id": 7, "job_state": "RUNNING", "nodes": "n3", "cpus": 2,
+           "memory_per_node": 500, "memory_per_cpu": None, "tres_per_node": "gres:gpu:a100:1",
+           "tres_alloc_str": "cpu=2,node=1,billing=2", "gres_detail": ["gpu:a100:1(IDX:0)"]}  # fmt: skip
+    w = to_workload(raw, "clawpoint")
+    assert (w.cpus, w.memory_mb, w.gpus, w.gpu_class) == (2, 500, 1, "a100")
+    bare = {"job_id": 8, "job_state": "RUNNING", "cpus": 1, "memory_per_node": None,
+            "tres_req_str": "cpu=1,mem=2000M,node=1,billing=1"}  # fmt: skip
+    unlimited = to_workload(bare, "clawpoint")
+    assert (unlimited.memory_mb, unlimited.gpu_class) == (None, None)
+    per_cpu = {**bare, "cpus": 4, "memory_per_cpu": 256}
+    assert to_workload(per_cpu, "clawpoint").memory_mb == 1024
+
+
+def test_sizes_in_the_v40_shape() -> None:
+    w = to_workload({**JOB_V40, "memory_per_node": {"set": True, "number": 4096}}, "clawpoint")
+    assert (w.cpus, w.memory_mb, w.gpus, w.gpu_class) == (8, 4096, 4, None)
+    unset = {**JOB_V40, "memory_per_node": {"set": False, "infinite": False, "number": 0}}
+    assert to_workload(unset, "clawpoint").memory_mb is None
+    n = to_node(NODE_V40, [])
+    assert n.gpu_class == "h100"
+    held = allocated({"alloc_cpus": 3, "alloc_memory": 1000, "gres_used": "gpu:h100:2(IDX:0-1)"})
+    assert (held.cpus, held.memory_mb, held.gpus) == (3, 1000, 2)
+    assert allocated({"alloc_cpus": 0, "alloc_memory": 0, "gres_used": "gpu:0"}).gpus == 0
+
+
+def test_allocation_fields() -> None:
+    """What a pending job is given: --cpus-per-task, --mem, --gres as scontrol fields."""
+    assert allocation_fields(2, 600, 0, None, had_gpus=False) == {
+        "NumCPUs": "2", "CPUsPerTask": "2", "MinMemoryNode": "600"}  # fmt: skip
+    assert allocation_fields(None, None, 2, "a100", had_gpus=False) == {
+        "TresPerNode": "gres:gpu:a100:2"}  # fmt: skip
+    assert allocation_fields(1, None, 0, None, had_gpus=True) == {
+        "NumCPUs": "1", "CPUsPerTask": "1", "TresPerNode": ""}  # fmt: skip
 
 
 def test_render_sbatch() -> None:

@@ -18,6 +18,8 @@ by step; both take ``context.SlurmContext``, not this class:
 - ``to`` (migrate, resume, failover, drain): ``NodeList=TARGET`` instead of excluding the
   source; the node must exist and take jobs. Unknown parameters are refused.
 - failover: mark the dead node DOWN, requeue the job, exclude the node, start it now.
+- resize: checkpoint-and-stop, requeue held, the new allocation (CPUs, memory, GRES) and
+  the node that fits it, release, start now (``resize``): Slurm never resizes a running job.
 - scale: not supported (a Slurm job has a fixed allocation).
 
 Ids and every value that reaches an argv are validated first: a hostile id runs nothing.

@@ -42,6 +42,14 @@ class SlurmContext(Protocol):
 
     def get_node(self, name: str) -> NodeInfo: ...
 
+    def nodes(self) -> list[NodeInfo]:
+        """The nodes up (powered-down ones are a pool's released capacity)."""
+        ...
+
+    def raw_nodes(self) -> list[dict[str, Any]]:
+        """The controller's node records as it prints them (``inventory`` reads them)."""
+        ...
+
     def node_name(self, name: str) -> str:
         """A node name as Slurm knows it (``slurm:n4`` or ``n4``), checked."""
         ...

@@ -11,7 +11,8 @@ from core import errors
 from core.model import validate_name
 
 JOB_ID_RE = re.compile(r"^[0-9]{1,10}(_[0-9]{1,10})?$")
-_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,\[\]-]{1,200}$")
+# ':' for a GRES (gres:gpu:a100:1); no '=' or space, so a value never adds another field.
+_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,:\[\]-]{1,200}$")
 _REASON_RE = re.compile(r"^[A-Za-z0-9 _.,:/()@+-]{1,200}$")
 
 
@@ -37,7 +38,7 @@ def node_name(value: str) -> str:
 
 
 def check_value(value: str) -> str:
-    """A job field value (a node list such as ``n[1-2]``)."""
+    """A job field value (a node list such as ``n[1-2]``, a count, ``gres:gpu:a100:1``)."""
     if not _VALUE_RE.fullmatch(value):
         raise errors.InvalidInput(
             f"invalid Slurm value {value!r}", hint="use node names such as n1 or n[1-2]"

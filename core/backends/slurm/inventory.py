@@ -5,7 +5,9 @@ across releases: 22.05 (v0.0.38) writes ``"job_state": "PENDING"`` and plain int
 23.02+ (v0.0.39-42) writes ``"job_state": ["PENDING"]`` and numbers as
 ``{"set": true, "infinite": false, "number": N}``; ``features`` is a string or a list;
 partitions' nodes are a string or ``{"configured": ...}``. The helpers here accept both, so
-nothing above this module sees a version. Limits: fields Slurm leaves out become None/0.
+nothing above this module sees a version. Sizes: a job's allocation (``cpus``, ``--mem``,
+``gres/gpu[:TYPE]``), a node's (``cpus``, ``real_memory``, ``Gres=gpu:TYPE:N``) and what
+its jobs hold (``allocated``). Limits: fields Slurm leaves out become None/0.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from core.signals.nodes import judge
 
 BACKEND = "slurm"
 _GPU_RE = re.compile(r"gpu(?::[A-Za-z0-9_.-]+)?[:=](\d+)")
+# The model in ``gpu:a100:2``, ``gres/gpu:a100=2``, ``gres:gpu:a100:1(IDX:0)``: a name that
+# starts with a letter (``gpu:2`` has none).
+_GPU_CLASS_RE = re.compile(r"gpu:([A-Za-z][A-Za-z0-9_.-]*)[:=]\d")
 
 _JOB_STATES: dict[str, WorkloadState] = {
     "PENDING": WorkloadState.PENDING,
@@ -90,6 +95,43 @@ def gpus_in(*specs: Any) -> int:
         if total:
             return total
     return total
+
+
+def gpu_class_in(*specs: Any) -> str | None:
+    """The GPU model the first spec that names one names (``gpu:a100:2`` -> ``a100``)."""
+    for spec in specs:
+        m = _GPU_CLASS_RE.search(text(spec))
+        if m:
+            return m.group(1).lower()
+    return None
+
+
+def job_memory_mb(raw: dict[str, Any]) -> int | None:
+    """A job's memory in MiB: ``--mem`` (memory_per_node), else ``--mem-per-cpu`` times its
+    CPUs; None when it asked for none (its TRES then shows the node's whole memory, which
+    is Slurm's default, not a size it chose)."""
+    per_node = num(raw.get("memory_per_node"))
+    if per_node:
+        return per_node
+    per_cpu, cpus = num(raw.get("memory_per_cpu")), num(raw.get("cpus"))
+    return per_cpu * cpus if per_cpu and cpus else None
+
+
+class Allocated(BaseModel):
+    """What a node's jobs hold, as slurmctld counts it (``alloc_cpus``, ``alloc_memory``:
+    0 where memory is not a consumable resource; GPUs from ``gres_used``)."""
+
+    cpus: int = 0
+    memory_mb: int = 0
+    gpus: int = 0
+
+
+def allocated(raw: dict[str, Any]) -> Allocated:
+    return Allocated(
+        cpus=num(raw.get("alloc_cpus")) or 0,
+        memory_mb=num(raw.get("alloc_memory")) or 0,
+        gpus=gpus_in(raw.get("gres_used")),
+    )
 
 
 def ts(value: Any) -> datetime | None:
@@ -174,6 +216,7 @@ def to_node(raw: dict[str, Any], jobs: list[WorkloadInfo]) -> NodeInfo:
         cpus=num(raw.get("cpus")),
         memory_mb=num(raw.get("real_memory")),
         gpus=gpus_in(raw.get("gres")),
+        gpu_class=gpu_class_in(raw.get("gres")),
         labels={"features": ",".join(f.lower() for f in features)} if features else {},
         partitions=[str(p) for p in raw.get("partitions") or []],
         workloads=[w.id for w in jobs if w.node and name in w.node.split(",")],
@@ -223,6 +266,13 @@ def to_workload(raw: dict[str, Any], marker: str) -> WorkloadInfo:
     excluded = text(raw.get("excluded_nodes"))
     if excluded:
         labels["excluded_nodes"] = excluded
+    gpu_specs = (
+        raw.get("tres_per_node"),
+        raw.get("tres_per_job"),
+        raw.get("tres_per_task"),
+        raw.get("tres_req_str"),
+    )
+    gpus = gpus_in(*gpu_specs)
     return WorkloadInfo(
         id=f"{BACKEND}:{job_id}",
         backend=BACKEND,
@@ -232,12 +282,11 @@ def to_workload(raw: dict[str, Any], marker: str) -> WorkloadInfo:
         engine=job_engine(raw) if lineage else "none",
         partition=text(raw.get("partition")) or None,
         namespace=text(raw.get("partition")) or None,
-        gpus=gpus_in(
-            raw.get("tres_per_node"),
-            raw.get("tres_per_job"),
-            raw.get("tres_per_task"),
-            raw.get("tres_req_str"),
-        ),
+        gpus=gpus,
+        # Its allocation (what it asked for while it pends): CPUs, --mem, the GPU model.
+        cpus=num(raw.get("cpus")),
+        memory_mb=job_memory_mb(raw),
+        gpu_class=gpu_class_in(*gpu_specs, *(raw.get("gres_detail") or [])) if gpus else None,
         started_at=ts(raw.get("start_time")) if state is WorkloadState.RUNNING else None,
         labels=labels,
         # Slurm's longer wording when it has one (what squeue's %r prints), else the reason.

@@ -2,7 +2,8 @@
 then restart it somewhere (placement fields, release, start now, wait until it runs).
 
 The step sequences every plan that moves wrapped jobs is built from (``plans``: migrate,
-preempt, drain; ``pools``: a shrink). Read-only: they build steps, ``steps`` runs them.
+preempt, drain; ``pools``: a shrink; ``resize``: a restart with a new allocation).
+Read-only: they build steps, ``steps`` runs them.
 """
 
 from __future__ import annotations
@@ -57,9 +58,22 @@ def save_and_stop(b: SlurmContext, w: WorkloadInfo, prefix: str = "") -> list[Pl
     ]
 
 
-def restart(b: SlurmContext, job: str, fields: dict[str, str], prefix: str = "") -> list[PlanStep]:
+def restart(
+    b: SlurmContext,
+    job: str,
+    fields: dict[str, str],
+    prefix: str = "",
+    allocation: dict[str, str] | None = None,
+) -> list[PlanStep]:
+    """Release a held job (placed by ``fields``: ``place``) and wait until it runs again;
+    with ``allocation`` (``allocation_fields``), it first gets that allocation: Slurm sizes
+    a job only while it pends, so this is how a job's CPUs, memory or GPUs change."""
     p = f"{prefix}{job}-" if prefix else ""
     steps = []
+    if allocation:
+        desc = ", ".join(f"{k}={v or '(none)'}" for k, v in allocation.items())
+        size = UpdateJobArgs(job=job, fields=allocation)
+        steps.append(step(f"{p}allocate", "update_job", size, f"new allocation: {desc}"))
     if fields:
         desc = ", ".join(f"{k}={v}" for k, v in fields.items())
         place = UpdateJobArgs(job=job, fields=fields)
@@ -80,6 +94,25 @@ def restart(b: SlurmContext, job: str, fields: dict[str, str], prefix: str = "")
         ),
     ]
     return steps
+
+
+def allocation_fields(
+    cpus: int | None, memory_mb: int | None, gpus: int, gpu_class: str | None, *, had_gpus: bool
+) -> dict[str, str]:
+    """Job fields that give a pending job this allocation, as ``--cpus-per-task``, ``--mem``
+    and ``--gres=gpu[:TYPE]:N`` would have (one task: its CPUs are the job's). A job that
+    had GPUs and is to have none has its GRES cleared; an unlimited size sets nothing."""
+    fields: dict[str, str] = {}
+    if cpus is not None:
+        fields |= {"NumCPUs": str(cpus), "CPUsPerTask": str(cpus)}
+    if memory_mb is not None:
+        fields["MinMemoryNode"] = str(memory_mb)
+    if gpus:
+        kind = f"{check_value(gpu_class)}:" if gpu_class else ""
+        fields["TresPerNode"] = f"gres:gpu:{kind}{gpus}"
+    elif had_gpus:
+        fields["TresPerNode"] = ""
+    return fields
 
 
 def place(target: str | None, avoid: str | None) -> dict[str, str]:

@@ -19,11 +19,12 @@ from core.actions import (
     MoveParams,
     NoParams,
     PoolSizeParams,
+    ResizeParams,
     StartParams,
 )
 from core.backends.base import PlanDraft
 from core.backends.dispatch import PlanEntry
-from core.backends.slurm import pools
+from core.backends.slurm import pools, resize
 from core.backends.slurm.context import SlurmContext
 from core.backends.slurm.ids import check_reason, check_value, is_job_id
 from core.backends.slurm.moving import place as _place
@@ -363,6 +364,7 @@ PLANS: dict[Action, PlanEntry[SlurmContext]] = {
     Action.CORDON_NODE: PlanEntry(_on_node(plan_cordon), CordonParams),
     Action.UNDRAIN_NODE: PlanEntry(_on_node(plan_undrain), NoParams),
     Action.SCALE_POOL: PlanEntry(pools.plan_scale_pool, PoolSizeParams),
+    Action.RESIZE: PlanEntry(_on_job(resize.plan_resize), ResizeParams),
 }
 
 # Why an action is not in the table, where the reason helps the caller.

@@ -52,7 +52,15 @@ class RequeueArgs(StepArgs):
 
 
 class UpdateJobArgs(StepArgs):
-    """Set some of StartTime, NodeList, ExcNodeList of job ``job`` (checked by the step)."""
+    """Set some of StartTime, NodeList, ExcNodeList and, while it pends, NumCPUs,
+    CPUsPerTask, MinMemoryNode, TresPerNode of job ``job`` (checked by the step)."""
+
+    job: str
+    fields: dict[str, str]
+
+
+class PutBackArgs(StepArgs):
+    """``put_back``: job ``job`` back to ``fields`` (its old allocation and node), released."""
 
     job: str
     fields: dict[str, str]
@@ -94,6 +102,7 @@ ARGS: dict[str, type[StepArgs]] = {
     "update_job": UpdateJobArgs,
     "release": JobArgs,
     "wait_running": JobWaitArgs,
+    "put_back": PutBackArgs,
     "drain": NodeStateArgs,
     "node_down": NodeStateArgs,
     "resume_node": ResumeNodeArgs,
@@ -128,6 +137,13 @@ class RunningOutput(StepOutput):
     node: str
 
 
+class PutBackOutput(StepOutput):
+    """``running``: it never stopped; ``released``: it was put back and released."""
+
+    job: str
+    state: str
+
+
 class NodeStateOutput(StepOutput):
     node: str
     state: str
@@ -141,6 +157,7 @@ OUTPUTS: dict[str, type[StepOutput]] = {
     "update_job": JobOutput,
     "release": JobOutput,
     "wait_running": RunningOutput,
+    "put_back": PutBackOutput,
     "drain": NodeStateOutput,
     "node_down": NodeStateOutput,
     "resume_node": NodeStateOutput,

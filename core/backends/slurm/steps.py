@@ -26,6 +26,7 @@ from core.backends.slurm.step_args import (
     JobArgs,
     JobWaitArgs,
     NodeStateArgs,
+    PutBackArgs,
     RequeueArgs,
     ResumeNodeArgs,
     SignalArgs,
@@ -39,7 +40,9 @@ Args = dict[str, Any]
 log = structlog.get_logger("clawpoint.slurm")
 
 _SIGNALS = {"USR1", "USR2"}
-_UPDATE_KEYS = {"StartTime", "ExcNodeList", "NodeList"}
+# Placement and start, and a pending job's allocation (``moving.allocation_fields``).
+_UPDATE_KEYS = {"StartTime", "ExcNodeList", "NodeList", "NumCPUs", "CPUsPerTask",
+                "MinMemoryNode", "TresPerNode"}  # fmt: skip
 _ENDED = {WorkloadState.COMPLETED, WorkloadState.FAILED, WorkloadState.STOPPED}
 
 
@@ -121,12 +124,17 @@ def requeue(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
     return {"job": job}
 
 
+def _field_pairs(fields: dict[str, str]) -> list[str]:
+    """``Key=value`` for ``scontrol update``, each key allowed and each value checked."""
+    if not fields or set(fields) - _UPDATE_KEYS:
+        raise errors.InvalidInput(f"job fields must be some of {sorted(_UPDATE_KEYS)}")
+    return [f"{k}={check_value(str(v)) if v else ''}" for k, v in fields.items()]
+
+
 def update_job(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
     a = read(UpdateJobArgs, args)
     job, fields = job_id(a.job), a.fields
-    if not fields or set(fields) - _UPDATE_KEYS:
-        raise errors.InvalidInput(f"job fields must be some of {sorted(_UPDATE_KEYS)}")
-    pairs = [f"{k}={check_value(str(v)) if v else ''}" for k, v in fields.items()]
+    pairs = _field_pairs(fields)
     b.transport.run("scontrol", ["update", f"jobid={job}", *pairs])
     return {"job": job, **{k: str(v) for k, v in fields.items()}}
 
@@ -168,6 +176,30 @@ def wait_running(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
     return {"node": b.wait_until(f"job {job} to run", _timeout(a.timeout_s), running)}
 
 
+def put_back(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
+    """Undo a restart that failed (a resize's): the job back to the fields it had (its old
+    allocation, its old node), whatever step it failed at. Still running: it never stopped,
+    nothing to do. Ended, or pending: held first (``requeue``), then given those fields,
+    released and started now; its wrapper restores the newest good checkpoint. Should any
+    of that fail, the job is left held with its state saved (release it later)."""
+    a = read(PutBackArgs, args)
+    job = job_id(a.job)
+    if a.fields:
+        _field_pairs(a.fields)  # an invalid field runs nothing, not half of this
+    w = _maybe(b, job)
+    if w is None:
+        raise errors.NotFound(f"Slurm job {job} is gone", hint="nothing left to put back")
+    if w.state is WorkloadState.RUNNING:
+        return {"job": job, "state": "running"}
+    if w.state is not WorkloadState.STOPPED:
+        requeue(b, {"job": job, "hold": True}, progress)
+    if a.fields:
+        update_job(b, {"job": job, "fields": a.fields}, progress)
+    release(b, {"job": job}, progress)
+    update_job(b, {"job": job, "fields": {"StartTime": "now"}}, progress)
+    return {"job": job, "state": "released"}
+
+
 def _set_node_state(state: str) -> Callable[[SlurmContext, Args, ProgressFn], Args]:
     """``drain`` (DRAIN: nothing new starts) or ``node_down`` (DOWN: its jobs end)."""
 
@@ -206,6 +238,7 @@ STEPS: dict[str, Callable[[SlurmContext, Args, ProgressFn], Args]] = {
     "update_job": update_job,
     "release": release,
     "wait_running": wait_running,
+    "put_back": put_back,
     "drain": _set_node_state("DRAIN"),
     "node_down": _set_node_state("DOWN"),
     "resume_node": resume_node,
