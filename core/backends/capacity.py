@@ -108,7 +108,7 @@ def grow_draft(
         steps=steps,
         summary=f"Grow {pool.id} from {pool.size} to {size} node(s): {', '.join(added)}",
         saves="nothing to save: no work moves",
-        rollback=f"shrink it again: {errors.step('scale_pool', pool=pool.id, size=pool.size)}",
+        rollback=f"shrink it again: clawpoint pools scale {pool.id} --size {pool.size}",
         cost_effect=cost_note(per_hour),
         scope=scope,
         risk=scale_risk(moves=0),
@@ -134,7 +134,7 @@ def shrink_draft(
         f"{', '.join(sorted(gone))}; {what}",
         saves=f"the full state of every {unit} on those nodes" if moved or held
         else "nothing to save: those nodes are idle",
-        rollback=f"grow it again: {errors.step('scale_pool', pool=pool.id, size=pool.size)}",
+        rollback=f"grow it again: clawpoint pools scale {pool.id} --size {pool.size}",
         cost_effect=cost_note(per_hour),
         scope=scope,
         risk=scale_risk(moves=len(moved) + len(held)),

@@ -191,6 +191,23 @@ def resize_risk(*, moves: bool, gives_less: bool) -> RiskClass:
     return RiskClass.DISRUPTIVE if moves or gives_less else RiskClass.SAFE
 
 
+def _undo(workload: WorkloadInfo, before: Size) -> str:
+    """How a person puts the old size back (plan text is plain words, like every plan's
+    rollback; a limit that was not set cannot be unset by a resize, so it says so)."""
+    args = []
+    if before.cpus is not None:
+        args.append(f"--cpus {before.cpus:g}")
+    if before.memory_mb is not None:
+        args.append(f"--memory {memory_text(before.memory_mb)}")
+    if before.gpus or before.gpu_class:
+        args.append(f"--gpus {before.gpus}")
+    if before.gpu_class:
+        args.append(f"--gpu-class {before.gpu_class}")
+    if not args:
+        return f"none by resize: {workload.id} had no limits (migrate or restart it without them)"
+    return f"resize it back: clawpoint resize {workload.id} {' '.join(args)}"
+
+
 def resize_draft(
     workload: WorkloadInfo,
     before: Size,
@@ -227,8 +244,7 @@ def resize_draft(
         saves="its full state (checkpointed and restored)"
         if moves
         else "nothing to save: it keeps running",
-        rollback=f"resize it back: {errors.step('resize_workload', workload=workload.id)} "
-        "with its old size",
+        rollback=_undo(workload, before),
         cost_effect=(
             f"{delta:+.2f}/h: {source.name if source else '-'} "
             f"({source.price_per_hour if source else 0:.2f}/h) -> {target.name} "

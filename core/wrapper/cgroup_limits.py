@@ -124,7 +124,7 @@ def require(settings: Settings) -> Layout:
 def _no_cgroup(why: str) -> errors.NotSupported:
     return errors.NotSupported(
         f"cannot set CPU or memory limits here: {why}",
-        hint="run clawpoint as root, or give this user a delegated cgroup v2 subtree (e.g. "
+        hint="run it as root, or give this user a delegated cgroup v2 subtree (e.g. "
         "systemd-run --user --scope -p Delegate=yes) and name it as [local] cgroup_root; "
         "nothing was changed",
         code="no-writable-cgroup",

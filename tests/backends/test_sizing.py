@@ -132,3 +132,17 @@ def test_a_restart_on_its_own_node_is_stated_as_a_move_at_no_cost() -> None:
     assert again.risk is RiskClass.DISRUPTIVE and again.expected_pause_s == 1.5
     assert again.cost_effect == "none: same node" and again.added_cost_per_hour == 0.0
     assert "on a" in again.summary and "checkpointed" in again.saves
+
+
+def test_the_undo_is_the_command_that_puts_the_old_size_back() -> None:
+    from core.backends.sizing import resize_draft
+    from core.model import PlanScope
+
+    args = {"source": node("a"), "target": node("a"), "steps": [], "pause_s": 0.0,
+            "scope": PlanScope()}  # fmt: skip
+    w = workload(cpus=2, memory_mb=1536)
+    undo = resize_draft(w, Size(cpus=2, memory_mb=1536), Size(cpus=2, memory_mb=4096), **args)  # type: ignore[arg-type]
+    assert undo.rollback == "resize it back: clawpoint resize local:w --cpus 2 --memory 1536Mi"
+    unlimited = resize_draft(workload(), Size(), Size(memory_mb=4096), **args)  # type: ignore[arg-type]
+    assert unlimited.rollback.startswith("none by resize: local:w had no limits")
+    assert "⟦" not in undo.rollback + unlimited.rollback  # plan text is plain words
