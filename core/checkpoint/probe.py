@@ -13,11 +13,12 @@ plan or dry-run says why it cannot work before anything is paused. It reads /pro
 - writable shared file mappings (shared memory) that do not fit in
   ``checkpoint.file_budget_mib`` (they would be restored with newer contents);
 - a process without CAP_SYS_ADMIN (one that dropped to another uid: a database server
-  started through ``setpriv``/``runuser``, a web server's workers) in a payload whose PID
-  namespace has no /proc of its own (the root mode shares the host's mount namespace): CRIU's
-  parasite must open a /proc of the task's namespace and, unprivileged, cannot mount one
-  (criu/pie/parasite.c ``get_proc_fd``: "can't dump unprivileged task whose /proc doesn't
-  belong to it");
+  started through ``setpriv``/``runuser``, a web server's workers) that sees no /proc of its
+  own PID namespace (the root mode shares the host's mount namespace, so its payload sees
+  the host's): CRIU's parasite must open a /proc of the task's namespace and, unprivileged,
+  cannot mount one (criu/pie/parasite.c ``get_proc_fd``: "can't dump unprivileged task whose
+  /proc doesn't belong to it"). Whether the /proc is its own is checked on the task itself
+  (``_has_own_proc``), not inferred from its namespaces;
 - in the root mode on a host whose root lacks CAP_SYS_RESOURCE (a container's default
   bounding set), a process whose real, effective or saved uid or gid is not root's (even one
   that only changed its group and kept CAP_SYS_ADMIN): CRIU reads every task's resource
@@ -109,14 +110,30 @@ def _status(pid: int) -> dict[str, str]:
     return dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
 
 
-def _host_proc_in_own_pidns(pid: int) -> bool:
-    """``pid`` lives in a PID namespace below ours while sharing our mount namespace, so the
-    only /proc it can see is ours (the root mode's payload)."""
+def _starttime(stat_path: str) -> str | None:
     try:
-        same_mnt = os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt")
+        return Path(stat_path).read_text().rsplit(")", 1)[-1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _has_own_proc(pid: int) -> bool:
+    """The /proc that ``pid`` sees (under its root) is a procfs of its own PID namespace, the
+    one CRIU's parasite opens without mounting anything (criu/pie/parasite.c ``get_proc_fd``:
+    "/proc/self" names the task). Checked on the tree itself rather than inferred from its
+    namespaces: the entry of the task's own pid number under its /proc is that task (same
+    PID namespace, same start time). A root-mode payload sees the host's /proc (false), as
+    does one that made a mount namespace of its own without mounting a /proc in it."""
+    nspid = _status(pid).get("NSpid", "").split()[-1:]
+    if not nspid:
+        return False
+    seen = f"/proc/{pid}/root/proc/{nspid[0]}"
+    try:
+        same_ns = os.stat(f"{seen}/ns/pid").st_ino == os.stat(f"/proc/{pid}/ns/pid").st_ino
     except OSError:
         return False
-    return same_mnt and len(_status(pid).get("NSpid", "").split()) > 1
+    mine = _starttime(f"/proc/{pid}/stat")
+    return same_ns and mine is not None and _starttime(f"{seen}/stat") == mine
 
 
 def _ids(status: dict[str, str], key: str) -> list[int]:
@@ -127,10 +144,10 @@ def _ids(status: dict[str, str], key: str) -> list[int]:
         return []
 
 
-def _uid_refusal(pid: int, *, host_proc: bool, rlimits_need_ids: bool) -> Refusal | None:
-    """A process CRIU cannot dump because of who it runs as: without CAP_SYS_ADMIN under the
-    host's /proc (``host_proc``), or, when this root lacks CAP_SYS_RESOURCE
-    (``rlimits_need_ids``), with a uid or gid that is not ours (see the module docstring)."""
+def _uid_refusal(pid: int, *, rlimits_need_ids: bool) -> Refusal | None:
+    """A process CRIU cannot dump because of who it runs as: without CAP_SYS_ADMIN and without
+    a /proc of its own, or, when this root lacks CAP_SYS_RESOURCE (``rlimits_need_ids``),
+    with a uid or gid that is not ours (see the module docstring)."""
     status = _status(pid)
     uids, gids = _ids(status, "Uid"), _ids(status, "Gid")
     try:
@@ -141,7 +158,7 @@ def _uid_refusal(pid: int, *, host_proc: bool, rlimits_need_ids: bool) -> Refusa
         return None
     reasons: list[str] = []
     hints: list[str] = []
-    if host_proc and not caps >> _CAP_SYS_ADMIN & 1:
+    if not caps >> _CAP_SYS_ADMIN & 1 and not _has_own_proc(pid):
         reasons.append(
             "it dropped its privileges inside a workload whose PID namespace has no /proc of "
             "its own, and CRIU cannot dump such a process (it needs a /proc of that namespace)"
@@ -211,7 +228,6 @@ def refusals(root: int, options: CriuOptions) -> list[Refusal]:
     """What in the tree rooted at ``root`` makes a checkpoint impossible (empty: none found)."""
     out: list[Refusal] = []
     tcp: set[str] | None = None
-    host_proc = _host_proc_in_own_pidns(root)
     rlimits_need_ids = nsinit.privileged() and not nsinit.effective_caps() >> _CAP_SYS_RESOURCE & 1
     sysv_done = False
     for pid in files.tree_pids(root):
@@ -219,7 +235,7 @@ def refusals(root: int, options: CriuOptions) -> list[Refusal]:
             sysv_done = True
             if (sysv := _sysv_refusal(pid, segment, not nsinit.privileged())) is not None:
                 out.append(sysv)
-        uid = _uid_refusal(pid, host_proc=host_proc, rlimits_need_ids=rlimits_need_ids)
+        uid = _uid_refusal(pid, rlimits_need_ids=rlimits_need_ids)
         if uid is not None:
             out.append(uid)
         for _fd, source, target in files.open_fds(pid):

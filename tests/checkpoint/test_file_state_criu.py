@@ -357,6 +357,22 @@ def test_a_process_that_dropped_to_another_uid_is_refused_at_plan_time(cli: Cli)
     assert json.loads(cli("checkpoints", "local:drop", "--json").stdout) == []
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="the root mode: a payload started as root")
+def test_a_mount_namespace_without_its_own_proc_is_still_refused(cli: Cli) -> None:
+    # The refusal asks whether the task sees a /proc of its own PID namespace, not whether it
+    # shares the host's mount namespace: a mount namespace of its own still shows the host's
+    # /proc (before: planned, then the dump failed in CRIU).
+    cli("run", "--name", "mnt", "--node", "node-a", "--detach", "--", "/usr/bin/unshare",
+        "--mount", "--propagation", "private", "--", "/usr/bin/setpriv", "--reuid=65534",
+        "--regid=65534", "--clear-groups", "/usr/bin/sleep", "600")  # fmt: skip
+    pid = cli.wait_state("mnt", "running")["pid"]
+    proc = cli("checkpoint", "local:mnt", "--yes", "--json", "--dry-run", ok=False)
+    assert proc.returncode == 8, proc.stdout + proc.stderr
+    err = json.dumps(json.loads(proc.stdout))
+    assert "uid 65534" in err and "no /proc of its own" in err, err
+    assert cli.workload("mnt")["pid"] == pid and cli.workload("mnt")["state"] == "running"
+
+
 def _lacks_sys_resource() -> bool:
     status = Path("/proc/self/status").read_text()
     eff = next(int(ln.split()[1], 16) for ln in status.splitlines() if ln.startswith("CapEff:"))
