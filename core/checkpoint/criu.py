@@ -125,6 +125,10 @@ def current_options() -> CriuOptions:
 
 
 _GHOST_RE = re.compile(r"Can't dump ghost file (.+) of (\d+) size")
+# criu/cr-dump.c dump_task_rlimits: prlimit(2) on a task whose ids are not CRIU's needs
+# CAP_SYS_RESOURCE (kernel/sys.c check_prlimit_permission); the failing task's pid follows.
+_RLIMIT_RE = re.compile(r"Can't get rlimit \d+:")
+_DUMP_CORE_RE = re.compile(r"Dump core \(pid: (\d+)\)")
 
 
 def _refusal(logfile: Path, options: CriuOptions) -> tuple[str, str] | None:
@@ -161,6 +165,16 @@ def _refusal(logfile: Path, options: CriuOptions) -> tuple[str, str] | None:
             "CRIU cannot carry",
             "close that connection before checkpointing, or run its peer inside the workload; "
             + keep,
+        )
+    if _RLIMIT_RE.search(text):
+        m = _DUMP_CORE_RE.search(text)
+        who = f"pid {m.group(1)}" if m else "one of them"
+        return (
+            f"a process of the workload ({who}) runs with a uid or gid that is not "
+            "root's, and this host's root lacks CAP_SYS_RESOURCE, without which CRIU cannot "
+            "read that process's resource limits",
+            "give root CAP_SYS_RESOURCE (a container: --cap-add SYS_RESOURCE), or start the "
+            f"workload as the user its processes run as; {keep}",
         )
     if "Can't get 1:16 opt" in text:
         return (

@@ -13,11 +13,18 @@ plan or dry-run says why it cannot work before anything is paused. It reads /pro
 - writable shared file mappings (shared memory) that do not fit in
   ``checkpoint.file_budget_mib`` (they would be restored with newer contents);
 - a process without CAP_SYS_ADMIN (one that dropped to another uid: a database server
-  started through ``setpriv``/``runuser``, a web server's workers) in a payload whose PID
-  namespace has no /proc of its own (the root mode shares the host's mount namespace): CRIU's
-  parasite must open a /proc of the task's namespace and, unprivileged, cannot mount one
-  (criu/pie/parasite.c ``get_proc_fd``: "can't dump unprivileged task whose /proc doesn't
-  belong to it");
+  started through ``setpriv``/``runuser``, a web server's workers) that sees no /proc of its
+  own PID namespace (the root mode shares the host's mount namespace, so its payload sees
+  the host's): CRIU's parasite must open a /proc of the task's namespace and, unprivileged,
+  cannot mount one (criu/pie/parasite.c ``get_proc_fd``: "can't dump unprivileged task whose
+  /proc doesn't belong to it"). Whether the /proc is its own is checked on the task itself
+  (``_has_own_proc``), not inferred from its namespaces;
+- in the root mode on a host whose root lacks CAP_SYS_RESOURCE (a container's default
+  bounding set), a process whose real, effective or saved uid or gid is not root's (even one
+  that only changed its group and kept CAP_SYS_ADMIN): CRIU reads every task's resource
+  limits with prlimit(2) (criu/cr-dump.c ``dump_task_rlimits``), which the kernel allows for
+  another task only with CAP_SYS_RESOURCE or when all its uids and gids are the caller's
+  (kernel/sys.c ``check_prlimit_permission``), so the dump would fail ("Can't get rlimit");
 - System V shared memory (``shmat``: PostgreSQL keeps its interlock segment attached, even
   with ``shared_memory_type = mmap``), once per tree: CRIU dumps such a mapping only when the
   workload has an IPC namespace of its own ("doesn't live in IPC ns"), and an ordinary user's
@@ -25,7 +32,8 @@ plan or dry-run says why it cannot work before anything is paused. It reads /pro
   opens only for CAP_CHECKPOINT_RESTORE in the initial user namespace).
 
 Limits: a tree it cannot read (not root, process gone) yields no refusal: CRIU's own error
-at dump still names the problem. Unix-domain sockets to outside processes are left to CRIU's
+at dump still names the problem. The capabilities CRIU will hold are taken to be the probing
+process's own (the CLI, service and wrapper of one host run as the same root). Unix-domain sockets to outside processes are left to CRIU's
 refusal at dump (finding the peer needs sock_diag).
 """
 
@@ -91,6 +99,7 @@ def _device_reason(path: str, st: os.stat_result) -> str | None:
 
 
 _CAP_SYS_ADMIN = 21
+_CAP_SYS_RESOURCE = 24
 
 
 def _status(pid: int) -> dict[str, str]:
@@ -101,34 +110,78 @@ def _status(pid: int) -> dict[str, str]:
     return dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
 
 
-def _host_proc_in_own_pidns(pid: int) -> bool:
-    """``pid`` lives in a PID namespace below ours while sharing our mount namespace, so the
-    only /proc it can see is ours (the root mode's payload)."""
+def _starttime(stat_path: str) -> str | None:
     try:
-        same_mnt = os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt")
+        return Path(stat_path).read_text().rsplit(")", 1)[-1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _has_own_proc(pid: int) -> bool:
+    """The /proc that ``pid`` sees (under its root) is a procfs of its own PID namespace, the
+    one CRIU's parasite opens without mounting anything (criu/pie/parasite.c ``get_proc_fd``:
+    "/proc/self" names the task). Checked on the tree itself rather than inferred from its
+    namespaces: the entry of the task's own pid number under its /proc is that task (same
+    PID namespace, same start time). A root-mode payload sees the host's /proc (false), as
+    does one that made a mount namespace of its own without mounting a /proc in it."""
+    nspid = _status(pid).get("NSpid", "").split()[-1:]
+    if not nspid:
+        return False
+    seen = f"/proc/{pid}/root/proc/{nspid[0]}"
+    try:
+        same_ns = os.stat(f"{seen}/ns/pid").st_ino == os.stat(f"/proc/{pid}/ns/pid").st_ino
     except OSError:
         return False
-    return same_mnt and len(_status(pid).get("NSpid", "").split()) > 1
+    mine = _starttime(f"/proc/{pid}/stat")
+    return same_ns and mine is not None and _starttime(f"{seen}/stat") == mine
 
 
-def _uid_refusal(pid: int) -> Refusal | None:
+def _ids(status: dict[str, str], key: str) -> list[int]:
+    """The real, effective and saved ids of a ``Uid:``/``Gid:`` line ([] when unreadable)."""
+    try:
+        return [int(x) for x in status.get(key, "").split()[:3]]
+    except ValueError:
+        return []
+
+
+def _uid_refusal(pid: int, *, rlimits_need_ids: bool) -> Refusal | None:
+    """A process CRIU cannot dump because of who it runs as: without CAP_SYS_ADMIN and without
+    a /proc of its own, or, when this root lacks CAP_SYS_RESOURCE (``rlimits_need_ids``),
+    with a uid or gid that is not ours (see the module docstring)."""
     status = _status(pid)
+    uids, gids = _ids(status, "Uid"), _ids(status, "Gid")
     try:
         caps = int(status.get("CapEff", "0"), 16)
-        uid = int(status.get("Uid", "0").split()[1])  # effective
-    except (ValueError, IndexError):
+    except ValueError:
         return None
-    if caps >> _CAP_SYS_ADMIN & 1:
+    if len(uids) != 3 or len(gids) != 3:
+        return None
+    reasons: list[str] = []
+    hints: list[str] = []
+    if not caps >> _CAP_SYS_ADMIN & 1 and not _has_own_proc(pid):
+        reasons.append(
+            "it dropped its privileges inside a workload whose PID namespace has no /proc of "
+            "its own, and CRIU cannot dump such a process (it needs a /proc of that namespace)"
+        )
+        hints.append(
+            "start the workload as the user its processes run as (clawpoint run as that user "
+            "gives the workload a /proc of its own), or keep every process of it privileged"
+        )
+    if rlimits_need_ids and (set(uids) != {os.getuid()} or set(gids) != {os.getgid()}):
+        reasons.append(
+            "this host's root lacks CAP_SYS_RESOURCE, without which CRIU cannot read the "
+            "resource limits of a process whose uids or gids are not root's (prlimit)"
+        )
+        hints.append(
+            "give root CAP_SYS_RESOURCE (a container: --cap-add SYS_RESOURCE), or keep every "
+            "process of the workload at root's uid and gid"
+        )
+    if not reasons:
         return None
     name = status.get("Name", "?").strip()
-    return Refusal(
-        pid,
-        f"process {pid} ({name}) running as uid {uid}",
-        "it dropped its privileges inside a workload whose PID namespace has no /proc of "
-        "its own, and CRIU cannot dump such a process (it needs a /proc of that namespace)",
-        "start the workload as the user its processes run as (clawpoint run as that user "
-        "gives the workload a /proc of its own), or keep every process of it privileged",
-    )
+    ids = f"uid {uids[1]}" + ("" if gids[1] == os.getgid() else f", gid {gids[1]}")
+    resource = f"process {pid} ({name}) running as {ids}"
+    return Refusal(pid, resource, "; and ".join(reasons), "; ".join(hints))
 
 
 def _sysv_shm(pid: int) -> str | None:
@@ -175,14 +228,15 @@ def refusals(root: int, options: CriuOptions) -> list[Refusal]:
     """What in the tree rooted at ``root`` makes a checkpoint impossible (empty: none found)."""
     out: list[Refusal] = []
     tcp: set[str] | None = None
-    host_proc = _host_proc_in_own_pidns(root)
+    rlimits_need_ids = nsinit.privileged() and not nsinit.effective_caps() >> _CAP_SYS_RESOURCE & 1
     sysv_done = False
     for pid in files.tree_pids(root):
         if not sysv_done and (segment := _sysv_shm(pid)) is not None:
             sysv_done = True
             if (sysv := _sysv_refusal(pid, segment, not nsinit.privileged())) is not None:
                 out.append(sysv)
-        if host_proc and (uid := _uid_refusal(pid)) is not None:
+        uid = _uid_refusal(pid, rlimits_need_ids=rlimits_need_ids)
+        if uid is not None:
             out.append(uid)
         for _fd, source, target in files.open_fds(pid):
             if target in _ANON_UNSUPPORTED:

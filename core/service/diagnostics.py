@@ -201,11 +201,14 @@ def _sysctl(name: str) -> str | None:
 # Capabilities root may lack in a container (a runtime's default bounding set) and what CRIU
 # then cannot do. Without CAP_SYS_RESOURCE it cannot raise its own open-file limit (criu/util.c
 # rlimit_unlimit_nofile logs an Error line for it, harmless) nor a restored process's limits
-# above the current hard limits (criu/pie/restorer.c restore_rlims ignores the failure);
+# above the current hard limits (criu/pie/restorer.c restore_rlims ignores the failure), nor
+# read the limits of a task whose uids or gids are not its own (criu/cr-dump.c, prlimit(2));
 # without CAP_NET_ADMIN no TCP_REPAIR.
 _CRIU_CAPABILITIES = {
     24: "CAP_SYS_RESOURCE: restored processes get resource limits only up to the current "
-    "hard limits, and CRIU logs 'rlimit: Can't setup RLIMIT_NOFILE for self' (harmless)",
+    "hard limits, a workload with a process whose uid or gid is not root's cannot be "
+    "checkpointed (refused at plan time), and CRIU logs 'rlimit: Can't setup RLIMIT_NOFILE "
+    "for self' (harmless)",
     12: "CAP_NET_ADMIN: established TCP connections cannot be carried (criu_tcp 'close' "
     "restores them closed either way)",
 }

@@ -350,5 +350,68 @@ def test_a_process_that_dropped_to_another_uid_is_refused_at_plan_time(cli: Cli)
         assert proc.returncode == 8, proc.stdout + proc.stderr
         err = json.dumps(json.loads(proc.stdout))
         assert "uid 65534" in err and "sleep" in err, err
+        # A host whose root lacks CAP_SYS_RESOURCE could not dump it with a /proc of its own
+        # either: the refusal says so, and how to give it.
+        assert ("CAP_SYS_RESOURCE" in err) == _lacks_sys_resource(), err
     assert cli.workload("drop")["pid"] == pid and cli.workload("drop")["state"] == "running"
     assert json.loads(cli("checkpoints", "local:drop", "--json").stdout) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the root mode: a payload started as root")
+def test_a_mount_namespace_without_its_own_proc_is_still_refused(cli: Cli) -> None:
+    # The refusal asks whether the task sees a /proc of its own PID namespace, not whether it
+    # shares the host's mount namespace: a mount namespace of its own still shows the host's
+    # /proc (before: planned, then the dump failed in CRIU).
+    cli("run", "--name", "mnt", "--node", "node-a", "--detach", "--", "/usr/bin/unshare",
+        "--mount", "--propagation", "private", "--", "/usr/bin/setpriv", "--reuid=65534",
+        "--regid=65534", "--clear-groups", "/usr/bin/sleep", "600")  # fmt: skip
+    pid = cli.wait_state("mnt", "running")["pid"]
+    proc = cli("checkpoint", "local:mnt", "--yes", "--json", "--dry-run", ok=False)
+    assert proc.returncode == 8, proc.stdout + proc.stderr
+    err = json.dumps(json.loads(proc.stdout))
+    assert "uid 65534" in err and "no /proc of its own" in err, err
+    assert cli.workload("mnt")["pid"] == pid and cli.workload("mnt")["state"] == "running"
+
+
+def _lacks_sys_resource() -> bool:
+    status = Path("/proc/self/status").read_text()
+    eff = next(int(ln.split()[1], 16) for ln in status.splitlines() if ln.startswith("CapEff:"))
+    return not eff >> 24 & 1
+
+
+# A child that keeps uid 0 (and CAP_SYS_ADMIN) but changes its group, as a server does before
+# dropping to its user: CRIU reads its resource limits with prlimit(2), which needs
+# CAP_SYS_RESOURCE once the task's gids are not root's.
+GROUP_PROGRAM = textwrap.dedent(
+    """
+    import os, time
+    if os.fork() == 0:
+        os.setgroups([])
+        os.setgid(65534)
+    while True:
+        time.sleep(0.05)
+    """
+)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the root mode: a payload started as root")
+def test_a_process_that_changed_its_group_is_refused_only_without_cap_sys_resource(
+    cli: Cli,
+) -> None:
+    cli("run", "--name", "grp", "--node", "node-a", "--detach", "--", sys.executable, "-c",
+        GROUP_PROGRAM)  # fmt: skip
+    pid = cli.wait_state("grp", "running")["pid"]
+    wait_for(lambda: len(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()) == 1,
+             "the child")  # fmt: skip
+    if not _lacks_sys_resource():
+        cli("checkpoint", "local:grp", "--yes")  # CRIU reads its limits: nothing to refuse
+        assert len(json.loads(cli("checkpoints", "local:grp", "--json").stdout)) == 1
+        return
+    # Before: planned, then CRIU failed at dump with "Can't get rlimit 0".
+    for extra in (["--dry-run"], []):
+        proc = cli("checkpoint", "local:grp", "--yes", "--json", *extra, ok=False)
+        assert proc.returncode == 8, proc.stdout + proc.stderr
+        err = json.dumps(json.loads(proc.stdout))
+        assert "gid 65534" in err and "CAP_SYS_RESOURCE" in err, err
+    assert cli.workload("grp")["pid"] == pid and cli.workload("grp")["state"] == "running"
+    assert json.loads(cli("checkpoints", "local:grp", "--json").stdout) == []

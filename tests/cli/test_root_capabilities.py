@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from core.checkpoint import criu_setup
+from core.checkpoint import criu, criu_setup
 from tests.cli.conftest import CLAWPOINT, Cli
 
 
@@ -63,6 +63,24 @@ def test_a_harmless_criu_error_line_never_leads_a_failure_message(tmp_path: Path
     tail = criu_setup.log_tail(log)
     assert "RLIMIT_NOFILE" not in tail
     assert tail.startswith("(00.004100) Error") and "Can't open file a.log" in tail
+
+
+def test_a_dump_that_cannot_read_a_process_limits_names_cap_sys_resource(tmp_path: Path) -> None:
+    # Root without CAP_SYS_RESOURCE, a task whose uids or gids are not root's (it changed them
+    # after the plan was made): CRIU's prlimit(2) fails. The refusal says why and what to give.
+    log = tmp_path / "criu-dump.log"
+    log.write_text(
+        "(00.000010) Error (criu/util.c:1534): rlimit: Can't setup RLIMIT_NOFILE for self: "
+        "Operation not permitted\n"
+        "(00.030000) Error (criu/cr-dump.c:389): Can't get rlimit 0: Operation not permitted\n"
+        "(00.030100) Error (criu/cr-dump.c:1584): Dump core (pid: 17249) failed with -1\n"
+        "(00.040000) Error (criu/cr-dump.c:1975): Dumping FAILED.\n"
+    )
+    refused = criu._refusal(log, criu.CriuOptions())
+    assert refused is not None
+    message, hint = refused
+    assert "pid 17249" in message and "CAP_SYS_RESOURCE" in message
+    assert "--cap-add SYS_RESOURCE" in hint and "left as it was" in hint
 
 
 def test_a_workload_that_ended_says_so_not_what_it_said_while_running(cli: Cli) -> None:
