@@ -6,7 +6,9 @@ backend's whole queue for a pool without one) and when the pool was last scaled,
 ``pool_change`` says whether to propose ``scale_pool`` and to which size.
 
 - **Grow**: the pool has released nodes and its queue has pending work whose oldest job has
-  waited at least ``min_wait_s`` (60 s by default): bring back one node per pending job, at
+  waited at least ``min_wait_s`` (60 s by default), or a pending workload of its queue has a
+  deadline (its SLA: ``clawpoint.io/deadline``) within ``deadline_horizon_s`` (6 h by
+  default), whose slack any wait eats: bring back one node per pending job, at
   most the released ones and ``max_size``. It moves nothing; what it adds per hour is
   ``price_per_hour`` x the nodes added (the service makes it disruptive above the person's
   cap, ``[capacity] max_added_per_hour``, and so does the planner when it is handed the cap).
@@ -41,6 +43,9 @@ from core.signals.queue import QueueDepth
 
 MIN_WAIT_S = 60.0
 SETTLE_S = 600.0
+# A pending workload due within this long does not wait for MIN_WAIT_S: every second it
+# waits comes out of its slack.
+DEADLINE_HORIZON_S = 6 * 3600.0
 
 
 class PoolChange(BaseModel):
@@ -54,6 +59,7 @@ class PoolChange(BaseModel):
     per_hour_after: float
     pending: int = 0
     oldest_wait_s: float | None = None
+    due: datetime | None = Field(default=None, description="the earliest pending deadline")
     where: str = Field(description="the queue: 'partition elastic' or the backend")
     reason: str
 
@@ -88,27 +94,36 @@ def pool_change(
     settle_s: float = SETTLE_S,
     shrink: bool = True,
     keep: Collection[str] = (),
+    due: datetime | None = None,
+    deadline_horizon_s: float = DEADLINE_HORIZON_S,
 ) -> PoolChange | None:
     """The change to propose for ``pool``, or None (see the module doc for the rules).
     ``shrink=False``: growths only; ``keep``: node names other proposals of this pass move
-    work to (a pool with one of them idle is not shrunk this pass)."""
+    work to (a pool with one of them idle is not shrunk this pass); ``due``: the earliest
+    deadline of the workloads pending in the pool's queue."""
     price = pool.price_per_hour
     pending = queue.pending if queue is not None else 0
     waited = (queue.oldest_pending_age_s or 0.0) if queue is not None else 0.0
     where = _where(pool)
-    if pool.released and pending > 0 and waited >= min_wait_s:
+    urgent = due is not None and (due - now).total_seconds() <= deadline_horizon_s
+    if pool.released and pending > 0 and (waited >= min_wait_s or urgent):
         add = min(len(pool.released), pending, pool.max_size - pool.size)
         if add <= 0:
             return None
         size = pool.size + add
+        why = f"{pending} job(s) have waited up to {waited:.0f} s in {where}"
+        if urgent and due is not None:
+            hours = max((due - now).total_seconds(), 0.0) / 3600
+            why += f", one due by {due:%Y-%m-%d %H:%M} UTC (in {hours:.1f} h)"
         reason = (
-            f"{pending} job(s) have waited up to {waited:.0f} s in {where}; grow {pool.id} "
-            f"from {pool.size} to {size} node(s): {add * price:+.2f}/h ({add} x {price:.2f})."
+            f"{why}; grow {pool.id} from {pool.size} to {size} node(s): "
+            f"{add * price:+.2f}/h ({add} x {price:.2f})."
         )
         return PoolChange(
             pool=pool.id, size=size, size_before=pool.size, grow=True,
             per_hour_before=round(price * pool.size, 4), per_hour_after=round(price * size, 4),
             pending=pending, oldest_wait_s=waited, where=where, reason=reason,
+            due=due if urgent else None,
         )  # fmt: skip
     if not shrink or not pool.idle or pending > 0 or pool.size <= pool.min_size:
         return None

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, computed_field
 
 from core.actions import spec
 from core.model import Action, NodeInfo, PoolInfo, RiskClass, WorkloadInfo
-from core.planner.capacity_advice import MIN_WAIT_S, SETTLE_S
+from core.planner.capacity_advice import DEADLINE_HORIZON_S, MIN_WAIT_S, SETTLE_S
 from core.planner.interval_advice import MIN_FRACTION, MIN_S_PER_H, IntervalCase
 from core.planner.resize_advice import GROWTH, PRESSURE
 from core.signals.model import GpuHealth, InterruptionNotice, NodeHealthSignal
@@ -33,6 +33,8 @@ class PlannerConfig(BaseModel):
     # pool_settle_s of its last scale_pool (core.planner.capacity_advice).
     pool_min_wait_s: float = Field(default=MIN_WAIT_S, ge=0)
     pool_settle_s: float = Field(default=SETTLE_S, ge=0)
+    # A pool also grows at once for a pending workload due within this long.
+    pool_deadline_horizon_s: float = Field(default=DEADLINE_HORIZON_S, ge=0)
     # A workload using this share of its memory limit gets a resize to growth x its use
     # (core.planner.resize_advice).
     memory_pressure: float = Field(default=PRESSURE, gt=0, le=1)

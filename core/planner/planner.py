@@ -19,9 +19,10 @@ sla-risk         500   SLA level high: migrate to a node fast enough to bring th
 memory-pressure  450   a workload using >= 90 % of its memory limit: resize it to 1.5x its
                        use, in place when its node has room (safe), else on the cheapest
                        node that fits (``resize_advice``); up to 49 more with the share used
-capacity-grow    400   a pool with released nodes whose queue has work waiting >= 60 s:
-                       scale_pool up, one node per pending job (``capacity_advice``);
-                       up to 49 more, one per minute the oldest job has waited
+capacity-grow    400   a pool with released nodes whose queue has work waiting >= 60 s,
+                       or a pending workload due within 6 h: scale_pool up, one node per
+                       pending job (``capacity_advice``); up to 49 more, one per minute
+                       the oldest job has waited or for an earlier deadline
 spot-interr.     200   a rebalance recommendation / drain notice: checkpoint, leave running
 queue-backlog    300   a backlogged queue: preempt-and-save lower-priority running work
 cost             100   a cheaper node: migrate only if the saving over the remaining run
@@ -59,6 +60,7 @@ from core.model import (
     Action,
     NodeHealth,
     NodeInfo,
+    PoolInfo,
     RiskClass,
     WorkloadInfo,
     WorkloadState,
@@ -74,7 +76,7 @@ from core.signals.model import (
     InterruptionAction,
     InterruptionNotice,
 )
-from core.signals.sla import RiskLevel, level_of
+from core.signals.sla import RiskLevel, level_of, workload_deadline
 
 # The models live in core.planner.contract; callers keep importing them from here.
 __all__ = ["BASE", "Effect", "PlannerConfig", "PlannerInput", "Proposal", "plan_actions"]
@@ -393,6 +395,7 @@ class _Planner:
                 min_wait_s=self.cfg.pool_min_wait_s, settle_s=self.cfg.pool_settle_s,
                 shrink=not grow and self.d.release_idle,
                 keep={name for backend, _, name in dests if backend == pool.backend},
+                due=self._due(pool), deadline_horizon_s=self.cfg.pool_deadline_horizon_s,
             )  # fmt: skip
             if change is None or change.grow is not grow:
                 continue
@@ -402,7 +405,8 @@ class _Planner:
             if change.grow:
                 self.adding[(pool.backend, pool.partition)] += change.nodes
                 trigger = "capacity-grow"
-                score = BASE[trigger] + min(49.0, (change.oldest_wait_s or 0.0) / 60)
+                waited = (change.oldest_wait_s or 0.0) / 60
+                score = BASE[trigger] + min(49.0, max(waited, _urgency(change.due, self.now)))
                 if cap is not None and change.delta_per_hour > cap:
                     risk = RiskClass.DISRUPTIVE  # as the service will judge it
             else:
@@ -417,6 +421,17 @@ class _Planner:
                     reason=change.reason, effect=effect, risk=risk, score=round(score, 3),
                 )
             )  # fmt: skip
+
+    def _due(self, pool: PoolInfo) -> datetime | None:
+        """The earliest deadline of the workloads pending in ``pool``'s queue."""
+        found = [
+            d
+            for w in self.d.workloads
+            if w.state is WorkloadState.PENDING and w.backend == pool.backend
+            and (pool.partition is None or w.partition == pool.partition)
+            and (d := workload_deadline(w)) is not None
+        ]  # fmt: skip
+        return min(found, default=None)
 
     def memory_pressure(self) -> None:
         can = set(self.d.resize_backends)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from core.model import Action, PoolInfo, RiskClass
+from core.model import Action, PoolInfo, RiskClass, WorkloadState
 from core.planner.capacity_advice import pool_change, queue_for
 from core.planner.planner import BASE, PlannerConfig, PlannerInput, plan_actions
 from core.signals.model import InterruptionAction, InterruptionNotice, Provider
@@ -144,3 +144,26 @@ def test_an_idle_node_work_moves_to_this_pass_is_not_released() -> None:
     assert [(p.action, p.to_node) for p in plan_actions(moving, now=NOW)] == [
         (Action.MIGRATE, "local:od")
     ]
+
+
+def test_a_pending_job_with_a_near_deadline_grows_the_pool_without_waiting() -> None:
+    """An SLA's slack says so: a job due within 6 h does not wait for the 60 s threshold;
+    one due later (or none) does; the proposal names the deadline and ranks by it."""
+    soon = NOW + timedelta(hours=1, minutes=30)
+    grown = pool_change(pool(), queue(1, 5.0), now=NOW, due=soon)
+    assert grown is not None and grown.grow and grown.size == 2 and grown.due == soon
+    assert "one due by 2026-05-01 13:30 UTC (in 1.5 h)" in grown.reason
+    assert pool_change(pool(), queue(1, 5.0), now=NOW, due=NOW + timedelta(hours=7)) is None
+    assert pool_change(pool(), queue(1, 5.0), now=NOW) is None
+    # Through plan_actions: the pending workload's deadline label, in the pool's partition.
+    due = wl("due", "n4", state=WorkloadState.PENDING,
+             labels={"clawpoint.io/deadline": soon.isoformat()}).model_copy(
+        update={"backend": "slurm", "id": "slurm:due", "partition": "elastic", "node": None}
+    )  # fmt: skip
+    other = due.model_copy(update={"id": "slurm:other", "partition": "batch"})
+    data = PlannerInput(nodes=[], workloads=[due], pools=[pool()], queues=[queue(1, 5.0)])
+    [p] = plan_actions(data, now=NOW)
+    assert (p.action, p.trigger, p.params) == (Action.SCALE_POOL, "capacity-grow", {"size": 2})
+    assert p.score > BASE["capacity-grow"] + 30  # due in 1.5 h: 99 / 2.5 points, capped at 49
+    elsewhere = data.model_copy(update={"workloads": [other]})
+    assert plan_actions(elsewhere, now=NOW) == []  # another partition's deadline
