@@ -77,7 +77,19 @@ OPERATIONS: dict[str, Operation] = {
     "resume": Operation(Action.RESUME, ["resume", "TARGET", "--yes"], before="held"),
     "failover": Operation(Action.FAILOVER, ["failover", "TARGET", "--yes"], before="dead"),
     "drain": Operation(Action.DRAIN_NODE, ["drain", "TARGET", "--yes"], on_node=True),
+    # CPUS: 2 for a job that has 1, else 1 (each kill point leaves the job at one of them).
+    "resize": Operation(Action.RESIZE, ["resize", "TARGET", "--cpus", "CPUS", "--yes"]),
 }
+
+
+def params_of(op: Operation, job: Job) -> dict[str, Any]:
+    """The operation's parameters for the job as it is now (a resize to the size a job has
+    is nothing to do, so the matrix toggles between one and two CPUs)."""
+    if op.action is Action.RESIZE:
+        return {"cpus": 1 if (job.info().cpus or 1) >= 2 else 2}
+    return {}
+
+
 # CI's fast variant: one kill, in the middle of the longest plan (the job is saved, stopped
 # and requeued held; placing, releasing and starting it are left to the restarted clawpoint).
 FAST = ("migrate", "requeue", "after")
@@ -254,8 +266,10 @@ def one_kill(
     """Kill clawpoint at step ``index`` (before/after) of ``op`` on the job, restart, check;
     the step's name, the outcome and what was checked."""
     target = prepare(service, job, op)
-    step_name = service.plan(op.action, target, {}).steps[index].name
-    argv = [target if a == "TARGET" else a for a in op.argv]
+    params = params_of(op, job)
+    step_name = service.plan(op.action, target, params).steps[index].name
+    fill = {"TARGET": target, "CPUS": f"{params.get('cpus', '')}"}
+    argv = [fill.get(a, a) for a in op.argv]
     proc = subprocess.run(
         [*clawpoint(), *argv, "--json"],
         env=cli_env(CLAWPOINT_TEST_KILL_AT=f"{op.action.value}:{step_name}:{when}"),
@@ -307,7 +321,7 @@ def test_killed_at_every_step_is_reconciled(
     job = start_job(service, jobs, operation[:6])
     # The plan's steps (a failover's are the same whether the node is dead or not).
     target = prepare(service, job, op, kill=False)
-    names = [s.name for s in service.plan(op.action, target, {}).steps]
+    names = [s.name for s in service.plan(op.action, target, params_of(op, job)).steps]
     points = [(i, w) for i in range(len(names)) for w in ("before", "after")]
     if not FULL:
         points = [(names.index(FAST[1]), FAST[2])]
