@@ -90,6 +90,17 @@ def alice(request: pytest.FixtureRequest) -> Iterator[As]:
     shutil.rmtree(home, ignore_errors=True)
 
 
+def _said(out: Any, err: str) -> str:
+    """What a failed command said, whole: its message and hint first (the result's plan would
+    push them past what an assertion shows), then its stderr."""
+    if isinstance(out, dict):
+        inner = out.get("result")
+        result: dict[str, Any] = inner if isinstance(inner, dict) else out
+        said = {k: result.get(k) for k in ("status", "message", "hint", "error")}
+        return f"{said} stderr: {err[-2000:]}"
+    return f"{out!r} stderr: {err[-2000:]}"
+
+
 def _ns_owner_uid(pid: int) -> int:
     """The uid that owns ``pid``'s user namespace (ioctl NS_GET_OWNER_UID)."""
     import fcntl
@@ -125,7 +136,7 @@ def test_an_ordinary_user_checkpoints_moves_and_fails_over(alice: As) -> None:
 
     # A checkpoint, left running; its images belong to the user.
     code, out, err = alice("checkpoint", f"local:{name}", "--json")
-    assert code == 0 and out["status"] == "executed", (out, err)
+    assert code == 0 and out["status"] == "executed", _said(out, err)
     code, cps, err = alice("checkpoints", f"local:{name}", "--json")
     assert code == 0 and cps and cps[0]["status"] == "good", (cps, err)
     images = alice.home / "checkpoints" / name / f"{cps[0]['seq']:08d}" / "images"
@@ -154,7 +165,7 @@ def test_an_ordinary_user_checkpoints_moves_and_fails_over(alice: As) -> None:
     code, cps, err = alice("checkpoints", f"local:{name}", "--json")
     before = cps[0]["seq"]
     code, out, err = alice("checkpoint-interval", f"local:{name}", "--every", "2s", "--json")
-    assert code == 0 and out["status"] == "executed", (out, err)
+    assert code == 0 and out["status"] == "executed", _said(out, err)
     deadline = time.monotonic() + 60
     while (cps := alice("checkpoints", f"local:{name}", "--json")[1])[0]["seq"] <= before:
         assert time.monotonic() < deadline, "no periodic checkpoint after --every 2s"
@@ -166,7 +177,7 @@ def test_an_ordinary_user_checkpoints_moves_and_fails_over(alice: As) -> None:
     code, out, err = alice(
         "checkpoint-interval", f"local:{name}", "--every", "auto", "--yes", "--json"
     )
-    assert code == 0 and out["status"] == "executed", (out, err)
+    assert code == 0 and out["status"] == "executed", _said(out, err)
     row = alice.workload(name)
     assert row["checkpoint_auto"] is True and 10 <= row["checkpoint_every"] <= 86400, row
     code, out, err = alice(
@@ -249,5 +260,5 @@ def test_a_parasite_directory_left_in_the_users_cwd_does_not_block_checkpoints(
     done = alice.who.run(["mkdir", "-p", str(stale)])
     assert done.returncode == 0 and stale.stat().st_uid == alice.who.uid, done.stderr
     code, out, err = alice("checkpoint", f"local:{name}", "--json")
-    assert code == 0 and out["status"] == "executed", (out, err)
+    assert code == 0 and out["status"] == "executed", _said(out, err)
     assert not stale.exists()
