@@ -57,8 +57,17 @@ def test_checkpoint_stop_resume_and_crash_recovery(harness: Harness) -> None:
 
 
 def _occupy_pid(target: int) -> int:
-    """Start a sleeper whose host pid is exactly ``target`` (via ns_last_pid)."""
-    for _ in range(50):
+    """Start a sleeper whose host pid is exactly ``target`` (via ns_last_pid).
+
+    Other processes on a busy machine (the suite's other workers, Slurm) fork between our
+    write to ns_last_pid and our fork, so one try often misses: keep trying for a while, and
+    while another process happens to hold ``target``, wait for it to go.
+    """
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if os.path.exists(f"/proc/{target}"):
+            time.sleep(0.05)
+            continue
         with open("/proc/sys/kernel/ns_last_pid", "w") as f:
             f.write(str(target - 1))
         pid = os.fork()
@@ -69,7 +78,7 @@ def _occupy_pid(target: int) -> int:
             return pid
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
-    raise AssertionError(f"could not obtain pid {target}")
+    raise AssertionError(f"could not obtain pid {target} in 30 s")
 
 
 def test_restore_while_original_pid_is_taken(harness: Harness) -> None:
