@@ -9,7 +9,8 @@ from ``os.wait4``, so neither this process nor other children are counted; wall 
 to reap. The table gives medians and each command's ratio to the bare start's median in the
 same run (target: CPU <= 4x). Every command runs against its own empty ``CLAWPOINT_HOME``
 (the local backend only), after one warm-up pass that creates the state database and byte
-code, so the figures are a command's start, not a first install.
+code (written even where ``PYTHONDONTWRITEBYTECODE`` is set), so the figures are a command's
+start, not a first install.
 
 Commands: ``--help``, ``workloads --json``, ``approvals list --json`` and ``checkpoints``
 (the table), and ``--help`` again with ``TYPER_USE_RICH=0`` (plain text, no boxes: what a
@@ -81,6 +82,10 @@ def run(reps: int, clawpoint: str) -> dict[str, object]:
     cases.append(("TYPER_USE_RICH=0 clawpoint --help", [clawpoint, "--help"], PLAIN))
     with tempfile.TemporaryDirectory(prefix="clawpoint-bench-") as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CLAWPOINT_")}
+        # A user's Python caches byte code; an environment that forbids writing it (some
+        # CI images and sandboxes set PYTHONDONTWRITEBYTECODE) would measure compiling
+        # clawpoint's sources on every start instead (about 150 ms here).
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["CLAWPOINT_HOME"] = str(Path(tmp) / "home")
         cpu: dict[str, list[float]] = {name: [] for name, _, _ in cases}
         wall: dict[str, list[float]] = {name: [] for name, _, _ in cases}

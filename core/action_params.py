@@ -13,14 +13,15 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from core.durations import INTERVAL_HELP, Interval
+from core.schema_base import Model
 from core.sizes import MEMORY_HELP, OptionalMemory, memory_mib
 
 
-class ActionParams(BaseModel):
+class ActionParams(Model):
     """Base of every action's parameters: frozen, unknown fields refused."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -24,7 +24,6 @@ from typing import Any, Literal
 
 import platformdirs
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
@@ -35,10 +34,11 @@ from pydantic import (
 from core import errors
 from core.engine_names import DEFAULT_ENGINE, EngineName
 from core.guardrail_settings import ApprovalsConfig, NotifyConfig, PolicyConfig
+from core.schema_base import Model
 from core.signal_settings import SignalsConfig
 
 
-class _Section(BaseModel):
+class _Section(Model):
     model_config = ConfigDict(extra="forbid")
 
 

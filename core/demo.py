@@ -22,12 +22,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from core import errors
 from core.checkpoint import engine as engines
 from core.config import CheckpointConfig, load_settings
 from core.model import Action, Principal, PrincipalKind, WorkloadState
+from core.schema_base import Model
 from core.service.facade import Service, bootstrap
 from core.specs import RunSpec
 from core.wrapper.spec import output_files
@@ -36,12 +37,12 @@ NAME = "train-demo"
 CHECKPOINT_EVERY_S = 5.0
 
 
-class TimelineEvent(BaseModel):
+class TimelineEvent(Model):
     t: float
     what: str
 
 
-class DemoReport(BaseModel):
+class DemoReport(Model):
     ok: bool
     engine: str
     home: str

@@ -14,11 +14,12 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from core import errors
 from core.durations import parse_duration
 from core.model import Action, Plan, PrincipalKind, RiskClass
+from core.schema_base import Model
 
 Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 WEEKDAYS: tuple[Weekday, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -34,7 +35,7 @@ class Outcome(StrEnum):
     DENY = "deny"
 
 
-class _Section(BaseModel):
+class _Section(Model):
     model_config = ConfigDict(extra="forbid")
 
 
@@ -202,7 +203,7 @@ class PolicyConfig(_Section):
             ) from exc
 
 
-class ApprovalsConfig(BaseModel):
+class ApprovalsConfig(Model):
     """The ``[approvals]`` section."""
 
     model_config = ConfigDict(extra="forbid")
@@ -234,7 +235,7 @@ class ApprovalsConfig(BaseModel):
         return parse_duration(self.expiry, what="approvals.expiry")
 
 
-class NotifyConfig(BaseModel):
+class NotifyConfig(Model):
     """The ``[notify]`` section."""
 
     model_config = ConfigDict(extra="forbid")

@@ -1,12 +1,26 @@
-"""structlog setup: JSON lines to stderr (never stdout: the stdio MCP server owns stdout)."""
+"""structlog setup: JSON lines to stderr (never stdout: the stdio MCP server owns stdout).
+
+Role: the one place clawpoint's modules get a logger from (``logs.get_logger(__name__)``)
+and the one place logging is configured.
+
+Why a proxy: importing structlog costs about 50 ms of CPU (it imports Rich and asyncio at
+import), paid by every ``clawpoint`` command even though a read command logs nothing. A
+module's logger is therefore a small proxy that imports and configures structlog the first
+time something is logged through it. ``configure`` only records the level until then.
+
+Limits: the proxy forwards attribute access (``info``, ``warning``, ``bind``...) to the real
+structlog logger; ``isinstance`` checks against structlog's classes see the proxy.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import sys
+from typing import Any
 
-import structlog
+_level: int | None = None  # what ``configure`` asked for; None: not configured yet
+_applied: int | None = None  # what structlog was last configured with
 
 
 class _Stderr:
@@ -20,16 +34,54 @@ class _Stderr:
 
 
 def configure(level: str | None = None) -> None:
+    """JSON lines to stderr at ``level`` (else ``CLAWPOINT_LOG_LEVEL``, else WARNING).
+
+    Applied at once when structlog is already loaded, else when the first line is logged."""
+    global _level, _applied
     name = (level or os.environ.get("CLAWPOINT_LOG_LEVEL") or "WARNING").upper()
-    numeric = getattr(logging, name, logging.WARNING)
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.JSONRenderer(),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
-        cache_logger_on_first_use=True,
-    )
+    _level = getattr(logging, name, logging.WARNING)
+    _applied = None  # configure again even at the same level (another caller may have)
+    if "structlog" in sys.modules:
+        _apply()
+
+
+def _apply() -> Any:
+    """structlog, imported and configured as ``configure`` last asked."""
+    global _applied
+    import structlog
+
+    if _level is not None and _applied != _level:
+        structlog.configure(
+            processors=[
+                structlog.contextvars.merge_contextvars,
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+                structlog.processors.JSONRenderer(),
+            ],
+            wrapper_class=structlog.make_filtering_bound_logger(_level),
+            logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
+            cache_logger_on_first_use=True,
+        )
+        _applied = _level
+    return structlog
+
+
+class Logger:
+    """A structlog logger made on first use (see the module's docstring)."""
+
+    __slots__ = ("_name", "_real")
+
+    def __init__(self, name: str | None) -> None:
+        self._name = name
+        self._real: Any = None
+
+    def __getattr__(self, attr: str) -> Any:
+        if self._real is None:
+            structlog = _apply()
+            self._real = structlog.get_logger(self._name) if self._name else structlog.get_logger()
+        return getattr(self._real, attr)
+
+
+def get_logger(name: str | None = None) -> Any:
+    """The logger of module ``name``: structlog's, loaded when it first logs."""
+    return Logger(name)

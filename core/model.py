@@ -15,9 +15,10 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from core import errors
+from core.schema_base import Model
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 BACKEND_RE = re.compile(r"^[a-z][a-z0-9]{0,15}$")
@@ -104,7 +105,7 @@ def validate_interval_s(value: float, *, what: str = "checkpoint interval") -> f
     return value
 
 
-class ObjectRef(BaseModel):
+class ObjectRef(Model):
     """A ``BACKEND:NAME`` reference (workload, node or checkpoint)."""
 
     model_config = ConfigDict(frozen=True)
@@ -209,7 +210,7 @@ class NodeConditionType(StrEnum):
     OTHER = "other"  # anything else the backend reports as wrong
 
 
-class NodeCondition(BaseModel):
+class NodeCondition(Model):
     """One fact about a node's health, as its backend observed it."""
 
     model_config = ConfigDict(frozen=True)
@@ -220,7 +221,7 @@ class NodeCondition(BaseModel):
     source: str = ""  # the backend's own term: a Slurm state flag, a Kubernetes condition
 
 
-class NodeInfo(BaseModel):
+class NodeInfo(Model):
     id: str
     backend: str
     name: str
@@ -241,7 +242,7 @@ class NodeInfo(BaseModel):
     conditions: list[NodeCondition] = Field(default_factory=list)
 
 
-class PoolInfo(BaseModel):
+class PoolInfo(Model):
     """A node pool (node group): nodes of one kind that capacity grows and shrinks by.
 
     ``size`` counts the nodes up now (``nodes``); ``min_size``/``max_size`` are the bounds a
@@ -274,7 +275,7 @@ class WorkloadState(StrEnum):
     UNKNOWN = "unknown"
 
 
-class WorkloadInfo(BaseModel):
+class WorkloadInfo(Model):
     id: str
     backend: str
     name: str
@@ -309,7 +310,7 @@ class WorkloadInfo(BaseModel):
 KILLED = "killed"  # exit_status of a workload stopped on purpose without saving (``kill``)
 
 
-class CheckpointFile(BaseModel):
+class CheckpointFile(Model):
     name: str
     size: int
     digest: str  # "sha256:<hex>"
@@ -327,7 +328,7 @@ class CheckpointStatus(StrEnum):
     UNVERIFIED = "unverified"
 
 
-class CheckpointInfo(BaseModel):
+class CheckpointInfo(Model):
     """A published checkpoint, as its manifest describes it."""
 
     id: str  # BACKEND:LINEAGE/SEQ form is built by backends; store ids are LINEAGE/SEQ
@@ -352,7 +353,7 @@ class CheckpointInfo(BaseModel):
         return None
 
 
-class PlanStep(BaseModel):
+class PlanStep(Model):
     """One journaled step. ``args`` values of the form ``$STEP.FIELD`` take a prior step's output."""
 
     name: str
@@ -361,7 +362,7 @@ class PlanStep(BaseModel):
     description: str
 
 
-class Preconditions(BaseModel):
+class Preconditions(Model):
     """What a plan's steps assume about the world, recorded when it is made.
 
     Execution re-reads the world right before the first step and refuses the plan when any
@@ -384,7 +385,7 @@ class Preconditions(BaseModel):
         return not self.model_dump(exclude_none=True)
 
 
-class PlanScope(BaseModel):
+class PlanScope(Model):
     """What a plan touches, as a backend states it and policy, grants, views and audit read it.
 
     A backend fills the fields that apply to it; a field it leaves out is absent, not
@@ -434,7 +435,7 @@ class PlanScope(BaseModel):
         return {k: v for k, v in data.items() if k in self.model_fields_set}
 
 
-class Plan(BaseModel):
+class Plan(Model):
     action: Action
     target: str
     backend: str
@@ -485,7 +486,7 @@ class ExecutionStatus(StrEnum):
     ROLLED_BACK = "rolled_back"
 
 
-class StepRecord(BaseModel):
+class StepRecord(Model):
     name: str
     status: str  # started | done | failed | skipped
     started_at: datetime | None = None
@@ -494,7 +495,7 @@ class StepRecord(BaseModel):
     error: str | None = None
 
 
-class Execution(BaseModel):
+class Execution(Model):
     id: str
     plan_hash: str
     action: Action
@@ -518,7 +519,7 @@ class PrincipalKind(StrEnum):
     CLIENT_USER = "client-user"
 
 
-class Principal(BaseModel):
+class Principal(Model):
     """Who asks or approves. Approvals require a PERSON different from the requester."""
 
     model_config = ConfigDict(frozen=True)

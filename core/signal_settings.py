@@ -15,10 +15,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from core.schema_base import Model
 
 
-class _Section(BaseModel):
+class _Section(Model):
     model_config = ConfigDict(extra="forbid")
 
 

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from core.engine_names import DEFAULT_ENGINE, EngineName
 from core.model import validate_name
+from core.schema_base import Model
 from core.store.disk import parse_checkpoint_id
 
 
-class AutoInterval(BaseModel):
+class AutoInterval(Model):
     """What a wrapper whose checkpoint interval is ``auto`` re-times it with: its node's
     interruption hazard (a mean time between interruptions, hours) and the interval's
     bounds (seconds), as the plan resolved them from ``[economics]`` for that node."""
@@ -41,7 +42,7 @@ class AutoInterval(BaseModel):
         return self
 
 
-class RunSpec(BaseModel):
+class RunSpec(Model):
     model_config = ConfigDict(extra="forbid")
 
     name: str
@@ -108,7 +109,7 @@ class RunSpec(BaseModel):
 _SAFE_OPT = r"^[A-Za-z0-9_.,:=@/+\-\[\]]*$"
 
 
-class BatchSpec(BaseModel):
+class BatchSpec(Model):
     """A checkpointable batch job: the payload runs under the wrapper and restores the newest
     good checkpoint of ``lineage`` on every start. Every field is validated before anything
     is written or run; fields a scheduler has no use for are refused by its backend."""

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from core.model import CheckpointInfo
+from core.schema_base import Model
 
 # Bytes of state dumped or restored per second when no dump was timed (measured order of
 # magnitude on one host).
@@ -33,7 +34,7 @@ HANDOFF_S = 0.1
 POST_COPY_RESTORE_S = 0.1
 
 
-class _Read(BaseModel):
+class _Read(Model):
     """A view of a producer's dict: known keys typed, the rest ignored."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
@@ -71,14 +72,14 @@ class HandoffTimes(_Read):
     marks: Any = None  # the target's own marks along the takeover
 
 
-class WorkloadGap(BaseModel):
+class WorkloadGap(Model):
     """The workload's own view: its progress reports just before the freeze and just after."""
 
     steps: float
     seconds: float
 
 
-class PauseReport(BaseModel):
+class PauseReport(Model):
     """The pause of a handoff, as the start step returns it. Absent figures are left out
     (the first five are always there, possibly null), as the step output always had them."""
 

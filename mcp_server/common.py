@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from core import errors
 from core.guardrails.approvals import SESSION_SEP
 from core.model import MAX_REASON_CHARS, Principal, PrincipalKind
+from core.schema_base import Model
 from core.service import views
 from core.service.facade import ActionResult, Service
 from core.service.projection import projection
@@ -85,7 +86,7 @@ def transport() -> str:
 # envelopes whose records are open objects; docs/mcp-tools.md documents the record fields.
 
 
-class OpenRecord(BaseModel):
+class OpenRecord(Model):
     model_config = ConfigDict(extra="allow")
 
 
@@ -105,7 +106,7 @@ class StatusOut(OpenRecord):
     """Cluster status: backends, nodes, workloads_by_state, checkpoints, engine."""
 
 
-class ActionOut(BaseModel):
+class ActionOut(Model):
     status: Literal["executed", "approval_required", "denied", "failed", "planned"]
     message: str
     next: str | None = None

@@ -28,17 +28,17 @@ from typing import Annotated, Any, TypeVar
 
 import anyio
 import anyio.to_thread
-import structlog
 from mcp.server import MCPServer
 from mcp.server.caching import CacheHint
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from core import errors
+from core import errors, logs
 from core.config import Settings
 from core.guardrails.approvals import ApprovalStatus
 from core.model import WorkloadState
 from core.runbooks.engine import Engine
 from core.runbooks.store import RunStatus
+from core.schema_base import Model
 from core.service import economics, views
 from core.service.facade import Service, bootstrap
 from mcp_server import registered, tools_actions, tools_insights, tools_runbooks
@@ -55,7 +55,7 @@ from mcp_server.common import (
 from mcp_server.lean import LeanServer
 
 T = TypeVar("T")
-log = structlog.get_logger("clawpoint.mcp")
+log = logs.get_logger("clawpoint.mcp")
 
 INSTRUCTIONS = """clawpoint checkpoints, migrates and fails over stateful workloads.
 Ids: workloads BACKEND:NAME (local:train-1), nodes BACKEND:NODE, checkpoints
@@ -93,7 +93,7 @@ NodeName = Annotated[
 Backend = Annotated[str | None, Field(description="Omit for all")]
 
 
-class NodeList(BaseModel):
+class NodeList(Model):
     """Nodes: id, state, health, schedulable, spot, price_per_hour, gpus, labels, reason,
     workloads."""
 
@@ -102,7 +102,7 @@ class NodeList(BaseModel):
     next_cursor: str | None = None
 
 
-class WorkloadList(BaseModel):
+class WorkloadList(Model):
     """Workloads: id, state, node, engine, gpus, labels, last_checkpoint, message."""
 
     workloads: list[dict[str, Any]]
@@ -110,7 +110,7 @@ class WorkloadList(BaseModel):
     next_cursor: str | None = None
 
 
-class CheckpointList(BaseModel):
+class CheckpointList(Model):
     """Checkpoints, newest first: id, status, engine, node, created_at, size_bytes,
     leave_running, step."""
 
@@ -119,13 +119,13 @@ class CheckpointList(BaseModel):
     next_cursor: str | None = None
 
 
-class PoolList(BaseModel):
+class PoolList(Model):
     """Pools: id, size, min_size, max_size, spot, price_per_hour, idle, released."""
 
     pools: list[dict[str, Any]]
 
 
-class StatusOut(BaseModel):
+class StatusOut(Model):
     """Counts only (list_nodes lists the nodes); unavailable: backend -> why."""
 
     backends: list[str]

@@ -26,12 +26,13 @@ from mcp.server.elicitation import (
 )
 from mcp.server.mcpserver import Context, Elicit, Resolve
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import Field
 from pydantic.fields import FieldInfo
 
 from core import actions
 from core.guardrails.approvals import ApprovalView
 from core.model import Action, Plan, RiskClass
+from core.schema_base import Model
 from core.service import views
 from core.service.facade import ClientAnswer, ClientAsker, Service
 from mcp_server import registered as registered_tools
@@ -56,14 +57,14 @@ ACT = ToolAnnotations(
 DryRun = Annotated[bool, Field(description="Plan only")]
 
 
-class PersonDecision(BaseModel):
+class PersonDecision(Model):
     """What the human at the client is asked (flat primitives only)."""
 
     approve: bool = Field(description="Run this plan now?")
     note: str = Field(default="", description="Optional note for the audit log")
 
 
-class ApprovalList(BaseModel):
+class ApprovalList(Model):
     """Approvals: id, status, requester, expires_at, decided_by, plan (never codes)."""
 
     approvals: list[dict[str, Any]]

@@ -23,13 +23,14 @@ from typing import Annotated, Any, TypeVar
 from mcp.server import MCPServer
 from mcp.server.mcpserver.prompts.base import Prompt, PromptArgument
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from core import errors
 from core.runbooks import schema
 from core.runbooks.engine import Engine
 from core.runbooks.store import RunStatus, StepRecord
 from core.runbooks.views import RunSummary, RunView
+from core.schema_base import Model
 from core.service import views
 from core.service.facade import Service
 from mcp_server.common import READ, Cursor, Detail, Limit, agent, call, page, tool_error
@@ -45,7 +46,7 @@ RUNS_ACTIONS = ToolAnnotations(
 RunId = Annotated[str, Field(description="Run id from start_runbook", max_length=64)]
 
 
-class RunbookInfo(BaseModel):
+class RunbookInfo(Model):
     name: str
     title: str
     triggers: list[str]
@@ -53,12 +54,12 @@ class RunbookInfo(BaseModel):
     description: str | None = None
 
 
-class RunbookList(BaseModel):
+class RunbookList(Model):
     runbooks: list[RunbookInfo]
     next_cursor: str | None = None
 
 
-class Run(BaseModel):
+class Run(Model):
     """A runbook run. steps: one line per step ('ID STATUS: what it did'); with detail, the
     step records, messages and params."""
 
@@ -77,7 +78,7 @@ class Run(BaseModel):
     params: dict[str, Any] | None = None
 
 
-class RunList(BaseModel):
+class RunList(Model):
     runs: list[dict[str, Any]] = Field(
         description="id, runbook, status, waits_for, current, next, outcome, updated_at"
     )

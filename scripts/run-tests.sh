@@ -22,6 +22,10 @@ trap cleanup EXIT
 # and 8. Tests that share something (the Slurm cluster, a module-scoped fixture) stay on one
 # worker: see tests/conftest.py. PYTEST_WORKERS sets the count; arguments come last, so
 # `scripts/run-tests.sh -n 0` runs serially and `scripts/run-tests.sh tests/cli -k name` one test.
+# The suite starts clawpoint thousands of times (CLI, wrappers, MCP servers). Where the
+# environment forbids writing byte code (PYTHONDONTWRITEBYTECODE, set by some CI images),
+# each of those starts would compile core from source again: compile it once here.
+.venv/bin/python -m compileall -q core mcp_server >/dev/null || true
 cpus=$(nproc 2>/dev/null || echo 2)
 workers=${PYTEST_WORKERS:-$(( cpus * 2 < 2 ? 2 : (cpus * 2 > 8 ? 8 : cpus * 2) ))}
 # TYPECHECK=1 (what `make test` sets): mypy runs beside the suite and fails the run as well.

@@ -24,7 +24,7 @@ from contextvars import ContextVar
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from core import errors, polling
 from core.actions import ActionParams
@@ -43,6 +43,7 @@ from core.model import (
 # importing a backend); re-exported here for backends.
 from core.model import ProgressFn as ProgressFn
 from core.model import no_progress as no_progress
+from core.schema_base import Model
 
 # Defined in core.specs (the interfaces build it without importing a backend); re-exported
 # here for backends.
@@ -64,7 +65,7 @@ def asked_by_agent() -> bool:
     return REQUESTER.get().startswith(f"{PrincipalKind.AGENT.value}:")
 
 
-class PlanDraft(BaseModel):
+class PlanDraft(Model):
     """What a backend proposes for an action; the service adds risk, hash and policy."""
 
     steps: list[PlanStep]

@@ -14,10 +14,12 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from core.schema_base import Model
 
 
-class GuardChange(BaseModel):
+class GuardChange(Model):
     """One change of a workload's protection against voluntary disruption."""
 
     workload: str = Field(description="the workload's id (its pod's when it has no owner)")
@@ -32,7 +34,7 @@ class GuardChange(BaseModel):
     limit_s: float | None = Field(default=None, description="the staleness limit applied")
 
 
-class GuardPass(BaseModel):
+class GuardPass(Model):
     """What one reconcile changed, and what it could not do (one line per problem)."""
 
     changes: list[GuardChange] = Field(default_factory=list)

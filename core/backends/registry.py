@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from core import errors
 from core.backends.base import Backend
-from core.backends.kubernetes.connection import KubernetesConfig
+from core.backends.kubernetes.config import KubernetesConfig
 from core.backends.local.config import LocalBackendConfig
 from core.backends.slurm.config import SlurmConfig
 from core.config import Settings, config_path

@@ -24,16 +24,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
+from pydantic import ConfigDict, StringConstraints, ValidationError
 
 from core import errors
 from core.model import PlanStep
+from core.schema_base import Model
 
 Later = Annotated[str, StringConstraints(pattern=r"^\$[A-Za-z0-9_-]+\.[A-Za-z0-9_]+$")]
 """An earlier step's output (``$step.field``), resolved when the step runs."""
 
 
-class StepOutput(BaseModel):
+class StepOutput(Model):
     """What a step reports. Subclasses declare the fields later steps (``$step.field``) and
     readers rely on; others are kept as given (informative: timings, reports).
     ``recovered``: the output was read back after a crash instead of answered by the step."""
@@ -43,7 +44,7 @@ class StepOutput(BaseModel):
     recovered: bool = False
 
 
-class StepArgs(BaseModel):
+class StepArgs(Model):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     def as_args(self) -> dict[str, Any]:

@@ -25,9 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import structlog
-
-from core import errors
+from core import errors, logs
 from core.checkpoint import engine
 from core.polling import poll_until
 from core.store.disk import PendingCheckpoint
@@ -35,7 +33,7 @@ from core.store.disk import PendingCheckpoint
 if TYPE_CHECKING:
     from core.config import CheckpointConfig
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 MARKER = "COMPLETE"
 ENV_CHECKPOINT_DIR = "CLAWPOINT_CHECKPOINT_DIR"

@@ -47,9 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-import structlog
-
-from core import config, errors
+from core import config, errors, logs
 from core.checkpoint import cwd_lock, engine, files, lazy_pages, stats
 from core.checkpoint.criu_restore import restore, resume
 
@@ -73,7 +71,7 @@ from core.store.disk import PendingCheckpoint
 if TYPE_CHECKING:
     from core.config import CheckpointConfig
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 
 @dataclass(frozen=True)

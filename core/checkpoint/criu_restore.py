@@ -19,13 +19,11 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-import structlog
-
-from core import errors
+from core import errors, logs
 from core.checkpoint import engine, lazy_pages, stats
 from core.checkpoint.criu_setup import in_namespaces, log_tail, require
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 # Restore flags do not depend on the options: CRIU refuses an image dumped with --tcp-close
 # unless told again (and one dumped without it holds no established connection), and

@@ -32,9 +32,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import structlog
+from core import logs
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 POLL_S = 0.02
 # The name CRIU's parasite uses (criu/pie/parasite.c, ``proc_mountpoint``).

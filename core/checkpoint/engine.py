@@ -26,21 +26,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import structlog
-from pydantic import BaseModel
-
-# The names live below every layer (core.engine_names: the configuration checks them without
-# importing the engines); re-exported here for the engines' readers.
+from core import logs
 from core.engine_names import DEFAULT_ENGINE as DEFAULT_ENGINE
 from core.engine_names import ENGINES as ENGINES
 from core.engine_names import check
+
+# The names live below every layer (core.engine_names: the configuration checks them without
+# importing the engines); re-exported here for the engines' readers.
+from core.schema_base import Model
 
 if TYPE_CHECKING:
     from core.config import CheckpointConfig
     from core.model import CheckpointInfo
     from core.store.disk import PendingCheckpoint
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 Progress = Callable[[float, float | None, str], None]
 
@@ -49,7 +49,7 @@ def _no_progress(done: float, total: float | None, message: str) -> None:
     return None
 
 
-class EngineStatus(BaseModel):
+class EngineStatus(Model):
     name: str
     available: bool
     version: str | None = None

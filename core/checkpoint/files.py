@@ -39,13 +39,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import structlog
-
-from core import errors
+from core import errors, logs
 from core.model import CheckpointInfo
 from core.store import digest
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 FILES_KEY = "file_state"  # manifest ``extra`` key
 PREFIX = "clawpoint-file-"

@@ -31,17 +31,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from core import errors
 from core.checkpoint import cuda_driver, files
 from core.checkpoint.cuda_driver import CudaError, Driver, ProcessState
+from core.schema_base import Model
 
 DEFAULT_LOCK_TIMEOUT_MS = 10_000
 CODE = "gpu-unsupported"
 
 
-class GpuMemory(BaseModel):
+class GpuMemory(Model):
     index: int
     name: str
     uuid: str = ""
@@ -51,7 +52,7 @@ class GpuMemory(BaseModel):
     pids: list[int] = Field(default_factory=list)
 
 
-class GpuRefusal(BaseModel):
+class GpuRefusal(Model):
     resource: str
     reason: str
     hint: str
@@ -60,7 +61,7 @@ class GpuRefusal(BaseModel):
         return f"{self.resource}: {self.reason} ({self.hint})"
 
 
-class GpuSuspendReport(BaseModel):
+class GpuSuspendReport(Model):
     pid: int
     action: str  # suspend | resume
     state_before: str

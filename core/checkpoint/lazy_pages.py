@@ -30,13 +30,11 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-import structlog
-
-from core import errors
+from core import errors, logs
 from core.checkpoint import engine, nsinit
 from core.polling import poll_until
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 _SOCKET = "lazy-pages.socket"
 _daemons: dict[int, LazyDaemon] = {}

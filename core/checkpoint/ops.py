@@ -24,9 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import structlog
-
-from core import errors
+from core import errors, logs
 from core.checkpoint import engine, files
 from core.checkpoint.engine import DumpRequest, Engine, Restored, RestoreRequest
 from core.config import CheckpointConfig
@@ -35,7 +33,7 @@ from core.store import retention, staging
 from core.store.disk import PendingCheckpoint
 from core.store.store import CheckpointStore
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 
 def checkpoint(

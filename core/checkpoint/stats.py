@@ -14,9 +14,9 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-import structlog
+from core import logs
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 # Field numbers from CRIU's images/stats.proto.
 _DUMP_FIELDS = {

@@ -35,8 +35,6 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel
-
 from core import errors
 from core.guardrail_settings import ApprovalsConfig as ApprovalsConfig
 from core.guardrails import approval_codes as codes
@@ -46,6 +44,7 @@ from core.guardrails.approval_queue import MAX_PAGE as MAX_PAGE
 from core.guardrails.audit import AuditLog
 from core.guardrails.policy import ApprovalKind
 from core.model import Plan, Principal, PrincipalKind, RiskClass, utcnow
+from core.schema_base import Model
 from core.state.db import Database, loads
 
 SESSION_SEP = "/"  # agent principal ids: IDENTITY/SESSION, e.g. mcp:stdio/3fa9c2d1
@@ -66,7 +65,7 @@ class ApprovalStatus(StrEnum):
     LOCKED = "locked"  # too many wrong codes
 
 
-class ApprovalView(BaseModel):
+class ApprovalView(Model):
     """What anyone, agents included, may see of an approval. Never carries the code."""
 
     id: str

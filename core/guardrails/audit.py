@@ -18,16 +18,15 @@ import sqlite3
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
-
 from core.guardrails import schema
 from core.model import Plan, utcnow
+from core.schema_base import Model
 from core.state.db import Database, dumps
 
 GENESIS = schema.GENESIS
 
 
-class AuditEntry(BaseModel):
+class AuditEntry(Model):
     seq: int
     ts: datetime
     kind: str
@@ -38,7 +37,7 @@ class AuditEntry(BaseModel):
     hash: str
 
 
-class AuditVerification(BaseModel):
+class AuditVerification(Model):
     ok: bool
     entries: int
     first_bad_seq: int | None = None
@@ -52,7 +51,7 @@ def _entry_hash(
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-class AuditHead(BaseModel):
+class AuditHead(Model):
     """The last entry's seq and hash: publish it elsewhere to anchor the chain."""
 
     seq: int

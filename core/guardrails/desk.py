@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from core.guardrails.approvals import ApprovalStatus, ApprovalStore
 from core.guardrails.evidence import Evidence
@@ -29,12 +29,13 @@ from core.guardrails.request_facts import (
     request_facts,
 )
 from core.model import Execution, utcnow
+from core.schema_base import Model
 
 PAGE_SIZE = 25  # requests per page: a phone screen or two
 MAX_PAGE_SIZE = 100
 
 
-class DeskGroup(BaseModel):
+class DeskGroup(Model):
     """The requests of one target on this page."""
 
     target: str
@@ -44,7 +45,7 @@ class DeskGroup(BaseModel):
     requests: list[RequestFacts] = Field(default_factory=list)
 
 
-class DeskPage(BaseModel):
+class DeskPage(Model):
     groups: list[DeskGroup]
     total: int  # pending in all
     page: int
@@ -52,7 +53,7 @@ class DeskPage(BaseModel):
     size: int
 
 
-class Outcome(BaseModel):
+class Outcome(Model):
     """What happened after a decision: the execution (None: not run yet) and the workload
     as the backend reads it now."""
 

@@ -27,10 +27,9 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel
-
 from core.guardrails.audit import AuditLog
 from core.model import Plan, utcnow
+from core.schema_base import Model
 from core.state.db import Database, register_migrations
 
 DEFAULT_TTL_S = 600.0  # a sighting without a deadline counts this long after it was last seen
@@ -81,7 +80,7 @@ def canonical_trigger(trigger: str) -> str:
     return ALIASES.get(t, t)
 
 
-class Evidence(BaseModel):
+class Evidence(Model):
     id: str
     trigger: str
     subject: str

@@ -34,18 +34,17 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel
-
 from core import errors
 from core.guardrails import schema
 from core.guardrails.audit import AuditLog
 from core.guardrails.durations import parse_duration
 from core.guardrails.evidence import Evidence, EvidenceStore, plan_subjects
 from core.model import Action, Plan, Principal, PrincipalKind, utcnow
+from core.schema_base import Model
 from core.state.db import Database, dumps, loads
 
 
-class Grant(BaseModel):
+class Grant(Model):
     id: str
     action: Action
     scope: dict[str, str]

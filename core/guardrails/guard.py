@@ -26,9 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import structlog
-
-from core import errors
+from core import errors, logs
 from core.guardrails.approval_codes import load_or_create_secret
 from core.guardrails.approvals import (
     ApprovalsConfig,
@@ -52,7 +50,7 @@ from core.guardrails.request_facts import Situation
 from core.model import Plan, Principal
 from core.state.db import Database
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 
 class Guard:

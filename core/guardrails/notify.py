@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
+from core import logs
 from core.guardrail_settings import NotifyConfig as NotifyConfig
 from core.guardrails.approvals import ApprovalView
 from core.guardrails.prompts import ApprovalPath, ApprovalText, format_code
@@ -25,7 +24,7 @@ from core.guardrails.prompts import ApprovalPath, ApprovalText, format_code
 if TYPE_CHECKING:
     import httpx2
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 
 class _Retryable(Exception):

@@ -38,7 +38,7 @@ import math
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from core.actions import person_claims, risk_of
 from core.guardrail_settings import (
@@ -60,13 +60,14 @@ from core.model import (
     WorkloadState,
     utcnow,
 )
+from core.schema_base import Model
 
 # The [policy] section's models live in core.guardrail_settings (core.config gathers them);
 # they are imported above under their own names so callers keep importing them from here.
 _RISK_ORDER = [RiskClass.READ, RiskClass.SAFE, RiskClass.DISRUPTIVE, RiskClass.DESTRUCTIVE]
 
 
-class PoolLoad(BaseModel):
+class PoolLoad(Model):
     """How much of one pool (partition, namespace, node group) is disrupted right now."""
 
     nodes: int = Field(default=0, ge=0)
@@ -75,7 +76,7 @@ class PoolLoad(BaseModel):
     workloads_disrupted: int = Field(default=0, ge=0)
 
 
-class PolicyContext(BaseModel):
+class PolicyContext(Model):
     """What the service knows about the world when it asks; the policy itself never looks."""
 
     running_disruptive: int = Field(default=0, ge=0)
@@ -89,7 +90,7 @@ class PolicyContext(BaseModel):
     principal_kind: PrincipalKind | None = None  # filled in by Guard.decide
 
 
-class Decision(BaseModel):
+class Decision(Model):
     outcome: Outcome
     # Who may approve when the outcome is "approve" (see ``PolicyRule.approval``).
     approval: ApprovalKind = "any"

@@ -11,15 +11,14 @@ fields gives thin text, with explicit "not stated" placeholders rather than gues
 
 from __future__ import annotations
 
-from pydantic import BaseModel
-
 from core.guardrails.approvals import ApprovalView
 from core.guardrails.request_facts import RequestFacts, Situation, request_facts
 from core.guardrails.request_facts import describe_pause as describe_pause
 from core.model import Plan
+from core.schema_base import Model
 
 
-class ApprovalPath(BaseModel):
+class ApprovalPath(Model):
     """One way a person can resolve a request, as shown to the agent and to people."""
 
     kind: str  # cli | page | webhook | chat-code | elicitation
@@ -27,7 +26,7 @@ class ApprovalPath(BaseModel):
     available: bool = True
 
 
-class ApprovalText(BaseModel):
+class ApprovalText(Model):
     headline: str
     why: str
     risk: str

@@ -24,11 +24,12 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from core.guardrails.approvals import ApprovalStatus, ApprovalView
 from core.guardrails.evidence import NOTICE_GRACE_S, Evidence, plan_subjects
 from core.model import Plan, RiskClass, utcnow
+from core.schema_base import Model
 
 # Evidence triggers that mean "this node goes away at a time": the deadline is in the notice.
 NOTICE_TRIGGERS = ("spot-interruption", "maintenance")
@@ -45,7 +46,7 @@ LOSS_BY_RISK = {
 }
 
 
-class Notice(BaseModel):
+class Notice(Model):
     """A live notice about a node the plan touches, as the watch observed it."""
 
     trigger: str
@@ -55,7 +56,7 @@ class Notice(BaseModel):
     detail: str = ""
 
 
-class Situation(BaseModel):
+class Situation(Model):
     """What the world says about a request's workload now (gathered by the service)."""
 
     now: datetime = Field(default_factory=utcnow)
@@ -72,7 +73,7 @@ class Situation(BaseModel):
     unsafe_nodes: dict[str, str] = Field(default_factory=dict)
 
 
-class RequestFacts(BaseModel):
+class RequestFacts(Model):
     """One approval request as people read it: structured values and their sentences."""
 
     id: str

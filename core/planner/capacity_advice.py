@@ -36,9 +36,10 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from core.model import PoolInfo
+from core.schema_base import Model
 from core.signals.queue import QueueDepth
 
 MIN_WAIT_S = 60.0
@@ -48,7 +49,7 @@ SETTLE_S = 600.0
 DEADLINE_HORIZON_S = 6 * 3600.0
 
 
-class PoolChange(BaseModel):
+class PoolChange(Model):
     """A size to propose for one pool, and the figures it rests on."""
 
     pool: str

@@ -29,11 +29,12 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from core import errors
 from core.model import CheckpointInfo
 from core.planner.interruption_hazard import Hazard
+from core.schema_base import Model
 from core.timings import DumpTimings
 
 # The timer's bounds unless the caller sets its own: not more often than every 10 s, at
@@ -43,7 +44,7 @@ MAX_INTERVAL_S = 86_400.0
 _HINT_COST = "Give the measured pause and wall time in seconds (pause > 0, wall >= pause)."
 
 
-class CheckpointCost(BaseModel):
+class CheckpointCost(Model):
     """What one checkpoint costs: ``pause_s`` the workload is frozen, ``wall_s`` from its
     start until it is durable (published)."""
 
@@ -79,7 +80,7 @@ class CheckpointCost(BaseModel):
         return cls(pause_s=statistics.median(pauses), wall_s=statistics.median(walls))
 
 
-class IntervalBounds(BaseModel):
+class IntervalBounds(Model):
     """The interval's allowed range in seconds."""
 
     model_config = ConfigDict(frozen=True)
@@ -101,7 +102,7 @@ class IntervalBounds(BaseModel):
         return min(max(interval_s, self.min_s), self.max_s)
 
 
-class IntervalAdvice(BaseModel):
+class IntervalAdvice(Model):
     """The interval to use now and what it is expected to cost."""
 
     interval_s: float = Field(description="the periodic checkpoint interval to use now")

@@ -28,12 +28,11 @@ import random
 from collections.abc import Sequence
 from typing import Protocol
 
-from pydantic import BaseModel
-
 from core import errors
 from core.planner.checkpoint_interval import CheckpointCost, IntervalBounds, schedule
 from core.planner.interruption_hazard import Hazard, HazardCounts, RunSpan
 from core.planner.spot.traces import Trace
+from core.schema_base import Model
 
 
 class IntervalPolicy(Protocol):
@@ -100,7 +99,7 @@ class AdaptivePolicy:
             self._use(self.counts.hazard(self.prior))
 
 
-class SimResult(BaseModel):
+class SimResult(Model):
     run_hours: float
     interruptions: int
     checkpoints: int

@@ -8,19 +8,20 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import Field, computed_field
 
 from core.actions import spec
 from core.model import Action, NodeInfo, PoolInfo, RiskClass, WorkloadInfo
 from core.planner.capacity_advice import DEADLINE_HORIZON_S, MIN_WAIT_S, SETTLE_S
 from core.planner.interval_advice import MIN_FRACTION, MIN_S_PER_H, IntervalCase
 from core.planner.resize_advice import GROWTH, PRESSURE
+from core.schema_base import Model
 from core.signals.model import GpuHealth, InterruptionNotice, NodeHealthSignal
 from core.signals.queue import QueueDepth
 from core.signals.sla import SlaRisk
 
 
-class PlannerConfig(BaseModel):
+class PlannerConfig(Model):
     default_pause_s: float = Field(default=30.0, ge=0, description="pause when none is known")
     # A cost move must save this many times what it costs (1.0 = just more than break-even).
     move_margin: float = Field(default=1.0, ge=0)
@@ -41,7 +42,7 @@ class PlannerConfig(BaseModel):
     memory_growth: float = Field(default=GROWTH, gt=1)
 
 
-class PlannerInput(BaseModel):
+class PlannerInput(Model):
     nodes: list[NodeInfo]
     workloads: list[WorkloadInfo]
     notices: list[InterruptionNotice] = Field(default_factory=list)
@@ -78,7 +79,7 @@ class PlannerInput(BaseModel):
     )
 
 
-class Effect(BaseModel):
+class Effect(Model):
     """What a proposal is expected to change, in numbers (None = not known)."""
 
     work_at_risk_s: float | None = None
@@ -98,7 +99,7 @@ class Effect(BaseModel):
     checkpoint_s_per_h_after: float | None = None
 
 
-class Proposal(BaseModel):
+class Proposal(Model):
     action: Action
     target: str
     params: dict[str, Any] = Field(default_factory=dict)

@@ -25,9 +25,10 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from core import errors
+from core.schema_base import Model
 
 # Bin edges over a run's age (hours): short bins early, where reclaims cluster, long ones
 # late, where a run that survived is quiet and there is little data.
@@ -37,7 +38,7 @@ DEFAULT_EDGES_H: tuple[float, ...] = (0, 1 / 12, 1 / 6, 1 / 3, 0.5, 1, 2, 4, 8, 
 PRIOR_EVENTS = 1.0
 
 
-class RunSpan(BaseModel):
+class RunSpan(Model):
     """One past run: how long it ran (hours) and whether an interruption ended it."""
 
     model_config = ConfigDict(frozen=True)
@@ -46,7 +47,7 @@ class RunSpan(BaseModel):
     interrupted: bool
 
 
-class Hazard(BaseModel):
+class Hazard(Model):
     """Interruptions per hour over a run's age: ``rates_per_h[i]`` from ``edges_h[i]`` to
     ``edges_h[i + 1]`` (the last rate holds for ever). ``edges_h`` starts at 0."""
 
@@ -127,7 +128,7 @@ class Hazard(BaseModel):
         return 1.0 / mean_h if mean_h > 0 else math.inf
 
 
-class HazardCounts(BaseModel):
+class HazardCounts(Model):
     """Interruptions and exposure (hours) per age bin: what ``estimate_hazard`` pools. Kept
     as a model so that a policy can add one run at a time (``add``)."""
 

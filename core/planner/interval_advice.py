@@ -26,7 +26,7 @@ so a workload whose checkpoints grow gets a new proposal once the cost moved tha
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from core.durations import MAX_INTERVAL_S, MIN_INTERVAL_S, interval_text
 from core.planner.checkpoint_interval import (
@@ -36,12 +36,13 @@ from core.planner.checkpoint_interval import (
     expected_costs,
 )
 from core.planner.interruption_hazard import Hazard
+from core.schema_base import Model
 
 MIN_FRACTION = 0.2
 MIN_S_PER_H = 5.0
 
 
-class IntervalCase(BaseModel):
+class IntervalCase(Model):
     """What one workload's interval advice rests on (computed by the service)."""
 
     model_config = ConfigDict(frozen=True)
@@ -52,7 +53,7 @@ class IntervalCase(BaseModel):
     advice: IntervalAdvice
 
 
-class IntervalChange(BaseModel):
+class IntervalChange(Model):
     """A change of interval that pays: the argument to pass and the figures it rests on."""
 
     every: str = Field(description="set_checkpoint_interval's every, e.g. 20m")

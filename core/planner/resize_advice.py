@@ -23,11 +23,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from core import errors
 from core.backends.sizing import Size, pick_node
 from core.model import NodeInfo, WorkloadInfo
+from core.schema_base import Model
 from core.sizes import memory_text
 
 PRESSURE = 0.9
@@ -35,7 +36,7 @@ GROWTH = 1.5
 STEP_MIB = 256
 
 
-class MemoryChange(BaseModel):
+class MemoryChange(Model):
     """The memory to propose for one workload, and the figures it rests on."""
 
     workload: str

@@ -26,10 +26,11 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BeforeValidator, ConfigDict, Field, field_validator
 
 from core import errors
 from core.runbooks import templates
+from core.schema_base import Model
 
 __all__ = [
     "ApprovalStep",
@@ -86,7 +87,7 @@ StepId = Annotated[str, Field(pattern=_ID)]
 Next = Annotated[str, Field(pattern=_ID)]
 
 
-class _Model(BaseModel):
+class _Model(Model):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 

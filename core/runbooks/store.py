@@ -18,10 +18,11 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from core import errors
 from core.model import Principal, utcnow
+from core.schema_base import Model
 from core.state.db import Database, dumps, loads, register_migrations
 
 __all__ = ["RunRecord", "RunStatus", "RunStore", "StepRecord", "Waiting"]
@@ -58,7 +59,7 @@ class RunStatus(StrEnum):
         return self in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
-class StepRecord(BaseModel):
+class StepRecord(Model):
     """One step as it ran: ``status`` is ok, skipped, error, started (an action in flight)."""
 
     id: str
@@ -69,7 +70,7 @@ class StepRecord(BaseModel):
     at: datetime = Field(default_factory=utcnow)
 
 
-class Waiting(BaseModel):
+class Waiting(Model):
     """What a waiting run needs before it can go on."""
 
     step: str
@@ -84,7 +85,7 @@ class Waiting(BaseModel):
     message: str = ""
 
 
-class RunRecord(BaseModel):
+class RunRecord(Model):
     id: str
     runbook: str
     digest: str

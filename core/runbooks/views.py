@@ -12,14 +12,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from core.runbooks.store import RunRecord, RunStatus, StepRecord, Waiting
+from core.schema_base import Model
 
 __all__ = ["RunChange", "RunSummary", "RunView", "summary", "view"]
 
 
-class RunView(BaseModel):
+class RunView(Model):
     """A run as interfaces show it; ``next`` says what has to happen for it to go on."""
 
     id: str
@@ -59,7 +60,7 @@ def view(run: RunRecord) -> RunView:
     )  # fmt: skip
 
 
-class RunSummary(BaseModel):
+class RunSummary(Model):
     """A run in one line's worth of fields: what a fresh session needs to find and go on."""
 
     id: str
@@ -91,7 +92,7 @@ def summary(run: RunRecord) -> RunSummary:
     )  # fmt: skip
 
 
-class RunChange(BaseModel):
+class RunChange(Model):
     """What ``advance_due`` did to one run: where it was, where it is now, and why."""
 
     id: str

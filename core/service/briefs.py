@@ -12,22 +12,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
-
 from core.model import utcnow
+from core.schema_base import Model
 from core.service import insights
 from core.service.facade import Service
 from core.service.views import records
 
 
-class QueueDepthList(BaseModel):
+class QueueDepthList(Model):
     """Per partition: backend, partition, pending, pending_by_reason, oldest_pending_age_s,
     pending_gpus, running."""
 
     queues: list[dict[str, Any]]
 
 
-class SlaRiskList(BaseModel):
+class SlaRiskList(Model):
     """Per workload, highest risk first: workload, level (low|medium|high), deadline, eta,
     slack_s, needed_speed; estimated (true just after a move: the rate it made on the old
     node at the new node's speed, until progress there is seen)."""
@@ -35,7 +34,7 @@ class SlaRiskList(BaseModel):
     risks: list[dict[str, Any]]
 
 
-class SpotMarketOut(BaseModel):
+class SpotMarketOut(Model):
     """notices: node, provider, action, kind (spot|rebalance|maintenance), deadline,
     seconds_left, workloads. nodes: node, spot, price_per_hour, source, discount, workloads.
     providers: provider, available, reason."""
@@ -45,7 +44,7 @@ class SpotMarketOut(BaseModel):
     providers: list[dict[str, Any]]
 
 
-class ClusterHealthOut(BaseModel):
+class ClusterHealthOut(Model):
     """nodes: node, health (healthy|degraded|down), schedulable, reasons. gpus: node, index,
     verdict (healthy|degraded|failed), reasons. gpu_status: ok|no_library|no_nvml|error.
     notices: as spot_market."""
@@ -58,7 +57,7 @@ class ClusterHealthOut(BaseModel):
     errors: list[str]
 
 
-class PlanReportOut(BaseModel):
+class PlanReportOut(Model):
     """proposals, most urgent first: action, target, tool and arguments (call tool with
     arguments, plus reason, to carry it out), trigger, reason, risk, score, to_node,
     notice_deadline. sla: as sla_risk. notices, gpus: as cluster_health."""

@@ -14,16 +14,17 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from core import errors
 from core.model import Action, ExecutionStatus, PoolInfo
+from core.schema_base import Model
 from core.service.facade import Service
 
 RECENT = 50
 
 
-class PoolFacts(BaseModel):
+class PoolFacts(Model):
     pools: list[PoolInfo] = Field(default_factory=list)
     scaled_at: dict[str, datetime] = Field(default_factory=dict)
     errors: list[str] = Field(default_factory=list)

@@ -15,30 +15,30 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import structlog
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from core import errors
+from core import errors, logs
 from core.guardrails.audit import AuditEntry, AuditVerification
 from core.guardrails.request_facts import human_duration, notice_deadline
 from core.model import CheckpointStatus, Execution, NodeInfo, WorkloadInfo, utcnow
+from core.schema_base import Model
 
 if TYPE_CHECKING:
     from core.service.facade import Service
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 VIEW_PAGE_SIZE = 25
 
 
-class Paging(BaseModel):
+class Paging(Model):
     total: int
     page: int
     pages: int
     size: int
 
 
-class WorkloadRow(BaseModel):
+class WorkloadRow(Model):
     id: str
     state: str
     node: str = ""
@@ -47,14 +47,14 @@ class WorkloadRow(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
 
 
-class NoticeRow(BaseModel):
+class NoticeRow(Model):
     source: str
     trigger: str
     deadline: datetime | None = None
     countdown: str = ""  # "reclaimed in 1 min 50 s", "time unknown", "overdue"
 
 
-class NodeRow(BaseModel):
+class NodeRow(Model):
     id: str
     health: str
     state: str
@@ -64,24 +64,24 @@ class NodeRow(BaseModel):
     notices: list[NoticeRow] = Field(default_factory=list)
 
 
-class WorkloadsView(BaseModel):
+class WorkloadsView(Model):
     rows: list[WorkloadRow]
     paging: Paging
     unreadable: list[str] = Field(default_factory=list)
 
 
-class NodesView(BaseModel):
+class NodesView(Model):
     rows: list[NodeRow]
     paging: Paging
     unreadable: list[str] = Field(default_factory=list)
 
 
-class ExecutionsView(BaseModel):
+class ExecutionsView(Model):
     rows: list[Execution]
     paging: Paging
 
 
-class AuditView(BaseModel):
+class AuditView(Model):
     verdict: AuditVerification
     rows: list[AuditEntry]
     paging: Paging

@@ -11,23 +11,22 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel
-
 from core import errors
 from core.config import Settings, config_path, default_home, ensure_dirs, load_settings
 from core.guardrails.tokens import token_problem, weak_token_hint
+from core.schema_base import Model
 
 if TYPE_CHECKING:
     from core.checkpoint.engine import EngineStatus
 
 
-class CheckItem(BaseModel):
+class CheckItem(Model):
     name: str
     level: Literal["ok", "warn", "error"]
     message: str
 
 
-class CheckReport(BaseModel):
+class CheckReport(Model):
     ok: bool
     items: list[CheckItem]
 

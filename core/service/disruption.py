@@ -15,13 +15,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import structlog
-
-from core import errors
+from core import errors, logs
 from core.backends.disruption_guard import DisruptionGuard, GuardChange, GuardPass
 from core.service.facade import Service
 
-log = structlog.get_logger("clawpoint.disruption")
+log = logs.get_logger("clawpoint.disruption")
 
 AUDIT_KIND = "do-not-disrupt"
 

@@ -28,7 +28,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from core import errors
 from core.config import EconomicsConfig
@@ -36,6 +36,7 @@ from core.model import CheckpointInfo, NodeInfo, WorkloadInfo
 from core.planner.checkpoint_interval import CheckpointCost, IntervalBounds, recommend
 from core.planner.interruption_hazard import Hazard, learned_mtbf_h, mtbf_basis
 from core.planner.interval_advice import IntervalCase
+from core.schema_base import Model
 from core.service import views
 from core.service.facade import Service
 from core.state.interruptions import InterruptionHistory, Tally
@@ -44,7 +45,7 @@ from core.state.interruptions import InterruptionHistory, Tally
 RECENT = 10
 
 
-class CheckpointEconomics(BaseModel):
+class CheckpointEconomics(Model):
     """The advice for one workload and the interval it has now."""
 
     interval_s: float = Field(description="the recommended periodic checkpoint interval")

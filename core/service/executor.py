@@ -17,15 +17,13 @@ import signal
 from datetime import datetime
 from typing import Any
 
-import structlog
-
-from core import errors
+from core import errors, logs
 from core.backends.base import REQUESTER, Backend, ProgressFn, no_progress
 from core.backends.step_models import references
 from core.model import Execution, ExecutionStatus, Plan, PlanStep, utcnow
 from core.service.journal import Journal, OnFinish
 
-log = structlog.get_logger("clawpoint.executor")
+log = logs.get_logger("clawpoint.executor")
 
 
 def resolve_args(args: dict[str, Any], outputs: dict[str, dict[str, Any]]) -> dict[str, Any]:

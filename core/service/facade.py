@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import sqlite3
 
-import structlog
-
+from core import logs
 from core.backends.base import Backend
 from core.config import Settings, ensure_dirs
 from core.guardrails import schema as guard_schema
@@ -47,7 +46,7 @@ __all__ = [
     "bootstrap",
 ]
 
-log = structlog.get_logger("clawpoint.service")
+log = logs.get_logger("clawpoint.service")
 
 
 class Service(PeopleDesk, Acting, Launching):

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from core import actions, errors, timings
 from core.model import (
@@ -43,6 +43,7 @@ from core.model import (
     utcnow,
 )
 from core.planner.planner import PlannerConfig, PlannerInput, Proposal, plan_actions
+from core.schema_base import Model
 from core.service import economics
 from core.service.capacity_facts import pool_facts
 from core.service.facade import Service
@@ -63,7 +64,7 @@ from core.signals.sla import Observation, SlaRisk, assess, estimate, node_speed
 _LIVE = (WorkloadState.RUNNING, WorkloadState.CHECKPOINTING)
 
 
-class NodeMarket(BaseModel):
+class NodeMarket(Model):
     node: str
     spot: bool
     price_per_hour: float = Field(description="current price (market when known, else inventory)")
@@ -74,7 +75,7 @@ class NodeMarket(BaseModel):
     workloads: int
 
 
-class SpotMarket(BaseModel):
+class SpotMarket(Model):
     observed_at: datetime
     nodes: list[NodeMarket]
     prices: list[SpotPrice] = Field(default_factory=list)
@@ -90,7 +91,7 @@ NoticeSource = NoticePoller | Sequence[InterruptionNotice] | None
 GpuSource = NvmlMonitor | NvmlReport | Any
 
 
-class Observations(BaseModel):
+class Observations(Model):
     """What the signal sources said in one reading (see ``observe``)."""
 
     notices: list[InterruptionNotice] = Field(default_factory=list)
@@ -166,7 +167,7 @@ def observe(
     return seen
 
 
-class ClusterHealth(BaseModel):
+class ClusterHealth(Model):
     observed_at: datetime
     nodes: list[NodeHealthSignal]
     gpus: NvmlReport | None = None
@@ -176,7 +177,7 @@ class ClusterHealth(BaseModel):
     errors: list[str] = Field(default_factory=list)
 
 
-class PlanReport(BaseModel):
+class PlanReport(Model):
     observed_at: datetime
     proposals: list[Proposal]
     sla: list[SlaRisk] = Field(default_factory=list)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from core import errors
 from core.backends.base import Backend, ProgressSource, QueueDepthSource
@@ -22,13 +22,14 @@ from core.model import (
     Principal,
     WorkloadInfo,
 )
+from core.schema_base import Model
 from core.service.lookup import Lookup
 from core.signals.queue import QueueDepth, coerce, from_workloads
 from core.signals.sla import Progress
 from core.store.store import CheckpointStore
 
 
-class ClusterStatus(BaseModel):
+class ClusterStatus(Model):
     backends: list[str]
     nodes: list[NodeInfo]
     workloads_by_state: dict[str, int]

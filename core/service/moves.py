@@ -22,18 +22,16 @@ import sqlite3
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-import structlog
-from pydantic import BaseModel
-
-from core import errors
+from core import errors, logs
 from core.model import Action, Plan, WorkloadState, utcnow
+from core.schema_base import Model
 from core.signals.sla import Moved, estimate, node_speed
 from core.state.db import Database, register_migrations
 
 if TYPE_CHECKING:
     from core.service.inventory import Inventory
 
-log = structlog.get_logger("clawpoint.moves")
+log = logs.get_logger("clawpoint.moves")
 
 MOVES = frozenset({Action.MIGRATE, Action.RESUME, Action.RESTORE, Action.FAILOVER, Action.REQUEUE})
 KEEP_S = 7 * 86400.0
@@ -60,7 +58,7 @@ def install() -> None:
 install()
 
 
-class Departure(BaseModel):
+class Departure(Model):
     """What a move leaves behind: the workload, its node, that node's speed, its rate."""
 
     workload: str

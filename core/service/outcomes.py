@@ -11,15 +11,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel
-
 from core.guardrails.approvals import ApprovalView
 from core.guardrails.policy import Decision, Outcome
 from core.guardrails.prompts import ApprovalPath
 from core.model import Execution, Plan, Principal, PrincipalKind
+from core.schema_base import Model
 
 
-class ActionResult(BaseModel):
+class ActionResult(Model):
     status: Literal["executed", "approval_required", "denied", "failed", "planned"]
     plan: Plan | None  # None only when the backend cannot do the action at all
     message: str
@@ -27,7 +26,7 @@ class ActionResult(BaseModel):
     approval: dict[str, Any] | None = None
 
 
-class ClientAnswer(BaseModel):
+class ClientAnswer(Model):
     """The answer given in the agent's own client to an approval question (elicitation).
 
     The server cannot tell whether a person or the client itself answered, so it is recorded

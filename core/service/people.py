@@ -10,9 +10,7 @@ decision is ``request_outcome``.
 
 from __future__ import annotations
 
-import structlog
-
-from core import errors
+from core import errors, logs
 from core.guardrails.approvals import ApprovalStatus, ApprovalView
 from core.guardrails.desk import PAGE_SIZE, DeskPage, Outcome, desk_page
 from core.guardrails.grants import Grant
@@ -21,7 +19,7 @@ from core.guardrails.prompts import approval_text
 from core.guardrails.request_facts import RequestFacts, Situation, request_facts
 from core.model import Action, Plan, Principal
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 
 class PeopleDesk:

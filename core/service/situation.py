@@ -15,9 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-import structlog
-
-from core import errors
+from core import errors, logs
 from core.guardrails.approvals import ApprovalView
 from core.guardrails.desk import Outcome, unsafe_from
 from core.guardrails.evidence import Evidence
@@ -40,7 +38,7 @@ from core.model import (
 if TYPE_CHECKING:
     from core.service.facade import Service
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 _LIVE = (WorkloadState.RUNNING, WorkloadState.CHECKPOINTING)
 

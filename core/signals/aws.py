@@ -15,9 +15,8 @@ import time
 from typing import Any
 
 import httpx2
-import structlog
 
-from core import errors
+from core import errors, logs
 from core.signals.config import SignalsConfig
 from core.signals.metadata import Clock, MetadataHttp, parse_iso, severity_of, unexpected_status
 from core.signals.model import (
@@ -28,7 +27,7 @@ from core.signals.model import (
     utcnow,
 )
 
-log = structlog.get_logger("clawpoint.signals.aws")
+log = logs.get_logger("clawpoint.signals.aws")
 
 AWS_TOKEN_PATH = "/latest/api/token"
 AWS_TOKEN_TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"

@@ -13,10 +13,10 @@ from datetime import datetime
 from email.utils import parsedate_to_datetime
 
 import httpx2
-import structlog
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
-from core import errors
+from core import errors, logs
+from core.schema_base import Model
 from core.signals.config import SignalsConfig
 from core.signals.metadata import Clock, MetadataHttp, severity_of, unexpected_status
 from core.signals.model import (
@@ -27,13 +27,13 @@ from core.signals.model import (
     utcnow,
 )
 
-log = structlog.get_logger("clawpoint.signals.azure")
+log = logs.get_logger("clawpoint.signals.azure")
 
 AZURE_EVENTS_PATH = "/metadata/scheduledevents"
 AZURE_HEADERS = {"Metadata": "true"}
 
 
-class AzureEvent(BaseModel):
+class AzureEvent(Model):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
     event_id: str = Field(alias="EventId")
@@ -44,7 +44,7 @@ class AzureEvent(BaseModel):
     not_before: str = Field(default="", alias="NotBefore")
 
 
-class ScheduledEvents(BaseModel):
+class ScheduledEvents(Model):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
     document_incarnation: int = Field(alias="DocumentIncarnation")

@@ -13,10 +13,10 @@ poll takes at most about (connect timeout + attempts x read timeout) per enabled
 
 from __future__ import annotations
 
-import structlog
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from core import errors
+from core import errors, logs
+from core.schema_base import Model
 from core.signals.aws import AwsImdsClient
 from core.signals.azure import AzureEvent, AzureEventsClient, ScheduledEvents
 from core.signals.config import SignalsConfig
@@ -28,7 +28,7 @@ from core.signals.model import (
     utcnow,
 )
 
-log = structlog.get_logger("clawpoint.signals.cloud")
+log = logs.get_logger("clawpoint.signals.cloud")
 
 __all__ = [
     "AwsImdsClient",
@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 
-class ProviderStatus(BaseModel):
+class ProviderStatus(Model):
     """How one provider's poll went: ``available`` False = not on that cloud (or broken)."""
 
     provider: Provider
@@ -53,7 +53,7 @@ class ProviderStatus(BaseModel):
     notices: int = 0
 
 
-class PollResult(BaseModel):
+class PollResult(Model):
     notices: list[InterruptionNotice] = Field(default_factory=list)
     providers: list[ProviderStatus] = Field(default_factory=list)
 

@@ -13,17 +13,16 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 
 import httpx2
-import structlog
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from core import errors
+from core import errors, logs
 from core.signals.config import SignalsConfig
 from core.signals.model import (
     InterruptionAction,
     Severity,
 )
 
-log = structlog.get_logger("clawpoint.signals.metadata")
+log = logs.get_logger("clawpoint.signals.metadata")
 
 Clock = Callable[[], datetime]
 

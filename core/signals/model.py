@@ -16,9 +16,10 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, ConfigDict, Field
 
 from core.model import NodeHealth
+from core.schema_base import Model
 
 
 def _aware_utc(value: datetime) -> datetime:
@@ -39,7 +40,7 @@ class Severity(StrEnum):
     CRITICAL = "critical"  # act now (termination notice, failed GPU, node down)
 
 
-class Signal(BaseModel):
+class Signal(Model):
     """Base of every signal. Subclasses pin ``kind`` to a literal for discriminated unions."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -142,7 +143,7 @@ class GpuVerdict(StrEnum):
     FAILED = "failed"  # work on it is lost or about to be; fail over
 
 
-class XidEvent(BaseModel):
+class XidEvent(Model):
     model_config = ConfigDict(frozen=True)
 
     xid: int
@@ -151,7 +152,7 @@ class XidEvent(BaseModel):
     effect: GpuVerdict | None  # None = application-level, does not judge the GPU
 
 
-class EccCounts(BaseModel):
+class EccCounts(Model):
     """ECC error counters; None = not supported on this GPU (e.g. ECC off, consumer GPU)."""
 
     model_config = ConfigDict(frozen=True)

@@ -29,9 +29,10 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from core.model import NodeCondition, NodeConditionType, NodeHealth, NodeInfo
+from core.schema_base import Model
 from core.signals.model import (
     InterruptionAction,
     InterruptionNotice,
@@ -42,7 +43,7 @@ from core.signals.model import (
 )
 
 
-class Taint(BaseModel):
+class Taint(Model):
     model_config = ConfigDict(frozen=True)
 
     key: str

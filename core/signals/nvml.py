@@ -31,13 +31,14 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-import structlog
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from core import logs
+from core.schema_base import Model
 from core.signals.model import EccCounts, GpuHealth, GpuVerdict, Severity, XidEvent, utcnow
 from core.signals.xid import classify_xid
 
-log = structlog.get_logger("clawpoint.signals.nvml")
+log = logs.get_logger("clawpoint.signals.nvml")
 
 # Clock event reason suffixes (pynvml: nvmlClocksEventReason*, older nvmlClocksThrottleReason*).
 _REASONS = [
@@ -88,7 +89,7 @@ class NvmlStatus(StrEnum):
     ERROR = "error"  # NVML is there but failed to initialise
 
 
-class NvmlReport(BaseModel):
+class NvmlReport(Model):
     status: NvmlStatus
     message: str = ""
     node: str | None = None

@@ -33,9 +33,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import httpx2
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from core import errors
+from core.schema_base import Model
 from core.signals.config import (
     PriceEntryConfig,
     PriceFeedConfig,
@@ -53,7 +54,7 @@ class PriceSource(Protocol):
     def price(self, key: str, at: datetime | None = None) -> SpotPrice | None: ...
 
 
-class PriceRecord(BaseModel):
+class PriceRecord(Model):
     """One row of a feed."""
 
     model_config = ConfigDict(extra="forbid")

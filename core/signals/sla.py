@@ -44,9 +44,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from core.model import NodeInfo, WorkloadInfo
+from core.schema_base import Model
 from core.signals.model import Severity, Signal, UtcDatetime, _aware_utc
 
 DEADLINE_LABEL = "clawpoint.io/deadline"
@@ -70,14 +71,14 @@ class RiskLevel(StrEnum):
     HIGH = "high"
 
 
-class Progress(BaseModel):
+class Progress(Model):
     model_config = ConfigDict(frozen=True)
 
     step: int = Field(ge=0)
     total: int | None = Field(default=None, ge=1)
 
 
-class Observation(BaseModel):
+class Observation(Model):
     """One sighting of a workload's step counter (what the watch loop persists)."""
 
     model_config = ConfigDict(frozen=True)
@@ -86,7 +87,7 @@ class Observation(BaseModel):
     at: UtcDatetime
 
 
-class Moved(BaseModel):
+class Moved(Model):
     """A workload's last move, as the service recorded it when the move succeeded."""
 
     model_config = ConfigDict(frozen=True)

@@ -10,14 +10,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from core import errors
 from core.model import WorkloadInfo, WorkloadState, utcnow
+from core.schema_base import Model
 from core.state.db import Database, dumps, loads
 
 
-class WorkloadRecord(BaseModel):
+class WorkloadRecord(Model):
     backend: str = "local"
     name: str
     node: str | None = None

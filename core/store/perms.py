@@ -26,11 +26,9 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-import structlog
+from core import errors, logs
 
-from core import errors
-
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 
 @dataclass(frozen=True)

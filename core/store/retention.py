@@ -35,15 +35,13 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import structlog
-
-from core import errors
+from core import errors, logs
 from core.model import CheckpointInfo, CheckpointStatus
 from core.store import perms
 from core.store.disk import NEVER_RESTORED, ON_REQUEST, REQUESTED_BY, parse_checkpoint_id
 from core.store.store import CheckpointStore
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 HOLD = ".hold"  # in each checkpoint directory; flocked shared by restores, exclusively by deletion
 LAST_GOOD = "last-good-checkpoint"

@@ -33,11 +33,9 @@ import secrets
 import stat
 from pathlib import Path
 
-import structlog
+from core import errors, logs
 
-from core import errors
-
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 KEY_BYTES = 32
 ALGO = "hmac-sha256"

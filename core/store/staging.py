@@ -50,11 +50,9 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-import structlog
+from core import errors, logs
 
-from core import errors
-
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 __all__ = ["PREFIX", "STALE_S", "Slot", "allocate", "base", "contains", "link", "sweep"]
 

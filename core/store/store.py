@@ -50,14 +50,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import structlog
 from pydantic import ValidationError
 
-from core import errors
+from core import errors, logs
 from core.model import CheckpointInfo, CheckpointStatus, utcnow, validate_name
 from core.store import disk, perms, seal, trust
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 
 class CheckpointStore:

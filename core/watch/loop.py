@@ -50,9 +50,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-import structlog
-
-from core import errors
+from core import errors, logs
 from core.backends.base import ProgressSource
 from core.guardrails.approvals import ApprovalStatus
 from core.guardrails.evidence import EvidenceStore, plan_subjects
@@ -70,7 +68,7 @@ from core.watch.interruptions import record_interruptions
 from core.watch.report import APPROVAL_FINDINGS, WatchAction, WatchReport, Withdrawn, add_findings
 from core.watch.state import Request, WatchState
 
-log = structlog.get_logger("clawpoint.watch")
+log = logs.get_logger("clawpoint.watch")
 
 SCHEDULER = Principal(id="watch", kind=PrincipalKind.SCHEDULER)
 REMIND_S = 3600.0  # a condition still there is reported again after this long

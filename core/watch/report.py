@@ -18,13 +18,14 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from core import errors
 from core.backends.disruption_guard import GuardChange
 from core.guardrails.approvals import ApprovalView
 from core.model import Execution, ExecutionStatus, NodeHealth
 from core.planner.planner import Proposal
+from core.schema_base import Model
 from core.service.facade import Service
 from core.service.insights import PlanReport
 from core.signals.model import InterruptionNotice
@@ -39,7 +40,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 Level = Literal["acted", "attention", "error"]
 
 
-class WatchAction(BaseModel):
+class WatchAction(Model):
     key: str
     trigger: str
     action: str
@@ -56,7 +57,7 @@ class WatchAction(BaseModel):
     met_deadline: bool | None = None
 
 
-class Finding(BaseModel):
+class Finding(Model):
     """One thing a person or an agent may want to know, with a stable key."""
 
     key: str
@@ -71,13 +72,13 @@ class Finding(BaseModel):
         return _CONTROL.sub(" ", f"{self.level}: {self.message}")
 
 
-class Withdrawn(BaseModel):
+class Withdrawn(Model):
     approval_id: str
     target: str
     reason: str
 
 
-class WatchReport(BaseModel):
+class WatchReport(Model):
     observed_at: datetime
     proposals: list[Proposal] = Field(default_factory=list)
     actions: list[WatchAction] = Field(default_factory=list)

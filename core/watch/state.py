@@ -24,8 +24,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
-from pydantic import BaseModel
-
+from core.schema_base import Model
 from core.signals.sla import Observation
 from core.state.db import Database, register_migrations
 
@@ -68,7 +67,7 @@ def install() -> None:
 install()
 
 
-class Request(BaseModel):
+class Request(Model):
     key: str
     plan_hash: str
     status: str

@@ -25,12 +25,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import structlog
-
-from core import errors
+from core import errors, logs
 from core.model import CheckpointInfo, ProgressFn
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 _MAX_SUN_PATH = 107
 _ERROR_CLASSES: dict[str, type[errors.ClawpointError]] = {

@@ -28,16 +28,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import structlog
 from pydantic import ValidationError
 
-from core import errors
+from core import errors, logs
 from core.config import Settings
 from core.specs import AutoInterval
 from core.wrapper import control
 from core.wrapper.faults import fault_on
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 HANG_UP_WAIT_S = 10.0
 

@@ -22,8 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import structlog
-
+from core import logs
 from core.checkpoint import engine
 from core.config import Settings
 from core.model import WorkloadState
@@ -31,7 +30,7 @@ from core.state.workloads import WorkloadRegistry
 from core.store.store import CheckpointStore
 from core.wrapper import payload
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 
 class Audit(Protocol):

@@ -17,9 +17,9 @@ import os
 import signal
 import time
 
-import structlog
+from core import logs
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 
 def fault_on(name: str) -> bool:

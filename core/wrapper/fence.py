@@ -19,15 +19,13 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import structlog
-
-from core import processes
+from core import logs, processes
 from core.checkpoint import engine
 from core.config import Settings
 from core.polling import poll_until
 from core.state.workloads import WorkloadRecord
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 
 def pids_path(settings: Settings, name: str) -> Path:

@@ -32,18 +32,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from core import errors
 from core.config import Settings
 from core.polling import poll_until
+from core.schema_base import Model
 from core.wrapper.control import short_address
 
 RestoreMode = Literal["post-copy", "stop-and-copy"]
 _MAX_ORDER = 4096
 
 
-class HandoffOrder(BaseModel):
+class HandoffOrder(Model):
     """What the source tells its standby: restore this checkpoint, this way."""
 
     model_config = ConfigDict(extra="forbid")

@@ -26,9 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import structlog
-
-from core import errors
+from core import errors, logs
 from core.checkpoint import engine, ops
 from core.config import Settings
 from core.model import CheckpointInfo, WorkloadState
@@ -39,7 +37,7 @@ from core.store.store import CheckpointStore
 from core.wrapper import fence, handoff, payload
 from core.wrapper.faults import die_if
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 TAKEOVER_WAIT_S = 15.0  # the standby's restore, before the images are hashed
 REAP_WAIT_S = 10.0

@@ -26,9 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import structlog
-
-from core import errors
+from core import errors, logs
 from core.checkpoint import engine, lazy_pages, ops
 from core.config import Settings
 from core.model import CheckpointInfo, utcnow
@@ -41,7 +39,7 @@ from core.store.store import CheckpointStore
 from core.wrapper import handoff
 from core.wrapper.progress import ProgressFile, Stamp
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 FIRST_PROGRESS_WAIT_S = 30.0
 

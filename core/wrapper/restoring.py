@@ -20,14 +20,12 @@ from __future__ import annotations
 
 from typing import Protocol
 
-import structlog
-
-from core import errors
+from core import errors, logs
 from core.model import CheckpointStatus
 from core.store.store import CheckpointStore
 from core.wrapper.ending import Audit
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 
 class Attempts(Protocol):

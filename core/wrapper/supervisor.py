@@ -45,9 +45,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import structlog
-
-from core import errors
+from core import errors, logs
 from core.checkpoint import cooperative, engine, ops
 from core.config import Settings, ensure_dirs
 from core.guardrails.audit import AuditLog
@@ -68,7 +66,7 @@ from core.wrapper.handoff_target import HandoffTarget
 from core.wrapper.periodic import PeriodicClock
 from core.wrapper.progress import ProgressFile
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 ABORT_WAIT_S = 15.0  # a given-up dump ends within this (CRIU killed, the tree resumed)
 

@@ -319,7 +319,7 @@ def k8s_subject(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Subject]:
     """The Kubernetes backend on the API emulator (tests/k8s): a wrapped Job running on n1, a
     suspended one, and a wrapped pod on a NotReady node with a checkpoint on the volume."""
     from core.backends.kubernetes.backend import KubernetesBackend
-    from core.backends.kubernetes.connection import KubePoolConfig, KubernetesConfig
+    from core.backends.kubernetes.config import KubePoolConfig, KubernetesConfig
     from core.store.store import CheckpointStore
     from tests.k8s.capi import capi_crds, machine_deployment, machine_of
     from tests.k8s.conftest import node, wrapped_job, wrapped_pod

@@ -43,6 +43,11 @@ WORKLOADS_FORBIDDEN = (
     "core.signals.aws", "core.signals.prices", "httpx2", "mcp", "mcp_server", "core.runbooks",
     "core.watch", "core.cli.acting", "core.cli.approvals", "core.cli.runbook", "rich.progress",
     "uvicorn", "starlette", "numpy",
+    # Logged lines only (core.logs), the client side of Kubernetes, and the local backend's
+    # plan and step tables: a read command neither logs, reaches a cluster nor plans.
+    "structlog", "tenacity", "core.backends.kubernetes.connection",
+    "core.backends.local.plans", "core.backends.local.steps", "core.backends.local.step_args",
+    "core.backends.local.planning",
 )  # fmt: skip
 
 

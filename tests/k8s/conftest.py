@@ -79,7 +79,8 @@ def kubeconfig(emu: Emulator, tmp_path: Any) -> Any:
 @pytest.fixture
 def conn(kubeconfig: Any) -> Iterator[Any]:
     """A ``Connection`` of the backend, configured the way a user would: kubeconfig + context."""
-    from core.backends.kubernetes.connection import Connection, KubernetesConfig
+    from core.backends.kubernetes.config import KubernetesConfig
+    from core.backends.kubernetes.connection import Connection
 
     connection = Connection(
         KubernetesConfig(kubeconfig=str(kubeconfig), context="emulator", retry_total_s=3)

@@ -19,7 +19,7 @@ import pytest
 
 from core import errors
 from core.backends.kubernetes.backend import KubernetesBackend
-from core.backends.kubernetes.connection import KubernetesConfig
+from core.backends.kubernetes.config import KubernetesConfig
 from core.checkpoint.criu import criu_status
 from core.config import load_settings
 from core.model import Action, Principal, PrincipalKind

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from core import errors
-from core.backends.kubernetes.connection import Connection, KubernetesConfig, Op
+from core.backends.kubernetes.config import KubernetesConfig
+from core.backends.kubernetes.connection import Connection, Op
 from tests.k8s.conftest import pod
 from tests.k8s.emulator import Emulator, Rule
 

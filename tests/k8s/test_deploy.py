@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from core.backends.kubernetes.backend import KubernetesBackend
-from core.backends.kubernetes.connection import KubernetesConfig
+from core.backends.kubernetes.config import KubernetesConfig
 from core.backends.kubernetes.node_info import CAPACITY_LABELS
 from core.cli.watch import parse_every
 from core.model import Action

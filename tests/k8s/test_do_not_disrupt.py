@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from core.backends.kubernetes.backend import KubernetesBackend
-from core.backends.kubernetes.connection import KubernetesConfig
+from core.backends.kubernetes.config import KubernetesConfig
 from core.backends.kubernetes.disruption import DO_NOT_DISRUPT, SET_BY_CLAWPOINT
 from core.config import load_settings
 from core.model import Action

@@ -10,7 +10,8 @@ import pytest
 
 from core import errors
 from core.backends.kubernetes import ids
-from core.backends.kubernetes.connection import Connection, KubernetesConfig
+from core.backends.kubernetes.config import KubernetesConfig
+from core.backends.kubernetes.connection import Connection
 from core.backends.kubernetes.inventory import Inventory
 from core.model import NodeHealth, WorkloadState
 from tests.k8s.conftest import pod

@@ -293,7 +293,7 @@ def test_the_deployed_rbac_lets_a_job_be_moved(emu: Any, api: Any) -> None:
     """jobs/status (patch) is in deploy/kubernetes/rbac.yaml: the preview of resume --to on a
     suspended, started Job sends the startTime clear with dryRun=All under exactly those rules."""
     from core.backends.kubernetes.backend import KubernetesBackend
-    from core.backends.kubernetes.connection import KubernetesConfig
+    from core.backends.kubernetes.config import KubernetesConfig
     from tests.k8s.test_deploy import NS, rules_from_manifests
 
     emu.namespace(NS)

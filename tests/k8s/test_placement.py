@@ -20,7 +20,7 @@ import pytest
 
 from core import errors
 from core.backends.kubernetes.backend import KubernetesBackend
-from core.backends.kubernetes.connection import KubernetesConfig
+from core.backends.kubernetes.config import KubernetesConfig
 from core.model import Action
 from tests.k8s.conftest import node, wrapped_job, wrapped_pod
 

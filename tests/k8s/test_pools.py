@@ -27,7 +27,7 @@ from core import errors
 from core.actions import params_for
 from core.backends.kubernetes import autoscalers as rules
 from core.backends.kubernetes.backend import KubernetesBackend
-from core.backends.kubernetes.connection import KubePoolConfig
+from core.backends.kubernetes.config import KubePoolConfig
 from core.model import Action, utcnow
 from core.service.facade import Service
 from tests.cli.conftest import Cli

@@ -238,7 +238,7 @@ def test_the_deployed_role_allows_the_in_place_resize_and_needs_its_rule(
     emu: Any, api: Any
 ) -> None:
     from core import errors
-    from core.backends.kubernetes.connection import KubernetesConfig
+    from core.backends.kubernetes.config import KubernetesConfig
     from tests.k8s.test_deploy import NS, rules_from_manifests
 
     emu.namespace(NS)

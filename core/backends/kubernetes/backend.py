@@ -53,9 +53,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import structlog
-
-from core import errors
+from core import errors, logs
 from core.actions import ActionParams
 from core.backends import dispatch
 from core.backends.base import PlanDraft, ProgressFn, poll_until
@@ -71,7 +69,8 @@ from core.backends.kubernetes import (
     step_args,
     steps,
 )
-from core.backends.kubernetes.connection import Connection, KubernetesConfig, Op
+from core.backends.kubernetes.config import KubernetesConfig
+from core.backends.kubernetes.connection import Connection, Op
 from core.backends.kubernetes.inventory import Inventory
 from core.backends.kubernetes.kubelet_api import CheckpointProbe, probe_checkpoint_api
 from core.backends.kubernetes.node_info import NodeDetail
@@ -80,7 +79,7 @@ from core.backends.kubernetes.queue import QueueEntry, QueueReader
 from core.model import Action, CheckpointInfo, NodeInfo, PoolInfo, WorkloadInfo
 from core.store.store import CheckpointStore
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 Obj = dict[str, Any]
 
 

@@ -39,120 +39,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-import structlog
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from core import errors
-from core.backends.kubernetes import ids
+from core import errors, logs
+from core.backends.kubernetes.config import KubernetesConfig
 from core.backends.retrying import Transient, with_retries
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 T = TypeVar("T")
 
 _TRANSIENT_CODES = frozenset({429, 500, 502, 503, 504})
 PAGE_SIZE = 500
-
-
-class KubePoolConfig(BaseModel):
-    """``[k8s.pools.NAME]``: a node pool and the autoscaler object that sizes it
-    (``core.backends.kubernetes.pools``). ``kind`` says which: ``cluster-api`` (a Cluster API
-    MachineDeployment that cluster-autoscaler scales) or ``karpenter`` (a Karpenter
-    NodePool)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Literal["cluster-api", "karpenter"]
-    # The MachineDeployment or NodePool; default: the pool's name.
-    object: str | None = None
-    # The MachineDeployment's namespace (NodePools are cluster-scoped).
-    namespace: str = "default"
-    # Tighter bounds than the object's own (the autoscaler annotations, the NodePool's limits).
-    min_size: int | None = Field(default=None, ge=0)
-    max_size: int | None = Field(default=None, ge=0)
-    # What one node costs per hour: the growth cost cap compares it.
-    price_per_hour: float = Field(default=0.0, ge=0)
-    spot: bool = False
-
-    @field_validator("object")
-    @classmethod
-    def _valid_object(cls, value: str | None) -> str | None:
-        if value is not None:
-            _checked(ids.check_name, value)
-        return value
-
-    @field_validator("namespace")
-    @classmethod
-    def _valid_namespace(cls, value: str) -> str:
-        return _checked(ids.check_namespace, value)
-
-
-def _checked(check: Callable[[str], str], value: str) -> str:
-    """A config value through an id check; its refusal as pydantic reports field errors."""
-    try:
-        return check(value)
-    except errors.InvalidInput as exc:
-        raise ValueError(exc.message) from None
-
-
-class KubernetesConfig(BaseModel):
-    """The ``[k8s]`` section: how to reach the cluster and how actions behave."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    enabled: bool = Field(default=False, description="serve k8s: ids")
-
-    kubeconfig: str | None = Field(
-        default=None, description="kubeconfig path; default $KUBECONFIG, ~/.kube/config"
-    )
-    context: str | None = Field(
-        default=None, description="kubeconfig context; default the current one"
-    )
-    in_cluster: bool = Field(default=False, description="use the pod's service account instead")
-    namespaces: list[str] = Field(
-        default_factory=list, description="namespaces in scope; empty = all"
-    )
-    request_timeout_s: float = Field(default=15.0, gt=0)
-    retry_total_s: float = Field(default=20.0, ge=0)
-    checkpoint_dir: str | None = Field(
-        default=None,
-        description="the checkpoint volume (PVC) as mounted where clawpoint runs; lists and "
-        "checks checkpoints (wrapped pods mount the same volume)",
-    )
-    exec_python: list[str] = Field(
-        default_factory=lambda: ["python"],
-        min_length=1,
-        description="the interpreter with clawpoint inside wrapped containers (pods/exec argv)",
-    )
-    checkpoint_timeout_s: float = Field(default=600.0, gt=0)
-    start_timeout_s: float = Field(default=600.0, gt=0)
-    eviction_wait_s: float = Field(
-        default=300.0, ge=0, description="how long a drain waits on a PodDisruptionBudget"
-    )
-    poll_interval_s: float = Field(default=1.0, gt=0)
-    min_replicas: int = Field(
-        default=1, ge=0, description="scale floor; a workload's clawpoint.io/min-replicas raises it"
-    )
-    gpu_class_label: str = Field(
-        default="nvidia.com/gpu.product",
-        max_length=317,
-        description="node label naming its GPU model (GPU feature discovery's by default)",
-    )
-    unsaved_after_s: float | None = Field(
-        default=None,
-        gt=0,
-        description="work unsaved this long keeps karpenter.sh/do-not-disrupt on the pod; "
-        "unset: twice its --checkpoint-every, else 900",
-    )
-    pools: dict[str, KubePoolConfig] = Field(
-        default_factory=dict, description="node pools scale_pool resizes ([k8s.pools.NAME])"
-    )
-
-    @field_validator("namespaces")
-    @classmethod
-    def _valid_namespaces(cls, value: list[str]) -> list[str]:
-        return [ids.check_namespace(ns) for ns in value]
 
 
 @dataclass(frozen=True)

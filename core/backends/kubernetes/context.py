@@ -12,7 +12,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from core.backends.kubernetes import ids
-from core.backends.kubernetes.connection import Connection, KubernetesConfig
+from core.backends.kubernetes.config import KubernetesConfig
+from core.backends.kubernetes.connection import Connection
 from core.backends.kubernetes.inventory import Inventory
 from core.backends.kubernetes.node_info import NodeDetail
 from core.model import CheckpointInfo, NodeInfo

@@ -42,9 +42,7 @@ import math
 from datetime import datetime
 from typing import Any
 
-import structlog
-
-from core import errors
+from core import errors, logs
 from core.backends.disruption_guard import ChangeSink, GuardChange, GuardPass
 from core.backends.kubernetes import ids
 from core.backends.kubernetes.connection import Op
@@ -55,7 +53,7 @@ from core.backends.kubernetes.pods import live, meta
 from core.model import CheckpointInfo
 from core.store.store import CheckpointStore
 
-log = structlog.get_logger("clawpoint.kubernetes")
+log = logs.get_logger("clawpoint.kubernetes")
 Obj = dict[str, Any]
 
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"  # kubernetes-sigs/karpenter pkg/apis/v1/labels.go

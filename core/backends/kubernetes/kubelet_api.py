@@ -26,14 +26,13 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from pydantic import BaseModel
-
 from core import errors
 from core.backends.kubernetes import ids
 from core.backends.kubernetes.connection import Connection, Op, translate
+from core.schema_base import Model
 
 
-class CheckpointProbe(BaseModel):
+class CheckpointProbe(Model):
     node: str
     state: Literal["available", "off", "refused", "not_permitted"]
     message: str

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from core.backends.kubernetes import ids
 from core.backends.kubernetes.objects import (
@@ -26,6 +26,7 @@ from core.backends.kubernetes.objects import (
 )
 from core.backends.kubernetes.pod_size import GPU_CLASS_LABEL
 from core.model import NodeHealth, NodeInfo
+from core.schema_base import Model
 
 Obj = dict[str, Any]
 
@@ -92,7 +93,7 @@ def capacity_type(labels: dict[str, str]) -> str | None:
     return None
 
 
-class Taint(BaseModel):
+class Taint(Model):
     key: str
     value: str = ""
     effect: str = ""
@@ -108,7 +109,7 @@ class Taint(BaseModel):
 CORDON_REASON_ANNOTATION = "clawpoint.io/cordon-reason"
 
 
-class NodeDetail(BaseModel):
+class NodeDetail(Model):
     """What Kubernetes says about one node (``to_node_info`` maps it to the core model)."""
 
     name: str

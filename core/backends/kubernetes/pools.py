@@ -37,7 +37,8 @@ from core.backends.base import PlanDraft, ProgressFn
 from core.backends.kubernetes import autoscalers as rules
 from core.backends.kubernetes import ids, node_plans
 from core.backends.kubernetes.builders import REASON_ANNOTATION, patch_step, step
-from core.backends.kubernetes.connection import KubePoolConfig, Op
+from core.backends.kubernetes.config import KubePoolConfig
+from core.backends.kubernetes.connection import Op
 from core.backends.kubernetes.context import KubeContext
 from core.backends.kubernetes.lineages import lineage_of
 from core.backends.kubernetes.nodes import left_alone

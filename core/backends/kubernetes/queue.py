@@ -25,7 +25,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from core import errors
 from core.backends.kubernetes import ids
@@ -33,12 +33,13 @@ from core.backends.kubernetes.connection import Op
 from core.backends.kubernetes.inventory import Inventory
 from core.backends.kubernetes.objects import conditions, pod_spec_gpus, ts
 from core.backends.kubernetes.workload_info import workload_gpus
+from core.schema_base import Model
 
 Obj = dict[str, Any]
 _GPU_SHORTAGE = re.compile(r"Insufficient (nvidia\.com|amd\.com)/gpu")
 
 
-class QueueEntry(BaseModel):
+class QueueEntry(Model):
     backend: str = ids.BACKEND
     partition: str
     pending: int = 0

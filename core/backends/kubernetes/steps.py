@@ -16,9 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import structlog
-
-from core import errors
+from core import errors, logs
 from core.backends.base import ProgressFn
 from core.backends.kubernetes import disruption, ids, nodes, pools
 from core.backends.kubernetes.connection import Op, translate
@@ -28,7 +26,7 @@ from core.backends.kubernetes.mutations import mutate
 from core.backends.kubernetes.pods import TERMINAL, container_of, live, meta
 from core.backends.kubernetes.resize import run_wait_resized
 
-log = structlog.get_logger("clawpoint.kubernetes")
+log = logs.get_logger("clawpoint.kubernetes")
 Obj = dict[str, Any]
 
 

@@ -11,7 +11,8 @@ This module is the inventory (nodes, workloads, checkpoints), the launcher and t
 state; plans come from ``plans.PLANS`` and steps from ``steps.STEPS`` (dispatch tables
 keyed by the catalogue's action and the step op), each function taking the backend as a
 narrow protocol (``context``). Each step is safe to re-check after a crash
-(``recovery``).
+(``recovery``). Those tables are imported when a plan or a step needs them, not with the
+backend: read commands (``clawpoint workloads``) build the backend and never plan.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from core import errors
 from core.actions import ActionParams
 from core.backends import dispatch
 from core.backends.base import PlanDraft, ProgressFn
-from core.backends.local import planning, plans, pools, recovery, step_args, steps
 from core.backends.local.common import (
     _LIVE,
     NAME,
@@ -75,6 +75,8 @@ class LocalBackend:
 
     # ---------------------------------------------------------------- inventory
     def capabilities(self) -> frozenset[Action]:
+        from core.backends.local import plans
+
         return dispatch.capabilities(plans.PLANS)
 
     @property
@@ -149,6 +151,8 @@ class LocalBackend:
 
     def pools(self) -> list[PoolInfo]:
         """``PoolSource``: the pools of the configured nodes (their ``pool`` label)."""
+        from core.backends.local import pools
+
         return pools.pools(self, self.released_nodes())
 
     def get_node(self, name: str) -> NodeInfo:
@@ -245,6 +249,8 @@ class LocalBackend:
     def plan(self, action: Action, target: str, params: ActionParams) -> PlanDraft:
         """The draft of ``action`` on ``target`` from the plan table (``plans.PLANS``), its
         steps' arguments and references checked against their models (``step_args``)."""
+        from core.backends.local import plans, step_args
+
         return dispatch.plan(
             plans.PLANS, self, action, target, params, backend=NAME,
             why_not=plans.WHY_NOT_BY_ACTION, args=step_args.ARGS, outputs=step_args.OUTPUTS,
@@ -253,11 +259,15 @@ class LocalBackend:
     def check_deletable(self, checkpoint_id: str) -> None:
         """Refuse (Conflict ``last-good-checkpoint``) the deletion of the newest good
         checkpoint of a workload that is not gone, as its newer checkpoints verify now."""
+        from core.backends.local import planning
+
         planning.check_deletable(self, checkpoint_id)
 
     def run_step(self, op: str, args: dict[str, Any], progress: ProgressFn) -> dict[str, Any]:
         """Run the step ``op`` from the step table (``steps.STEPS``), its answer held to
         its model (``step_args.OUTPUTS``)."""
+        from core.backends.local import step_args, steps
+
         return dispatch.run_step(
             steps.STEPS, self, op, args, progress, backend=NAME, outputs=step_args.OUTPUTS
         )
@@ -266,12 +276,16 @@ class LocalBackend:
         self, op: str, args: dict[str, Any], started_at: datetime
     ) -> dict[str, Any] | None:
         """After a step reported an error: did it take effect anyway (``recovery``)?"""
+        from core.backends.local import recovery
+
         return recovery.reconcile_step(self, op, args, started_at)
 
     def recover_step(
         self, op: str, args: dict[str, Any], started_at: datetime
     ) -> dict[str, Any] | None:
         """After a crash: the output of a step that took effect (``recovery``), or None."""
+        from core.backends.local import recovery
+
         return recovery.recover_step(self, op, args, started_at)
 
     def set_node(

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import structlog
-
-from core import processes
+from core import logs, processes
 from core.config import Settings
 from core.model import WorkloadState
 from core.state.workloads import WorkloadRecord
 from core.wrapper import fence as fencing
 
-log = structlog.get_logger("clawpoint.local")
+log = logs.get_logger("clawpoint.local")
 
 NAME = "local"
 _LIVE = (WorkloadState.RUNNING, WorkloadState.CHECKPOINTING)

@@ -12,15 +12,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from core.schema_base import Model
 from core.sizes import OptionalMemory, memory_mib
 
 # The label that puts a node in a pool (the guardrails' blast radius reads the same one).
 POOL_LABEL = "pool"
 
 
-class _Section(BaseModel):
+class _Section(Model):
     model_config = ConfigDict(extra="forbid")
 
 

@@ -26,9 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import structlog
-
-from core import errors
+from core import errors, logs
 from core.checkpoint import engine as engines
 from core.checkpoint import lazy_pages
 from core.config import Settings
@@ -37,7 +35,7 @@ from core.state.workloads import WorkloadRecord
 from core.timings import DumpTimings, HandoffTimes, PauseReport, RestoreTimings
 from core.wrapper.control import ControlClient
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 
 def choose_mode(settings: Settings, engine: str, size_bytes: int | None) -> tuple[str, str]:

@@ -15,9 +15,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import structlog
-
-from core import errors, processes
+from core import errors, logs, processes
 from core.backends.local import moves, verify
 from core.backends.local.common import _LIVE, NAME, _pid_alive, _wrapper_alive
 from core.backends.local.context import LocalContext
@@ -33,7 +31,7 @@ from core.wrapper.control import ControlClient
 from core.wrapper.launch import launch_detached, launch_standby
 from core.wrapper.progress import ProgressFile, Stamp
 
-log = structlog.get_logger("clawpoint.local")
+log = logs.get_logger("clawpoint.local")
 
 
 def wait_wrapper_exit(

@@ -19,19 +19,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from core import errors
 from core.backends.local.common import NAME, _wrapper_alive
 from core.config import Settings
 from core.model import WorkloadState
 from core.polling import poll_until
+from core.schema_base import Model
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store.store import CheckpointStore
 from core.wrapper.progress import ProgressFile, Stamp
 
 
-class RestoreWatch(BaseModel):
+class RestoreWatch(Model):
     """What the watch saw; returned in the start step's output as ``verified``."""
 
     model_config = ConfigDict(extra="forbid")

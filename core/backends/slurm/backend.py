@@ -34,10 +34,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import structlog
 from pydantic import ValidationError
 
-from core import errors
+from core import errors, logs
 from core.actions import ActionParams
 from core.backends import dispatch
 from core.backends.base import PlanDraft, ProgressFn, poll_until
@@ -70,7 +69,7 @@ from core.model import (
 from core.specs import BatchSpec
 from core.store.store import CheckpointStore
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 
 def _sbatch_spec(spec: BatchSpec) -> sbatch.SbatchSpec:

@@ -13,10 +13,12 @@ import os
 import sys
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from core.schema_base import Model
 
 
-class SlurmPoolConfig(BaseModel):
+class SlurmPoolConfig(Model):
     """``[slurm.pools.NAME]``: a partition whose nodes Slurm powers down and up (power saving:
     ``SuspendProgram``/``ResumeProgram``), scaled by ``scale_pool``."""
 
@@ -29,7 +31,7 @@ class SlurmPoolConfig(BaseModel):
     spot: bool = False
 
 
-class SlurmConfig(BaseModel):
+class SlurmConfig(Model):
     """The ``[slurm]`` section. Unknown keys are errors, so a misspelling is named."""
 
     model_config = ConfigDict(extra="forbid")

@@ -16,10 +16,11 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from core.checkpoint.engine import DEFAULT_ENGINE, ENGINES
 from core.model import NodeCondition, NodeConditionType, NodeInfo, WorkloadInfo, WorkloadState
+from core.schema_base import Model
 from core.signals.nodes import judge
 
 BACKEND = "slurm"
@@ -117,7 +118,7 @@ def job_memory_mb(raw: dict[str, Any]) -> int | None:
     return per_cpu * cpus if per_cpu and cpus else None
 
 
-class Allocated(BaseModel):
+class Allocated(Model):
     """What a node's jobs hold, as slurmctld counts it (``alloc_cpus``, ``alloc_memory``:
     0 where memory is not a consumable resource; GPUs from ``gres_used``)."""
 
@@ -294,7 +295,7 @@ def to_workload(raw: dict[str, Any], marker: str) -> WorkloadInfo:
     )
 
 
-class Partition(BaseModel):
+class Partition(Model):
     name: str
     nodes: list[str] = Field(default_factory=list)
     cpus: int = 0
@@ -315,7 +316,7 @@ def partitions_of(nodes: list[NodeInfo]) -> list[Partition]:
     return sorted(parts.values(), key=lambda p: p.name)
 
 
-class QueueDepth(BaseModel):
+class QueueDepth(Model):
     """Pending work of one partition: what a scaler or a preemption policy looks at."""
 
     partition: str

@@ -18,13 +18,12 @@ import pwd
 import shlex
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from core import errors
 from core.backends.slurm.config import SlurmConfig
 from core.backends.slurm.transport import SlurmTransport
 from core.engine_names import EngineName
 from core.model import validate_name
+from core.schema_base import Model
 from core.specs import BatchSpec
 
 
@@ -147,7 +146,7 @@ def render_sbatch(spec: SbatchSpec, config: SlurmConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
-class Submitted(BaseModel):
+class Submitted(Model):
     job_id: str
     lineage: str
     workload: str  # slurm:JOBID

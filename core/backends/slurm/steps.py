@@ -15,9 +15,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-import structlog
-
-from core import errors
+from core import errors, logs
 from core.backends.base import ProgressFn
 from core.backends.slurm import pools
 from core.backends.slurm.context import SlurmContext
@@ -37,7 +35,7 @@ from core.backends.slurm.step_args import (
 from core.model import NodeHealth, WorkloadInfo, WorkloadState, validate_name
 
 Args = dict[str, Any]
-log = structlog.get_logger("clawpoint.slurm")
+log = logs.get_logger("clawpoint.slurm")
 
 _SIGNALS = {"USR1", "USR2"}
 # Placement and start, and a pending job's allocation (``moving.allocation_fields``).

@@ -26,13 +26,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx2
-import structlog
 
-from core import errors
+from core import errors, logs
 from core.backends.retrying import Transient, with_retries
 from core.backends.slurm.config import SlurmConfig
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 T = TypeVar("T")
 
 _TRANSIENT = re.compile(

@@ -24,13 +24,14 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from core import errors
 from core.planner.spot.omniscient import omniscient_costs
 from core.planner.spot.policies import ClawpointPolicy, GreedyPolicy, UniformProgressPolicy
 from core.planner.spot.sim import Job, Policy, job_in_ticks, on_demand_cost, simulate
 from core.planner.spot.traces import Trace, load_traces
+from core.schema_base import Model
 
 # $/h. p3.2xlarge on demand; the spot fallback (used for traces without a price series) is
 # the floor spot price of the shipped traces.
@@ -49,7 +50,7 @@ OMNISCIENT = "omniscient"
 KNOWN_POLICIES = (*POLICIES, OMNISCIENT)
 
 
-class RunRow(BaseModel):
+class RunRow(Model):
     trace: str
     start: int
     job_fraction: float
@@ -66,7 +67,7 @@ class RunRow(BaseModel):
     on_demand_hours: float
 
 
-class Summary(BaseModel):
+class Summary(Model):
     policy: str
     group: str = Field(description="'all', a stratum name, or 'f=<fraction> d=<hours>'")
     runs: int
@@ -77,7 +78,7 @@ class Summary(BaseModel):
     mean_changeovers: float
 
 
-class EvaluationReport(BaseModel):
+class EvaluationReport(Model):
     traces: dict[str, float] = Field(description="trace name -> mean availability")
     compute_hours: float
     job_fractions: list[float]

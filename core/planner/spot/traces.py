@@ -18,14 +18,15 @@ import statistics
 from datetime import datetime
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from core import errors
+from core.schema_base import Model
 
 PRICES_FILE = "spot_prices.json"
 
 
-class Trace(BaseModel):
+class Trace(Model):
     """One zone's availability series: ``availability[i]`` is 1 when spot could be launched."""
 
     model_config = ConfigDict(frozen=True)

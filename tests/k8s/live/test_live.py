@@ -19,7 +19,8 @@ import pytest
 from core import errors
 from core.backends.kubernetes import pods, steps
 from core.backends.kubernetes.backend import KubernetesBackend
-from core.backends.kubernetes.connection import KubernetesConfig, Op
+from core.backends.kubernetes.config import KubernetesConfig
+from core.backends.kubernetes.connection import Op
 from core.config import load_settings
 from core.model import Action, Principal, PrincipalKind
 from core.service.facade import Service, bootstrap
