@@ -6,7 +6,9 @@ and the one place logging is configured.
 Why a proxy: importing structlog costs about 50 ms of CPU (it imports Rich and asyncio at
 import), paid by every ``clawpoint`` command even though a read command logs nothing. A
 module's logger is therefore a small proxy that imports and configures structlog the first
-time something is logged through it. ``configure`` only records the level until then.
+time something is logged through it. ``configure`` (the CLI, the MCP server) and
+``configure_console`` (the wrapper, whose start is inside a restore's pause) only record
+what they ask for until then.
 
 Limits: the proxy forwards attribute access (``info``, ``warning``, ``bind``...) to the real
 structlog logger; ``isinstance`` checks against structlog's classes see the proxy.
@@ -19,8 +21,10 @@ import os
 import sys
 from typing import Any
 
-_level: int | None = None  # what ``configure`` asked for; None: not configured yet
-_applied: int | None = None  # what structlog was last configured with
+# What ``configure`` or ``configure_console`` asked for: ("json", level) or ("console", 0);
+# None: not configured (structlog's defaults). ``_applied``: what structlog was last given.
+_wanted: tuple[str, int] | None = None
+_applied: tuple[str, int] | None = None
 
 
 class _Stderr:
@@ -36,33 +40,48 @@ class _Stderr:
 def configure(level: str | None = None) -> None:
     """JSON lines to stderr at ``level`` (else ``CLAWPOINT_LOG_LEVEL``, else WARNING).
 
-    Applied at once when structlog is already loaded, else when the first line is logged."""
-    global _level, _applied
+    Applied at once when structlog is already loaded (to loggers used from then on: one
+    that has logged keeps its configuration), else when the first line is logged."""
     name = (level or os.environ.get("CLAWPOINT_LOG_LEVEL") or "WARNING").upper()
-    _level = getattr(logging, name, logging.WARNING)
-    _applied = None  # configure again even at the same level (another caller may have)
+    _want(("json", getattr(logging, name, logging.WARNING)))
+
+
+def configure_console() -> None:
+    """structlog's own readable lines, every level, to the stderr of the moment: the
+    wrapper's (its stderr is the workload's log file, read by people)."""
+    _want(("console", 0))
+
+
+def _want(wanted: tuple[str, int]) -> None:
+    global _wanted, _applied
+    _wanted = wanted
+    _applied = None  # configure again even if unchanged (another caller may have)
     if "structlog" in sys.modules:
         _apply()
 
 
 def _apply() -> Any:
-    """structlog, imported and configured as ``configure`` last asked."""
+    """structlog, imported and configured as last asked."""
     global _applied
     import structlog
 
-    if _level is not None and _applied != _level:
-        structlog.configure(
-            processors=[
-                structlog.contextvars.merge_contextvars,
-                structlog.processors.add_log_level,
-                structlog.processors.TimeStamper(fmt="iso", utc=True),
-                structlog.processors.JSONRenderer(),
-            ],
-            wrapper_class=structlog.make_filtering_bound_logger(_level),
-            logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
-            cache_logger_on_first_use=True,
-        )
-        _applied = _level
+    if _wanted is not None and _applied != _wanted:
+        kind, level = _wanted
+        if kind == "console":
+            structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+        else:
+            structlog.configure(
+                processors=[
+                    structlog.contextvars.merge_contextvars,
+                    structlog.processors.add_log_level,
+                    structlog.processors.TimeStamper(fmt="iso", utc=True),
+                    structlog.processors.JSONRenderer(),
+                ],
+                wrapper_class=structlog.make_filtering_bound_logger(level),
+                logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
+                cache_logger_on_first_use=True,
+            )
+        _applied = _wanted
     return structlog
 
 

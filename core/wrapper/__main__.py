@@ -15,10 +15,9 @@ import signal
 import sys
 from pathlib import Path
 
-import structlog
 from pydantic import ValidationError
 
-from core import errors
+from core import errors, logs
 from core.config import load_settings
 from core.specs import RunSpec
 from core.wrapper.launch import ERROR_LINE
@@ -26,7 +25,7 @@ from core.wrapper.supervisor import run
 
 
 def main(argv: list[str]) -> int:
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    logs.configure_console()  # structlog itself loads with the first line logged
     faulthandler.register(signal.SIGQUIT, all_threads=True, chain=False)
     if len(argv) != 1:
         print("usage: python -m core.wrapper '<RunSpec JSON>'", file=sys.stderr)
