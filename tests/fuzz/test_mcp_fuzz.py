@@ -1,7 +1,8 @@
 """Every MCP tool, fuzzed through a real SDK client session (in-memory transport).
 
-The tools and their input schemas come from the server's own ``tools/list``, so a tool added
-or reshaped elsewhere is covered as it is. Arguments come from ``strategies.arguments``
+The tools and their input schemas come from the server's own ``tools/list`` with every
+toolset served (the ``capacity`` tools too, which the default list leaves out), so a tool
+added or reshaped elsewhere is covered as it is. Arguments come from ``strategies.arguments``
 (well-typed, wrong-typed, unknown and missing keys, hostile strings). For every call:
 
 - no crash: never the SDK's sanitised "Error executing tool NAME" (an unexpected
@@ -39,7 +40,7 @@ from mcp import Client
 
 from core.config import load_settings
 from core.service.facade import Service, bootstrap
-from mcp_server.server import build_server
+from mcp_server.server import TOOLSETS, build_server
 from tests.fuzz.strategies import arguments
 
 EXAMPLES = int(os.environ.get("CLAWPOINT_FUZZ_EXAMPLES", "2000"))
@@ -67,7 +68,7 @@ def live_tools() -> dict[str, dict[str, Any]]:
 
     async def listing() -> dict[str, dict[str, Any]]:
         with tempfile.TemporaryDirectory() as tmp:
-            async with Client(build_server(_service(Path(tmp) / "h"))) as client:
+            async with Client(build_server(_service(Path(tmp) / "h"), toolsets=TOOLSETS)) as client:
                 tools = (await client.list_tools()).tools
         return {t.name: dict(t.input_schema) for t in tools}
 
@@ -104,7 +105,9 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     service = _service(tmp_path_factory.mktemp("fuzz") / "h")
     try:
         with start_blocking_portal("asyncio") as portal:
-            with portal.wrap_async_context_manager(Client(build_server(service))) as client:
+            with portal.wrap_async_context_manager(
+                Client(build_server(service, toolsets=TOOLSETS))
+            ) as client:
                 yield Session(portal, client, service, StateProbe(service))
     finally:
         quiet.setLevel(level)
