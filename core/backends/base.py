@@ -187,12 +187,20 @@ def not_supported(backend: str, action: Action | str, why: str = "") -> errors.N
 
 
 def poll_until(
-    what: str, timeout_s: float, check: Callable[[], Any], *, every_s: float, hint: str
+    what: str,
+    timeout_s: float,
+    check: Callable[[], Any],
+    *,
+    every_s: float,
+    hint: str,
+    max_every_s: float | None = None,
 ) -> Any:
     """``core.polling.poll_until`` for a step that must not go on without the condition:
     returns ``check()``'s truthy result; ``OperationFailed`` naming ``what`` (with ``hint``)
-    once ``timeout_s`` has passed."""
-    result = polling.poll_until(check, timeout_s=timeout_s, every_s=every_s)
+    once ``timeout_s`` has passed. ``max_every_s``: back off from ``every_s`` up to it."""
+    result = polling.poll_until(
+        check, timeout_s=timeout_s, every_s=every_s, max_every_s=max_every_s
+    )
     if not result:
         raise errors.OperationFailed(
             f"timed out after {timeout_s:g}s waiting for {what}", hint=hint

@@ -70,6 +70,9 @@ from core.specs import BatchSpec
 from core.store.store import CheckpointStore
 
 log = logs.get_logger(__name__)
+# A wait's first look comes this soon, then backs off to [slurm] poll_interval_s.
+FIRST_POLL_S = 0.05
+_WAIT_HINT = "look at the job's output and the wrapper log, then retry the plan"
 
 
 def _sbatch_spec(spec: BatchSpec) -> sbatch.SbatchSpec:
@@ -283,12 +286,23 @@ class SlurmBackend:
         newest = self.newest_checkpoint(lineage, owner)
         return newest.seq if newest else 0
 
-    def wait_until(self, what: str, timeout_s: float, check: Callable[[], Any]) -> Any:
-        """Poll ``check()`` until it returns a truthy value; OperationFailed on timeout."""
+    def wait_until(
+        self, what: str, timeout_s: float, check: Callable[[], Any], *, every_s: float | None = None
+    ) -> Any:
+        """Poll ``check()`` until it returns a truthy value; OperationFailed on timeout.
+
+        A check that queries slurmctld starts at 50 ms and backs off to ``poll_interval_s``
+        (a move's waits mostly end within a second, and each tick past the event is pause;
+        a long wait must not ask a busy controller more often than configured); ``every_s``
+        fixes the interval, for checks that read only the checkpoint store."""
+        if every_s is not None:
+            return poll_until(what, timeout_s, check, every_s=every_s, hint=_WAIT_HINT)
+        slowest = self.cfg.poll_interval_s
         return poll_until(
             what,
             timeout_s,
             check,
-            every_s=self.cfg.poll_interval_s,
-            hint="look at the job's output and the wrapper log, then retry the plan",
+            every_s=min(FIRST_POLL_S, slowest),
+            max_every_s=slowest,
+            hint=_WAIT_HINT,
         )

@@ -74,6 +74,9 @@ class SlurmContext(Protocol):
 
     def newest_seq(self, lineage: str, owner: str | None = None) -> int: ...
 
-    def wait_until(self, what: str, timeout_s: float, check: Callable[[], Any]) -> Any:
-        """``check()`` until it is truthy (returned); OperationFailed on timeout."""
+    def wait_until(
+        self, what: str, timeout_s: float, check: Callable[[], Any], *, every_s: float | None = None
+    ) -> Any:
+        """``check()`` until it is truthy (returned); OperationFailed on timeout. Every
+        ``poll_interval_s``, or ``every_s`` for a check that asks nothing of slurmctld."""
         ...

@@ -1,0 +1,254 @@
+"""Benchmark: how long a Slurm migrate pauses a workload, against the local handoff's pause
+of the same workload in the same run.
+
+The self-verifying counter holding ``--mb`` MiB (default 200, a step every 20 ms) runs twice:
+as a Slurm job on the loopback cluster (``clawpoint slurm submit``'s batch script, the
+wrapper inside the job), moved between n1 and n2 with ``migrate --to`` (checkpoint through
+the job's wrapper, requeue held, release onto the other node, restore there by a new
+wrapper: ``docs/slurm.md``), and under the local backend, moved between node-a and node-b
+with the handoff (stop-and-copy). Repetitions alternate the two, disk synced before each.
+The pause is the workload's own: the longest gap between two consecutive steps around the
+move (their own timestamps, the progress file read every millisecond), less its median step
+interval before the move (as ``bench/migration.py``). Issue target: Slurm <= 1.5x local.
+
+Needs root, CRIU and the loopback cluster (brought up if it is not); nothing else may use the
+cluster meanwhile. Usage: ``.venv/bin/python bench/slurm_migration.py [--reps 3] [--mb 200]
+[--no-docs]``. JSON: ``bench/results/slurm_migration.json``; the "Slurm migrate" section of
+``docs/benchmarks.md`` is rewritten (only that section).
+
+Limits: one machine plays every node, so the Slurm figure has no network in it (the store is
+a local directory), only what a cross-node move does beyond the local handoff: the job's
+requeue and release through slurmctld, slurmd's launch of the batch script, and the new
+wrapper's start and restore inside the pause.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.docs_section import write_section  # noqa: E402
+from bench.migration import Clawpoint, command  # noqa: E402
+from core.backends.slurm import SbatchSpec, SlurmBackend, submit  # noqa: E402
+from core.backends.slurm.config import SlurmConfig  # noqa: E402
+from core.backends.slurm.sbatch import job_homes  # noqa: E402
+from core.config import load_settings  # noqa: E402
+from core.model import Action, Principal, PrincipalKind  # noqa: E402
+from core.service.facade import bootstrap  # noqa: E402
+
+CLUSTER = Path(os.environ.get("CLAWPOINT_SLURM_DIR", "/var/lib/clawpoint-slurm"))
+PERSON = Principal(id="bench", kind=PrincipalKind.PERSON)
+NODES = ("n1", "n2")
+TARGET_RATIO = 1.5
+
+
+def slurm_env() -> dict[str, str]:
+    env: dict[str, str] = {}
+    for line in (CLUSTER / "env").read_text().splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        if key:
+            env[key] = value
+    return env
+
+
+class JobWatcher:
+    """The counter's steps, each with its own timestamp, wherever the job's home is: a
+    requeued job may run from another node-local home, so the paths are looked up again
+    every 50 ms and each is read every millisecond."""
+
+    def __init__(self, job: str, lineage: str) -> None:
+        self.job, self.lineage = job, lineage
+        self.ts: dict[int, float] = {}
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _paths(self) -> list[Path]:
+        return [h / "run" / f"{self.lineage}.progress.json" for h in job_homes(self.job)]
+
+    def _run(self) -> None:
+        paths, found_at = self._paths(), time.monotonic()
+        while not self._stop.is_set():
+            if time.monotonic() - found_at > 0.05:
+                paths, found_at = self._paths(), time.monotonic()
+            for path in paths:
+                try:
+                    data = json.loads(path.read_text())
+                    self.ts.setdefault(int(data["step"]), float(data["ts"]))
+                except (OSError, ValueError, KeyError):
+                    pass
+            time.sleep(0.001)
+
+    def wait_steps(self, n: int, timeout_s: float = 180) -> None:
+        deadline = time.monotonic() + timeout_s
+        start = max(self.ts, default=0)
+        while max(self.ts, default=0) < start + n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"job {self.job}: no progress")
+            time.sleep(0.01)
+
+    def freeze(self, t0: float, t1: float) -> dict[str, float]:
+        steps = sorted(self.ts)
+        pairs = [(a, b) for a, b in itertools.pairwise(steps) if b == a + 1]
+        before = [self.ts[b] - self.ts[a] for a, b in pairs if self.ts[b] < t0][-50:]
+        during = [self.ts[b] - self.ts[a] for a, b in pairs if t0 - 0.5 <= self.ts[b] <= t1 + 5]
+        normal = statistics.median(before) if before else 0.0
+        gap = max(during) if during else float("nan")
+        return {"gap_s": gap, "step_s": normal, "freeze_s": gap - normal}
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class SlurmCounter:
+    """The counter as a Slurm job under the wrapper, moved between n1 and n2."""
+
+    def __init__(self, home: Path, mb: int) -> None:
+        self.home = home
+        self.lineage = f"bench-slurm-move-{os.getpid()}"
+        self.backend = SlurmBackend(SlurmConfig(enabled=True))
+        spec = SbatchSpec(
+            lineage=self.lineage, exclude="n3", command=command("counter", mb),
+            output=str(CLUSTER / "log" / f"{self.lineage}.out"), workdir=str(ROOT),
+        )  # fmt: skip
+        self.job = submit(spec, self.backend.cfg, self.backend.transport).job_id
+        self.backend.wait_until(
+            "the job to run", 180, lambda: self.backend.get_workload(self.job).node
+        )
+        self.node = str(self.backend.get_workload(self.job).node)
+        self.watch = JobWatcher(self.job, self.lineage)
+        self.watch.wait_steps(20)
+
+    def move(self) -> dict[str, Any]:
+        service = bootstrap(load_settings(self.home))
+        dest = NODES[1] if self.node == NODES[0] else NODES[0]
+        t0 = time.time()
+        done = service.act(Action.MIGRATE, f"slurm:{self.job}", {"to": dest}, principal=PERSON,
+                           confirmed=True)  # fmt: skip
+        t1 = time.time()
+        if done.status != "executed" or done.execution is None:
+            raise RuntimeError(f"slurm migrate: {done.message}")
+        steps = {s.name: s.output or {} for s in done.execution.steps}
+        self.node = str(steps.get("wait_running", {}).get("node") or dest)
+        # Where the command's time went, step by step (the journal's start and end).
+        took = {
+            s.name: round((s.finished_at - s.started_at).total_seconds(), 3)
+            for s in done.execution.steps
+            if s.started_at is not None and s.finished_at is not None
+        }
+        self.watch.wait_steps(20)
+        return {**self.watch.freeze(t0, t1), "command_s": t1 - t0, "node": self.node,
+                "steps_s": took}  # fmt: skip
+
+    def close(self) -> None:
+        self.watch.stop()
+        subprocess.run(["scancel", self.job], capture_output=True, check=False, timeout=60)
+
+
+def markdown(rows: dict[str, list[dict[str, Any]]], mb: int, machine: dict[str, Any]) -> str:
+    med = {k: statistics.median(r["freeze_s"] for r in v) for k, v in rows.items()}
+    ratio = med["slurm"] / med["local"] if med["local"] else float("nan")
+    runs = {k: ", ".join(f"{r['freeze_s']:.3f}" for r in v) for k, v in rows.items()}
+    verdict = "met" if ratio <= TARGET_RATIO else "not met"
+    return "\n".join(
+        [
+            "## Slurm migrate against the local handoff",
+            "",
+            f"`bench/slurm_migration.py --reps {len(rows['local'])} --mb {mb}` (root; the loopback "
+            "cluster): the self-verifying counter holding "
+            f"{mb} MiB moved between n1 and n2 by `migrate --to` as a Slurm job, and between two "
+            "local nodes by the handoff (stop-and-copy), alternating, disk synced before each. "
+            "Pause = the longest gap between two of its own steps around the move, less its "
+            f"usual step interval. Machine: {machine['cpus']} CPUs, kernel {machine['kernel']}, "
+            f"load {machine['load_before']:.2f} before, {machine['load_after']:.2f} after.",
+            "",
+            "| move | median pause | runs (s) | command wall (median) |",
+            "|---|---|---|---|",
+            f"| local handoff | {med['local']:.3f} s | {runs['local']} | "
+            f"{statistics.median(r['command_s'] for r in rows['local']):.2f} s |",
+            f"| Slurm migrate | {med['slurm']:.3f} s | {runs['slurm']} | "
+            f"{statistics.median(r['command_s'] for r in rows['slurm']):.2f} s |",
+            "",
+            f"Slurm / local, medians: x{ratio:.2f} (target <= {TARGET_RATIO}x: {verdict}).",
+            "",
+            "The Slurm move's steps (the journal's start to end, median of the runs): "
+            + ", ".join(
+                f"`{name}` {_median_step(rows['slurm'], name):.2f} s"
+                for name in rows["slurm"][0]["steps_s"]
+            )
+            + ".",
+        ]
+    )
+
+
+def _median_step(runs: list[dict[str, Any]], name: str) -> float:
+    return statistics.median(r["steps_s"][name] for r in runs if name in r["steps_s"])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--mb", type=int, default=200)
+    ap.add_argument("--no-docs", action="store_true")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("needs root, CRIU and the loopback cluster (scripts/slurm-cluster.sh up)")
+        return 2
+    script = str(ROOT / "scripts" / "slurm-cluster.sh")
+    if subprocess.run([script, "status"], capture_output=True, check=False).returncode != 0:
+        subprocess.run([script, "up"], capture_output=True, check=True, timeout=600)
+    os.environ.update(slurm_env())
+    work = Path(tempfile.mkdtemp(prefix="slurm-move-bench-"))
+    slurm_home = work / "slurm-home"
+    slurm_home.mkdir()
+    (slurm_home / "config.toml").write_text("[local]\nenabled = false\n[slurm]\nenabled = true\n")
+    machine = {"cpus": os.cpu_count(), "kernel": platform.release(),
+               "load_before": os.getloadavg()[0]}  # fmt: skip
+    local = Clawpoint(work / "local-home", "bench-local-move", command("counter", args.mb))
+    os.environ["CLAWPOINT_HOME"] = str(slurm_home)
+    slurm = SlurmCounter(slurm_home, args.mb)
+    rows: dict[str, list[dict[str, Any]]] = {"local": [], "slurm": []}
+    try:
+        for rep in range(args.reps):
+            for kind in ("local", "slurm"):
+                os.sync()
+                time.sleep(1)
+                if kind == "local":
+                    got = local.move("stop-and-copy")
+                    os.environ["CLAWPOINT_HOME"] = str(slurm_home)  # Clawpoint sets its own
+                else:
+                    got = slurm.move()
+                rows[kind].append(got)
+                print(f"  rep {rep + 1} {kind:>5}: pause {got['freeze_s']:.3f} s "
+                      f"(command {got['command_s']:.2f} s) {got.get('steps_s', '')}",
+                      flush=True)  # fmt: skip
+    finally:
+        slurm.close()
+        os.environ["CLAWPOINT_HOME"] = str(work / "local-home")
+        local.close()
+    machine["load_after"] = os.getloadavg()[0]
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "slurm_migration.json").write_text(json.dumps({"machine": machine, **rows}, indent=2))
+    md = markdown(rows, args.mb, machine)
+    print(md)
+    if not args.no_docs:
+        write_section("slurm-migration", md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
