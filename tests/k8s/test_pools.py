@@ -184,6 +184,59 @@ def test_a_size_change_refuses_a_group_someone_else_scaled_meanwhile(
         backend.close()
 
 
+def test_a_status_write_between_read_and_patch_is_retried_a_size_change_is_not(
+    emu: Any, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The size change is conditional on the resourceVersion it read. A controller writing
+    the MachineDeployment's status in between (as the MachineSet controller does while the
+    group scales) makes the API server answer 409 without the size having changed: the step
+    reads again and succeeds. A size change in between is refused, never retried past."""
+    from core.backends.base import no_progress
+    from core.backends.kubernetes import steps
+
+    seed_pools(emu)
+    md_kind = emu.store.kinds[("cluster.x-k8s.io", "machinedeployments")]
+    real = steps.mutate
+    writes: list[str] = []
+
+    def interleaved(what: str) -> Any:
+        def mutate(b: Any, op: str, args: Any, *, dry_run: bool) -> Any:
+            if op == "patch_object" and not dry_run and len(writes) < 2:
+                md = objects(emu, "cluster.x-k8s.io", "machinedeployments")["md-gpu"]
+                if what == "status":  # twice: the first retry meets another write
+                    emu.store.set_status(
+                        md_kind, "default", "md-gpu", {"observedGeneration": len(writes)}
+                    )
+                else:
+                    md["spec"]["replicas"] = 4
+                    emu.store.update(md_kind, "default", "md-gpu", md, api=False)
+                writes.append(what)
+            return real(b, op, args, dry_run=dry_run)
+
+        return mutate
+
+    backend = KubernetesBackend(k8s_config(kubeconfig, None, pools=POOLS))
+    try:
+        draft = backend.plan(Action.SCALE_POOL, "gpu", params_for(Action.SCALE_POOL, size=3))
+        scale = next(s for s in draft.steps if s.name == "scale")
+        monkeypatch.setattr(steps, "mutate", interleaved("status"))
+        conflicts = len([r for r in emu.requests if r.method == "PATCH"])
+        out = backend.run_step(scale.op, scale.args, no_progress)
+        assert replicas(emu) == 3 and writes == ["status", "status"] and out["name"] == "md-gpu"
+        patches = [r for r in emu.requests if r.method == "PATCH"][conflicts:]
+        assert len(patches) == 3  # two answered 409, the third applied
+
+        writes.clear()
+        draft = backend.plan(Action.SCALE_POOL, "gpu", params_for(Action.SCALE_POOL, size=2))
+        scale = next(s for s in draft.steps if s.name.endswith("scale"))
+        monkeypatch.setattr(steps, "mutate", interleaved("size"))
+        with pytest.raises(errors.Conflict, match="has 4 replicas now, the plan saw 3"):
+            backend.run_step(scale.op, scale.args, no_progress)
+        assert replicas(emu) == 4
+    finally:
+        backend.close()
+
+
 @pytest.mark.parametrize("size", ["5", "0"])
 def test_a_size_outside_the_autoscaler_bounds_is_refused_with_exit_2(
     emu: Any, cli: Cli, size: str

@@ -28,6 +28,9 @@ from core.backends.kubernetes.resize import run_wait_resized
 
 log = logs.get_logger("clawpoint.kubernetes")
 Obj = dict[str, Any]
+# How many times a conditional size change is read again and retried after a 409 on its
+# resourceVersion (client-go's retry.DefaultRetry allows 5 steps).
+CONFLICT_RETRIES = 4
 
 
 def _request(b: KubeContext, args: Obj, op: str) -> Obj:
@@ -62,9 +65,26 @@ def _delete_pod(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
 
 
 def _patch_object(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
-    args = dict(args)
-    done = pools.guarded_scale(b, args)
-    return done if done is not None else _request(b, args, "patch_object")
+    """A patch; a size change is conditional on the object it read (``pools.guarded_scale``).
+
+    A 409 on that condition means the object changed between the read and the patch, most
+    often a controller writing its status (the MachineSet controller does as the group
+    scales), which bumps ``resourceVersion`` without changing the size: read again and
+    retry, as client-go's ``retry.RetryOnConflict`` does, a few times. A change of the size
+    itself is the guard's own Conflict (``pool-size-changed``), never retried."""
+    for attempt in range(CONFLICT_RETRIES + 1):
+        fresh = dict(args)
+        done = pools.guarded_scale(b, fresh)
+        if done is not None:
+            return done
+        try:
+            return _request(b, fresh, "patch_object")
+        except errors.Conflict as exc:
+            conditional = "resourceVersion" in (fresh.get("patch") or {}).get("metadata", {})
+            if not conditional or exc.code != "kubernetes-conflict" or attempt == CONFLICT_RETRIES:
+                raise
+            log.info("patch_object.conflict_retry", name=args.get("name"), attempt=attempt + 1)
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
 def _delete_object(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
