@@ -64,6 +64,14 @@ def slurm_env() -> dict[str, str]:
     return env
 
 
+def ensure_cluster() -> None:
+    """The loopback cluster up (started when it is not) and its environment in ours."""
+    script = str(ROOT / "scripts" / "slurm-cluster.sh")
+    if subprocess.run([script, "status"], capture_output=True, check=False).returncode != 0:
+        subprocess.run([script, "up"], capture_output=True, check=True, timeout=600)
+    os.environ.update(slurm_env())
+
+
 def sh(*argv: str) -> str:
     return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60).stdout
 
@@ -264,10 +272,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("needs root and the loopback cluster (scripts/slurm-cluster.sh up)")
         return 2
-    script = str(ROOT / "scripts" / "slurm-cluster.sh")
-    if subprocess.run([script, "status"], capture_output=True, check=False).returncode != 0:
-        subprocess.run([script, "up"], capture_output=True, check=True, timeout=600)
-    os.environ.update(slurm_env())
+    ensure_cluster()
     home = Path(tempfile.mkdtemp(prefix="elastic-bench-"))
     (home / "config.toml").write_text(
         "[local]\nenabled = false\n[slurm]\nenabled = true\n"

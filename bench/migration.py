@@ -43,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,21 +66,30 @@ CONFIG = {
 
 
 class Watcher:
-    """Reads a progress file every millisecond; remembers each step's own timestamp."""
+    """Reads a progress file every millisecond; remembers each step's own timestamp.
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    ``find`` instead of one path: the files to read, looked up again every 50 ms (a Slurm
+    job requeued onto another node writes its progress under another node-local home)."""
+
+    def __init__(
+        self, path: Path | None = None, *, find: Callable[[], list[Path]] | None = None
+    ) -> None:
+        self.find = find if find is not None else (lambda: [path] if path else [])
         self.ts: dict[int, float] = {}
         self._stop = False
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self) -> None:
+        paths, found_at = self.find(), time.monotonic()
         while not self._stop:
-            try:
-                data = json.loads(self.path.read_text())
-                self.ts.setdefault(int(data["step"]), float(data["ts"]))
-            except (OSError, ValueError, KeyError):
-                pass
+            if time.monotonic() - found_at > 0.05:
+                paths, found_at = self.find(), time.monotonic()
+            for path in paths:
+                try:
+                    data = json.loads(path.read_text())
+                    self.ts.setdefault(int(data["step"]), float(data["ts"]))
+                except (OSError, ValueError, KeyError):
+                    pass
             time.sleep(0.001)
 
     def wait_steps(self, n: int, timeout_s: float = 120) -> None:
@@ -87,7 +97,7 @@ class Watcher:
         start = max(self.ts, default=0)
         while max(self.ts, default=0) < start + n:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"no progress in {self.path}")
+                raise RuntimeError(f"no progress in {self.find()}")
             time.sleep(0.01)
 
     def freeze(self, t0: float, t1: float) -> dict[str, float]:

@@ -25,7 +25,6 @@ wrapper's start and restore inside the pause.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import platform
@@ -33,7 +32,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -42,7 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.docs_section import write_section  # noqa: E402
-from bench.migration import Clawpoint, command  # noqa: E402
+from bench.elastic_slurm import CLUSTER, ensure_cluster  # noqa: E402
+from bench.migration import Clawpoint, Watcher, command  # noqa: E402
 from core.backends.slurm import SbatchSpec, SlurmBackend, submit  # noqa: E402
 from core.backends.slurm.config import SlurmConfig  # noqa: E402
 from core.backends.slurm.sbatch import job_homes  # noqa: E402
@@ -50,67 +49,9 @@ from core.config import load_settings  # noqa: E402
 from core.model import Action, Principal, PrincipalKind  # noqa: E402
 from core.service.facade import bootstrap  # noqa: E402
 
-CLUSTER = Path(os.environ.get("CLAWPOINT_SLURM_DIR", "/var/lib/clawpoint-slurm"))
 PERSON = Principal(id="bench", kind=PrincipalKind.PERSON)
 NODES = ("n1", "n2")
 TARGET_RATIO = 1.5
-
-
-def slurm_env() -> dict[str, str]:
-    env: dict[str, str] = {}
-    for line in (CLUSTER / "env").read_text().splitlines():
-        key, _, value = line.removeprefix("export ").partition("=")
-        if key:
-            env[key] = value
-    return env
-
-
-class JobWatcher:
-    """The counter's steps, each with its own timestamp, wherever the job's home is: a
-    requeued job may run from another node-local home, so the paths are looked up again
-    every 50 ms and each is read every millisecond."""
-
-    def __init__(self, job: str, lineage: str) -> None:
-        self.job, self.lineage = job, lineage
-        self.ts: dict[int, float] = {}
-        self._stop = threading.Event()
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def _paths(self) -> list[Path]:
-        return [h / "run" / f"{self.lineage}.progress.json" for h in job_homes(self.job)]
-
-    def _run(self) -> None:
-        paths, found_at = self._paths(), time.monotonic()
-        while not self._stop.is_set():
-            if time.monotonic() - found_at > 0.05:
-                paths, found_at = self._paths(), time.monotonic()
-            for path in paths:
-                try:
-                    data = json.loads(path.read_text())
-                    self.ts.setdefault(int(data["step"]), float(data["ts"]))
-                except (OSError, ValueError, KeyError):
-                    pass
-            time.sleep(0.001)
-
-    def wait_steps(self, n: int, timeout_s: float = 180) -> None:
-        deadline = time.monotonic() + timeout_s
-        start = max(self.ts, default=0)
-        while max(self.ts, default=0) < start + n:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"job {self.job}: no progress")
-            time.sleep(0.01)
-
-    def freeze(self, t0: float, t1: float) -> dict[str, float]:
-        steps = sorted(self.ts)
-        pairs = [(a, b) for a, b in itertools.pairwise(steps) if b == a + 1]
-        before = [self.ts[b] - self.ts[a] for a, b in pairs if self.ts[b] < t0][-50:]
-        during = [self.ts[b] - self.ts[a] for a, b in pairs if t0 - 0.5 <= self.ts[b] <= t1 + 5]
-        normal = statistics.median(before) if before else 0.0
-        gap = max(during) if during else float("nan")
-        return {"gap_s": gap, "step_s": normal, "freeze_s": gap - normal}
-
-    def stop(self) -> None:
-        self._stop.set()
 
 
 class SlurmCounter:
@@ -129,7 +70,8 @@ class SlurmCounter:
             "the job to run", 180, lambda: self.backend.get_workload(self.job).node
         )
         self.node = str(self.backend.get_workload(self.job).node)
-        self.watch = JobWatcher(self.job, self.lineage)
+        progress = f"run/{self.lineage}.progress.json"
+        self.watch = Watcher(find=lambda: [h / progress for h in job_homes(self.job)])
         self.watch.wait_steps(20)
 
     def move(self) -> dict[str, Any]:
@@ -207,10 +149,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("needs root, CRIU and the loopback cluster (scripts/slurm-cluster.sh up)")
         return 2
-    script = str(ROOT / "scripts" / "slurm-cluster.sh")
-    if subprocess.run([script, "status"], capture_output=True, check=False).returncode != 0:
-        subprocess.run([script, "up"], capture_output=True, check=True, timeout=600)
-    os.environ.update(slurm_env())
+    ensure_cluster()
     work = Path(tempfile.mkdtemp(prefix="slurm-move-bench-"))
     slurm_home = work / "slurm-home"
     slurm_home.mkdir()

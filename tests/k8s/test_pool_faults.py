@@ -14,10 +14,9 @@ after every step.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from core.model import Action
 from core.service.facade import bootstrap
 from tests.k8s.karpenter import Termination
 from tests.k8s.test_pools import CONFIG, node_names, objects, replicas, seed_pools
-from tests.reliability.test_fault_matrix import audit_of, clawpoint, env, latest_execution, settled
+from tests.reliability.test_fault_matrix import env, kill_then_reconcile
 
 FULL = os.environ.get("CLAWPOINT_FAULT_MATRIX") == "full"
 
@@ -76,26 +75,13 @@ def test_killed_at_a_pool_step_is_reconciled(
         service = bootstrap(settings)
         target = f"k8s:{pool}"
         step_name = _step(service, pool, size, at)
-        proc = subprocess.run(
-            [*clawpoint(), "pools", "scale", target, "--size", str(size), "--yes", "--json"],
-            env=env(settings, CLAWPOINT_TEST_KILL_AT=f"scale_pool:{step_name}:{when}"),
-            capture_output=True, text=True, timeout=300,
+        after, printed = kill_then_reconcile(
+            service, target, ["pools", "scale", target, "--size", str(size), "--yes", "--json"],
+            kill_at=f"scale_pool:{step_name}:{when}", env_of=functools.partial(env, settings),
+            again=["pools", "--backend", "k8s", "--json"],
         )  # fmt: skip
-        assert proc.returncode == -signal.SIGKILL, (
-            f"never reached {when} {step_name}: exit {proc.returncode} {proc.stdout} {proc.stderr}"
-        )
-        killed = latest_execution(service, target)
-        assert killed["status"] == "running"
-        again = subprocess.run(
-            [*clawpoint(), "pools", "--backend", "k8s", "--json"],
-            env=env(settings), capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        assert again.returncode == 0, again.stderr
-        after = settled(service, target)
-        assert after["id"] == killed["id"] and after["status"] == "succeeded", after
-        assert audit_of(service, after["id"]) == [("recovery", "succeeded")]
-        assert service.audit.verify().ok
-        listed = {p["id"]: p for p in json.loads(again.stdout)}
+        assert after["status"] == "succeeded", after
+        listed = {p["id"]: p for p in json.loads(printed)}
         # what `pools` listed right after the restart may predate the finish: read again
         final = {p.id: p for p in service.pools("k8s")}[target]
         assert final.size == size, (listed.get(target), final)

@@ -25,6 +25,7 @@ pair; ``make bench`` does, and rewrites the table in docs/reliability.md).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -214,6 +215,44 @@ def settled(service: Service, target: str, timeout_s: float = 600) -> dict[str, 
         time.sleep(0.1)
 
 
+def kill_then_reconcile(
+    service: Service,
+    target: str,
+    argv: list[str],
+    *,
+    kill_at: str,
+    env_of: Callable[..., dict[str, str]],
+    again: list[str],
+    timeout_s: float = 300,
+) -> tuple[dict[str, Any], str]:
+    """Run the installed ``clawpoint argv`` until it is SIGKILLed at ``kill_at``
+    (``ACTION:STEP:before|after``), then ``clawpoint again`` (every command reconciles
+    first); the execution once settled, and what ``again`` printed. Checked here, for every
+    backend's matrix: the kill came with the execution left running; the restart finished
+    it (the same execution, no longer running), audited it exactly once as a recovery with
+    its own status, and the audit chain verifies."""
+    proc = subprocess.run(
+        [*clawpoint(), *argv], env=env_of(CLAWPOINT_TEST_KILL_AT=kill_at),
+        capture_output=True, text=True, timeout=timeout_s,
+    )  # fmt: skip
+    assert proc.returncode == -signal.SIGKILL, (
+        f"never reached {kill_at}: exit {proc.returncode} {proc.stdout} {proc.stderr}"
+    )
+    killed = latest_execution(service, target)
+    assert killed["status"] == "running"
+    restart = subprocess.run(
+        [*clawpoint(), *again], env=env_of(), capture_output=True, text=True, timeout=timeout_s
+    )
+    assert restart.returncode == 0, restart.stderr
+    after = settled(service, target)
+    assert after["id"] == killed["id"]
+    status = after["status"]
+    assert status != "running", "the restarted clawpoint left the execution running"
+    assert audit_of(service, after["id"]) == [("recovery", status)], audit_of(service, after["id"])
+    assert service.audit.verify().ok
+    return after, restart.stdout
+
+
 def bring_back(service: Service, workload: str) -> str:
     """Make a workload that does not run run again, the way a person would; what was done."""
     state = service.get_workload(workload).state
@@ -338,29 +377,12 @@ def one_kill(
     target = op.target or workload
     index, when = point
     step_name = service.plan(op.action, target, op.params).steps[index].name
-    proc = subprocess.run(
-        [*clawpoint(), *op.argv(workload), "--json"],
-        env=env(settings, CLAWPOINT_TEST_KILL_AT=f"{op.action.value}:{step_name}:{when}"),
-        capture_output=True, text=True, timeout=300,
+    after, _ = kill_then_reconcile(
+        service, target, [*op.argv(workload), "--json"],
+        kill_at=f"{op.action.value}:{step_name}:{when}",
+        env_of=functools.partial(env, settings), again=["workloads", "--json"],
     )  # fmt: skip
-    assert proc.returncode == -signal.SIGKILL, (
-        f"never reached {when} {step_name}: exit {proc.returncode} {proc.stdout} {proc.stderr}"
-    )
-    killed = latest_execution(service, target)
-    assert killed["status"] == "running"
-
-    # The restart: any clawpoint command reconciles first.
-    again = subprocess.run(
-        [*clawpoint(), "workloads", "--json"],
-        env=env(settings), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert again.returncode == 0, again.stderr
-    after = settled(service, target)
-    assert after["id"] == killed["id"]
     status = after["status"]
-    assert status != "running", "the restarted clawpoint left the execution running"
-    assert audit_of(service, after["id"]) == [("recovery", status)], audit_of(service, after["id"])
-    assert service.audit.verify().ok
 
     records = [w for w in service.workloads("local") if w.id == workload]
     assert len(records) == 1, records

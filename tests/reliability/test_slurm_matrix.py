@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -48,12 +47,9 @@ from tests.reliability.conftest import Record
 from tests.reliability.test_fault_matrix import (
     FULL,
     PERSON,
-    audit_of,
     bystanders,
-    clawpoint,
     counter_pids,
-    latest_execution,
-    settled,
+    kill_then_reconcile,
 )
 from tests.slurm.conftest import CLUSTER_DIR, ROOT, restart_cluster, sh
 
@@ -270,27 +266,11 @@ def one_kill(
     step_name = service.plan(op.action, target, params).steps[index].name
     fill = {"TARGET": target, "CPUS": f"{params.get('cpus', '')}"}
     argv = [fill.get(a, a) for a in op.argv]
-    proc = subprocess.run(
-        [*clawpoint(), *argv, "--json"],
-        env=cli_env(CLAWPOINT_TEST_KILL_AT=f"{op.action.value}:{step_name}:{when}"),
-        capture_output=True, text=True, timeout=600,
+    after, _ = kill_then_reconcile(
+        service, target, [*argv, "--json"], kill_at=f"{op.action.value}:{step_name}:{when}",
+        env_of=cli_env, again=["workloads", "--json"], timeout_s=600,
     )  # fmt: skip
-    assert proc.returncode == -signal.SIGKILL, (
-        f"never reached {when} {step_name}: exit {proc.returncode} {proc.stdout} {proc.stderr}"
-    )
-    killed = latest_execution(service, target)
-    assert killed["status"] == "running"
-
-    # The restart: any clawpoint command reconciles first.
-    again = subprocess.run([*clawpoint(), "workloads", "--json"], env=cli_env(),
-                           capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert again.returncode == 0, again.stderr
-    after = settled(service, target)
-    assert after["id"] == killed["id"]
     status = after["status"]
-    assert status != "running", "the restarted clawpoint left the execution running"
-    assert audit_of(service, after["id"]) == [("recovery", status)], audit_of(service, after["id"])
-    assert service.audit.verify().ok
 
     assert job.queued() == [job.id], job.queued()
     seen = job.info()
