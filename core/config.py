@@ -122,6 +122,10 @@ class MigrationConfig(_Section):
     # A handoff dumps into a tmpfs here when it has room for 1.5x the workload's memory
     # (core.store.staging); "" = into the store directly.
     staging_dir: str = "/dev/shm"
+    # While a handoff moves a server, queue new connections to the ports it listens on and
+    # deliver them to the restored socket (core.wrapper.connection_hold), so no client is
+    # refused; needs root and iptables-legacy, else the move goes on without it.
+    hold_connections: bool = True
 
 
 McpTransport = Literal["stdio", "http"]

@@ -25,6 +25,8 @@ python3 -c 'import ensurepip' 2>/dev/null || need python3-venv
 command -v unshare >/dev/null || need util-linux
 command -v ip >/dev/null || need iproute2
 command -v dd >/dev/null || need coreutils
+# core.wrapper.connection_hold: a moving server's new connections wait, not refused
+command -v iptables-legacy >/dev/null || need iptables
 if (( want_all )); then
   command -v chromium >/dev/null || need chromium
   command -v sqlite3 >/dev/null || need sqlite3

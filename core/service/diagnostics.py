@@ -187,6 +187,7 @@ def check_configuration() -> CheckReport:
         )
     items.append(_elicitation(settings))
     items.append(_privileges(engines.get("criu")))
+    items.append(_connection_hold(settings))
     return CheckReport(ok=all(i.level != "error" for i in items), items=items)
 
 
@@ -209,8 +210,28 @@ _CRIU_CAPABILITIES = {
     "checkpointed (refused at plan time), and CRIU logs 'rlimit: Can't setup RLIMIT_NOFILE "
     "for self' (harmless)",
     12: "CAP_NET_ADMIN: established TCP connections cannot be carried (criu_tcp 'close' "
-    "restores them closed either way)",
+    "restores them closed either way), nor new ones held while a server moves",
 }
+
+
+def _connection_hold(settings: Settings) -> CheckItem:
+    """Whether a moving server's new connections can wait for it (``[migration]
+    hold_connections``, ``core.wrapper.connection_hold``)."""
+    from core.wrapper import connection_hold
+
+    if not settings.migration.hold_connections:
+        return CheckItem(name="connection-hold", level="ok",
+                         message="off ([migration] hold_connections = false)")  # fmt: skip
+    why = connection_hold.unavailable()
+    if why is None:
+        return CheckItem(name="connection-hold", level="ok",
+                         message="a moving server's new connections wait for it, not refused")  # fmt: skip
+    return CheckItem(
+        name="connection-hold",
+        level="warn",
+        message=f"{why}: clients that connect while a server moves are refused until it "
+        "is restored (they must retry)",
+    )
 
 
 def _missing_root_capabilities() -> list[str]:

@@ -23,7 +23,7 @@ import struct
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from core import errors, logs
 from core.model import CheckpointInfo, ProgressFn
@@ -91,6 +91,14 @@ def error_from(data: dict[str, Any]) -> errors.ClawpointError:
         hint=str(data.get("hint", "")),
         details=data.get("details") or None,
     )
+
+
+class HandOver(NamedTuple):
+    """What a stop-checkpoint that hands over answered (``ControlClient.stop_and_hand_over``)."""
+
+    checkpoint: CheckpointInfo
+    said: str  # "sent", or why not
+    connections_held: int | None  # new connections that waited for the restored server
 
 
 class ControlClient:
@@ -187,13 +195,17 @@ class ControlClient:
         mode: str,
         timeout_s: float = 600,
         progress: ProgressFn | None = None,
-    ) -> tuple[CheckpointInfo, str]:
+    ) -> HandOver:
         """A stop-checkpoint whose workload goes to the standby wrapper listening at
-        ``standby`` (``core.wrapper.handoff``); returns it and "sent" or why not."""
+        ``standby`` (``core.wrapper.handoff``): the checkpoint, "sent" or why not, and how
+        many new connections waited for the restored server (None: none were held)."""
         request = {"op": "checkpoint", "stop": True, "handoff": {"socket": standby, "mode": mode}}
         result = dict(self._request(request, timeout_s=timeout_s, progress=progress) or {})
         said = str(result.pop("handoff", "not sent: the wrapper did not say"))
-        return CheckpointInfo.model_validate(result), said
+        held = result.pop("connections_held", None)
+        return HandOver(
+            CheckpointInfo.model_validate(result), said, held if isinstance(held, int) else None
+        )
 
     def status(self) -> dict[str, Any]:
         result = self._request({"op": "status"}, timeout_s=10)

@@ -34,7 +34,7 @@ from core.polling import poll_until
 from core.specs import RunSpec
 from core.state.workloads import WorkloadRegistry
 from core.store.store import CheckpointStore
-from core.wrapper import fence, handoff, payload
+from core.wrapper import connection_hold, fence, handoff, payload
 from core.wrapper.faults import die_if
 
 log = logs.get_logger(__name__)
@@ -62,6 +62,8 @@ class HandoffSource:
         self.release_lock = release_lock
         # Set once the standby has the workload: its registry row is the new wrapper's.
         self.handed_off = False
+        # New connections queued while the last handoff ran (None: no hold was made).
+        self.connections_held: int | None = None
 
     def hand_over(
         self,
@@ -78,6 +80,36 @@ class HandoffSource:
         report, recorded in the checkpoint; ``abort``: set to give the dump up)."""
         mode = to.get("mode") or "stop-and-copy"
         path, refused = self._standby_socket(to)
+        hold = self._hold_connections(p) if path is not None else None
+        try:
+            info, said = self._hand_over(p, path, refused, mode, pipes, progress, abort)
+        finally:
+            if hold is not None:  # after the takeover, or whatever failed
+                self.connections_held = hold.release()
+        return info, said
+
+    def _hold_connections(self, p: payload.Payload) -> connection_hold.Hold | None:
+        """Queue new connections to the workload's ports for the move, where configured
+        and possible (``core.wrapper.connection_hold``); None otherwise, with why logged."""
+        if not self.settings.migration.hold_connections:
+            return None
+        try:
+            hold, said = connection_hold.start(self.name, engine.tree(p.pid))
+        except OSError as exc:  # the tree ended meanwhile: the dump will say so
+            hold, said = None, f"not held: {exc}"
+        log.info("wrapper.connection_hold", workload=self.name, said=said)
+        return hold
+
+    def _hand_over(
+        self,
+        p: payload.Payload,
+        path: Path | None,
+        refused: str | None,
+        mode: str,
+        pipes: list[int],
+        progress: dict[str, object] | None,
+        abort: threading.Event,
+    ) -> tuple[CheckpointInfo, str]:
         staged = ops.stage(
             self.store, self.engine, lineage=self.name, pid=p.pid, node=self.spec.node,
             cfg=self.settings.checkpoint, pipes=pipes,
@@ -129,6 +161,7 @@ class HandoffSource:
             return info, f"not sent: {exc.message}"  # the start step launches a wrapper
         self.handed_off = True
         log.info("wrapper.handoff_sent", workload=self.name, checkpoint=info.id, mode=mode)
+        self._await_takeover(TAKEOVER_WAIT_S)  # held connections go to the restored socket
         return info, "sent"
 
     def _publish_and_end(self, p: payload.Payload, staged: ops.Staged) -> CheckpointInfo:

@@ -420,6 +420,8 @@ class Supervisor:
         result = info.model_dump(mode="json")
         if said is not None:
             result["handoff"] = said
+        if self.source.connections_held is not None:  # clients that waited, not refused
+            result["connections_held"] = self.source.connections_held
         if reply is not None:
             reply.put({"result": result})
 

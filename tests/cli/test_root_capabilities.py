@@ -24,13 +24,13 @@ from core.checkpoint import criu, criu_setup
 from tests.cli.conftest import CLAWPOINT, Cli
 
 
-def _privileges(cli: Cli, *prefix: str) -> dict[str, str]:
+def _privileges(cli: Cli, *prefix: str, item: str = "privileges") -> dict[str, str]:
     got = subprocess.run(  # noqa: S603 (argv list)
         [*prefix, str(CLAWPOINT), "config", "check", "--json"],
         capture_output=True, text=True, env=cli.env(), timeout=120,
     )  # fmt: skip
     items = {i["name"]: i for i in json.loads(got.stdout)["items"]}
-    return items["privileges"]  # type: ignore[no-any-return]
+    return items[item]  # type: ignore[no-any-return]
 
 
 def _effective() -> int:
@@ -50,6 +50,20 @@ def test_config_check_names_the_capabilities_root_lacks(cli: Cli) -> None:
     assert here["level"] == ("warn" if lacks else "ok"), here
     for name in ("CAP_SYS_RESOURCE", "CAP_NET_ADMIN"):
         assert (name in here["message"]) == (name in lacks), here
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv") or not shutil.which("iptables-legacy"),
+    reason="needs root and iptables-legacy",
+)
+def test_config_check_says_whether_a_moving_server_keeps_its_new_connections(cli: Cli) -> None:
+    here = _privileges(cli, item="connection-hold")
+    assert here == {"name": "connection-hold", "level": "ok", "message": here["message"]}
+    dropped = _privileges(cli, "setpriv", "--bounding-set", "-net_admin", item="connection-hold")
+    assert dropped["level"] == "warn" and "CAP_NET_ADMIN" in dropped["message"], dropped
+    (cli.home / "config.toml").write_text("[migration]\nhold_connections = false\n")
+    off = _privileges(cli, item="connection-hold")
+    assert off["level"] == "ok" and "hold_connections = false" in off["message"], off
 
 
 def test_a_harmless_criu_error_line_never_leads_a_failure_message(tmp_path: Path) -> None:

@@ -129,6 +129,8 @@ def test_an_ordinary_user_checkpoints_moves_and_fails_over(alice: As) -> None:
     code, checks, err = alice("config", "check", "--json")
     criu = next(i for i in checks["items"] if i["name"] == "criu")
     assert criu["level"] == "ok", criu  # no setcap, no sudo, no group: it works as it is
+    hold = next(i for i in checks["items"] if i["name"] == "connection-hold")
+    assert hold["level"] == "warn" and "needs root" in hold["message"], hold  # said, not hidden
 
     name = "tenant-counter"
     alice.start_counter(name, mb=200)

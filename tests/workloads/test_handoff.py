@@ -139,7 +139,7 @@ def test_a_standby_the_source_may_not_use_changes_nothing(cli: Cli) -> None:
     start_counter(cli, "guard")
     settings = load_settings(cli.home)
     client = ControlClient(settings.run_dir / "guard.sock")
-    info, said = client.stop_and_hand_over(standby="/tmp/elsewhere.sock", mode="post-copy")
+    info, said, _ = client.stop_and_hand_over(standby="/tmp/elsewhere.sock", mode="post-copy")
     assert said.startswith("not sent") and "no standby of guard" in said
     w = cli.wait_state("guard", "stopped")
     assert w["last_checkpoint"] == info.id or w["last_checkpoint"] == f"local:{info.id}"

@@ -136,6 +136,9 @@ class CheckpointOutput(StepOutput):
     timings: dict[str, Any] | None = None
     node: str | None = None
     handoff: str | None = None
+    # New connections to the workload's ports that waited for the restored server instead
+    # of being refused (core.wrapper.connection_hold); absent when none were held.
+    connections_held: int | None = None
 
 
 class StandbyOutput(StepOutput):

@@ -47,8 +47,9 @@ def checkpoint(ctx: LocalStepContext, args: Obj, progress: ProgressFn) -> Obj:
         )
     client = ControlClient(Path(rec.socket))
     said: str | None = None
+    held: int | None = None
     if a.stop and a.handoff:
-        ckpt, said = client.stop_and_hand_over(
+        ckpt, said, held = client.stop_and_hand_over(
             standby=a.handoff, mode=str(a.mode), progress=progress
         )
     else:
@@ -61,6 +62,7 @@ def checkpoint(ctx: LocalStepContext, args: Obj, progress: ProgressFn) -> Obj:
         "timings": ckpt.timings,
         "node": rec.node,
         **({"handoff": said} if said is not None else {}),
+        **({"connections_held": held} if held is not None else {}),
     }
 
 
