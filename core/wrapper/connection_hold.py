@@ -38,7 +38,7 @@ import socket
 import struct
 import subprocess
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from core import logs
@@ -122,9 +122,11 @@ class _Queue:
     """One bound netfilter queue: packets arrive on a thread that keeps their ids; release
     accepts them all (one verdict batch) and every later one at once."""
 
-    def __init__(self, number: int) -> None:
+    def __init__(self, number: int, frozen: Callable[[], bool]) -> None:
         self.number = number
         self.held = 0
+        self._frozen = frozen
+        self._holding = False  # set at the first SYN that comes once the tree is frozen
         self._max_id: int | None = None
         self._released = threading.Event()
         self._closing = threading.Event()
@@ -170,9 +172,14 @@ class _Queue:
                 continue
             for packet_id in _packet_ids(data):
                 with self._lock:
-                    self.held += 1
-                    self._max_id = max(packet_id, self._max_id or 0)
-                if self._released.is_set():
+                    # Before the freeze the server still accepts: pass SYNs on, else they
+                    # would wait out the dump's start-up too. From the freeze on, hold.
+                    passing = self._released.is_set() or (not self._holding and not self._frozen())
+                    if not passing:
+                        self._holding = True
+                        self.held += 1
+                        self._max_id = max(packet_id, self._max_id or 0)
+                if passing:
                     self._accept_through(packet_id)
 
     def _accept_through(self, packet_id: int) -> None:
@@ -193,6 +200,10 @@ class _Queue:
         self._closing.set()
         self._thread.join(timeout=1)
         self._sock.close()
+
+
+def _always() -> bool:
+    return True
 
 
 def _packet_ids(data: bytes) -> list[int]:
@@ -298,9 +309,21 @@ def unavailable() -> str | None:
     return None
 
 
-def start(name: str, pids: Iterable[int]) -> tuple[Hold | None, str]:
-    """Hold new connections to the ports the processes ``pids`` listen on. Returns the
-    hold (None when there is nothing to hold or it cannot be made) and what happened."""
+def stopped(pid: int) -> bool:
+    """Is ``pid`` stopped (CRIU seizes a tree with ptrace: state ``t``) or gone?"""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] in "tTZX"
+
+
+def start(
+    name: str, pids: Iterable[int], frozen: Callable[[], bool] | None = None
+) -> tuple[Hold | None, str]:
+    """Hold new connections to the ports the processes ``pids`` listen on, from the first
+    one that comes once ``frozen()`` is true (always, when None) until released. Returns
+    the hold (None when there is nothing to hold or it cannot be made) and what happened."""
     pids = list(pids)
     if any(os.readlink(f"/proc/{p}/ns/net") != os.readlink("/proc/self/ns/net") for p in pids):
         return None, "not held: the workload has its own network namespace"
@@ -314,7 +337,7 @@ def start(name: str, pids: Iterable[int]) -> tuple[Hold | None, str]:
     queue = None
     for probe in range(16):
         try:
-            queue = _Queue(QUEUE_BASE + (os.getpid() + probe) % 0x1000)
+            queue = _Queue(QUEUE_BASE + (os.getpid() + probe) % 0x1000, frozen or _always)
             break
         except OSError as exc:
             if exc.errno != 16:  # EBUSY: another hold has that queue

@@ -20,6 +20,7 @@ Limits: one host; the standby must be this workload's (its socket's name says so
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable
@@ -64,6 +65,7 @@ class HandoffSource:
         self.handed_off = False
         # New connections queued while the last handoff ran (None: no hold was made).
         self.connections_held: int | None = None
+        self._hold: connection_hold.Hold | None = None
 
     def hand_over(
         self,
@@ -80,13 +82,18 @@ class HandoffSource:
         report, recorded in the checkpoint; ``abort``: set to give the dump up)."""
         mode = to.get("mode") or "stop-and-copy"
         path, refused = self._standby_socket(to)
-        hold = self._hold_connections(p) if path is not None else None
+        self._hold = self._hold_connections(p) if path is not None else None
         try:
-            info, said = self._hand_over(p, path, refused, mode, pipes, progress, abort)
+            return self._hand_over(p, path, refused, mode, pipes, progress, abort)
         finally:
-            if hold is not None:  # after the takeover, or whatever failed
-                self.connections_held = hold.release()
-        return info, said
+            self._release_connections()  # whatever failed (idempotent)
+
+    def _release_connections(self) -> None:
+        """The held connections go on to whoever listens now: the restored server once the
+        standby has taken over (the caller waits for that first)."""
+        if self._hold is not None:
+            self.connections_held = self._hold.release()
+            self._hold = None
 
     def _hold_connections(self, p: payload.Payload) -> connection_hold.Hold | None:
         """Queue new connections to the workload's ports for the move, where configured
@@ -94,7 +101,8 @@ class HandoffSource:
         if not self.settings.migration.hold_connections:
             return None
         try:
-            hold, said = connection_hold.start(self.name, engine.tree(p.pid))
+            frozen = functools.partial(connection_hold.stopped, p.pid)  # CRIU seized it
+            hold, said = connection_hold.start(self.name, engine.tree(p.pid), frozen)
         except OSError as exc:  # the tree ended meanwhile: the dump will say so
             hold, said = None, f"not held: {exc}"
         log.info("wrapper.connection_hold", workload=self.name, said=said)
@@ -141,6 +149,7 @@ class HandoffSource:
         )
         die_if("CLAWPOINT_TEST_DIE_AFTER_HANDOFF")  # the fault matrix's source death
         self._await_takeover(TAKEOVER_WAIT_S)
+        self._release_connections()  # before publishing: the server listens again
         return ops.publish_staged(self.store, staged), "sent"
 
     def _publish_then_hand_over(
@@ -162,6 +171,7 @@ class HandoffSource:
         self.handed_off = True
         log.info("wrapper.handoff_sent", workload=self.name, checkpoint=info.id, mode=mode)
         self._await_takeover(TAKEOVER_WAIT_S)  # held connections go to the restored socket
+        self._release_connections()
         return info, "sent"
 
     def _publish_and_end(self, p: payload.Payload, staged: ops.Staged) -> CheckpointInfo:

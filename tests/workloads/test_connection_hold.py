@@ -100,6 +100,45 @@ def test_a_syn_while_nothing_listens_waits_for_the_next_listener() -> None:
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
 
 
+def test_until_the_server_is_frozen_its_connections_pass_unheld() -> None:
+    """The hold is set before the dump starts, but the server serves until CRIU seizes it:
+    SYNs pass on until ``frozen()`` says so, and only then wait."""
+    server = listener()
+    port = server.getsockname()[1]
+    frozen = threading.Event()
+    hold, said = connection_hold.start("hold-pass", [os.getpid()], frozen.is_set)
+    assert hold is not None, said
+    try:
+        t0 = time.monotonic()
+        socket.create_connection(("127.0.0.1", port), timeout=3).close()  # not frozen: passes
+        assert time.monotonic() - t0 < 0.5 and hold.held == 0
+        frozen.set()
+        thread, result = connect_in_background(port)
+        time.sleep(0.3)
+        assert thread.is_alive() and hold.held == 1  # frozen: waits
+        assert hold.release() == 1
+        thread.join(10)
+        assert result == {"ok": True}  # the listener was there all along: accepted at once
+    finally:
+        hold.release()
+        server.close()
+
+
+def test_stopped_says_whether_criu_has_seized_a_process() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert not connection_hold.stopped(child.pid)
+        child.send_signal(signal.SIGSTOP)  # a stop, as ptrace's seize shows one ("T"/"t")
+        deadline = time.monotonic() + 5
+        while not connection_hold.stopped(child.pid):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        child.kill()
+        child.wait()
+    assert connection_hold.stopped(child.pid)  # gone counts as stopped
+
+
 def test_a_killed_holder_leaves_a_rule_that_passes_and_the_next_hold_drops_it() -> None:
     server = listener()
     port = server.getsockname()[1]
