@@ -119,6 +119,19 @@ class Staged:
         return isinstance(saved, dict) and bool(saved.get("saved"))
 
 
+def _staged_bytes(pid: int, cfg: CheckpointConfig, store: CheckpointStore) -> int | None:
+    """About what a staged dump of the tree at ``pid`` takes: its memory and the copies of
+    the files it writes that fit the budget (``files.save`` puts them with the images)."""
+    memory = engine.resident_bytes(pid)
+    if memory is None:
+        return None
+    exclude = (str(store.root),)
+    copied, _ = files.split_budget(
+        files.writable_files(pid, exclude=exclude), cfg.file_budget_mib * 2**20
+    )
+    return memory + sum(f.size for f in copied)
+
+
 def stage(
     store: CheckpointStore,
     eng: Engine,
@@ -138,7 +151,7 @@ def stage(
     t0 = time.perf_counter()
     pending = store.begin(lineage, engine=eng.name, node=node)
     staging.sweep(staging_dir)
-    slot = staging.allocate(staging_dir, pending.id, engine.resident_bytes(pid))
+    slot = staging.allocate(staging_dir, pending.id, _staged_bytes(pid, cfg, store))
     store_images = None
     if slot is not None:
         store_images, pending.images_dir = pending.images_dir, slot.path

@@ -7,8 +7,10 @@ copy), the last registry row written and the workload's lock released for the st
 which restores the staged images at once; the checkpoint is hashed, synced and published
 after that, while the workload already runs on the target.
 
-A checkpoint that carries the workload's files is published first instead (only a published
-checkpoint puts files back), still frozen, and the published one handed over.
+A checkpoint that carries the workload's files (``core.checkpoint.files``) is staged the
+same way: the copies go with the images, and the standby puts nothing back, since the
+files are as the frozen tree left them (nothing of the workload ran since); the copies are
+for a later restore from this checkpoint (resume, failover), which puts them back.
 
 Whatever fails, the workload is never lost: no standby (or one this workload may not use),
 and the checkpoint is published and the tree ended as for a plain stop; a publish that fails
@@ -124,8 +126,6 @@ class HandoffSource:
             extra={"command": self.spec.command, "progress": progress},
             staging_dir=self.settings.migration.staging_dir, abort=abort,
         )  # fmt: skip
-        if path is not None and staged.carries_files:
-            return self._publish_then_hand_over(p, staged, path, mode)
         said = refused
         if path is not None:
             order = handoff.HandoffOrder(
@@ -151,28 +151,6 @@ class HandoffSource:
         self._await_takeover(TAKEOVER_WAIT_S)
         self._release_connections()  # before publishing: the server listens again
         return ops.publish_staged(self.store, staged), "sent"
-
-    def _publish_then_hand_over(
-        self, p: payload.Payload, staged: ops.Staged, path: Path, mode: str
-    ) -> tuple[CheckpointInfo, str]:
-        """A handoff of a checkpoint that carries files: published while the tree is still
-        frozen, then the tree ended and the published checkpoint handed over (the standby
-        restores and verifies it the usual way)."""
-        info = self._publish_and_end(p, staged)
-        if not p.exited.wait(REAP_WAIT_S):
-            return info, "not sent: the payload had not exited 10 s after its stop-checkpoint"
-        self._leave(
-            info.id, f"handed over to a standby ({mode}, published first: it carries files)"
-        )
-        try:
-            handoff.send(path, handoff.HandoffOrder(checkpoint=info.id, mode=mode))
-        except errors.ClawpointError as exc:
-            return info, f"not sent: {exc.message}"  # the start step launches a wrapper
-        self.handed_off = True
-        log.info("wrapper.handoff_sent", workload=self.name, checkpoint=info.id, mode=mode)
-        self._await_takeover(TAKEOVER_WAIT_S)  # held connections go to the restored socket
-        self._release_connections()
-        return info, "sent"
 
     def _publish_and_end(self, p: payload.Payload, staged: ops.Staged) -> CheckpointInfo:
         """Publish the staged checkpoint, else let the frozen tree run on (never lose the

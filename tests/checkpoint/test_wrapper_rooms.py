@@ -18,7 +18,7 @@ from core.checkpoint import ops
 from core.config import load_settings
 from core.polling import poll_until
 from core.specs import RunSpec
-from core.wrapper import payload
+from core.wrapper import connection_hold, handoff, handoff_source, payload
 from core.wrapper.handoff_source import HandoffSource
 from core.wrapper.progress import ProgressFile, Stamp
 
@@ -138,6 +138,9 @@ def _source(
 
     monkeypatch.setattr(ops, "stage", lambda *a, **k: staged)
     monkeypatch.setattr(ops, "publish_staged", publish)
+    # This process is no server to hold (the connection tests hold real ones).
+    monkeypatch.setattr(connection_hold, "start", lambda *a, **k: (None, "not held: a test"))
+    monkeypatch.setattr(handoff_source, "TAKEOVER_WAIT_S", 0.2)  # nobody takes it over here
     fakes: tuple[Any, Any, Any] = (object(), eng, registry)
     source = HandoffSource(settings, spec, *fakes, lambda: released.append("lock"))
     return source, eng, registry, released
@@ -177,20 +180,29 @@ def test_no_standby_publishes_then_ends_and_says_why(
     assert not source.handed_off and not released and not registry.rows  # the plain stop
 
 
-def test_a_checkpoint_with_files_is_published_and_ended_before_it_is_offered(
+def test_a_checkpoint_with_files_is_staged_and_handed_over_like_any_other(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Its file copies travel with the staged images; nothing is published while frozen (the
+    standby puts nothing back: the files are as the frozen tree left them)."""
     source, eng, registry, released = _source(
         tmp_path, monkeypatch, carries_files=True, publish_fails=False
     )
-    info, said = source.hand_over(
-        payload.Payload(os.getpid(), None), {"socket": "w.standby-abc.sock"}, pipes=[],
-        progress=None, abort=threading.Event(),
-    )  # fmt: skip
-    assert eng.calls == ["publish", "end"] and info.id == "w@1"
-    assert said.startswith("not sent: no standby wrapper listens")  # nobody at that socket
+    source.settings.run_dir.mkdir(parents=True, exist_ok=True)
+    standby = handoff.Standby(source.settings.run_dir / "w.standby-abc.sock")
+    try:
+        info, said = source.hand_over(
+            payload.Payload(os.getpid(), None), {"socket": "w.standby-abc.sock"}, pipes=[7],
+            progress=None, abort=threading.Event(),
+        )  # fmt: skip
+        order = standby.wait(1)
+    finally:
+        standby.close()
+    assert said == "sent" and source.handed_off and info.id == "w@1"
+    assert eng.calls == ["end", "publish"]  # published after the handover, not before
+    assert order is not None and order.staged == str(tmp_path / "images"), order
+    assert (order.checkpoint, order.pipes) == ("w@1", [7])
     assert released == ["lock"] and registry.rows[-1]["last_checkpoint"] == "w@1"
-    assert not source.handed_off
 
 
 # -- the rooms stay rooms ------------------------------------------------------------------------

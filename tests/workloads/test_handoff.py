@@ -290,11 +290,12 @@ while True:
 """
 
 
-def test_a_workload_with_a_file_open_is_handed_over_from_the_published_checkpoint(
+def test_a_workload_with_a_file_open_is_handed_over_staged_and_its_copy_serves_a_failover(
     cli: Cli, tmp_path: Path
 ) -> None:
-    """Only a published checkpoint puts the workload's files back: the source publishes
-    first (the tree still frozen), then hands the published checkpoint over."""
+    """A checkpoint that carries the workload's files is staged like any other (the standby
+    puts nothing back: the file is as the frozen tree left it); the copy published after
+    the pause is what a later failover from that checkpoint puts back."""
     work = tmp_path / "journal"
     work.mkdir()
     cli("run", "--name", "fh", "--node", "node-a", "--detach", "--", sys.executable, "-c",
@@ -303,8 +304,19 @@ def test_a_workload_with_a_file_open_is_handed_over_from_the_published_checkpoin
     done = migrate(cli, "fh", "node-b")
     assert step_output(done, "checkpoint")["handoff"] == "sent"
     report = step_output(done, "start")["handoff"]
-    assert report["staged"] is False  # restored from the published checkpoint, verified
+    assert report["staged"] is True  # restored before publishing, then verified
+    ckpt = step_output(done, "checkpoint")["checkpoint_id"]
+    saved = json.loads(cli("checkpoints", "local:fh", "--json").stdout)
+    (mine,) = [c for c in saved if c["id"].endswith(ckpt)]
+    assert mine["status"] == "good"
+    assert [f["path"] for f in mine["extra"]["file_state"]["saved"]] == [
+        str(work / "journal.log")
+    ]
     w = cli.workload("fh")
     assert (w["state"], w["node"]) == ("running", "node-b")
     wait_counter(cli, "fh", counter_step(cli, "fh") + 10)  # its journal check keeps passing
+    # A failover from that checkpoint: the journal goes back to its copy, memory agrees.
+    cli.kill_payload("fh")
+    cli("failover", "local:fh", "--yes", "--json")
+    wait_counter(cli, "fh", counter_step(cli, "fh") + 10)
     assert "STATE CHECK FAILED" not in cli.log("fh")
