@@ -309,9 +309,7 @@ def test_a_workload_with_a_file_open_is_handed_over_staged_and_its_copy_serves_a
     saved = json.loads(cli("checkpoints", "local:fh", "--json").stdout)
     (mine,) = [c for c in saved if c["id"].endswith(ckpt)]
     assert mine["status"] == "good"
-    assert [f["path"] for f in mine["extra"]["file_state"]["saved"]] == [
-        str(work / "journal.log")
-    ]
+    assert [f["path"] for f in mine["extra"]["file_state"]["saved"]] == [str(work / "journal.log")]
     w = cli.workload("fh")
     assert (w["state"], w["node"]) == ("running", "node-b")
     wait_counter(cli, "fh", counter_step(cli, "fh") + 10)  # its journal check keeps passing
