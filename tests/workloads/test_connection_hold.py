@@ -211,3 +211,30 @@ def test_hold_connections_off_makes_no_hold(cli: Cli, tmp_path: Path) -> None:
     assert "wrapper.connection_hold" not in cli.log("web-off")
     assert json.loads(cli("workloads", "--json").stdout)  # still listed, still running
     http_get(port, "/index.html")()
+
+
+def test_the_source_killed_while_holding_refuses_no_client_and_leaves_no_hold(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """The source wrapper dies right after the handoff, its hold still in place: its queue
+    goes with it (what it held is dropped, and those clients' SYNs come again a second
+    later), the rule left passes packets (``--queue-bypass``) to the server the standby
+    restored, and the next move deletes it. No request fails meanwhile."""
+    port = free_port()
+    plain_env = dict(cli.env)
+    cli.env["CLAWPOINT_TEST_DIE_AFTER_HANDOFF"] = "1"  # the source wrapper inherits it
+    start_server(cli, "web-die", port, tmp_path)
+    cli.env = plain_env
+    with Pinger(http_get(port, "/index.html")) as pinger:
+        with pinger.window() as seen:
+            proc = cli("migrate", "local:web-die", "--to", "node-b", "--yes", "--json", ok=False)
+            assert proc.returncode != 0, proc.stdout  # the source died: not reported done
+            assert cli.wait_state("web-die", "running")["node"] == "node-b"
+        assert seen.failed == 0, seen.as_dict()
+        assert [r for r in hold_rules() if "web-die" in r]  # left by the dead source
+        with pinger.window() as seen:
+            done = migrate(cli, "web-die", "node-a")  # a fresh source wrapper
+        assert seen.failed == 0, seen.as_dict()
+        assert step_output(done, "checkpoint")["handoff"] == "sent"
+    assert not [r for r in hold_rules() if "web-die" in r]
+    http_get(port, "/index.html")()
