@@ -264,3 +264,49 @@ def test_a_parasite_directory_left_in_the_users_cwd_does_not_block_checkpoints(
     code, out, err = alice("checkpoint", f"local:{name}", "--json")
     assert code == 0 and out["status"] == "executed", _said(out, err)
     assert not stale.exists()
+
+
+def test_an_ordinary_users_workload_with_a_file_open_moves_staged_and_fails_over(
+    alice: As,
+) -> None:
+    """A checkpoint that carries the workload's files is staged for the handoff as an ordinary
+    user too: the file copies are hers, the standby restores before publishing, and a failover
+    from that checkpoint puts her journal back so that memory and file agree. Her move holds
+    no connections (that needs root) and says nothing of it."""
+    from tests.workloads.test_handoff import JOURNAL
+
+    work = alice.home / "journal"
+    work.mkdir(parents=True)
+    os.chown(alice.home, alice.who.uid, alice.who.uid)
+    os.chown(work, alice.who.uid, alice.who.uid)
+    name = "tenant-journal"
+    code, _, err = alice(
+        "run", "--name", name, "--node", "node-a", "--detach", "--json", "--",
+        str(alice.who.python), "-c", JOURNAL, str(work),
+    )  # fmt: skip
+    assert code == 0, err
+    alice.wait_step(name, 10)
+    code, out, err = alice("migrate", f"local:{name}", "--to", "node-b", "--yes", "--json")
+    assert code == 0, _said(out, err)
+    steps = {s["name"]: s["output"] for s in out["execution"]["steps"]}
+    assert (
+        steps["checkpoint"]["handoff"] == "sent" and "connections_held" not in steps["checkpoint"]
+    )
+    assert steps["start"]["handoff"]["staged"] is True, steps["start"]
+    ckpt = steps["checkpoint"]["checkpoint_id"]
+    seq = int(ckpt.split("@")[1])
+    images = alice.home / "checkpoints" / name / f"{seq:08d}" / "images"
+    copies = [f for f in images.iterdir() if f.name.startswith("clawpoint-file-")]
+    assert copies and all(f.stat().st_uid == alice.who.uid for f in copies), copies
+    _assert_users_own(alice, name)
+    t = time.time()
+    os.kill(int(alice.workload(name)["pid"]), signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while alice.workload(name)["state"] not in ("failed", "lost"):
+        assert time.monotonic() < deadline, alice.workload(name)
+        time.sleep(0.2)
+    code, out, err = alice("failover", f"local:{name}", "--yes", "--json")
+    assert code == 0, _said(out, err)
+    alice.wait_step(name, 5, since=t)
+    log = (alice.home / "logs" / f"{name}.log").read_text()
+    assert "STATE CHECK FAILED" not in log, log[-2000:]
