@@ -67,6 +67,7 @@ NLMSG_HDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 NFGENMSG = struct.Struct("!BBH")  # family, version, queue number (big-endian)
 TCP_LISTEN = "0A"  # st of a listening socket in /proc/net/tcp
 COMMENT_PREFIX = "clawpoint-hold:"
+MULTIPORT_MAX = 15
 QUEUE_BASE = 0x6300  # our queue numbers: base + a probe from the wrapper's pid
 DRAIN_S = 0.05  # after the rules are gone: what was already queued still gets accepted
 CAP_NET_ADMIN = 12
@@ -227,11 +228,17 @@ def _packet_ids(data: bytes) -> list[int]:
     return ids
 
 
+def _rules(name: str, queue: int, ports: list[int]) -> list[list[str]]:
+    """The rules' matches and target, without the table's verb (``-I``/``-D``): one per 15
+    ports, ``multiport``'s limit (``xt_multiport.h`` XT_MULTI_PORTS)."""
+    chunks = [ports[at : at + MULTIPORT_MAX] for at in range(0, len(ports), MULTIPORT_MAX)]
+    return [_rule(name, queue, chunk) for chunk in chunks]
+
+
 def _rule(name: str, queue: int, ports: list[int]) -> list[str]:
-    """The rule's match and target, without the table's verb (``-I``/``-D``)."""
     return [
         "PREROUTING", "-p", "tcp", "--syn", "-m", "multiport",
-        "--dports", ",".join(str(p) for p in ports[:15]),  # multiport's limit
+        "--dports", ",".join(str(p) for p in ports),
         "-m", "comment", "--comment", f"{COMMENT_PREFIX}{name}",
         "-j", "NFQUEUE", "--queue-num", str(queue), "--queue-bypass",
     ]  # fmt: skip
@@ -349,14 +356,15 @@ def start(
     # Both families whatever the sockets' own: an IPv6 socket bound to :: also takes IPv4
     # clients, whose SYNs only iptables (not ip6tables) sees.
     for command in (IPV4, IPV6):
-        rule = _rule(name, queue.number, ports)
-        result = _iptables(command, ["-I", *rule]) if shutil.which(command) else None
-        if result is not None and result.returncode == 0:
-            rules.append((command, rule))
-        elif command == IPV4:
-            hold.release()
-            why = result.stderr.strip() if result is not None else "not installed"
-            return None, f"not held: {command} refused the rule: {why}"
-        else:  # no IPv6 here (or no ip6tables): IPv4 clients are still held
-            log.info("wrapper.hold_ipv6_skipped", workload=name)
+        for rule in _rules(name, queue.number, ports):
+            result = _iptables(command, ["-I", *rule]) if shutil.which(command) else None
+            if result is not None and result.returncode == 0:
+                rules.append((command, rule))
+            elif command == IPV4:
+                hold.release()
+                why = result.stderr.strip() if result is not None else "not installed"
+                return None, f"not held: {command} refused the rule: {why}"
+            else:  # no IPv6 here (or no ip6tables): IPv4 clients are still held
+                log.info("wrapper.hold_ipv6_skipped", workload=name)
+                break
     return hold, f"holding new connections to port {', '.join(map(str, ports))}"

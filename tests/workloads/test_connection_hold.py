@@ -17,14 +17,17 @@ Root only (CAP_NET_ADMIN); each rule names a workload made here and a port picke
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +48,16 @@ pytestmark = [
 ]
 
 
-def hold_rules() -> list[str]:
+def hold_rules(name: str | None = None) -> list[str]:
+    """The hold rules in place (of workload ``name`` only, when given)."""
     out = subprocess.run(
         ["iptables-legacy", "-w", "5", "-t", "raw", "-S", "PREROUTING"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    return [line for line in out.splitlines() if connection_hold.COMMENT_PREFIX in line]
+    rules = [line for line in out.splitlines() if connection_hold.COMMENT_PREFIX in line]
+    if name is None:
+        return rules
+    return [r for r in rules if f"{connection_hold.COMMENT_PREFIX}{name}" in shlex.split(r)]
 
 
 def listener(port: int = 0) -> socket.socket:
@@ -59,6 +66,21 @@ def listener(port: int = 0) -> socket.socket:
     s.bind(("127.0.0.1", port))
     s.listen(16)
     return s
+
+
+@contextlib.contextmanager
+def server_process(*socks: socket.socket) -> Iterator[int]:
+    """A process holding ``socks`` (as a server's processes hold theirs), so a hold covers
+    exactly their ports and never another listener of this test process; killed on exit."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(300)"],
+        pass_fds=[s.fileno() for s in socks],
+    )  # fmt: skip
+    try:
+        yield child.pid
+    finally:
+        child.kill()
+        child.wait()
 
 
 def connect_in_background(port: int) -> tuple[threading.Thread, dict[str, Any]]:
@@ -79,7 +101,8 @@ def connect_in_background(port: int) -> tuple[threading.Thread, dict[str, Any]]:
 def test_a_syn_while_nothing_listens_waits_for_the_next_listener() -> None:
     server = listener()
     port = server.getsockname()[1]
-    hold, said = connection_hold.start("hold-unit", [os.getpid()])
+    with server_process(server) as pid:
+        hold, said = connection_hold.start("hold-unit", [pid])
     assert hold is not None, said
     assert said == f"holding new connections to port {port}"
     try:
@@ -91,7 +114,7 @@ def test_a_syn_while_nothing_listens_waits_for_the_next_listener() -> None:
         assert hold.release() >= 1
         thread.join(10)
         assert result == {"ok": True}
-        assert not hold_rules()
+        assert not hold_rules("hold-unit")
     finally:
         hold.release()
         server.close()
@@ -100,13 +123,39 @@ def test_a_syn_while_nothing_listens_waits_for_the_next_listener() -> None:
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
 
 
+def test_a_server_with_more_ports_than_one_rule_takes_is_held_on_all_of_them() -> None:
+    servers = [listener() for _ in range(connection_hold.MULTIPORT_MAX + 5)]
+    ports = sorted(s.getsockname()[1] for s in servers)
+    with server_process(*servers) as pid:
+        hold, said = connection_hold.start("hold-many", [pid])
+    assert hold is not None, said
+    try:
+        assert said == f"holding new connections to port {', '.join(map(str, ports))}"
+        assert len(hold_rules("hold-many")) == 2  # 15 + 5 ports
+        last = next(s for s in servers if s.getsockname()[1] == ports[-1])
+        last.close()
+        thread, result = connect_in_background(ports[-1])  # a port of the second rule
+        time.sleep(0.3)
+        assert thread.is_alive() and hold.held == 1
+        servers.append(listener(ports[-1]))
+        hold.release()
+        thread.join(10)
+        assert result == {"ok": True}
+        assert not hold_rules("hold-many")
+    finally:
+        hold.release()
+        for s in servers:
+            s.close()
+
+
 def test_until_the_server_is_frozen_its_connections_pass_unheld() -> None:
     """The hold is set before the dump starts, but the server serves until CRIU seizes it:
     SYNs pass on until ``frozen()`` says so, and only then wait."""
     server = listener()
     port = server.getsockname()[1]
     frozen = threading.Event()
-    hold, said = connection_hold.start("hold-pass", [os.getpid()], frozen.is_set)
+    with server_process(server) as pid:
+        hold, said = connection_hold.start("hold-pass", [pid], frozen.is_set)
     assert hold is not None, said
     try:
         t0 = time.monotonic()
@@ -142,31 +191,36 @@ def test_stopped_says_whether_criu_has_seized_a_process() -> None:
 def test_a_killed_holder_leaves_a_rule_that_passes_and_the_next_hold_drops_it() -> None:
     server = listener()
     port = server.getsockname()[1]
+    keeper = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(300)"], pass_fds=[server.fileno()]
+    )
     child = subprocess.Popen(
         [sys.executable, "-c",
          "import os, sys, time\nfrom core.wrapper import connection_hold as h\n"
-         f"hold, said = h.start('hold-killed', [{os.getpid()}])\n"
+         f"hold, said = h.start('hold-killed', [{keeper.pid}])\n"
          "print(said, flush=True)\ntime.sleep(60)\n"],
         stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2],
     )  # fmt: skip
     try:
         assert child.stdout is not None
         assert child.stdout.readline().startswith("holding"), "the holder did not hold"
-        (stale,) = [r for r in hold_rules() if "hold-killed" in r]
+        (stale,) = hold_rules("hold-killed")
         child.send_signal(signal.SIGKILL)
         child.wait(10)
         t0 = time.monotonic()
         socket.create_connection(("127.0.0.1", port), timeout=3).close()  # passes at once
         assert time.monotonic() - t0 < 1.0
         assert stale in hold_rules()  # left, harmless
-        hold, said = connection_hold.start("hold-killed", [os.getpid()])
+        hold, said = connection_hold.start("hold-killed", [keeper.pid])
         assert hold is not None, said
-        (fresh,) = [r for r in hold_rules() if "hold-killed" in r]
+        (fresh,) = hold_rules("hold-killed")
         assert fresh != stale  # the stale one dropped, ours (its own queue) in place
         hold.release()
-        assert not [r for r in hold_rules() if "hold-killed" in r]
+        assert not hold_rules("hold-killed")
     finally:
         child.kill()
+        keeper.kill()
+        keeper.wait()
         server.close()
         connection_hold.drop_stale_rules("hold-killed")
 
@@ -197,7 +251,7 @@ def test_a_migrating_server_refuses_no_client(cli: Cli, tmp_path: Path) -> None:
             checkpoint = step_output(done, "checkpoint")
             assert checkpoint["handoff"] == "sent", checkpoint
             assert checkpoint["connections_held"] >= 0, checkpoint
-            assert not hold_rules()
+            assert not hold_rules("web")
     assert "wrapper.connections_released" in cli.log("web")
 
 
@@ -213,28 +267,33 @@ def test_hold_connections_off_makes_no_hold(cli: Cli, tmp_path: Path) -> None:
     http_get(port, "/index.html")()
 
 
-def test_the_source_killed_while_holding_refuses_no_client_and_leaves_no_hold(
+def test_the_source_killed_while_holding_leaves_nobody_waiting_and_no_hold(
     cli: Cli, tmp_path: Path
 ) -> None:
     """The source wrapper dies right after the handoff, its hold still in place: its queue
     goes with it (what it held is dropped, and those clients' SYNs come again a second
-    later), the rule left passes packets (``--queue-bypass``) to the server the standby
-    restored, and the next move deletes it. No request fails meanwhile."""
+    later), the rule left passes packets (``--queue-bypass``), so no client waits on a dead
+    holder: until the standby's server listens they are refused as without a hold, then
+    served. The next move deletes the rule and refuses nobody."""
     port = free_port()
     plain_env = dict(cli.env)
     cli.env["CLAWPOINT_TEST_DIE_AFTER_HANDOFF"] = "1"  # the source wrapper inherits it
     start_server(cli, "web-die", port, tmp_path)
     cli.env = plain_env
-    with Pinger(http_get(port, "/index.html")) as pinger:
-        with pinger.window() as seen:
-            proc = cli("migrate", "local:web-die", "--to", "node-b", "--yes", "--json", ok=False)
-            assert proc.returncode != 0, proc.stdout  # the source died: not reported done
-            assert cli.wait_state("web-die", "running")["node"] == "node-b"
-        assert seen.failed == 0, seen.as_dict()
-        assert [r for r in hold_rules() if "web-die" in r]  # left by the dead source
-        with pinger.window() as seen:
-            done = migrate(cli, "web-die", "node-a")  # a fresh source wrapper
-        assert seen.failed == 0, seen.as_dict()
-        assert step_output(done, "checkpoint")["handoff"] == "sent"
-    assert not [r for r in hold_rules() if "web-die" in r]
-    http_get(port, "/index.html")()
+    try:
+        with Pinger(http_get(port, "/index.html")) as pinger:
+            with pinger.window() as seen:
+                proc = cli("migrate", "local:web-die", "--to", "node-b", "--yes", "--json",
+                           ok=False)  # fmt: skip
+                assert proc.returncode != 0, proc.stdout  # the source died: not reported done
+                assert cli.wait_state("web-die", "running")["node"] == "node-b"
+            assert seen.longest_gap_s < 3, seen.as_dict()  # a dropped SYN's 1 s, not more
+            assert hold_rules("web-die")  # left by the dead source, passing packets
+            with pinger.window() as seen:
+                done = migrate(cli, "web-die", "node-a")  # a fresh source wrapper
+            assert seen.failed == 0, seen.as_dict()
+            assert step_output(done, "checkpoint")["handoff"] == "sent"
+        assert not hold_rules("web-die")
+        http_get(port, "/index.html")()
+    finally:
+        connection_hold.drop_stale_rules("web-die")
