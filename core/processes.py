@@ -1,4 +1,5 @@
-"""Is a process alive, and is it still the one we mean? Read from ``/proc``, once for all.
+"""Is a process alive, and is it still the one we mean, and what is it doing? Read from
+``/proc``, once for all (also its state letter and its namespace's TCP sockets).
 
 A pid names a process only while it lives: after it exits the number may be given to
 another one. So callers that recorded a process (a wrapper, a payload, the owner of an
@@ -56,3 +57,29 @@ def same_process(pid: int | None, start: int | None) -> bool:
     if not fields or len(fields) < 20 or int(fields[19]) != start:
         return False
     return fields[0] != "Z"
+
+
+def state(pid: int) -> str | None:
+    """The process's state letter (``R``, ``S``, ``t`` when a tracer such as CRIU stopped
+    it, ``Z``...); None when it is gone."""
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
+
+
+TCP_ESTABLISHED, TCP_LISTEN = "01", "0A"  # the ``st`` column of /proc/net/tcp
+
+
+def tcp_sockets(pid: int, st: str) -> dict[str, int]:
+    """The TCP sockets in state ``st`` of ``pid``'s network namespace (``/proc/PID/net/tcp``
+    and ``tcp6``): socket inode (as ``socket:[INODE]`` names it) -> local port."""
+    found: dict[str, int] = {}
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if len(cols) > 9 and cols[3] == st:
+                found[cols[9]] = int(cols[1].rsplit(":", 1)[1], 16)
+    return found

@@ -44,6 +44,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from core import processes
 from core.checkpoint import files, nsinit
 from core.checkpoint.criu import CriuOptions
 
@@ -57,7 +58,6 @@ _ANON_UNSUPPORTED = {
     "anon_inode:[perf_event]": "a perf_event descriptor",
     "anon_inode:[userfaultfd]": "a userfaultfd",
 }
-_TCP_ESTABLISHED = "01"
 
 
 @dataclass(frozen=True)
@@ -69,20 +69,6 @@ class Refusal:
 
     def __str__(self) -> str:
         return f"pid {self.pid}: {self.resource}: {self.reason} ({self.hint})"
-
-
-def _established_tcp_inodes(pid: int) -> set[str]:
-    inodes: set[str] = set()
-    for name in ("tcp", "tcp6"):
-        try:
-            lines = Path(f"/proc/{pid}/net/{name}").read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            parts = line.split()
-            if len(parts) > 9 and parts[3] == _TCP_ESTABLISHED:
-                inodes.add(parts[9])
-    return inodes
 
 
 def _device_reason(path: str, st: os.stat_result) -> str | None:
@@ -243,7 +229,7 @@ def refusals(root: int, options: CriuOptions) -> list[Refusal]:
                 out.append(Refusal(pid, target, f"{_ANON_UNSUPPORTED[target]} CRIU cannot dump"))
             elif target.startswith("socket:[") and options.tcp == "refuse":
                 if tcp is None:
-                    tcp = _established_tcp_inodes(pid)
+                    tcp = set(processes.tcp_sockets(pid, processes.TCP_ESTABLISHED))
                 if target[len("socket:[") : -1] in tcp:
                     out.append(
                         Refusal(

@@ -16,8 +16,8 @@ Why it is safe for the workload and its clients:
   what was already on its way for a moment before the queue is closed (a closed queue
   drops what it still holds);
 - a hold never lasts longer than its caller's bound, and every rule names its workload
-  (``clawpoint-hold:NAME``), so the next hold of that workload deletes one left by a killed
-  wrapper;
+  and its home (``clawpoint-hold:NAME.HOMEHASH``, :func:`hold_key`), so the next hold of
+  that workload deletes one left by a killed wrapper, and no other's;
 - only SYNs are held: packets of established connections pass untouched.
 
 Limits: root with ``CAP_NET_ADMIN`` in the workload's network namespace (the wrapper's own),
@@ -31,6 +31,8 @@ Netlink layouts: ``include/uapi/linux/netfilter/nfnetlink_queue.h`` and
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
 import shlex
 import shutil
@@ -41,7 +43,8 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from core import logs
+from core import logs, processes
+from core.checkpoint import files, nsinit
 
 log = logs.get_logger(__name__)
 
@@ -65,7 +68,6 @@ NLM_F_ACK = 4
 NLMSG_ERROR = 2
 NLMSG_HDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 NFGENMSG = struct.Struct("!BBH")  # family, version, queue number (big-endian)
-TCP_LISTEN = "0A"  # st of a listening socket in /proc/net/tcp
 COMMENT_PREFIX = "clawpoint-hold:"
 MULTIPORT_MAX = 15
 QUEUE_BASE = 0x6300  # our queue numbers: base + a probe from the wrapper's pid
@@ -75,37 +77,19 @@ IPV4, IPV6 = "iptables-legacy", "ip6tables-legacy"  # the commands, one per fami
 
 
 def listening_ports(pids: Iterable[int]) -> list[int]:
-    """The TCP ports the processes ``pids`` listen on, read from their descriptors
-    (``socket:[INODE]``) and their namespace's ``/proc/net/tcp`` and ``tcp6``."""
-    inodes: set[str] = set()
-    netns_pid = None
-    for pid in pids:
-        fd_dir = Path(f"/proc/{pid}/fd")
-        try:
-            names = os.listdir(fd_dir)
-        except OSError:
-            continue
-        netns_pid = netns_pid or pid
-        for fd in names:
-            try:
-                target = os.readlink(fd_dir / fd)
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
-    found: set[int] = set()
-    if netns_pid is None or not inodes:
+    """The TCP ports the processes ``pids`` listen on: their descriptors' sockets
+    (``socket:[INODE]``) found listening in their namespace's ``/proc/net/tcp*``."""
+    pids = list(pids)
+    inodes = {
+        target[len("socket:[") : -1]
+        for pid in pids
+        for _fd, _source, target in files.open_fds(pid)
+        if target.startswith("socket:[")
+    }
+    if not pids or not inodes:
         return []
-    for table in ("tcp", "tcp6"):
-        try:
-            lines = Path(f"/proc/{netns_pid}/net/{table}").read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            cols = line.split()
-            if len(cols) > 9 and cols[3] == TCP_LISTEN and cols[9] in inodes:
-                found.add(int(cols[1].rsplit(":", 1)[1], 16))
-    return sorted(found)
+    listening = processes.tcp_sockets(pids[0], processes.TCP_LISTEN)
+    return sorted({port for inode, port in listening.items() if inode in inodes})
 
 
 def _attr(kind: int, data: bytes) -> bytes:
@@ -251,6 +235,12 @@ def _iptables(command: str, args: list[str]) -> subprocess.CompletedProcess[str]
     )  # fmt: skip
 
 
+def hold_key(name: str, home: Path) -> str:
+    """What a workload's rules are named after: its name and its clawpoint home (two homes
+    on one host may each have a workload of that name; neither may drop the other's rule)."""
+    return f"{name}.{hashlib.sha256(str(home).encode()).hexdigest()[:8]}"
+
+
 def drop_stale_rules(name: str) -> int:
     """Delete the hold rules of ``name`` a killed wrapper left (harmless while nothing is
     bound to their queue, but they would send SYNs to whoever binds it next)."""
@@ -298,18 +288,11 @@ class Hold:
         return self.held
 
 
-def _effective_capabilities() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("CapEff:"):
-            return int(line.split()[1], 16)
-    return 0
-
-
 def unavailable() -> str | None:
     """Why no hold can be made here, or None."""
     if os.geteuid() != 0:
         return "holding connections needs root (CAP_NET_ADMIN)"
-    if not _effective_capabilities() >> CAP_NET_ADMIN & 1:  # a container's bounding set
+    if not nsinit.effective_caps() >> CAP_NET_ADMIN & 1:  # a container's bounding set
         return "holding connections needs CAP_NET_ADMIN, which this root lacks"
     if shutil.which(IPV4) is None:
         return "iptables-legacy is not installed (Debian: apt-get install iptables)"
@@ -318,11 +301,7 @@ def unavailable() -> str | None:
 
 def stopped(pid: int) -> bool:
     """Is ``pid`` stopped (CRIU seizes a tree with ptrace: state ``t``) or gone?"""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat[stat.rindex(")") + 2] in "tTZX"
+    return (processes.state(pid) or "X") in "tTZX"
 
 
 def start(
@@ -347,10 +326,12 @@ def start(
             queue = _Queue(QUEUE_BASE + (os.getpid() + probe) % 0x1000, frozen or _always)
             break
         except OSError as exc:
-            if exc.errno != 16:  # EBUSY: another hold has that queue
+            # A queue bound by another socket answers EPERM, one bound by ours EBUSY
+            # (net/netfilter/nfnetlink_queue.c nfqnl_recv_config): another hold has it.
+            if exc.errno not in (errno.EPERM, errno.EBUSY):
                 return None, f"not held: cannot bind a netfilter queue ({exc.strerror})"
     if queue is None:
-        return None, "not held: no free netfilter queue"
+        return None, "not held: 16 netfilter queues tried, each bound by another process"
     rules: list[tuple[str, list[str]]] = []
     hold = Hold(name, queue, rules)
     # Both families whatever the sockets' own: an IPv6 socket bound to :: also takes IPv4

@@ -104,7 +104,8 @@ class HandoffSource:
             return None
         try:
             frozen = functools.partial(connection_hold.stopped, p.pid)  # CRIU seized it
-            hold, said = connection_hold.start(self.name, engine.tree(p.pid), frozen)
+            key = connection_hold.hold_key(self.name, self.settings.home)
+            hold, said = connection_hold.start(key, engine.tree(p.pid), frozen)
         except OSError as exc:  # the tree ended meanwhile: the dump will say so
             hold, said = None, f"not held: {exc}"
         log.info("wrapper.connection_hold", workload=self.name, said=said)

@@ -33,6 +33,7 @@ from typing import Any
 
 import pytest
 
+from core.config import load_settings
 from core.wrapper import connection_hold
 from tests.workloads.conftest import Cli
 from tests.workloads.pinger import Pinger, http_get
@@ -58,6 +59,11 @@ def hold_rules(name: str | None = None) -> list[str]:
     if name is None:
         return rules
     return [r for r in rules if f"{connection_hold.COMMENT_PREFIX}{name}" in shlex.split(r)]
+
+
+def rule_key(cli: Cli, name: str) -> str:
+    """What the rules of workload ``name`` of the CLI's home are named after."""
+    return connection_hold.hold_key(name, load_settings(cli.home).home)
 
 
 def listener(port: int = 0) -> socket.socket:
@@ -146,6 +152,29 @@ def test_a_server_with_more_ports_than_one_rule_takes_is_held_on_all_of_them() -
         hold.release()
         for s in servers:
             s.close()
+
+
+def test_two_homes_workloads_of_one_name_keep_their_own_rules(tmp_path: Path) -> None:
+    """A hold drops the stale rules of its own workload only: the same name in another
+    clawpoint home (another user's root install, a second CLAWPOINT_HOME) keeps its rule.
+    Both holds start from the same queue number (one process): the second finds it taken
+    (the kernel answers EPERM) and binds the next one."""
+    server = listener()
+    keys = [connection_hold.hold_key("same", tmp_path / home) for home in ("a", "b")]
+    assert keys[0] != keys[1]
+    holds = []
+    try:
+        with server_process(server) as pid:
+            for key in keys:
+                hold, said = connection_hold.start(key, [pid])
+                assert hold is not None, said
+                holds.append(hold)
+        assert [len(hold_rules(k)) for k in keys] == [1, 1]  # b's start left a's in place
+    finally:
+        for hold in holds:
+            hold.release()
+        server.close()
+    assert not hold_rules(keys[0]) and not hold_rules(keys[1])
 
 
 def test_until_the_server_is_frozen_its_connections_pass_unheld() -> None:
@@ -251,7 +280,7 @@ def test_a_migrating_server_refuses_no_client(cli: Cli, tmp_path: Path) -> None:
             checkpoint = step_output(done, "checkpoint")
             assert checkpoint["handoff"] == "sent", checkpoint
             assert checkpoint["connections_held"] >= 0, checkpoint
-            assert not hold_rules("web")
+            assert not hold_rules(rule_key(cli, "web"))
     assert "wrapper.connections_released" in cli.log("web")
 
 
@@ -288,12 +317,12 @@ def test_the_source_killed_while_holding_leaves_nobody_waiting_and_no_hold(
                 assert proc.returncode != 0, proc.stdout  # the source died: not reported done
                 assert cli.wait_state("web-die", "running")["node"] == "node-b"
             assert seen.longest_gap_s < 3, seen.as_dict()  # a dropped SYN's 1 s, not more
-            assert hold_rules("web-die")  # left by the dead source, passing packets
+            assert hold_rules(rule_key(cli, "web-die"))  # left by the dead source, passing
             with pinger.window() as seen:
                 done = migrate(cli, "web-die", "node-a")  # a fresh source wrapper
             assert seen.failed == 0, seen.as_dict()
             assert step_output(done, "checkpoint")["handoff"] == "sent"
-        assert not hold_rules("web-die")
+        assert not hold_rules(rule_key(cli, "web-die"))
         http_get(port, "/index.html")()
     finally:
-        connection_hold.drop_stale_rules("web-die")
+        connection_hold.drop_stale_rules(rule_key(cli, "web-die"))
