@@ -56,6 +56,10 @@ class RunSpec(Model):
     cpus: float | None = Field(default=None, gt=0, le=1024)
     memory_mb: int | None = Field(default=None, ge=1)
     command: list[str] = Field(min_length=1)
+    # A privileged init of ours is the PID namespace's first process and runs the command as
+    # its child (core/checkpoint/nsinit.py ``--init``): needed by a command that drops its
+    # privileges as the namespace's root task (``setpriv --reuid``), which CRIU cannot dump.
+    init: bool = False
     cwd: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     restore_from: str | None = None
@@ -104,6 +108,20 @@ class RunSpec(Model):
         if not value[0]:
             raise ValueError("the command's program is empty")
         return value
+
+
+# Programs that exec a command as another user (they do not stay as its parent): started as
+# the namespace's root task, the command would be a root task without privileges, which CRIU
+# cannot dump (``RunSpec.init``). su, runuser and sudo stay as a root parent: they need none.
+_EXEC_AS_USER = frozenset(
+    {"setpriv", "gosu", "su-exec", "chpst", "setuidgid", "s6-setuidgid", "capsh"}
+)
+
+
+def default_init(command: list[str]) -> bool:
+    """Whether ``clawpoint run`` starts ``command`` under our init when not told: when its
+    program is one that runs the rest as another user (``setpriv --reuid=...``)."""
+    return bool(command) and command[0].rsplit("/", 1)[-1] in _EXEC_AS_USER
 
 
 _SAFE_OPT = r"^[A-Za-z0-9_.,:=@/+\-\[\]]*$"

@@ -3,6 +3,10 @@
 - ``nsinit.py CMD...``: start CMD as the init of a new PID namespace and end the way it
   ended (the wrapper's payload starter, run as ``python -I -S nsinit.py``: a file with no
   clawpoint imports, so it starts in milliseconds).
+- ``nsinit.py --init CMD...``: the same, but the namespace's init is a small process of
+  ours that stays root and runs CMD as its child (``clawpoint run --init``): CRIU's parasite
+  must open a /proc of the namespace in the tree's root task, which a root task that dropped
+  its privileges cannot (see ``_serve_as_init``).
 - ``nsinit.py --join PID CMD...``: run CMD (``criu dump``) inside the user and mount
   namespaces of the payload PID.
 - ``nsinit.py --new CMD...``: run CMD (``criu restore``) inside new user and mount namespaces.
@@ -50,6 +54,7 @@ import signal
 import sys
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
 _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_RAISE = 2
 # os.CLONE_* need Python 3.12.
@@ -181,7 +186,65 @@ def join(pid: int) -> None:
     _reopen_stdin()
 
 
-def _start(argv: list[str]) -> int:
+# What a person or the wrapper may ask of the program through the init (stop, reload, reopen
+# logs): the init of a PID namespace ignores signals it has no handler for, so it passes
+# these on to the program's process group.
+_FORWARDED = (
+    signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+    signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH,
+)  # fmt: skip
+
+
+def _serve_as_init(argv: list[str]) -> None:
+    """Be the namespace's init: run CMD as a child in a process group of its own, pass the
+    signals above on to that group, reap every orphan, and exit when CMD does, with its exit
+    code (128+N when signal N ended it, as a shell says: the init of a PID namespace cannot
+    end itself by a signal). Never returns.
+
+    Why: CRIU's parasite opens a /proc of the PID namespace in the tree's root task, and
+    mounts one when the task's /proc is the host's, which needs CAP_SYS_ADMIN there
+    (criu/cr-dump.c asks only the root item, criu/pie/parasite.c ``get_proc_fd``). A program
+    that drops its privileges as the root task (``setpriv --reuid``, ``gosu``) cannot; this
+    init, root and never dropping anything, can, and the program's own processes may then
+    run as any user. It costs one small process in every checkpoint (a few MiB)."""
+    me = os.getpid()
+    program = 0
+
+    def forward(signum: int, _frame: object) -> None:
+        if os.getpid() == me and program:  # not the child between fork and exec
+            try:
+                os.killpg(program, signum)
+            except ProcessLookupError:
+                pass
+
+    for sig in _FORWARDED:
+        signal.signal(sig, forward)
+    program = os.fork()
+    if program == 0:
+        try:
+            for sig in _FORWARDED:
+                signal.signal(sig, signal.SIG_DFL)
+            os.setpgid(0, 0)
+            os.execvp(argv[0], argv)
+        except OSError as exc:
+            print(f"nsinit: cannot run {argv[0]!r}: {exc}", file=sys.stderr)
+        os._exit(127)
+    try:
+        os.setpgid(program, program)  # also here: a signal may come before the child's own
+    except OSError:
+        pass  # it already exec'd (and set it) or ended
+    _libc().prctl(_PR_SET_NAME, b"clawpoint-init", 0, 0, 0)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(127)  # no child at all: cannot happen while the program lives
+        if pid == program:
+            code = os.waitstatus_to_exitcode(status)
+            os._exit(128 - code if code < 0 else code)
+
+
+def _start(argv: list[str], *, init: bool = False) -> int:
     libc = _libc()
     try:
         if privileged():
@@ -201,6 +264,8 @@ def _start(argv: list[str]) -> int:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             os.setsid()
+            if init:
+                _serve_as_init(argv)
             os.execvp(argv[0], argv)
         except OSError as exc:
             print(f"nsinit: cannot run {argv[0]!r}: {exc}", file=sys.stderr)
@@ -239,8 +304,10 @@ def main(argv: list[str]) -> int:
         return _exec_in(argv[2:], join_pid=int(argv[1]))
     if argv[:1] == ["--new"] and len(argv) > 1:
         return _exec_in(argv[1:], join_pid=None)
+    if argv[:1] == ["--init"] and len(argv) > 1:
+        return _start(argv[1:], init=True)
     if not argv or argv[0].startswith("--"):
-        print("usage: nsinit.py [--join PID | --new] CMD [ARGS...]", file=sys.stderr)
+        print("usage: nsinit.py [--join PID | --new | --init] CMD [ARGS...]", file=sys.stderr)
         return 2
     return _start(argv)
 

@@ -12,13 +12,16 @@ plan or dry-run says why it cannot work before anything is paused. It reads /pro
 - deleted-but-open files larger than ``checkpoint.criu_ghost_limit_mib``;
 - writable shared file mappings (shared memory) that do not fit in
   ``checkpoint.file_budget_mib`` (they would be restored with newer contents);
-- a process without CAP_SYS_ADMIN (one that dropped to another uid: a database server
-  started through ``setpriv``/``runuser``, a web server's workers) that sees no /proc of its
-  own PID namespace (the root mode shares the host's mount namespace, so its payload sees
-  the host's): CRIU's parasite must open a /proc of the task's namespace and, unprivileged,
-  cannot mount one (criu/pie/parasite.c ``get_proc_fd``: "can't dump unprivileged task whose
-  /proc doesn't belong to it"). Whether the /proc is its own is checked on the task itself
-  (``_has_own_proc``), not inferred from its namespaces;
+- a tree whose root task (the PID namespace's init) has no CAP_SYS_ADMIN (a program that
+  dropped to another uid as that task: a database server started through ``setpriv``) and
+  sees no /proc of its own PID namespace (the root mode shares the host's mount namespace,
+  so its payload sees the host's): CRIU's parasite opens a /proc of the namespace in the root
+  task only (criu/cr-dump.c, ``parasite_get_proc_fd_seized`` for ``root_item``) and,
+  unprivileged, cannot mount one (criu/pie/parasite.c ``get_proc_fd``: "can't dump
+  unprivileged task whose /proc doesn't belong to it"); its other processes may drop
+  whatever they like (measured: a child without CAP_SYS_ADMIN dumps). ``clawpoint run
+  --init`` puts a root init of ours there. Whether the /proc is its own is checked on the
+  task itself (``_has_own_proc``), not inferred from its namespaces;
 - in the root mode on a host whose root lacks CAP_SYS_RESOURCE (a container's default
   bounding set), a process whose real, effective or saved uid or gid is not root's (even one
   that only changed its group and kept CAP_SYS_ADMIN): CRIU reads every task's resource
@@ -130,10 +133,10 @@ def _ids(status: dict[str, str], key: str) -> list[int]:
         return []
 
 
-def _uid_refusal(pid: int, *, rlimits_need_ids: bool) -> Refusal | None:
-    """A process CRIU cannot dump because of who it runs as: without CAP_SYS_ADMIN and without
-    a /proc of its own, or, when this root lacks CAP_SYS_RESOURCE (``rlimits_need_ids``),
-    with a uid or gid that is not ours (see the module docstring)."""
+def _uid_refusal(pid: int, *, root: bool, rlimits_need_ids: bool) -> Refusal | None:
+    """A process CRIU cannot dump because of who it runs as: the tree's ``root`` task without
+    CAP_SYS_ADMIN and without a /proc of its own, or, when this root lacks CAP_SYS_RESOURCE
+    (``rlimits_need_ids``), any with a uid or gid that is not ours (see the module docstring)."""
     status = _status(pid)
     uids, gids = _ids(status, "Uid"), _ids(status, "Gid")
     try:
@@ -144,14 +147,16 @@ def _uid_refusal(pid: int, *, rlimits_need_ids: bool) -> Refusal | None:
         return None
     reasons: list[str] = []
     hints: list[str] = []
-    if not caps >> _CAP_SYS_ADMIN & 1 and not _has_own_proc(pid):
+    if root and not caps >> _CAP_SYS_ADMIN & 1 and not _has_own_proc(pid):
         reasons.append(
-            "it dropped its privileges inside a workload whose PID namespace has no /proc of "
-            "its own, and CRIU cannot dump such a process (it needs a /proc of that namespace)"
+            "it is the first process of a workload whose PID namespace has no /proc of its "
+            "own and it dropped its privileges, and CRIU cannot dump such a tree (its first "
+            "process must mount a /proc of that namespace)"
         )
         hints.append(
-            "start the workload as the user its processes run as (clawpoint run as that user "
-            "gives the workload a /proc of its own), or keep every process of it privileged"
+            "start the workload again with 'clawpoint run --init' (a root init of clawpoint's "
+            "runs the command as its child, which may then drop its privileges), or as the "
+            "user its processes run as"
         )
     if rlimits_need_ids and (set(uids) != {os.getuid()} or set(gids) != {os.getgid()}):
         reasons.append(
@@ -221,7 +226,7 @@ def refusals(root: int, options: CriuOptions) -> list[Refusal]:
             sysv_done = True
             if (sysv := _sysv_refusal(pid, segment, not nsinit.privileged())) is not None:
                 out.append(sysv)
-        uid = _uid_refusal(pid, rlimits_need_ids=rlimits_need_ids)
+        uid = _uid_refusal(pid, root=pid == root, rlimits_need_ids=rlimits_need_ids)
         if uid is not None:
             out.append(uid)
         for _fd, source, target in files.open_fds(pid):

@@ -81,12 +81,20 @@ def run(
             "[local] cgroup_root."
         ),
     ] = None,
+    init: Annotated[
+        bool | None,
+        typer.Option(
+            "--init/--no-init",
+            help="Run CMD as the child of a small init that stays root (needed when CMD drops "
+            "its privileges itself: setpriv --reuid, gosu; default: on for those programs).",
+        ),
+    ] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Run CMD checkpointably; restores the newest good checkpoint of NAME if there is one
     (if NAME has checkpoints but none verifies, it fails with exit 8 unless --fresh)."""
     from core.service.facade import bootstrap
-    from core.specs import RunSpec
+    from core.specs import RunSpec, default_init
 
     if checkpoint_every is not None:
         validate_interval_s(checkpoint_every, what="--checkpoint-every")
@@ -120,6 +128,7 @@ def run(
         cpus=cpus,
         memory_mb=memory_mb,
         command=command,
+        init=default_init(command) if init is None else init,
         cwd=os.getcwd(),
         labels=labels,
         start_mode="fresh" if fresh else "auto",

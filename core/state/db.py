@@ -95,6 +95,8 @@ MIGRATIONS: dict[str, list[str]] = {
         # v5, v6: a workload's size, its limits on every start (``resize``).
         "ALTER TABLE workloads ADD COLUMN cpus REAL",
         "ALTER TABLE workloads ADD COLUMN memory_mb INTEGER",
+        # v7: a workload started under clawpoint's init (``run --init``).
+        "ALTER TABLE workloads ADD COLUMN init INTEGER NOT NULL DEFAULT 0",
     ],
 }
 

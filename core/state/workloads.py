@@ -28,6 +28,7 @@ class WorkloadRecord(Model):
     wrapper_pid: int | None = None
     socket: str | None = None
     command: list[str] = Field(default_factory=list)
+    init: bool = False  # started under our init (RunSpec.init), again on every fresh start
     cwd: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     checkpoint_every: float | None = None
@@ -78,6 +79,7 @@ _COLUMNS = (
     "wrapper_pid",
     "socket",
     "command",
+    "init",
     "cwd",
     "labels",
     "checkpoint_every",

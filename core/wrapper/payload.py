@@ -221,13 +221,15 @@ def start_fresh(
     env: dict[str, str],
     cwd: str | None,
     pid_namespace: bool,
+    init: bool = False,
     join: Callable[[], None] | None = None,
 ) -> Payload:
     """Start ``command``; ``join`` (``cgroup_limits``) runs in the child before exec, so the
-    payload is in its cgroup before it runs (its children inherit that)."""
+    payload is in its cgroup before it runs (its children inherit that). ``init``: our init
+    is the namespace's first process and runs ``command`` as its child (nsinit ``--init``)."""
     argv = list(command)
     if pid_namespace:
-        argv = [sys.executable, "-I", "-S", str(_NSINIT), *argv]
+        argv = [sys.executable, "-I", "-S", str(_NSINIT), *(["--init"] if init else []), *argv]
     if cwd is not None and not os.path.isdir(cwd):
         raise errors.InvalidInput(
             f"cannot start {command[0]!r} from scratch: its working directory {cwd} is gone",

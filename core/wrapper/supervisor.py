@@ -223,7 +223,7 @@ class Supervisor:
                 cwd=self.spec.cwd,
                 labels=self.spec.labels,
                 **self.auto.recorded(),  # checkpoint_every, checkpoint_auto
-                **self.spec.model_dump(include={"cpus", "memory_mb"}),  # its limits
+                **self.spec.model_dump(include={"cpus", "memory_mb", "init"}),  # its limits
                 last_checkpoint=self.last_checkpoint,
                 message=message,
                 started_at=utcnow(),
@@ -263,6 +263,7 @@ class Supervisor:
             env=self._env(restored),
             cwd=self.spec.cwd,
             pid_namespace=self.engine.needs_pid_namespace,
+            init=self.spec.init,
             join=self.join,
         )
         self.pipes.start()

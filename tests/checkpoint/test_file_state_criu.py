@@ -338,23 +338,108 @@ def test_an_append_only_log_is_never_rewound_silently(cli: Cli, tmp_path: Path) 
     assert not list(log.parent.glob("access.log.after-*"))
 
 
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _status(pid: int, key: str) -> str:
+    line = next(ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if ln.startswith(f"{key}:"))  # fmt: skip
+    return line.split(":", 1)[1].strip()
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="the root mode: a payload started as root")
-def test_a_process_that_dropped_to_another_uid_is_refused_at_plan_time(cli: Cli) -> None:
-    # A server started by root that drops to an unprivileged user (PostgreSQL through
-    # setpriv/runuser): in the root mode its /proc is the host's, and CRIU cannot dump it.
+def test_a_command_that_drops_to_another_uid_runs_under_our_init(cli: Cli) -> None:
+    # A server started by root that drops to an unprivileged user as the namespace's first
+    # process (PostgreSQL through setpriv): CRIU cannot dump a tree whose first process has no
+    # privileges and the host's /proc. Started through setpriv, the command runs under our
+    # init (root), so only the dropped process's own ids are left to decide.
     cli("run", "--name", "drop", "--node", "node-a", "--detach", "--", "/usr/bin/setpriv",
         "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/sleep", "600")  # fmt: skip
     pid = cli.wait_state("drop", "running")["pid"]
+    assert Path(f"/proc/{pid}/comm").read_text().strip() == "clawpoint-init"
+    assert _status(pid, "Uid").split()[0] == "0"
+    wait_for(lambda: _children(pid), "the command under the init")
+    (sleeper,) = _children(pid)
+    wait_for(lambda: _status(sleeper, "Uid").split()[0] == "65534", "the drop to uid 65534")
+    if not _lacks_sys_resource():  # CRIU reads its limits: nothing left to refuse
+        cli("checkpoint", "local:drop", "--yes")
+        assert len(json.loads(cli("checkpoints", "local:drop", "--json").stdout)) == 1
+        return
+    # A host whose root lacks CAP_SYS_RESOURCE cannot read the limits of another uid's
+    # process (prlimit): refused for that alone, naming the process and what to give.
     for extra in (["--dry-run"], []):
         proc = cli("checkpoint", "local:drop", "--yes", "--json", *extra, ok=False)
         assert proc.returncode == 8, proc.stdout + proc.stderr
         err = json.dumps(json.loads(proc.stdout))
-        assert "uid 65534" in err and "sleep" in err, err
-        # A host whose root lacks CAP_SYS_RESOURCE could not dump it with a /proc of its own
-        # either: the refusal says so, and how to give it.
-        assert ("CAP_SYS_RESOURCE" in err) == _lacks_sys_resource(), err
+        assert "uid 65534" in err and "sleep" in err and "CAP_SYS_RESOURCE" in err, err
+        assert "--init" not in err and "/proc" not in err, err
     assert cli.workload("drop")["pid"] == pid and cli.workload("drop")["state"] == "running"
     assert json.loads(cli("checkpoints", "local:drop", "--json").stdout) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the root mode: a payload started as root")
+def test_without_our_init_a_first_process_that_dropped_is_refused_naming_init(cli: Cli) -> None:
+    cli("run", "--name", "bare", "--node", "node-a", "--detach", "--no-init", "--",
+        "/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/sleep",
+        "600")  # fmt: skip
+    pid = cli.wait_state("bare", "running")["pid"]
+    assert Path(f"/proc/{pid}/comm").read_text().strip() != "clawpoint-init"
+    wait_for(lambda: _status(pid, "Uid").split()[0] == "65534", "the drop to uid 65534")
+    for extra in (["--dry-run"], []):
+        proc = cli("checkpoint", "local:bare", "--yes", "--json", *extra, ok=False)
+        assert proc.returncode == 8, proc.stdout + proc.stderr
+        err = json.dumps(json.loads(proc.stdout))
+        assert "uid 65534" in err and "no /proc of its own" in err and "--init" in err, err
+    assert cli.workload("bare")["pid"] == pid and cli.workload("bare")["state"] == "running"
+
+
+# Counts in its state file as the privileges it was started with allow: started through
+# setpriv without CAP_SYS_ADMIN (it stays uid 0, which every host's CRIU can dump).
+UNPRIVILEGED_COUNTER = ["/usr/bin/setpriv", "--bounding-set=-sys_admin", "--inh-caps=-sys_admin",
+                        "--", sys.executable, "-c", STATE_PROGRAM]  # fmt: skip
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the root mode: a payload started as root")
+def test_a_first_process_without_privileges_migrates_under_our_init(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # Before --init: refused at plan time (its first process had no CAP_SYS_ADMIN and the
+    # host's /proc). Under the init it checkpoints, migrates and is stopped like any other.
+    state = tmp_path / "state"
+    cli("run", "--name", "capless", "--node", "node-a", "--detach", "--",
+        *UNPRIVILEGED_COUNTER, str(state))  # fmt: skip
+    pid = cli.wait_state("capless", "running")["pid"]
+    assert Path(f"/proc/{pid}/comm").read_text().strip() == "clawpoint-init"
+    wait_for(lambda: state.exists() and lines(state) >= 10, "the counter")
+    (program,) = _children(pid)
+    assert not int(_status(program, "CapEff"), 16) >> 21 & 1  # no CAP_SYS_ADMIN
+    cli("migrate", "local:capless", "--to", "node-b", "--yes")
+    w = cli.wait_state("capless", "running")
+    assert w["node"] == "node-b", w
+    pid = w["pid"]
+    assert Path(f"/proc/{pid}/comm").read_text().strip() == "clawpoint-init"
+    (program,) = _children(pid)
+    assert not int(_status(program, "CapEff"), 16) >> 21 & 1
+    grows_and_holds(cli, "capless", state, pid)
+    cli("kill", "local:capless", "--yes")
+    assert cli.workload("capless")["exit_status"] == "killed"
+    assert not Path(f"/proc/{pid}").exists() and not Path(f"/proc/{program}").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the root mode: a payload started as root")
+def test_without_our_init_a_first_process_without_privileges_is_refused(
+    cli: Cli, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    cli("run", "--name", "bare", "--node", "node-a", "--detach", "--no-init", "--",
+        *UNPRIVILEGED_COUNTER, str(state))  # fmt: skip
+    pid = cli.wait_state("bare", "running")["pid"]
+    wait_for(lambda: state.exists() and lines(state) >= 5, "the counter")
+    proc = cli("migrate", "local:bare", "--to", "node-b", "--yes", "--json", ok=False)
+    assert proc.returncode == 8, proc.stdout + proc.stderr
+    assert "--init" in proc.stdout, proc.stdout
+    assert cli.workload("bare")["pid"] == pid and cli.workload("bare")["state"] == "running"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the root mode: a payload started as root")

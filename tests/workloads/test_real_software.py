@@ -20,9 +20,11 @@ every step the program's *own* data is checked:
   the server gets user, mount and PID namespaces and a /proc of its own); rows counted after
   each step, none duplicated; on failover the rows committed after the checkpoint are gone;
   at the end a fresh server recovers the data directory and counts the same rows. Started
-  by root with ``--user=mysql`` (a database that drops its privileges) it is refused at plan
-  time naming the uid (CRIU cannot dump a process that dropped its privileges without a
-  /proc of its namespace: core/checkpoint/probe.py).
+  by root with ``--user=mysql`` (a database that drops its privileges as the first process
+  of its namespace) it is refused at plan time naming the uid and ``run --init`` (CRIU
+  cannot dump a tree whose first process dropped its privileges without a /proc of its
+  namespace: core/checkpoint/probe.py); under ``--init`` only the server's own uid is left,
+  refused on a host whose root lacks CAP_SYS_RESOURCE (this one) and checkpointed elsewhere.
 - PostgreSQL cannot be checkpointed by CRIU here and the tests pin why: as root it must drop
   to another uid (refused as above), and as an ordinary user its System V interlock segment
   cannot be dumped by an unprivileged CRIU; the checkpoint is refused at plan time naming
@@ -585,10 +587,11 @@ def test_mariadb_as_an_ordinary_user(tenant: tuple[Tenant, Path, TenantCli]) -> 
 
 
 def test_root_mode_database_that_drops_privileges_is_refused(cli: Cli, tmp_path: Path) -> None:
-    """MariaDB started by root with ``--user=mysql`` switches to that uid: in the root mode its
-    PID namespace has no /proc of its own, which CRIU needs to dump a process that dropped its
-    privileges. The checkpoint is refused at plan time, naming the process and the uid, and
-    the server is left running (core/checkpoint/probe.py)."""
+    """MariaDB started by root with ``--user=mysql`` switches to that uid as the first process
+    of its PID namespace, which has no /proc of its own: CRIU cannot dump such a tree. The
+    checkpoint is refused at plan time, naming the process, the uid and ``run --init``, and
+    the server is left running (core/checkpoint/probe.py). Under the init, the server's own
+    uid is all that is left to decide (prlimit needs CAP_SYS_RESOURCE for it)."""
     need("/usr/sbin/mariadbd", "mariadb-install-db")
     try:
         pw = pwd.getpwnam("mysql")
@@ -602,22 +605,42 @@ def test_root_mode_database_that_drops_privileges_is_refused(cli: Cli, tmp_path:
              "--skip-test-db"], check=True, capture_output=True,
         )  # fmt: skip
         port = free_port()
-        cli("run", "--name", "dbroot", "--node", "node-a", "--detach", "--",
-            "/usr/sbin/mariadbd", "--no-defaults", "--user=mysql", f"--datadir={work / 'd'}",
-            f"--port={port}", f"--socket={work / 'sock'}", "--bind-address=127.0.0.1",
-            f"--pid-file={work / 'pid'}", "--innodb-use-native-aio=0")  # fmt: skip
+        argv = ["/usr/sbin/mariadbd", "--no-defaults", "--user=mysql",
+                f"--datadir={work / 'd'}", f"--port={port}", f"--socket={work / 'sock'}",
+                "--bind-address=127.0.0.1", f"--pid-file={work / 'pid'}",
+                "--innodb-use-native-aio=0"]  # fmt: skip
+        cli("run", "--name", "dbroot", "--node", "node-a", "--detach", "--", *argv)
         wait_for("mariadb", mysql_ping(port), timeout_s=60)
         done = cli("checkpoint", "local:dbroot", "--yes", ok=False)
-        assert done.returncode != 0
+        assert done.returncode == 8
         text = " ".join((done.stdout + done.stderr).split())
-        assert f"running as uid {pw.pw_uid}" in text, text
-        assert "planned" not in text.lower() or "refus" in text.lower()
+        assert f"running as uid {pw.pw_uid}" in text and "--init" in text, text
         assert cli.workload("dbroot")["state"] == "running"  # left as it was
         assert not json.loads(cli("checkpoints", "local:dbroot", "--json").stdout)
         mysql_ping(port)()  # still serving
+        cli("kill", "local:dbroot", "--yes")
+        # Under our init the server is no longer the first process: only its uid is left.
+        cli("run", "--name", "dbinit", "--node", "node-a", "--detach", "--init", "--",
+            *argv)  # fmt: skip
+        wait_for("mariadb under the init", mysql_ping(port), timeout_s=60)
+        done = cli("checkpoint", "local:dbinit", "--yes", ok=False)
+        text = " ".join((done.stdout + done.stderr).split())
+        if _root_lacks_sys_resource():
+            assert done.returncode == 8 and "CAP_SYS_RESOURCE" in text, text
+            assert "--init" not in text and "/proc" not in text, text
+        else:
+            assert done.returncode == 0, text
+        mysql_ping(port)()
     finally:
         cli("kill", "local:dbroot", "--yes", ok=False)
+        cli("kill", "local:dbinit", "--yes", ok=False)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _root_lacks_sys_resource() -> bool:
+    status = Path("/proc/self/status").read_text()
+    eff = next(int(ln.split()[1], 16) for ln in status.splitlines() if ln.startswith("CapEff:"))
+    return not eff >> 24 & 1
 
 
 def test_postgresql_is_refused_for_its_system_v_memory(
