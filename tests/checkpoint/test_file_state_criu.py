@@ -425,6 +425,10 @@ def test_a_first_process_without_privileges_migrates_under_our_init(
     cli("kill", "local:capless", "--yes")
     assert cli.workload("capless")["exit_status"] == "killed"
     assert not Path(f"/proc/{pid}").exists() and not Path(f"/proc/{program}").exists()
+    # The init is part of how it runs: a fresh start (no checkpoint restored) keeps it.
+    cli("failover", "local:capless", "--fresh", "--to", "node-a", "--yes")
+    pid = cli.wait_state("capless", "running")["pid"]
+    assert Path(f"/proc/{pid}/comm").read_text().strip() == "clawpoint-init"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the root mode: a payload started as root")

@@ -65,6 +65,7 @@ from typing import Any
 
 import pytest
 
+from core.checkpoint import nsinit
 from core.checkpoint.files import tree_pids
 from core.config import load_settings
 from core.wrapper.spec import output_files
@@ -638,9 +639,7 @@ def test_root_mode_database_that_drops_privileges_is_refused(cli: Cli, tmp_path:
 
 
 def _root_lacks_sys_resource() -> bool:
-    status = Path("/proc/self/status").read_text()
-    eff = next(int(ln.split()[1], 16) for ln in status.splitlines() if ln.startswith("CapEff:"))
-    return not eff >> 24 & 1
+    return not nsinit.effective_caps() >> 24 & 1  # CAP_SYS_RESOURCE
 
 
 def test_postgresql_is_refused_for_its_system_v_memory(
