@@ -206,7 +206,12 @@ def _serve_as_init(argv: list[str]) -> None:
     (criu/cr-dump.c asks only the root item, criu/pie/parasite.c ``get_proc_fd``). A program
     that drops its privileges as the root task (``setpriv --reuid``, ``gosu``) cannot; this
     init, root and never dropping anything, can, and the program's own processes may then
-    run as any user. It costs one small process in every checkpoint (a few MiB)."""
+    run as any user. It costs one small process in every checkpoint (a few MiB).
+
+    It runs in an interpreter exec'd inside the namespaces (``--be-init``), not in the
+    starter's fork: in the user-namespace mode a fork keeps the starter's executable and
+    libraries as files of the host's mount namespace, which CRIU, dumping from inside the
+    payload's, cannot name ("Can't lookup mount ... path=/usr/bin/python3")."""
     me = os.getpid()
     program = 0
 
@@ -264,8 +269,9 @@ def _start(argv: list[str], *, init: bool = False) -> int:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             os.setsid()
-            if init:
-                _serve_as_init(argv)
+            if init:  # a fresh interpreter: its files must be the namespace's (below)
+                here = os.path.abspath(__file__)
+                os.execv(sys.executable, [sys.executable, "-I", "-S", here, "--be-init", *argv])
             os.execvp(argv[0], argv)
         except OSError as exc:
             print(f"nsinit: cannot run {argv[0]!r}: {exc}", file=sys.stderr)
@@ -306,6 +312,8 @@ def main(argv: list[str]) -> int:
         return _exec_in(argv[1:], join_pid=None)
     if argv[:1] == ["--init"] and len(argv) > 1:
         return _start(argv[1:], init=True)
+    if argv[:1] == ["--be-init"] and len(argv) > 1:
+        _serve_as_init(argv[1:])
     if not argv or argv[0].startswith("--"):
         print("usage: nsinit.py [--join PID | --new | --init] CMD [ARGS...]", file=sys.stderr)
         return 2

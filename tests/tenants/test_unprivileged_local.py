@@ -61,10 +61,11 @@ class As:
             time.sleep(0.1)
         raise AssertionError(f"{name} did not reach step {at_least}: {self.progress(name)}")
 
-    def start_counter(self, name: str, *, mb: int) -> None:
+    def start_counter(self, name: str, *, mb: int, init: bool = False) -> None:
         """The self-checking counter, detached on node-a, once it has made progress."""
         code, _, err = self(
-            "run", "--name", name, "--node", "node-a", "--detach", "--json", "--",
+            "run", "--name", name, "--node", "node-a", "--detach", "--json",
+            *(["--init"] if init else []), "--",
             str(self.who.python), "-m", "core.workloads.counter",
             "--state-mb", str(mb), "--step-seconds", "0.05",
         )  # fmt: skip
@@ -207,6 +208,26 @@ def test_an_ordinary_user_checkpoints_moves_and_fails_over(alice: As) -> None:
 
     log = (alice.home / "logs" / f"{name}.out").read_text()
     assert "STATE CHECK FAILED" not in log
+
+
+def test_an_ordinary_users_workload_under_our_init_checkpoints_and_moves(alice: As) -> None:
+    # The init (run --init) in the user-namespace mode: the user's own, owning nothing more;
+    # CRIU joins the namespaces through it and the handoff restores it with the counter.
+    name = "tenant-init"
+    alice.start_counter(name, mb=16, init=True)
+    pid = int(alice.workload(name)["pid"])
+    assert Path(f"/proc/{pid}/comm").read_text().strip() == "clawpoint-init"
+    _assert_users_own(alice, name)
+    code, out, err = alice("checkpoint", f"local:{name}", "--json")
+    assert code == 0 and out["status"] == "executed", _said(out, err)
+    t = time.time()
+    code, out, err = alice("migrate", f"local:{name}", "--to", "node-b", "--yes", "--json")
+    assert code == 0, _said(out, err)
+    alice.wait_step(name, 5, since=t)
+    pid = int(alice.workload(name)["pid"])
+    assert Path(f"/proc/{pid}/comm").read_text().strip() == "clawpoint-init"
+    _assert_users_own(alice, name)
+    assert "STATE CHECK FAILED" not in (alice.home / "logs" / f"{name}.out").read_text()
 
 
 @pytest.mark.anyio
