@@ -59,7 +59,13 @@ class RunSpec(Model):
     # A privileged init of ours is the PID namespace's first process and runs the command as
     # its child (core/checkpoint/nsinit.py ``--init``): needed by a command that drops its
     # privileges as the namespace's root task (``setpriv --reuid``), which CRIU cannot dump.
-    init: bool = False
+    # None: the wrapper decides (``default_init``) and records what it chose.
+    init: bool | None = None
+    # Root's payload in a user namespace of its own that maps every uid and gid to itself
+    # (nsinit ``--userns``): its root holds every capability over its own processes and none
+    # over the host; CRIU then reads its other users' processes without CAP_SYS_RESOURCE.
+    # None: the wrapper decides, on its node (``core.wrapper.payload.default_user_namespace``).
+    user_namespace: bool | None = None
     cwd: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     restore_from: str | None = None

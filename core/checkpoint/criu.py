@@ -48,13 +48,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from core import config, errors, logs
-from core.checkpoint import cwd_lock, engine, files, lazy_pages, stats
+from core.checkpoint import cwd_lock, engine, files, lazy_pages, nsinit, stats
 from core.checkpoint.criu_restore import restore, resume
 
 # criu_status, require and required_version are the engine's public face too (callers and
 # tests ask ``criu.criu_status()``); they live with the rest of "is CRIU here".
 from core.checkpoint.criu_setup import (
     INSTALL_HINT,
+    USERNS_MARK,
     in_namespaces,
     log_tail,
     require,
@@ -271,6 +272,9 @@ def dump(
     elif leave_stopped:
         argv.append("--leave-stopped")
     argv = in_namespaces(argv, pid)
+    if nsinit.privileged() and nsinit.own_user_namespace(pid):
+        # Root's payload in its own user namespace: its restore must make one again.
+        (pending.images_dir / USERNS_MARK).write_bytes(b"")
     follower = digest.Follower(pending.images_dir) if follow else None
     if follower is not None:
         follower.start()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from core import errors, logs
 from core.checkpoint import engine, lazy_pages, stats
-from core.checkpoint.criu_setup import in_namespaces, log_tail, require
+from core.checkpoint.criu_setup import USERNS_MARK, in_namespaces, log_tail, require
 
 log = logs.get_logger(__name__)
 
@@ -64,6 +64,11 @@ def restore(
     """
     exe = require(criu_path)
     work_dir.mkdir(parents=True, exist_ok=True)
+    # Dumped from root's payload in a user namespace of its own: restored inside a new one,
+    # where CRIU cannot restore lazily (userfaultfd: CAP_SYS_PTRACE in the initial one; the
+    # move chose stop-and-copy for it, core.backends.local.moves).
+    own_userns = (images_dir / USERNS_MARK).exists()
+    lazy = lazy and not own_userns
     daemon = lazy_pages.start(exe, images_dir, work_dir, env=env) if lazy else None
     try:
         logfile = work_dir / "criu-restore.log"
@@ -82,7 +87,7 @@ def restore(
         for inode, fd in (inherit_pipes or {}).items():
             argv += ["--inherit-fd", f"fd[{fd}]:pipe:[{inode}]"]
             fds.append(fd)
-        argv = in_namespaces(argv, None)
+        argv = in_namespaces(argv, None, everyone=own_userns)
         t0 = time.perf_counter()
         before = _children()
         try:

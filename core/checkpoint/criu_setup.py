@@ -123,13 +123,26 @@ def criu_status(criu_path: str = "criu") -> engine.EngineStatus:
     return engine.EngineStatus(name=name, available=True, version=version)
 
 
-def in_namespaces(argv: list[str], pid: int | None) -> list[str]:
-    """``argv`` (a criu command) as it must run for this process: unchanged when privileged,
-    else inside the user and mount namespaces of the payload ``pid`` (a dump) or new ones
-    (``pid`` None: a restore), with ``--unprivileged`` (see core.checkpoint.nsinit)."""
+# In an image directory: the tree was dumped from inside its own user namespace by root
+# (``run --user-namespace``), so it is restored inside a new one mapping every id.
+USERNS_MARK = "clawpoint-userns"
+
+
+def in_namespaces(argv: list[str], pid: int | None, *, everyone: bool = False) -> list[str]:
+    """``argv`` (a criu command) as it must run for this process: inside the user and mount
+    namespaces of the payload ``pid`` (a dump) or new ones (``pid`` None: a restore), with
+    ``--unprivileged`` (see core.checkpoint.nsinit); unchanged when privileged, except for a
+    payload in a user namespace of its own (a dump joins it) or a restore of one
+    (``everyone``: new namespaces mapping every id)."""
     if nsinit.privileged():
-        return argv
-    where = ["--join", str(pid)] if pid is not None else ["--new"]
+        if pid is not None and nsinit.own_user_namespace(pid):
+            where = ["--join", str(pid)]
+        elif pid is None and everyone:
+            where = ["--new-all"]
+        else:
+            return argv
+    else:
+        where = ["--join", str(pid)] if pid is not None else ["--new"]
     return [sys.executable, "-I", "-S", _NSINIT, *where, *argv, "--unprivileged"]
 
 

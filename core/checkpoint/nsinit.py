@@ -64,6 +64,8 @@ _CLONE_NEWPID = 0x20000000
 _CAP_SETGID = 6
 _CAP_SETUID = 7
 _CAP_SYS_ADMIN = 21
+_CAP_SYS_RESOURCE = 24
+_ALL_IDS = 4294967295  # every uid (gid) a map can name: 0 .. 2**32 - 2
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 
@@ -123,6 +125,13 @@ def privileged() -> bool:
     return os.geteuid() == 0 and bool(effective_caps() >> _CAP_SYS_ADMIN & 1)
 
 
+def lacks_sys_resource() -> bool:
+    """Root without CAP_SYS_RESOURCE (a container's default bounding set): CRIU, run as we
+    are, cannot read the resource limits of a process whose ids are not ours (prlimit(2),
+    kernel/sys.c ``check_prlimit_permission``) unless it lives in a user namespace we own."""
+    return privileged() and not effective_caps() >> _CAP_SYS_RESOURCE & 1
+
+
 def _map_self(uid: int, gid: int) -> None:
     """Map our uid and gid to themselves in the user namespace we just made (the one mapping
     an unprivileged process may write; setgroups must be denied first, user_namespaces(7))."""
@@ -165,13 +174,61 @@ def _reopen_stdin() -> None:
         os.close(fd)
 
 
-def enter_new(*, pid_namespace: bool) -> None:
-    """Unshare user + mount (+ PID) namespaces owned by us and map our ids into them."""
+def _unshare_mapping_everyone(flags: int) -> None:
+    """Unshare ``flags`` (a new user namespace among them) and map every uid and gid to
+    itself. Root only: the maps are written by a child left in our user namespace, since a
+    process inside the new one holds no capability over its parent, which mapping more than
+    its own id takes (user_namespaces(7), "Defining user and group ID mappings")."""
+    go_r, go_w = os.pipe()
+    helper = os.fork()
+    if helper == 0:
+        os.close(go_w)
+        code = 1
+        if os.read(go_r, 1) == b"u":
+            try:
+                for name in ("uid_map", "gid_map"):
+                    with open(f"/proc/{os.getppid()}/{name}", "w") as f:
+                        f.write(f"0 0 {_ALL_IDS}")
+                code = 0
+            except OSError as exc:
+                print(f"nsinit: cannot map the ids: {exc}", file=sys.stderr)
+        os._exit(code)
+    os.close(go_r)
+    failed = 0 if _libc().unshare(flags) == 0 else ctypes.get_errno()
+    os.write(go_w, b"x" if failed else b"u")
+    os.close(go_w)
+    _, status = os.waitpid(helper, 0)
+    if failed:
+        raise NamespaceError(f"unshare(user, mount, ...): {os.strerror(failed)}")
+    if status != 0:
+        raise NamespaceError("writing the user namespace's id maps failed")
+
+
+def enter_new(*, pid_namespace: bool, everyone: bool = False) -> None:
+    """Unshare user + mount (+ PID) namespaces owned by us and map our ids into them (with
+    ``everyone``, root: every uid and gid, each to itself)."""
     uid, gid = os.geteuid(), os.getegid()
     flags = _CLONE_NEWUSER | _CLONE_NEWNS | (_CLONE_NEWPID if pid_namespace else 0)
-    _check(_libc().unshare(flags), "unshare(user, mount" + (", pid)" if pid_namespace else ")"))
-    _map_self(uid, gid)
+    if everyone:
+        _unshare_mapping_everyone(flags)
+    else:
+        _check(_libc().unshare(flags), "unshare(user, mount" + (", pid)" if pid_namespace else ")"))
+        _map_self(uid, gid)
     _reopen_stdin()
+
+
+def own_user_namespace(pid: int) -> bool:
+    """Whether ``pid`` lives in a user namespace other than ours (its payload's own)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/user") != os.readlink("/proc/self/ns/user")
+    except OSError:
+        return False
+
+
+def _maps_root() -> bool:
+    """Whether uid 0 is mapped in our user namespace (a root-made one maps every id)."""
+    with open("/proc/self/uid_map") as f:
+        return any(line.split()[:1] == ["0"] for line in f)
 
 
 def join(pid: int) -> None:
@@ -249,10 +306,12 @@ def _serve_as_init(argv: list[str]) -> None:
             os._exit(128 - code if code < 0 else code)
 
 
-def _start(argv: list[str], *, init: bool = False) -> int:
+def _start(argv: list[str], *, init: bool = False, userns: bool = False) -> int:
     libc = _libc()
     try:
-        if privileged():
+        if privileged() and userns:  # root of its own user namespace, every id mapped
+            enter_new(pid_namespace=True, everyone=True)
+        elif privileged():
             _check(libc.unshare(_CLONE_NEWPID), "unshare(pid)")
         else:
             enter_new(pid_namespace=True)
@@ -292,13 +351,15 @@ def _start(argv: list[str], *, init: bool = False) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
-def _exec_in(argv: list[str], *, join_pid: int | None) -> int:
+def _exec_in(argv: list[str], *, join_pid: int | None, everyone: bool = False) -> int:
     try:
         if join_pid is None:
-            enter_new(pid_namespace=False)
+            enter_new(pid_namespace=False, everyone=everyone)
         else:
             join(join_pid)
-        _keep_caps(_all_caps_but((_CAP_SETUID, _CAP_SETGID)))
+        # Where uid 0 is mapped (root's namespaces) CRIU keeps every capability, the setuid
+        # ones included, to give restored processes their own uids back.
+        _keep_caps(_all_caps_but(() if _maps_root() else (_CAP_SETUID, _CAP_SETGID)))
         os.execvp(argv[0], argv)
     except (NamespaceError, OSError) as exc:
         print(f"nsinit: cannot run {argv[0]!r} in the payload's namespaces: {exc}", file=sys.stderr)
@@ -308,16 +369,20 @@ def _exec_in(argv: list[str], *, join_pid: int | None) -> int:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--join"] and len(argv) > 2 and argv[1].isdigit():
         return _exec_in(argv[2:], join_pid=int(argv[1]))
-    if argv[:1] == ["--new"] and len(argv) > 1:
-        return _exec_in(argv[1:], join_pid=None)
-    if argv[:1] == ["--init"] and len(argv) > 1:
-        return _start(argv[1:], init=True)
+    if argv[:1] in (["--new"], ["--new-all"]) and len(argv) > 1:
+        return _exec_in(argv[1:], join_pid=None, everyone=argv[0] == "--new-all")
     if argv[:1] == ["--be-init"] and len(argv) > 1:
         _serve_as_init(argv[1:])
+    flags = set()
+    while argv[:1] in (["--init"], ["--userns"]):
+        flags.add(argv.pop(0))
     if not argv or argv[0].startswith("--"):
-        print("usage: nsinit.py [--join PID | --new | --init] CMD [ARGS...]", file=sys.stderr)
+        print(
+            "usage: nsinit.py [--join PID | --new | --new-all | [--init] [--userns]] CMD [ARGS...]",
+            file=sys.stderr,
+        )
         return 2
-    return _start(argv)
+    return _start(argv, init="--init" in flags, userns="--userns" in flags)
 
 
 if __name__ == "__main__":

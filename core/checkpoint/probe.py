@@ -88,7 +88,6 @@ def _device_reason(path: str, st: os.stat_result) -> str | None:
 
 
 _CAP_SYS_ADMIN = 21
-_CAP_SYS_RESOURCE = 24
 
 
 def _status(pid: int) -> dict[str, str]:
@@ -164,8 +163,9 @@ def _uid_refusal(pid: int, *, root: bool, rlimits_need_ids: bool) -> Refusal | N
             "resource limits of a process whose uids or gids are not root's (prlimit)"
         )
         hints.append(
-            "give root CAP_SYS_RESOURCE (a container: --cap-add SYS_RESOURCE), or keep every "
-            "process of the workload at root's uid and gid"
+            "start the workload again with 'clawpoint run --init --user-namespace' (a user "
+            "namespace of its own, whose processes CRIU may read), or give root "
+            "CAP_SYS_RESOURCE (a container: --cap-add SYS_RESOURCE)"
         )
     if not reasons:
         return None
@@ -219,12 +219,16 @@ def refusals(root: int, options: CriuOptions) -> list[Refusal]:
     """What in the tree rooted at ``root`` makes a checkpoint impossible (empty: none found)."""
     out: list[Refusal] = []
     tcp: set[str] | None = None
-    rlimits_need_ids = nsinit.privileged() and not nsinit.effective_caps() >> _CAP_SYS_RESOURCE & 1
+    # Root's payload in a user namespace of its own: CRIU runs inside it, unprivileged, and
+    # holds CAP_SYS_RESOURCE over it (the owner of a namespace has every capability in it).
+    own_userns = nsinit.privileged() and nsinit.own_user_namespace(root)
+    rlimits_need_ids = nsinit.lacks_sys_resource() and not own_userns
+    unprivileged_criu = not nsinit.privileged() or own_userns
     sysv_done = False
     for pid in files.tree_pids(root):
         if not sysv_done and (segment := _sysv_shm(pid)) is not None:
             sysv_done = True
-            if (sysv := _sysv_refusal(pid, segment, not nsinit.privileged())) is not None:
+            if (sysv := _sysv_refusal(pid, segment, unprivileged_criu)) is not None:
                 out.append(sysv)
         uid = _uid_refusal(pid, root=pid == root, rlimits_need_ids=rlimits_need_ids)
         if uid is not None:

@@ -89,12 +89,22 @@ def run(
             "its privileges itself: setpriv --reuid, gosu; default: on for those programs).",
         ),
     ] = None,
+    user_namespace: Annotated[
+        bool | None,
+        typer.Option(
+            "--user-namespace/--no-user-namespace",
+            help="Root: run it in a user namespace of its own mapping every uid to itself (its "
+            "root keeps no power over the host: no ports below 1024), so processes of other "
+            "users can be checkpointed without CAP_SYS_RESOURCE (default: on for --init "
+            "programs on such a host).",
+        ),
+    ] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Run CMD checkpointably; restores the newest good checkpoint of NAME if there is one
     (if NAME has checkpoints but none verifies, it fails with exit 8 unless --fresh)."""
     from core.service.facade import bootstrap
-    from core.specs import RunSpec, default_init
+    from core.specs import RunSpec
 
     if checkpoint_every is not None:
         validate_interval_s(checkpoint_every, what="--checkpoint-every")
@@ -128,7 +138,8 @@ def run(
         cpus=cpus,
         memory_mb=memory_mb,
         command=command,
-        init=default_init(command) if init is None else init,
+        init=init,
+        user_namespace=user_namespace,
         cwd=os.getcwd(),
         labels=labels,
         start_mode="fresh" if fresh else "auto",

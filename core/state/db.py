@@ -97,6 +97,8 @@ MIGRATIONS: dict[str, list[str]] = {
         "ALTER TABLE workloads ADD COLUMN memory_mb INTEGER",
         # v7: a workload started under clawpoint's init (``run --init``).
         "ALTER TABLE workloads ADD COLUMN init INTEGER NOT NULL DEFAULT 0",
+        # v8: root's workload in a user namespace of its own (``run --user-namespace``).
+        "ALTER TABLE workloads ADD COLUMN user_namespace INTEGER NOT NULL DEFAULT 0",
     ],
 }
 

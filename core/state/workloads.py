@@ -29,6 +29,7 @@ class WorkloadRecord(Model):
     socket: str | None = None
     command: list[str] = Field(default_factory=list)
     init: bool = False  # started under our init (RunSpec.init), again on every fresh start
+    user_namespace: bool = False  # root's payload in a user namespace of its own (RunSpec)
     cwd: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     checkpoint_every: float | None = None
@@ -80,6 +81,7 @@ _COLUMNS = (
     "socket",
     "command",
     "init",
+    "user_namespace",
     "cwd",
     "labels",
     "checkpoint_every",

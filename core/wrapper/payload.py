@@ -28,6 +28,7 @@ from core import errors
 from core.checkpoint import engine, nsinit
 from core.config import Settings
 from core.polling import poll_until
+from core.specs import default_init
 from core.wrapper.spec import output_path
 
 _PR_SET_PDEATHSIG = 1
@@ -214,6 +215,14 @@ class Payload:
         return code
 
 
+def default_user_namespace(command: list[str]) -> bool:
+    """Whether ``clawpoint run`` gives ``command`` a user namespace of its own when not told:
+    a command that runs as another user (``specs.default_init``) on a host whose root cannot
+    read such a process's limits otherwise (no CAP_SYS_RESOURCE). Its dropped processes had
+    no host privilege to lose."""
+    return default_init(command) and nsinit.lacks_sys_resource()
+
+
 def start_fresh(
     command: list[str],
     *,
@@ -222,14 +231,17 @@ def start_fresh(
     cwd: str | None,
     pid_namespace: bool,
     init: bool = False,
+    user_namespace: bool = False,
     join: Callable[[], None] | None = None,
 ) -> Payload:
     """Start ``command``; ``join`` (``cgroup_limits``) runs in the child before exec, so the
     payload is in its cgroup before it runs (its children inherit that). ``init``: our init
-    is the namespace's first process and runs ``command`` as its child (nsinit ``--init``)."""
+    is the namespace's first process and runs ``command`` as its child (nsinit ``--init``);
+    ``user_namespace``: root's payload in a user namespace of its own (nsinit ``--userns``)."""
     argv = list(command)
     if pid_namespace:
-        argv = [sys.executable, "-I", "-S", str(_NSINIT), *(["--init"] if init else []), *argv]
+        how = [*(["--init"] if init else []), *(["--userns"] if user_namespace else [])]
+        argv = [sys.executable, "-I", "-S", str(_NSINIT), *how, *argv]
     if cwd is not None and not os.path.isdir(cwd):
         raise errors.InvalidInput(
             f"cannot start {command[0]!r} from scratch: its working directory {cwd} is gone",
@@ -259,7 +271,8 @@ def start_fresh(
     # The namespace init is the starter's only child: wait until it exists.
 
     def started() -> Payload | str | None:
-        kids = engine.children(proc.pid)
+        # In the namespace, not the starter's helper that maps a user namespace's ids.
+        kids = [k for k in engine.children(proc.pid) if _in_other_pid_namespace(k, proc.pid)]
         if kids:
             return Payload(kids[0], proc)
         if proc.poll() is None:
@@ -280,6 +293,13 @@ def start_fresh(
         hint="check that this kernel allows PID namespaces (unshare --pid --fork true, as root), "
         "or use the cooperative engine",
     )
+
+
+def _in_other_pid_namespace(pid: int, than: int) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid") != os.readlink(f"/proc/{than}/ns/pid")
+    except OSError:
+        return False
 
 
 def _pid_namespaces_work() -> bool:

@@ -51,7 +51,7 @@ from core.config import Settings, ensure_dirs
 from core.guardrails.audit import AuditLog
 from core.model import CheckpointInfo, WorkloadState, utcnow
 from core.polling import poll_until
-from core.specs import AutoInterval, RunSpec
+from core.specs import AutoInterval, RunSpec, default_init
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store import staging
@@ -117,6 +117,14 @@ class Supervisor:
         self.auto = AutoTimer(self.clock, spec.checkpoint_auto)  # auto: it re-times the clock
         self._out: payload.RotatingOutput | None = None
         self.join: Callable[[], None] | None = None  # enters its cgroup, if it has a size
+        # How its command starts (recorded, kept on every fresh start): decided here, on the
+        # node it runs on, where the spec leaves it open.
+        self.init = spec.init if spec.init is not None else default_init(spec.command)
+        self.user_namespace = (
+            spec.user_namespace
+            if spec.user_namespace is not None
+            else payload.default_user_namespace(spec.command)
+        )
 
     @property
     def order(self) -> handoff.HandoffOrder | None:
@@ -223,7 +231,9 @@ class Supervisor:
                 cwd=self.spec.cwd,
                 labels=self.spec.labels,
                 **self.auto.recorded(),  # checkpoint_every, checkpoint_auto
-                **self.spec.model_dump(include={"cpus", "memory_mb", "init"}),  # its limits
+                **self.spec.model_dump(include={"cpus", "memory_mb"}),  # its limits
+                init=self.init,
+                user_namespace=self.user_namespace,
                 last_checkpoint=self.last_checkpoint,
                 message=message,
                 started_at=utcnow(),
@@ -263,7 +273,8 @@ class Supervisor:
             env=self._env(restored),
             cwd=self.spec.cwd,
             pid_namespace=self.engine.needs_pid_namespace,
-            init=self.spec.init,
+            init=self.init,
+            user_namespace=self.user_namespace,
             join=self.join,
         )
         self.pipes.start()

@@ -38,9 +38,12 @@ from core.wrapper.control import ControlClient
 log = logs.get_logger(__name__)
 
 
-def choose_mode(settings: Settings, engine: str, size_bytes: int | None) -> tuple[str, str]:
+def choose_mode(
+    settings: Settings, engine: str, size_bytes: int | None, *, user_namespace: bool = False
+) -> tuple[str, str]:
     """(mode, why) for moving a workload of ``engine`` whose state is about ``size_bytes``
-    (its last image, else its resident memory)."""
+    (its last image, else its resident memory); ``user_namespace``: root's workload in a
+    user namespace of its own (``run --user-namespace``)."""
     cfg = settings.migration
     criu_path = settings.checkpoint.criu_path
     pre = (
@@ -54,6 +57,8 @@ def choose_mode(settings: Settings, engine: str, size_bytes: int | None) -> tupl
         return "stop-and-copy", "[migration] mode = stop-and-copy"
     if not lazy_pages.supported(criu_path):
         return "stop-and-copy", f"CRIU cannot restore lazily here (no uffd-noncoop); {pre}"
+    if user_namespace:  # CRIU restores it inside one: userfaultfd needs the initial one's
+        return "stop-and-copy", f"CRIU cannot restore lazily in its user namespace; {pre}"
     if cfg.mode == "post-copy":
         return "post-copy", "[migration] mode = post-copy"
     if size_bytes is None:

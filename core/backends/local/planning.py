@@ -207,7 +207,7 @@ def move_steps(
         ]
     last = next(iter(ctx.store.list(rec.name)), None)
     size = last.size_bytes if last else (_resident_bytes(rec.pid) if rec.pid else None)
-    mode, why = moves.choose_mode(ctx.settings, rec.engine, size)
+    mode, why = moves.choose_mode(ctx.settings, rec.engine, size, user_namespace=rec.user_namespace)
     handoff = CheckpointArgs(workload=rec.name, stop=True, handoff="$standby.socket", mode=mode)
     return [
         step(

@@ -137,7 +137,8 @@ def _spec(
     )
     return RunSpec(
         name=rec.name, node=node, engine=rec.engine, checkpoint_every=rec.checkpoint_every,
-        checkpoint_auto=auto, command=rec.command, init=rec.init, cwd=rec.cwd, labels=rec.labels,
+        checkpoint_auto=auto, command=rec.command, init=rec.init,
+        user_namespace=rec.user_namespace, cwd=rec.cwd, labels=rec.labels,
         cpus=cpus if cpus is not None else rec.cpus,
         memory_mb=memory_mb if memory_mb is not None else rec.memory_mb,
         home=str(ctx.settings.home), **how,
