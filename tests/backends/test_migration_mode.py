@@ -89,3 +89,14 @@ def test_every_engine_declares_what_a_move_may_ask_of_it() -> None:
         assert eng.restores_process or not eng.supports_handoff
     assert not engine.get("cooperative").supports_handoff
     assert engine.get("criu").supports_handoff and engine.get("cuda").supports_handoff
+
+
+def test_a_workload_in_its_own_user_namespace_moves_stop_and_copy(
+    tmp_path: Path, criu_can: dict[str, bool]
+) -> None:
+    # Its restore runs inside a new user namespace, where userfaultfd for another process
+    # needs CAP_SYS_PTRACE in the initial one (fs/userfaultfd.c): even a forced post-copy.
+    s = settings(tmp_path, '[migration]\nmode = "post-copy"\n')
+    mode, why = moves.choose_mode(s, "criu", 4096 * MIB, user_namespace=True)
+    assert mode == "stop-and-copy" and "user namespace" in why
+    assert moves.choose_mode(s, "criu", 4096 * MIB)[0] == "post-copy"

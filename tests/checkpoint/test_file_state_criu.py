@@ -338,6 +338,12 @@ def test_an_append_only_log_is_never_rewound_silently(cli: Cli, tmp_path: Path) 
     assert not list(log.parent.glob("access.log.after-*"))
 
 
+def _lacks_sys_resource() -> bool:
+    status = Path("/proc/self/status").read_text()
+    eff = next(int(ln.split()[1], 16) for ln in status.splitlines() if ln.startswith("CapEff:"))
+    return not eff >> 24 & 1
+
+
 def _children(pid: int) -> list[int]:
     return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
@@ -353,27 +359,46 @@ def test_a_command_that_drops_to_another_uid_runs_under_our_init(cli: Cli) -> No
     # A server started by root that drops to an unprivileged user as the namespace's first
     # process (PostgreSQL through setpriv): CRIU cannot dump a tree whose first process has no
     # privileges and the host's /proc. Started through setpriv, the command runs under our
-    # init (root), so only the dropped process's own ids are left to decide.
+    # init (root); on a host whose root lacks CAP_SYS_RESOURCE (this one), which CRIU needs
+    # to read another uid's limits, in a user namespace of its own as well.
     cli("run", "--name", "drop", "--node", "node-a", "--detach", "--", "/usr/bin/setpriv",
         "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/sleep", "600")  # fmt: skip
     pid = cli.wait_state("drop", "running")["pid"]
     assert Path(f"/proc/{pid}/comm").read_text().strip() == "clawpoint-init"
     assert _status(pid, "Uid").split()[0] == "0"
+    own_userns = os.readlink(f"/proc/{pid}/ns/user") != os.readlink("/proc/self/ns/user")
+    assert own_userns == _lacks_sys_resource()
     wait_for(lambda: _children(pid), "the command under the init")
     (sleeper,) = _children(pid)
     wait_for(lambda: _status(sleeper, "Uid").split()[0] == "65534", "the drop to uid 65534")
-    if not _lacks_sys_resource():  # CRIU reads its limits: nothing left to refuse
-        cli("checkpoint", "local:drop", "--yes")
-        assert len(json.loads(cli("checkpoints", "local:drop", "--json").stdout)) == 1
-        return
+    cli("checkpoint", "local:drop", "--yes")
+    assert len(json.loads(cli("checkpoints", "local:drop", "--json").stdout)) == 1
+    cli("migrate", "local:drop", "--to", "node-b", "--yes")
+    pid = cli.wait_state("drop", "running")["pid"]
+    (sleeper,) = _children(pid)
+    assert _status(sleeper, "Uid").split()[0] == "65534"
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not _lacks_sys_resource(), reason="root without CAP_SYS_RESOURCE"
+)
+def test_without_a_user_namespace_another_uid_is_refused_naming_both_ways(cli: Cli) -> None:
     # A host whose root lacks CAP_SYS_RESOURCE cannot read the limits of another uid's
-    # process (prlimit): refused for that alone, naming the process and what to give.
+    # process (prlimit) outside a user namespace it owns: refused for that alone, naming the
+    # process and both ways out.
+    cli("run", "--name", "drop", "--node", "node-a", "--detach", "--no-user-namespace", "--",
+        "/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/sleep",
+        "600")  # fmt: skip
+    pid = cli.wait_state("drop", "running")["pid"]
+    wait_for(lambda: _children(pid), "the command under the init")
+    (sleeper,) = _children(pid)
+    wait_for(lambda: _status(sleeper, "Uid").split()[0] == "65534", "the drop to uid 65534")
     for extra in (["--dry-run"], []):
         proc = cli("checkpoint", "local:drop", "--yes", "--json", *extra, ok=False)
         assert proc.returncode == 8, proc.stdout + proc.stderr
         err = json.dumps(json.loads(proc.stdout))
         assert "uid 65534" in err and "sleep" in err and "CAP_SYS_RESOURCE" in err, err
-        assert "--init" not in err and "/proc" not in err, err
+        assert "--user-namespace" in err and "/proc" not in err, err
     assert cli.workload("drop")["pid"] == pid and cli.workload("drop")["state"] == "running"
     assert json.loads(cli("checkpoints", "local:drop", "--json").stdout) == []
 
@@ -460,12 +485,6 @@ def test_a_mount_namespace_without_its_own_proc_is_still_refused(cli: Cli) -> No
     err = json.dumps(json.loads(proc.stdout))
     assert "uid 65534" in err and "no /proc of its own" in err, err
     assert cli.workload("mnt")["pid"] == pid and cli.workload("mnt")["state"] == "running"
-
-
-def _lacks_sys_resource() -> bool:
-    status = Path("/proc/self/status").read_text()
-    eff = next(int(ln.split()[1], 16) for ln in status.splitlines() if ln.startswith("CapEff:"))
-    return not eff >> 24 & 1
 
 
 # A child that keeps uid 0 (and CAP_SYS_ADMIN) but changes its group, as a server does before

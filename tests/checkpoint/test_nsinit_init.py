@@ -45,9 +45,22 @@ def wait_for(cond: object, what: str, timeout_s: float = 10) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def in_namespace(starter: subprocess.Popen[str]) -> list[int]:
+    """The starter's children in another PID namespace (its ``--userns`` helper is not)."""
+    ours = os.readlink(f"/proc/{starter.pid}/ns/pid")
+    found = []
+    for kid in children(starter.pid):
+        try:
+            if os.readlink(f"/proc/{kid}/ns/pid") != ours:
+                found.append(kid)
+        except OSError:
+            continue  # the helper, gone
+    return found
+
+
 def the_init(starter: subprocess.Popen[str]) -> int:
-    wait_for(lambda: children(starter.pid), "the namespace's init")
-    (init,) = children(starter.pid)
+    wait_for(lambda: in_namespace(starter), "the namespace's init")
+    (init,) = in_namespace(starter)
     wait_for(lambda: children(init), "the command under the init")
     return init
 
@@ -116,3 +129,25 @@ def test_orphans_are_reaped_and_die_with_the_command() -> None:
     for pid in stray:
         assert not Path(f"/proc/{pid}").exists() or "Z" not in Path(f"/proc/{pid}/stat").read_text()
     assert not Path(f"/proc/{init}").exists()
+
+
+def test_root_userns_maps_every_id_and_leaves_only_the_init() -> None:
+    # --userns (root): a user namespace mapping every uid and gid to itself, written by a
+    # helper the starter reaps before the namespace's first process exists.
+    starter = subprocess.Popen(  # noqa: S603 (our interpreter and starter, fixed argv)
+        [sys.executable, "-I", "-S", NSINIT, "--init", "--userns", "/usr/bin/setpriv",
+         "--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sleep", "30"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        init = the_init(starter)  # type: ignore[arg-type]
+        assert children(starter.pid) == [init]
+        for name in ("uid_map", "gid_map"):
+            assert Path(f"/proc/{init}/{name}").read_text().split() == ["0", "0", "4294967295"]
+        assert os.readlink(f"/proc/{init}/ns/user") != os.readlink("/proc/self/ns/user")
+        (command,) = children(init)
+        wait_for(lambda: "\nUid:\t65534\t" in Path(f"/proc/{command}/status").read_text(),
+                 "the command's own drop")  # fmt: skip
+    finally:
+        starter.kill()
+        starter.wait(timeout=10)

@@ -17,14 +17,14 @@ every step the program's *own* data is checked:
 - A Python training loop (numpy): its metrics file has steps 0..N with no gap and no repeat
   after every step, failover included (the file is rewound with the process).
 - MariaDB (InnoDB): as an ordinary user (``clawpoint-alice``, clawpoint's ordinary-user mode:
-  the server gets user, mount and PID namespaces and a /proc of its own); rows counted after
-  each step, none duplicated; on failover the rows committed after the checkpoint are gone;
-  at the end a fresh server recovers the data directory and counts the same rows. Started
-  by root with ``--user=mysql`` (a database that drops its privileges as the first process
-  of its namespace) it is refused at plan time naming the uid and ``run --init`` (CRIU
+  the server gets user, mount and PID namespaces and a /proc of its own), and started by
+  root with ``--user=mysql`` (a database that drops its privileges), under our init in a
+  user namespace of its own (``run --init --user-namespace``); rows counted after each
+  step, none duplicated; on failover the rows committed after the checkpoint are gone; at
+  the end a fresh server recovers the data directory and counts the same rows. Started by
+  root without the init it is refused at plan time naming the uid and ``--init`` (CRIU
   cannot dump a tree whose first process dropped its privileges without a /proc of its
-  namespace: core/checkpoint/probe.py); under ``--init`` only the server's own uid is left,
-  refused on a host whose root lacks CAP_SYS_RESOURCE (this one) and checkpointed elsewhere.
+  namespace: core/checkpoint/probe.py).
 - PostgreSQL cannot be checkpointed by CRIU here and the tests pin why: as root it must drop
   to another uid (refused as above), and as an ordinary user its System V interlock segment
   cannot be dumped by an unprivileged CRIU; the checkpoint is refused at plan time naming
@@ -58,14 +58,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from core.checkpoint import nsinit
 from core.checkpoint.files import tree_pids
 from core.config import load_settings
 from core.wrapper.spec import output_files
@@ -160,10 +159,12 @@ def real_cycle(
     check: Callable[[str], None],
     failover_check: Callable[[str], None],
     start: Callable[[], None] | None = None,
+    run_opts: Sequence[str] = (),
 ) -> None:
     """``write(tag)`` puts data in, ``check(tag)`` verifies all of it is there;
-    ``failover_check(checkpoint_id)`` verifies what a failover to that checkpoint keeps."""
-    cli("run", "--name", name, "--node", "node-a", "--detach", "--", *argv)
+    ``failover_check(checkpoint_id)`` verifies what a failover to that checkpoint keeps.
+    ``run_opts``: options of ``clawpoint run`` (``--init``...)."""
+    cli("run", "--name", name, "--node", "node-a", "--detach", *run_opts, "--", *argv)
     ops = Ops(cli, name, pinger)
     if start is not None:
         start()
@@ -513,9 +514,69 @@ def tenant(request: pytest.FixtureRequest) -> Iterator[tuple[Tenant, Path, Tenan
     shutil.rmtree(work, ignore_errors=True)
 
 
+def mariadb_server(data: Path, work: Path, port: int, *extra: str) -> list[str]:
+    return [
+        "/usr/sbin/mariadbd", "--no-defaults", *extra, f"--datadir={data}", f"--port={port}",
+        f"--socket={work / f'sock{port}'}", "--bind-address=127.0.0.1",
+        f"--pid-file={work / 'mariadb.pid'}", f"--log-error={work / 'error.log'}",
+        # CRIU cannot dump Linux native AIO contexts with requests in flight; InnoDB's own
+        # I/O threads do the same work.
+        "--innodb-use-native-aio=0", "--innodb-buffer-pool-size=16M",
+        # the client below hangs up after the server's greeting, 100 times a second
+        "--skip-name-resolve", "--max-connect-errors=4294967295",
+    ]  # fmt: skip
+
+
+class MariaDBRows:
+    """Rows in, rows counted: 500 per step, tagged, none duplicated; those written after the
+    checkpoint a failover restores (``lost``) are gone. ``client`` runs the ``mariadb`` client
+    (an argv) as whoever may, returning (code, stdout, stderr)."""
+
+    def __init__(self, client: Callable[[list[str]], tuple[int, str, str]], port: int) -> None:
+        self.client, self.port, self.rows = client, port, 0
+
+    def sql(self, query: str, port: int | None = None) -> str:
+        argv = ["mariadb", "-u", "root", "-h", "127.0.0.1", f"-P{port or self.port}", "-N",
+                "-B", "-e", query]  # fmt: skip
+        code, out, err = self.client(argv)
+        assert code == 0, f"{query}: {err}"
+        return out.strip()
+
+    def start(self) -> None:
+        wait_for("mariadb", lambda: self.sql("SELECT 1"), timeout_s=60)
+        self.sql("CREATE DATABASE realsw")
+        self.sql(
+            "CREATE TABLE realsw.t (id INT AUTO_INCREMENT PRIMARY KEY, tag TEXT, i INT) ENGINE=InnoDB"
+        )
+
+    def write(self, tag: str) -> None:
+        self.sql(f"INSERT INTO realsw.t (tag, i) SELECT '{tag}', seq FROM realsw.seq_1_to_500")
+        if tag != "lost":
+            self.rows += 500
+
+    def check(self, tag: str) -> None:
+        wait_for("mariadb", lambda: self.sql("SELECT 1"), timeout_s=60)
+        assert int(self.sql("SELECT count(*) FROM realsw.t")) == self.rows, tag
+        assert int(self.sql("SELECT count(DISTINCT tag, i) FROM realsw.t")) == self.rows, tag
+
+    def failover_check(self, ckpt: str) -> None:
+        self.check("failover")  # the rows committed after the checkpoint are not there
+        assert self.sql("SELECT count(*) FROM realsw.t WHERE tag = 'lost'") == "0"
+
+    def recovered(self, server: subprocess.Popen[bytes], port: int) -> None:
+        """InnoDB's own crash recovery agrees: a fresh server on the data directory (started
+        by the caller on ``port``) counts the same rows."""
+        try:
+            wait_for("fresh mariadb", lambda: self.sql("SELECT 1", port), timeout_s=60)
+            assert int(self.sql("SELECT count(*) FROM realsw.t", port)) == self.rows
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+
+
 def test_mariadb_as_an_ordinary_user(tenant: tuple[Tenant, Path, TenantCli]) -> None:
-    """MariaDB, which as root drops to the ``mysql`` user (``--user``; refused in the root
-    mode, next test), run instead as the user it should run as."""
+    """MariaDB, which as root drops to the ``mysql`` user (``--user``; next test), run
+    instead as the user it should run as."""
     need("/usr/sbin/mariadbd", "mariadb-install-db", "mariadb")
     alice, work, cli = tenant
     data = work / "data"
@@ -524,122 +585,94 @@ def test_mariadb_as_an_ordinary_user(tenant: tuple[Tenant, Path, TenantCli]) -> 
     assert done.returncode == 0, done.stdout + done.stderr
     port = free_port()
 
-    def server(p: int) -> list[str]:
-        return [
-            "/usr/sbin/mariadbd", "--no-defaults", f"--datadir={data}", f"--port={p}",
-            f"--socket={work / f'sock{p}'}", "--bind-address=127.0.0.1",
-            f"--pid-file={work / 'mariadb.pid'}", f"--log-error={work / 'error.log'}",
-            # CRIU cannot dump Linux native AIO contexts with requests in flight; InnoDB's own
-            # I/O threads do the same work.
-            "--innodb-use-native-aio=0", "--innodb-buffer-pool-size=16M",
-            # the client below hangs up after the server's greeting, 100 times a second
-            "--skip-name-resolve", "--max-connect-errors=4294967295",
-        ]  # fmt: skip
+    def client(argv: list[str]) -> tuple[int, str, str]:
+        out = alice.run(argv)
+        return out.returncode, out.stdout, out.stderr
 
-    def sql(query: str, p: int = port) -> str:
-        out = alice.run(
-            ["mariadb", "-u", "root", "-h", "127.0.0.1", f"-P{p}", "-N", "-B", "-e", query]
-        )
-        assert out.returncode == 0, f"{query}: {out.stderr}"
-        return out.stdout.strip()
-
-    rows = [0]
-
-    def write(tag: str) -> None:
-        sql(f"INSERT INTO realsw.t (tag, i) SELECT '{tag}', seq FROM realsw.seq_1_to_500")
-        if tag != "lost":
-            rows[0] += 500
-
-    def check(tag: str) -> None:
-        wait_for("mariadb", lambda: sql("SELECT 1"), timeout_s=60)
-        assert int(sql("SELECT count(*) FROM realsw.t")) == rows[0], tag
-        assert int(sql("SELECT count(DISTINCT tag, i) FROM realsw.t")) == rows[0], tag
-
-    def failover_check(ckpt: str) -> None:
-        check("failover")  # the rows committed after the checkpoint are not there
-        assert sql("SELECT count(*) FROM realsw.t WHERE tag = 'lost'") == "0"
-
-    def start() -> None:
-        wait_for("mariadb", lambda: sql("SELECT 1"), timeout_s=60)
-        sql("CREATE DATABASE realsw")
-        sql(
-            "CREATE TABLE realsw.t (id INT AUTO_INCREMENT PRIMARY KEY, tag TEXT, i INT) ENGINE=InnoDB"
-        )
-
+    db = MariaDBRows(client, port)
     rec = Record("MariaDB 10.11 (InnoDB, as an ordinary user)",
                  "row counts after each step, no duplicates; a fresh server recovers the same rows")  # fmt: skip
-    real_cycle(cli, rec, "mariadb", server(port), pinger=Pinger(mysql_ping(port)), write=write,
-               check=check, failover_check=failover_check, start=start)  # fmt: skip
+    real_cycle(cli, rec, "mariadb", mariadb_server(data, work, port),
+               pinger=Pinger(mysql_ping(port)), write=db.write, check=db.check,
+               failover_check=db.failover_check, start=db.start)  # fmt: skip
     # The restored server runs as alice, in a user namespace of hers.
     status = Path(f"/proc/{cli.workload('mariadb')['pid']}/status").read_text()
     uid_line = next(x for x in status.splitlines() if x.startswith("Uid:"))
     assert {int(u) for u in uid_line.split()[1:]} == {alice.uid}, uid_line
     cli("kill", "local:mariadb", "--yes")
-    # InnoDB's own crash recovery agrees: a fresh server on the data directory counts the rows.
     port2 = free_port()
-    fresh = alice.popen(server(port2), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for("fresh mariadb", lambda: sql("SELECT 1", port2), timeout_s=60)
-        assert int(sql("SELECT count(*) FROM realsw.t", port2)) == rows[0]
-    finally:
-        fresh.terminate()
-        fresh.wait(timeout=60)
+    server = mariadb_server(data, work, port2)
+    db.recovered(alice.popen(server, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), port2)
     rec.save()
 
 
-def test_root_mode_database_that_drops_privileges_is_refused(cli: Cli, tmp_path: Path) -> None:
-    """MariaDB started by root with ``--user=mysql`` switches to that uid as the first process
-    of its PID namespace, which has no /proc of its own: CRIU cannot dump such a tree. The
-    checkpoint is refused at plan time, naming the process, the uid and ``run --init``, and
-    the server is left running (core/checkpoint/probe.py). Under the init, the server's own
-    uid is all that is left to decide (prlimit needs CAP_SYS_RESOURCE for it)."""
-    need("/usr/sbin/mariadbd", "mariadb-install-db")
+def _as_root(argv: list[str]) -> tuple[int, str, str]:
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60)  # noqa: S603
+    return out.returncode, out.stdout, out.stderr
+
+
+def test_mariadb_started_by_root_that_drops_to_mysql(cli: Cli) -> None:
+    """MariaDB started by root with ``--user=mysql``, as its package runs it: the server
+    switches to the ``mysql`` uid as the first process of its PID namespace. Started plainly,
+    its checkpoint is refused at plan time, naming the process, the uid and ``run --init``
+    (CRIU cannot dump a tree whose first process dropped its privileges without a /proc of
+    its namespace: core/checkpoint/probe.py), and it keeps serving. Under our init, in a user
+    namespace of its own (``--user-namespace``: this machine's root lacks CAP_SYS_RESOURCE,
+    without which CRIU cannot read another uid's limits), it goes through the four
+    operations, judged like the ordinary user's server, and runs as ``mysql`` throughout."""
+    need("/usr/sbin/mariadbd", "mariadb-install-db", "mariadb")
     try:
         pw = pwd.getpwnam("mysql")
     except KeyError:
         pytest.skip("no mysql user (the Debian package creates it)")
     work = Path(tempfile.mkdtemp(prefix="clawpoint-mariadb-root-"))
+    data = work / "data"
     try:
         os.chown(work, pw.pw_uid, pw.pw_gid)
         subprocess.run(  # noqa: S603
-            ["mariadb-install-db", "--no-defaults", f"--datadir={work / 'd'}", "--user=mysql",
-             "--skip-test-db"], check=True, capture_output=True,
+            ["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=mysql",
+             "--auth-root-authentication-method=normal", "--skip-test-db"],
+            check=True, capture_output=True,
         )  # fmt: skip
         port = free_port()
-        argv = ["/usr/sbin/mariadbd", "--no-defaults", "--user=mysql",
-                f"--datadir={work / 'd'}", f"--port={port}", f"--socket={work / 'sock'}",
-                "--bind-address=127.0.0.1", f"--pid-file={work / 'pid'}",
-                "--innodb-use-native-aio=0"]  # fmt: skip
-        cli("run", "--name", "dbroot", "--node", "node-a", "--detach", "--", *argv)
+        argv = mariadb_server(data, work, port, "--user=mysql")
+        cli("run", "--name", "dbplain", "--node", "node-a", "--detach", "--", *argv)
         wait_for("mariadb", mysql_ping(port), timeout_s=60)
-        done = cli("checkpoint", "local:dbroot", "--yes", ok=False)
+        done = cli("checkpoint", "local:dbplain", "--yes", ok=False)
         assert done.returncode == 8
         text = " ".join((done.stdout + done.stderr).split())
         assert f"running as uid {pw.pw_uid}" in text and "--init" in text, text
-        assert cli.workload("dbroot")["state"] == "running"  # left as it was
-        assert not json.loads(cli("checkpoints", "local:dbroot", "--json").stdout)
+        assert cli.workload("dbplain")["state"] == "running"  # left as it was
+        assert not json.loads(cli("checkpoints", "local:dbplain", "--json").stdout)
         mysql_ping(port)()  # still serving
-        cli("kill", "local:dbroot", "--yes")
-        # Under our init the server is no longer the first process: only its uid is left.
-        cli("run", "--name", "dbinit", "--node", "node-a", "--detach", "--init", "--",
-            *argv)  # fmt: skip
-        wait_for("mariadb under the init", mysql_ping(port), timeout_s=60)
-        done = cli("checkpoint", "local:dbinit", "--yes", ok=False)
-        text = " ".join((done.stdout + done.stderr).split())
-        if _root_lacks_sys_resource():
-            assert done.returncode == 8 and "CAP_SYS_RESOURCE" in text, text
-            assert "--init" not in text and "/proc" not in text, text
-        else:
-            assert done.returncode == 0, text
-        mysql_ping(port)()
+        cli("kill", "local:dbplain", "--yes")
+
+        db = MariaDBRows(_as_root, port)
+        rec = Record("MariaDB 10.11 (InnoDB, started by root, drops to mysql)",
+                     "row counts after each step, no duplicates; a fresh server recovers the "
+                     "same rows; the server runs as mysql throughout")  # fmt: skip
+        real_cycle(cli, rec, "mariadb-root", argv, pinger=Pinger(mysql_ping(port)),
+                   write=db.write, check=db.check, failover_check=db.failover_check,
+                   start=db.start, run_opts=("--init", "--user-namespace"))  # fmt: skip
+        init = cli.workload("mariadb-root")["pid"]
+        assert Path(f"/proc/{init}/comm").read_text().strip() == "clawpoint-init"
+        assert Path(f"/proc/{init}/uid_map").read_text().split() == ["0", "0", "4294967295"]
+        (server,) = tree_pids(init)[1:]
+        uid_line = next(x for x in Path(f"/proc/{server}/status").read_text().splitlines()
+                        if x.startswith("Uid:"))  # fmt: skip
+        assert {int(u) for u in uid_line.split()[1:]} == {pw.pw_uid}, uid_line
+        cli("kill", "local:mariadb-root", "--yes")
+        port2 = free_port()
+        fresh = mariadb_server(data, work, port2, "--user=mysql")
+        db.recovered(
+            subprocess.Popen(fresh, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),  # noqa: S603
+            port2,
+        )
+        rec.save()
     finally:
-        cli("kill", "local:dbroot", "--yes", ok=False)
-        cli("kill", "local:dbinit", "--yes", ok=False)
+        cli("kill", "local:dbplain", "--yes", ok=False)
+        cli("kill", "local:mariadb-root", "--yes", ok=False)
         shutil.rmtree(work, ignore_errors=True)
-
-
-def _root_lacks_sys_resource() -> bool:
-    return not nsinit.effective_caps() >> 24 & 1  # CAP_SYS_RESOURCE
 
 
 def test_postgresql_is_refused_for_its_system_v_memory(
