@@ -206,9 +206,10 @@ def _sysctl(name: str) -> str | None:
 # without CAP_NET_ADMIN no TCP_REPAIR.
 _CRIU_CAPABILITIES = {
     24: "CAP_SYS_RESOURCE: restored processes get resource limits only up to the current "
-    "hard limits, a workload with a process whose uid or gid is not root's cannot be "
-    "checkpointed (refused at plan time), and CRIU logs 'rlimit: Can't setup RLIMIT_NOFILE "
-    "for self' (harmless)",
+    "hard limits, a workload with a process whose uid or gid is not root's is checkpointed "
+    "only in a user namespace of its own ('clawpoint run --user-namespace', on by itself "
+    "for setpriv and the like; refused at plan time otherwise), and CRIU logs 'rlimit: Can't "
+    "setup RLIMIT_NOFILE for self' (harmless)",
     12: "CAP_NET_ADMIN: established TCP connections cannot be carried (criu_tcp 'close' "
     "restores them closed either way), nor new ones held while a server moves",
 }
