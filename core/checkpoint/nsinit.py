@@ -7,9 +7,14 @@
   ours that stays root and runs CMD as its child (``clawpoint run --init``): CRIU's parasite
   must open a /proc of the namespace in the tree's root task, which a root task that dropped
   its privileges cannot (see ``_serve_as_init``).
+- ``nsinit.py [--init] --userns CMD...`` (root): the same in a user namespace of its own
+  mapping every uid and gid to itself, with a mount namespace of its own (``clawpoint run
+  --user-namespace``): CRIU, which joins it, may read the limits of its processes of other
+  uids without CAP_SYS_RESOURCE over the host's (see the root user-namespace mode below).
 - ``nsinit.py --join PID CMD...``: run CMD (``criu dump``) inside the user and mount
   namespaces of the payload PID.
-- ``nsinit.py --new CMD...``: run CMD (``criu restore``) inside new user and mount namespaces.
+- ``nsinit.py --new CMD...``: run CMD (``criu restore``) inside new user and mount namespaces
+  (``--new-all``, root: mapping every id, for a restore of a ``--userns`` payload).
 
 Privileged mode (``privileged()``: root with CAP_SYS_ADMIN) is what it always was: only a PID
 namespace, and CRIU runs as root. Anyone else gets the **user-namespace mode**, which needs
@@ -36,7 +41,14 @@ namespaces (``user.max_user_namespaces`` > 0; not blocked by an LSM):
   in the user namespace that owns the new PID namespace). CAP_SETUID and CAP_SETGID are left
   out of CRIU's set: with them CRIU first switches to uid 0, which is not mapped.
 
-What this costs and what stops working, measured: docs/checkpointing.md ("Ordinary users").
+The **root user-namespace mode** (``--userns``, ``--new-all``) is the same with every id
+mapped (a helper left in root's namespace writes the maps: from inside the new one no process
+may map more than its own id) and the payload as uid 0 of its namespace, holding every
+capability there and none over the host; CRIU keeps CAP_SETUID and CAP_SETGID there (uid 0
+is mapped) to give restored processes their own uids back.
+
+What this costs and what stops working, measured: docs/checkpointing.md ("Ordinary users",
+"Our init and a user namespace of its own").
 Because CRIU never holds a capability outside namespaces the user owns, an image the user
 forged can only ever restore a process of that same user: no image is a path to root.
 
