@@ -28,7 +28,7 @@ from core import errors
 from core.checkpoint import engine, nsinit
 from core.config import Settings
 from core.polling import poll_until
-from core.specs import default_init
+from core.specs import RunSpec, default_init
 from core.wrapper.spec import output_path
 
 _PR_SET_PDEATHSIG = 1
@@ -215,12 +215,17 @@ class Payload:
         return code
 
 
-def default_user_namespace(command: list[str]) -> bool:
-    """Whether ``clawpoint run`` gives ``command`` a user namespace of its own when not told:
-    a command that runs as another user (``specs.default_init``) on a host whose root cannot
-    read such a process's limits otherwise (no CAP_SYS_RESOURCE). Its dropped processes had
-    no host privilege to lose."""
-    return default_init(command) and nsinit.lacks_sys_resource()
+def how_it_starts(spec: RunSpec) -> RunSpec:
+    """``spec`` with its ``init`` and ``user_namespace`` decided here, on the node it runs on,
+    where it leaves them open: our init for a command that runs as another user
+    (``specs.default_init``), and a user namespace of its own too on a host whose root cannot
+    read such a process's limits otherwise (no CAP_SYS_RESOURCE); its dropped processes had
+    no host privilege to lose. The wrapper records both, kept on every fresh start."""
+    drops = default_init(spec.command)
+    init = spec.init if spec.init is not None else drops
+    own = spec.user_namespace
+    own = own if own is not None else drops and nsinit.lacks_sys_resource()
+    return spec.model_copy(update={"init": init, "user_namespace": own})
 
 
 def start_fresh(

@@ -51,7 +51,7 @@ from core.config import Settings, ensure_dirs
 from core.guardrails.audit import AuditLog
 from core.model import CheckpointInfo, WorkloadState, utcnow
 from core.polling import poll_until
-from core.specs import AutoInterval, RunSpec, default_init
+from core.specs import AutoInterval, RunSpec
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store import staging
@@ -71,10 +71,14 @@ log = logs.get_logger(__name__)
 ABORT_WAIT_S = 15.0  # a given-up dump ends within this (CRIU killed, the tree resumed)
 
 
+_RECORDED = {"name", "node", "engine", "command", "init", "user_namespace", "cwd", "labels",
+             "cpus", "memory_mb"}  # fmt: skip
+
+
 class Supervisor:
     def __init__(self, settings: Settings, spec: RunSpec) -> None:
         self.settings = settings
-        self.spec = spec
+        self.spec = spec = payload.how_it_starts(spec)
         self.name = spec.name
         self.store = CheckpointStore(
             settings.checkpoint_dir,
@@ -117,14 +121,6 @@ class Supervisor:
         self.auto = AutoTimer(self.clock, spec.checkpoint_auto)  # auto: it re-times the clock
         self._out: payload.RotatingOutput | None = None
         self.join: Callable[[], None] | None = None  # enters its cgroup, if it has a size
-        # How its command starts (recorded, kept on every fresh start): decided here, on the
-        # node it runs on, where the spec leaves it open.
-        self.init = spec.init if spec.init is not None else default_init(spec.command)
-        self.user_namespace = (
-            spec.user_namespace
-            if spec.user_namespace is not None
-            else payload.default_user_namespace(spec.command)
-        )
 
     @property
     def order(self) -> handoff.HandoffOrder | None:
@@ -220,20 +216,13 @@ class Supervisor:
         )
         self.registry.upsert(
             WorkloadRecord(
-                name=self.name,
-                node=self.spec.node,
+                # what it is and its limits, as started
+                **self.spec.model_dump(include=_RECORDED),
                 state=WorkloadState.RUNNING,
-                engine=self.spec.engine,
                 pid=self.payload.pid,
                 wrapper_pid=os.getpid(),
                 socket=str(self.sock_path),
-                command=self.spec.command,
-                cwd=self.spec.cwd,
-                labels=self.spec.labels,
                 **self.auto.recorded(),  # checkpoint_every, checkpoint_auto
-                **self.spec.model_dump(include={"cpus", "memory_mb"}),  # its limits
-                init=self.init,
-                user_namespace=self.user_namespace,
                 last_checkpoint=self.last_checkpoint,
                 message=message,
                 started_at=utcnow(),
@@ -273,8 +262,8 @@ class Supervisor:
             env=self._env(restored),
             cwd=self.spec.cwd,
             pid_namespace=self.engine.needs_pid_namespace,
-            init=self.init,
-            user_namespace=self.user_namespace,
+            init=bool(self.spec.init),
+            user_namespace=bool(self.spec.user_namespace),
             join=self.join,
         )
         self.pipes.start()
