@@ -33,11 +33,14 @@ class As:
         self.who = who
         self.home = home
 
-    def __call__(self, *args: str, timeout: float = 240) -> tuple[int, Any, str]:
+    def __call__(
+        self, *args: str, timeout: float = 240, cwd: Path | None = None
+    ) -> tuple[int, Any, str]:
         done = self.who.run(
             [self.who.clawpoint, *args],
             env=self.who.env(CLAWPOINT_HOME=str(self.home)),
             timeout=timeout,
+            cwd=cwd,
         )
         assert "Traceback" not in done.stdout + done.stderr, done.stderr
         try:
@@ -61,13 +64,16 @@ class As:
             time.sleep(0.1)
         raise AssertionError(f"{name} did not reach step {at_least}: {self.progress(name)}")
 
-    def start_counter(self, name: str, *, mb: int, init: bool = False) -> None:
-        """The self-checking counter, detached on node-a, once it has made progress."""
+    def start_counter(
+        self, name: str, *, mb: int, init: bool = False, cwd: Path | None = None
+    ) -> None:
+        """The self-checking counter, detached on node-a, once it has made progress (run
+        from ``cwd``, else the user's home)."""
         code, _, err = self(
             "run", "--name", name, "--node", "node-a", "--detach", "--json",
             *(["--init"] if init else []), "--",
             str(self.who.python), "-m", "core.workloads.counter",
-            "--state-mb", str(mb), "--step-seconds", "0.05",
+            "--state-mb", str(mb), "--step-seconds", "0.05", cwd=cwd,
         )  # fmt: skip
         assert code == 0, err
         self.wait_step(name, 10)
@@ -147,18 +153,18 @@ def test_an_ordinary_user_checkpoints_moves_and_fails_over(alice: As) -> None:
 
     # Preempt and resume: it counts on from the checkpoint.
     code, out, err = alice("preempt", f"local:{name}", "--yes", "--json")
-    assert code == 0, (out, err)
+    assert code == 0, _said(out, err)
     saved = alice.progress(name)
     t = time.time()
     code, out, err = alice("resume", f"local:{name}", "--yes", "--json")
-    assert code == 0, (out, err)
+    assert code == 0, _said(out, err)
     alice.wait_step(name, int(saved["step"]) + 5, since=t)
     _assert_users_own(alice, name)
 
     # Migrate to the other node: the handoff restores in fresh namespaces of the user's.
     t = time.time()
     code, out, err = alice("migrate", f"local:{name}", "--to", "node-b", "--yes", "--json")
-    assert code == 0, (out, err)
+    assert code == 0, _said(out, err)
     assert alice.workload(name)["node"] == "node-b"
     alice.wait_step(name, 5, since=t)
     _assert_users_own(alice, name)
@@ -201,7 +207,7 @@ def test_an_ordinary_user_checkpoints_moves_and_fails_over(alice: As) -> None:
         time.sleep(0.2)
     t = time.time()
     code, out, err = alice("failover", f"local:{name}", "--yes", "--json")
-    assert code == 0, (out, err)
+    assert code == 0, _said(out, err)
     assert alice.wait_step(name, newest_step, since=t) >= newest_step
     alice.wait_step(name, newest_step + 10, since=t)
     _assert_users_own(alice, name)
@@ -276,10 +282,14 @@ def test_a_parasite_directory_left_in_the_users_cwd_does_not_block_checkpoints(
     alice: As,
 ) -> None:
     """As the user: a ``proc.crtools`` a killed dump left in the payload's working directory
-    (the user's home here) is cleared by the user's own clawpoint before the next dump."""
+    is cleared by the user's own clawpoint before the next dump. The directory is this
+    test's own: planted in the user's home, the name would break a dump of the user's other
+    workloads started there (the other tests', in parallel) mid-way, which no lock orders."""
     name = "tenant-stale"
-    alice.start_counter(name, mb=8)
-    stale = alice.who.home / "proc.crtools"
+    cwd = alice.home / "cwd"
+    assert alice.who.run(["mkdir", "-p", str(cwd)]).returncode == 0
+    alice.start_counter(name, mb=8, cwd=cwd)
+    stale = cwd / "proc.crtools"
     done = alice.who.run(["mkdir", "-p", str(stale)])
     assert done.returncode == 0 and stale.stat().st_uid == alice.who.uid, done.stderr
     code, out, err = alice("checkpoint", f"local:{name}", "--json")
