@@ -325,6 +325,16 @@ def dump(
             + ("" if leave_running else "; CRIU does not stop a tree whose dump failed"),
             details={"log": str(kept)},
         )
+    if missing := tasks_without_mm(pending.images_dir):
+        if follower is not None:
+            follower.cancel()
+        raise errors.CheckpointError(
+            f"criu dump of pid {pid} exited 0 without the memory layout of task(s) "
+            f"{', '.join(missing)}, so its images could not be restored: {log_tail(logfile)}",
+            hint="the checkpoint is not kept; the log names the file CRIU could not dump"
+            + ("" if leave_running or leave_stopped else "; CRIU ended the tree it dumped"),
+            details={"log": str(pending.kept_logs_dir / logfile.name)},
+        )
     try:
         if follower is not None:
             pending.precomputed.update(follower.finish())
@@ -337,6 +347,20 @@ def dump(
     timings = {"criu_dump_s": wall, **dump_stats}
     log.info("criu.dumped", pid=pid, wall_s=round(wall, 3), leave_running=leave_running)
     return timings
+
+
+def tasks_without_mm(images_dir: Path) -> list[str]:
+    """Tasks whose pages were dumped (``pagemap-N.img``) but not their memory layout
+    (``mm-N.img``). CRIU 4.2.1 exits 0 then: in ``dump_task_mm`` (criu/cr-dump.c) a failure of
+    ``get_task_auxv`` or ``dump_task_exe_link`` jumps out with ``ret`` still 0 from the VMA
+    loop, and the image is never written (met when CRIU could not name a task's executable,
+    "Can't lookup mount=N for fd=-3"); its restore crashes."""
+    names = {p.name for p in images_dir.iterdir()}
+    return sorted(
+        n[len("pagemap-") : -len(".img")]
+        for n in names
+        if n.startswith("pagemap-") and f"mm-{n[len('pagemap-') :]}" not in names
+    )
 
 
 def written_files(images_dir: Path) -> list[str]:
