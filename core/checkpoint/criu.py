@@ -356,11 +356,9 @@ def tasks_without_mm(images_dir: Path) -> list[str]:
     loop, and the image is never written (met when CRIU could not name a task's executable,
     "Can't lookup mount=N for fd=-3"); its restore crashes."""
     names = {p.name for p in images_dir.iterdir()}
-    return sorted(
-        n[len("pagemap-") : -len(".img")]
-        for n in names
-        if n.startswith("pagemap-") and f"mm-{n[len('pagemap-') :]}" not in names
-    )
+    tasks = (n[len("pagemap-") : -len(".img")] for n in names if n.startswith("pagemap-"))
+    # Only a task's own (pagemap-PID); shared memory has its own (pagemap-shmem-INODE).
+    return sorted(t for t in tasks if t.isdigit() and f"mm-{t}.img" not in names)
 
 
 def written_files(images_dir: Path) -> list[str]:

@@ -18,7 +18,7 @@ from core.checkpoint import criu
 
 def test_a_whole_image_has_every_memory_layout(tmp_path: Path) -> None:
     for name in ("core-1.img", "core-2.img", "mm-1.img", "mm-2.img", "pagemap-1.img",
-                 "pagemap-2.img", "pstree.img"):  # fmt: skip
+                 "pagemap-2.img", "pagemap-shmem-87430.img", "pstree.img"):  # fmt: skip
         (tmp_path / name).write_bytes(b"")
     assert criu.tasks_without_mm(tmp_path) == []
     (tmp_path / "mm-1.img").unlink()
