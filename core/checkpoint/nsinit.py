@@ -293,6 +293,8 @@ def _serve_as_init(argv: list[str]) -> None:
 
     for sig in _FORWARDED:
         signal.signal(sig, forward)
+    # Named before the program starts: whoever sees the program sees its init by name.
+    _libc().prctl(_PR_SET_NAME, b"clawpoint-init", 0, 0, 0)
     program = os.fork()
     if program == 0:
         try:
@@ -307,7 +309,6 @@ def _serve_as_init(argv: list[str]) -> None:
         os.setpgid(program, program)  # also here: a signal may come before the child's own
     except OSError:
         pass  # it already exec'd (and set it) or ended
-    _libc().prctl(_PR_SET_NAME, b"clawpoint-init", 0, 0, 0)
     while True:
         try:
             pid, status = os.waitpid(-1, 0)
