@@ -17,6 +17,10 @@ marks change nothing.
 
 from __future__ import annotations
 
+import json
+import os
+import resource
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -91,3 +95,33 @@ def _suffix_groups(items: list[pytest.Item]) -> None:
         suffix = "@" + "_".join(dict.fromkeys(names))
         if names and not item.nodeid.endswith(suffix):
             item._id = NodeId.parse(item.nodeid + suffix)  # type: ignore[attr-defined]
+
+
+# ``CLAWPOINT_TEST_CPU=FILE``: each test's CPU, its own and its waited-for children's (the
+# CLI starts, CRIU, short-lived wrappers), appended to FILE as JSON lines. On a machine with
+# few CPUs the suite's wall time follows its CPU, not its waits: this says where it goes.
+_CPU_REPORT = os.environ.get("CLAWPOINT_TEST_CPU")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    if not _CPU_REPORT:
+        return (yield)
+    before = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    started = time.monotonic()
+    try:
+        return (yield)
+    finally:
+        after = (
+            resource.getrusage(resource.RUSAGE_SELF),
+            resource.getrusage(resource.RUSAGE_CHILDREN),
+        )
+        own, children = ((a.ru_utime + a.ru_stime) - (b.ru_utime + b.ru_stime)
+                         for a, b in zip(after, before, strict=True))  # fmt: skip
+        line = {"test": item.nodeid, "own_s": round(own, 3), "children_s": round(children, 3),
+                "wall_s": round(time.monotonic() - started, 3)}  # fmt: skip
+        with open(_CPU_REPORT, "a") as out:
+            out.write(json.dumps(line) + "\n")
