@@ -53,6 +53,7 @@ from tests.workloads.pinger import (  # noqa: E402
     mysql_ping,
     redis_ping,
 )
+from tests.workloads.servers import mariadb_install_db, mariadb_server  # noqa: E402
 
 CLI = Path(sys.executable).with_name("clawpoint")
 NODE_JS = ROOT / "tests" / "workloads" / "programs" / "timer_server.js"
@@ -136,18 +137,8 @@ def programs(work: Path) -> dict[str, Program]:
     if Path("/usr/sbin/mariadbd").exists() and shutil.which("mariadb-install-db"):
         port = free_port()
         d = work / "mariadb"
-        subprocess.run(  # noqa: S603
-            ["mariadb-install-db", "--no-defaults", f"--datadir={d}", "--user=root",
-             "--auth-root-authentication-method=normal", "--skip-test-db"],
-            check=True, capture_output=True,
-        )  # fmt: skip
-        argv = [
-            "/usr/sbin/mariadbd", "--no-defaults", "--user=root", f"--datadir={d}",
-            f"--port={port}", f"--socket={work / 'mariadb.sock'}", "--bind-address=127.0.0.1",
-            f"--pid-file={work / 'mariadb.pid'}", "--innodb-use-native-aio=0",
-            "--innodb-buffer-pool-size=16M", "--skip-name-resolve",
-            "--max-connect-errors=4294967295",
-        ]  # fmt: skip
+        subprocess.run(mariadb_install_db(d, "root"), check=True, capture_output=True)  # noqa: S603
+        argv = mariadb_server(d, work, port, "root")
         out["mariadb"] = Program("mariadb", argv, mysql_ping(port))
     if Path("/usr/sbin/mariadbd").exists() and _has_user("mysql"):
         # As its package runs it: started by root, the server drops to ``mysql``; under our
@@ -158,18 +149,8 @@ def programs(work: Path) -> dict[str, Program]:
         work.chmod(0o711)  # mysql passes through the run's private directory to its own
         shutil.chown(top, "mysql", "mysql")
         d = top / "data"
-        subprocess.run(  # noqa: S603
-            ["mariadb-install-db", "--no-defaults", f"--datadir={d}", "--user=mysql",
-             "--auth-root-authentication-method=normal", "--skip-test-db"],
-            check=True, capture_output=True,
-        )  # fmt: skip
-        argv = [
-            "/usr/sbin/mariadbd", "--no-defaults", "--user=mysql", f"--datadir={d}",
-            f"--port={port}", f"--socket={top / 'sock'}", "--bind-address=127.0.0.1",
-            f"--pid-file={top / 'pid'}", "--innodb-use-native-aio=0",
-            "--innodb-buffer-pool-size=16M", "--skip-name-resolve",
-            "--max-connect-errors=4294967295",
-        ]  # fmt: skip
+        subprocess.run(mariadb_install_db(d, "mysql"), check=True, capture_output=True)  # noqa: S603
+        argv = mariadb_server(d, top, port, "mysql")
         out["mariadb-mysql"] = Program("mariadb-mysql", argv, mysql_ping(port),
                                        ("--init", "--user-namespace"))  # fmt: skip
     return out

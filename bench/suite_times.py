@@ -12,6 +12,11 @@ The tests of one group run one after another on one worker, so a group's sum is 
 under the wall time of the whole run: the report names the largest and compares it with the
 run's wall time (pytest's last line). With ``--before`` each row shows both runs.
 
+On a machine with few CPUs the wall time follows the CPU the tests spend more than their
+waits. ``--cpu FILE`` adds it, from a run with ``CLAWPOINT_TEST_CPU=FILE`` (tests/conftest.py:
+one JSON line per test, its own CPU and its waited-for children's: the CLI starts, CRIU,
+MCP servers), per directory and for the tests that spend the most.
+
 Limits: pytest rounds each duration to 10 ms; the sums are worker time, not wall time (the
 workers share the CPUs); a test that fails still counts.
 """
@@ -19,6 +24,7 @@ workers share the CPUs); a test that fails still counts.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections import defaultdict
@@ -52,6 +58,36 @@ class Times:
     @property
     def total(self) -> float:
         return sum(self.by_dir.values())
+
+
+class Cpu:
+    """The sums of one run's ``CLAWPOINT_TEST_CPU`` lines: CPU seconds, own + children."""
+
+    def __init__(self, text: str) -> None:
+        self.by_dir: dict[str, float] = defaultdict(float)
+        self.by_test: dict[str, float] = {}
+        self.own = self.children = 0.0
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            own, children = float(row["own_s"]), float(row["children_s"])
+            self.own += own
+            self.children += children
+            nodeid = str(row["test"])
+            self.by_dir[_directory(nodeid.partition("::")[0])] += own + children
+            self.by_test[nodeid] = self.by_test.get(nodeid, 0.0) + own + children
+
+    def report(self, top: int = 10) -> str:
+        lines = [
+            f"CPU: {self.own + self.children:.1f} s ({self.own:.1f} s in the test processes, "
+            f"{self.children:.1f} s in their children)",
+            "CPU per directory:",
+        ]
+        lines += _rows(self.by_dir, None)
+        lines.append(f"the {top} tests that spend the most CPU:")
+        lines += _rows(dict(sorted(self.by_test.items(), key=lambda kv: -kv[1])[:top]), None)
+        return "\n".join(lines)
 
 
 def _directory(path: str) -> str:
@@ -91,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("output", type=Path, help="pytest output with --durations=0")
     ap.add_argument("--before", type=Path, help="an earlier run's output, to compare with")
+    ap.add_argument("--cpu", type=Path, help="the run's CLAWPOINT_TEST_CPU file")
     args = ap.parse_args(argv)
     now = Times(args.output.read_text(errors="replace"))
     if not now.tests:
@@ -98,6 +135,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     before = Times(args.before.read_text(errors="replace")) if args.before else None
     print(report(now, before))
+    if args.cpu is not None:
+        try:
+            print(Cpu(args.cpu.read_text()).report())
+        except (ValueError, KeyError) as exc:
+            print(f"{args.cpu}: not CLAWPOINT_TEST_CPU lines ({exc})", file=sys.stderr)
+            return 2
     return 0
 
 

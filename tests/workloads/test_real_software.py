@@ -79,6 +79,7 @@ from tests.workloads.pinger import (
     pg_ping,
     redis_ping,
 )
+from tests.workloads.servers import mariadb_install_db, mariadb_server
 from tests.workloads.test_matrix import cycle
 
 pytestmark = [pytest.mark.criu, pytest.mark.timeout(300)]
@@ -514,19 +515,6 @@ def tenant(request: pytest.FixtureRequest) -> Iterator[tuple[Tenant, Path, Tenan
     shutil.rmtree(work, ignore_errors=True)
 
 
-def mariadb_server(data: Path, work: Path, port: int, *extra: str) -> list[str]:
-    return [
-        "/usr/sbin/mariadbd", "--no-defaults", *extra, f"--datadir={data}", f"--port={port}",
-        f"--socket={work / f'sock{port}'}", "--bind-address=127.0.0.1",
-        f"--pid-file={work / 'mariadb.pid'}", f"--log-error={work / 'error.log'}",
-        # CRIU cannot dump Linux native AIO contexts with requests in flight; InnoDB's own
-        # I/O threads do the same work.
-        "--innodb-use-native-aio=0", "--innodb-buffer-pool-size=16M",
-        # the client below hangs up after the server's greeting, 100 times a second
-        "--skip-name-resolve", "--max-connect-errors=4294967295",
-    ]  # fmt: skip
-
-
 class MariaDBRows:
     """Rows in, rows counted: 500 per step, tagged, none duplicated; those written after the
     checkpoint a failover restores (``lost``) are gone. ``client`` runs the ``mariadb`` client
@@ -580,8 +568,7 @@ def test_mariadb_as_an_ordinary_user(tenant: tuple[Tenant, Path, TenantCli]) -> 
     need("/usr/sbin/mariadbd", "mariadb-install-db", "mariadb")
     alice, work, cli = tenant
     data = work / "data"
-    done = alice.run(["mariadb-install-db", "--no-defaults", f"--datadir={data}",
-                      "--auth-root-authentication-method=normal", "--skip-test-db"])  # fmt: skip
+    done = alice.run(mariadb_install_db(data))
     assert done.returncode == 0, done.stdout + done.stderr
     port = free_port()
 
@@ -629,13 +616,9 @@ def test_mariadb_started_by_root_that_drops_to_mysql(cli: Cli) -> None:
     data = work / "data"
     try:
         os.chown(work, pw.pw_uid, pw.pw_gid)
-        subprocess.run(  # noqa: S603
-            ["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=mysql",
-             "--auth-root-authentication-method=normal", "--skip-test-db"],
-            check=True, capture_output=True,
-        )  # fmt: skip
+        subprocess.run(mariadb_install_db(data, "mysql"), check=True, capture_output=True)  # noqa: S603
         port = free_port()
-        argv = mariadb_server(data, work, port, "--user=mysql")
+        argv = mariadb_server(data, work, port, "mysql")
         cli("run", "--name", "dbplain", "--node", "node-a", "--detach", "--", *argv)
         wait_for("mariadb", mysql_ping(port), timeout_s=60)
         done = cli("checkpoint", "local:dbplain", "--yes", ok=False)
@@ -663,7 +646,7 @@ def test_mariadb_started_by_root_that_drops_to_mysql(cli: Cli) -> None:
         assert {int(u) for u in uid_line.split()[1:]} == {pw.pw_uid}, uid_line
         cli("kill", "local:mariadb-root", "--yes")
         port2 = free_port()
-        fresh = mariadb_server(data, work, port2, "--user=mysql")
+        fresh = mariadb_server(data, work, port2, "mysql")
         db.recovered(
             subprocess.Popen(fresh, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),  # noqa: S603
             port2,
