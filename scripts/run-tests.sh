@@ -18,16 +18,18 @@ fi
 cleanup() { (( started_slurm )) && scripts/slurm-cluster.sh down >/dev/null 2>&1; }
 trap cleanup EXIT
 # Most tests wait (on CRIU, the wrappers, the Slurm daemons, the OpenClaw gateway) rather than
-# compute, so they run in parallel on more workers than there are CPUs: three per CPU, between
-# 2 and 8 (on 2 CPUs, four workers left them 30% idle: README, "Running the tests"). Tests that share something (the Slurm cluster, a module-scoped fixture) stay on one
-# worker: see tests/conftest.py. PYTEST_WORKERS sets the count; arguments come last, so
+# compute, so they run in parallel on more workers than there are CPUs: two per CPU, between 2
+# and 8 (on 2 CPUs, six workers instead of four kept them busier, 158% against 140%, but each
+# test then cost more CPU: 951 s against 975 s of pytest, within the runs' spread). Tests that
+# share something (the Slurm cluster, a module-scoped fixture) stay on one worker: see
+# tests/conftest.py. PYTEST_WORKERS sets the count; arguments come last, so
 # `scripts/run-tests.sh -n 0` runs serially and `scripts/run-tests.sh tests/cli -k name` one test.
 # The suite starts clawpoint thousands of times (CLI, wrappers, MCP servers). Where the
 # environment forbids writing byte code (PYTHONDONTWRITEBYTECODE, set by some CI images),
 # each of those starts would compile core from source again: compile it once here.
 .venv/bin/python -m compileall -q core mcp_server >/dev/null || true
 cpus=$(nproc 2>/dev/null || echo 2)
-workers=${PYTEST_WORKERS:-$(( cpus * 3 < 2 ? 2 : (cpus * 3 > 8 ? 8 : cpus * 3) ))}
+workers=${PYTEST_WORKERS:-$(( cpus * 2 < 2 ? 2 : (cpus * 2 > 8 ? 8 : cpus * 2) ))}
 # TYPECHECK=1 (what `make test` sets): mypy runs beside the suite and fails the run as well.
 mypy_pid=""
 if [[ ${TYPECHECK:-0} == 1 ]]; then
