@@ -10,7 +10,7 @@ STAMP   = $(VENV)/.installed
 # and the tests pass with them (TESTS="tests/cli" limits the tests it runs).
 LOCK    = constraints.txt
 
-.PHONY: demo test lint style typecheck bench reliability deps venv docs clean slurm-up slurm-down refresh-lock live-k8s live-k8s-down
+.PHONY: demo test lint style typecheck bench reliability deps venv docs screenshots clean slurm-up slurm-down refresh-lock live-k8s live-k8s-down
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml $(LOCK)
@@ -68,6 +68,11 @@ reliability: deps venv
 
 docs: venv
 	$(BIN)/python scripts/gen-mcp-docs.py > docs/mcp-tools.md
+
+# The approval desk's pictures in docs/img, taken by its browser test (Chromium, CRIU); the
+# suite itself writes them only into the test's own directory.
+screenshots: deps venv
+	CLAWPOINT_WRITE_SCREENSHOTS=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/browser/test_desk_spot_notice_browser.py
 
 # The live Kubernetes suite on a local kind cluster (needs kind, docker and kubectl; see
 # docs/kubernetes.md, "The live suite"). Re-running is safe; live-k8s-down removes it all.

@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cpu is not None:
         try:
             print(Cpu(args.cpu.read_text()).report())
-        except (ValueError, KeyError) as exc:
+        except (ValueError, KeyError, TypeError) as exc:  # not JSON, a key missing, not an object
             print(f"{args.cpu}: not CLAWPOINT_TEST_CPU lines ({exc})", file=sys.stderr)
             return 2
     return 0

@@ -64,9 +64,10 @@ def test_the_script_adds_cpu_and_refuses_a_file_that_is_not_cpu_lines(tmp_path: 
     out, cpu, bad = tmp_path / "out.txt", tmp_path / "cpu.jsonl", tmp_path / "bad.jsonl"
     out.write_text(OUTPUT)
     cpu.write_text(CPU_LINES)
-    bad.write_text('{"test": "tests/x.py::t"}\n')
     script = [sys.executable, str(ROOT / "bench" / "suite_times.py"), str(out), "--cpu"]
     ok = subprocess.run([*script, str(cpu)], capture_output=True, text=True, check=False)
     assert ok.returncode == 0 and "CPU per directory:" in ok.stdout, ok.stderr
-    refused = subprocess.run([*script, str(bad)], capture_output=True, text=True, check=False)
-    assert refused.returncode == 2 and "not CLAWPOINT_TEST_CPU lines" in refused.stderr
+    for text in ('{"test": "tests/x.py::t"}\n', "[1]\n", "not json\n"):
+        bad.write_text(text)
+        refused = subprocess.run([*script, str(bad)], capture_output=True, text=True, check=False)
+        assert refused.returncode == 2 and "not CLAWPOINT_TEST_CPU lines" in refused.stderr, text

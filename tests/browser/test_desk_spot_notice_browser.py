@@ -6,7 +6,9 @@ the workload off it. The person logs in, sees the countdown on the desk and on t
 units and an undo that does not lead back onto node-a, approves, and watches the request's
 page reload itself (no script) until the execution has succeeded and the workload runs on
 node-b with a fresh checkpoint; then opens each read view (workloads, nodes, executions,
-audit trail) from the desk's navigation. The screenshots in docs/img/ are written by this test.
+audit trail) from the desk's navigation. The screenshots in docs/img/ are written by this test
+when ``CLAWPOINT_WRITE_SCREENSHOTS=1`` (``make screenshots``); otherwise they go to the test's
+own directory, so that a run of the suite leaves the checkout as it was.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from tests.adversarial.conftest import PERSON, Lab, agent_session, approval_id_o
 from tests.browser.test_approval_page_browser import CHROMIUM, Browser
 
 DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+WRITE_DOCS = os.environ.get("CLAWPOINT_WRITE_SCREENSHOTS") == "1"
 WIDTHS = {"desktop": (1280, 900, False), "phone": (390, 844, True)}
 # Each read view, and what it must show once the workload has moved.
 VIEWS = {
@@ -51,20 +54,21 @@ def _width(browser: Browser, name: str) -> None:
     )
 
 
-def _shoot(browser: Browser, url: str, name: str) -> None:
-    """The page at ``url`` at both widths, into docs/img/desk-NAME-WIDTH.png."""
+def _shoot(browser: Browser, url: str, name: str, shots: Path) -> None:
+    """The page at ``url`` at both widths, into SHOTS/desk-NAME-WIDTH.png."""
     for width in WIDTHS:
         _width(browser, width)
         browser.goto(url)
         assert browser.js("document.documentElement.scrollWidth <= window.innerWidth + 1"), (
             f"{name} scrolls sideways at {width} width"
         )
-        browser.screenshot(DOCS_IMG / f"desk-{name}-{width}.png")
+        browser.screenshot(shots / f"desk-{name}-{width}.png")
 
 
 async def test_spot_notice_countdown_approve_and_watch_it_finish(
     lab: Lab, tmp_path: Path, need_criu: None
 ) -> None:
+    shots = DOCS_IMG if WRITE_DOCS else tmp_path
     approver = "approver-" + os.urandom(16).hex()
     server = lab.http_server(approver_token=approver)
     workload = lab.start("spot-w")
@@ -91,7 +95,7 @@ async def test_spot_notice_countdown_approve_and_watch_it_finish(
             listing = browser.text()
             assert "Pending approvals (1)" in listing and "local:spot-w" in listing
             assert "Deadline: node-a is reclaimed in " in listing, listing
-            _shoot(browser, f"{server.url}/approvals", "list")
+            _shoot(browser, f"{server.url}/approvals", "list", shots)
 
             _width(browser, "desktop")
             browser.goto(f"{server.url}/approvals")
@@ -108,7 +112,7 @@ async def test_spot_notice_countdown_approve_and_watch_it_finish(
             ):
                 assert expected in detail, (expected, detail)
             assert "about 0 seconds" not in detail and "--to node-a" not in detail
-            _shoot(browser, f"{server.url}/approvals/{approval_id}", "request")
+            _shoot(browser, f"{server.url}/approvals/{approval_id}", "request", shots)
 
             _width(browser, "desktop")
             browser.goto(f"{server.url}/approvals/{approval_id}")
@@ -127,7 +131,7 @@ async def test_spot_notice_countdown_approve_and_watch_it_finish(
             assert "succeeded" in after, after
             assert "local:spot-w is running on node-b" in after, after
             assert "newest good checkpoint" in after and "taken" in after
-            _shoot(browser, f"{server.url}/approvals/{approval_id}", "outcome")
+            _shoot(browser, f"{server.url}/approvals/{approval_id}", "outcome", shots)
 
             # The read views, reached by the desk's navigation (links, no script).
             for view, wanted in VIEWS.items():
@@ -137,11 +141,11 @@ async def test_spot_notice_countdown_approve_and_watch_it_finish(
                 shown = browser.text()
                 for text in wanted:
                     assert text in shown, (view, text, shown)
-                _shoot(browser, f"{server.url}/approvals/{view}", view)
+                _shoot(browser, f"{server.url}/approvals/{view}", view, shots)
         finally:
             browser.close()
     assert lab.node_of(workload) == "node-b"
     for name in ("list", "request", "outcome", *VIEWS):
         for width in WIDTHS:
-            png = (DOCS_IMG / f"desk-{name}-{width}.png").read_bytes()
+            png = (shots / f"desk-{name}-{width}.png").read_bytes()
             assert png.startswith(b"\x89PNG") and len(png) > 10_000
