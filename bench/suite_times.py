@@ -138,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cpu is not None:
         try:
             print(Cpu(args.cpu.read_text()).report())
+        except OSError as exc:  # missing, a directory, not ours to read
+            print(f"{args.cpu}: cannot be read ({exc.strerror or exc})", file=sys.stderr)
+            return 2
         except (ValueError, KeyError, TypeError) as exc:  # not JSON, a key missing, not an object
             print(f"{args.cpu}: not CLAWPOINT_TEST_CPU lines ({exc})", file=sys.stderr)
             return 2

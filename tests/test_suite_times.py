@@ -71,3 +71,7 @@ def test_the_script_adds_cpu_and_refuses_a_file_that_is_not_cpu_lines(tmp_path: 
         bad.write_text(text)
         refused = subprocess.run([*script, str(bad)], capture_output=True, text=True, check=False)
         assert refused.returncode == 2 and "not CLAWPOINT_TEST_CPU lines" in refused.stderr, text
+    missing = subprocess.run([*script, str(tmp_path / "none.jsonl")], capture_output=True,
+                             text=True, check=False)  # fmt: skip
+    assert missing.returncode == 2 and "cannot be read" in missing.stderr, missing.stderr
+    assert "Traceback" not in missing.stderr
