@@ -180,6 +180,15 @@ export SLURM_CONF=$CONF
 # Stdio on /dev/null: slurmctld runs this with them closed, and a slurmd started so gets its
 # listening socket as fd 2 and hangs writing its log there. -b: report a reboot, which is how
 # slurmctld knows that a node it powered up came up.
+# The second's wait: slurmctld counts a powering-up node as booted only if its boot time
+# (its clock's whole second at registration less the uptime slurmd reports) is no earlier
+# than the second it asked for the power-up (node_mgr.c, waiting_for_node_boot); with -b,
+# slurmd reports the whole seconds of uptime since its first uptime read (get_mach_stat.c,
+# get_up_time). A slurmd started in the very second of the request whose uptime ticks over
+# before it registers gives a boot time one second too early, and slurmctld waits for a
+# boot that never comes until ResumeTimeout marks the node down (seen once in nine test
+# runs). Started a second later, its boot time is never before the request.
+sleep 1
 for n in \$(scontrol show hostnames "\$1"); do
     slurmd -b -f $CONF -N "\$n" </dev/null >/dev/null 2>&1
 done
