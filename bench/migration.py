@@ -206,6 +206,10 @@ class Clawpoint:
             **self.watch.freeze(t0, t1),
             "criu_frozen_s": steps["checkpoint"].get("timings", {}).get("frozen_s"),
             "takeover_s": report.get("takeover_s"),
+            # where the takeover's time went (s after the order came: lock taken, control
+            # socket up, restore begun) and the restore's own wall time
+            "takeover_marks": report.get("takeover_marks"),
+            "restore_wall_s": report.get("restore_wall_s"),
             "mode": report.get("mode"),
             "command_s": t1 - t0,
         }

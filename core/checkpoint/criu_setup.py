@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from core import errors
@@ -50,9 +51,19 @@ def required_version(kernel_release: str | None = None) -> tuple[int, ...]:
     return MIN_VERSION_SOCKETS if kernel >= SOCKETS_KERNEL else MIN_VERSION
 
 
-@functools.lru_cache(maxsize=4)
+# One check at a time: a caller that comes while a check runs (a wrapper's warm-up thread,
+# core.wrapper.warm_up) waits for it and gets its cached answer instead of running another.
+_status_lock = threading.Lock()
+
+
 def criu_status(criu_path: str = "criu") -> engine.EngineStatus:
     """Is CRIU usable here? Cached per process: ``criu check`` takes a moment."""
+    with _status_lock:
+        return _criu_status(criu_path)
+
+
+@functools.lru_cache(maxsize=4)
+def _criu_status(criu_path: str) -> engine.EngineStatus:
     name = "criu"
     exe = shutil.which(criu_path)
     if exe is None:

@@ -57,7 +57,7 @@ from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store import staging
 from core.store.disk import ON_REQUEST, REQUESTED_BY
 from core.store.store import CheckpointStore
-from core.wrapper import cgroup_limits, ending, fence, handoff, payload, restoring
+from core.wrapper import cgroup_limits, ending, fence, handoff, payload, restoring, warm_up
 from core.wrapper.auto_interval import AutoTimer
 from core.wrapper.desk import ControlDesk, Job
 from core.wrapper.faults import die_if
@@ -566,10 +566,10 @@ class Supervisor:
 def run(settings: Settings, spec: RunSpec) -> int:
     """Run ``spec`` in the foreground under the wrapper; returns the payload's exit code.
     A standby spec waits for its order first, and exits 0 without one."""
-    # Staged images of a wrapper that was killed are freed by the next wrapper of the uid,
-    # whatever it does (not only by a later handoff); nearly free when there are none.
+    # Staged images of a killed wrapper are freed by the uid's next wrapper, whatever it does.
     staging.sweep(settings.migration.staging_dir)
     sup = Supervisor(settings, spec)
+    warm_up.start(sup.engine, settings.checkpoint)  # the engine check, the logger: in its waits
     if spec.standby is not None:
         order = sup.target.wait(sup.registry)
         if order is None:
