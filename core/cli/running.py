@@ -115,6 +115,10 @@ def run(
     config = settings()
     engine = engine or config.checkpoint.default_engine
     check_engine(engine)  # an unknown name is refused here, naming the known ones
+    if not detach:  # this process restores it: its engine check runs while the rest loads
+        from core.service.early_start import prepare_engine
+
+        prepare_engine(config, engine)
     # In a pod of a multi-pod workload (an Indexed Job, a StatefulSet) every pod runs the same
     # --name: the pod's index from its environment makes its lineage its own (NAME-INDEX).
     workload_name = (

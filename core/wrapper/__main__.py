@@ -18,10 +18,11 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from core import errors, logs
+from core.checkpoint import engine
 from core.config import load_settings
 from core.specs import RunSpec
+from core.wrapper import warm_up
 from core.wrapper.launch import ERROR_LINE
-from core.wrapper.supervisor import run
 
 
 def main(argv: list[str]) -> int:
@@ -33,6 +34,11 @@ def main(argv: list[str]) -> int:
     try:
         spec = RunSpec.model_validate_json(argv[0])
         settings = load_settings(Path(spec.home))
+        # The engine check and the logger load while the supervisor's modules do (a restore
+        # waits for all three).
+        warm_up.start(engine.get(spec.engine), settings.checkpoint)
+        from core.wrapper.supervisor import run
+
         return run(settings, spec)
     except ValidationError as exc:
         print(f"clawpoint wrapper: invalid run spec: {exc}", file=sys.stderr)

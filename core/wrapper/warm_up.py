@@ -28,7 +28,12 @@ log = logs.get_logger(__name__)
 
 
 def start(engine: Engine, cfg: CheckpointConfig) -> threading.Thread:
-    """Check ``engine`` and load the logger in a daemon thread; returns it (for tests)."""
+    """Check ``engine`` and load the logger in a daemon thread; returns it (for tests).
+    Called as early as the engine is known: by ``clawpoint run`` in the foreground before
+    it builds the service (``core.service.warm_up``), by a detached wrapper before it
+    imports the supervisor, and by the supervisor (nothing left to do by then). The engine
+    is got by the caller: importing in two threads at once can meet a circular import
+    half done."""
     thread = threading.Thread(target=_warm, args=(engine, cfg), daemon=True, name="warm-up")
     thread.start()
     return thread
