@@ -85,12 +85,6 @@ def _apply() -> Any:
     return structlog
 
 
-def load() -> None:
-    """Load and configure structlog now rather than at the first line logged (a wrapper
-    does it early, off its critical path: ``core.wrapper.warm_up``)."""
-    _apply()
-
-
 class Logger:
     """A structlog logger made on first use (see the module's docstring)."""
 

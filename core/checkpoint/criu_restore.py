@@ -145,7 +145,8 @@ def restore(
             images_dir / "stats-restore"
         )
         timings.update({f"restore_{k}": v for k, v in restore_stats.items()})
-        log.info("criu.restored", pid=pid, wall_s=round(wall, 3))
+        # Not logged here: the tree is still stopped, and a first log line loads the logger
+        # (tens of ms) inside the workload's pause; ``ops`` says it once the tree runs.
         return engine.Restored(pid=pid, timings=timings)
     except BaseException:
         if daemon is not None:

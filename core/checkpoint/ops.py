@@ -229,6 +229,7 @@ def restore_staged(
         eng.resume(restored.pid)
         restored.timings["resumed_at"] = time.time()
     restored.timings["restore_total_s"] = time.perf_counter() - t0
+    _said_restored(eng, restored, info.id)
     return restored
 
 
@@ -347,7 +348,15 @@ def _restore_verified(
     restored.timings.update(
         {"verify_wait_s": time.perf_counter() - t1, "restore_total_s": time.perf_counter() - t0}
     )
+    _said_restored(eng, restored, checkpoint_id)
     return restored
+
+
+def _said_restored(eng: Engine, restored: Restored, checkpoint_id: str) -> None:
+    """Log a restore once its tree runs (never inside the pause: see criu_restore)."""
+    log.info("checkpoint.restored", engine=eng.name, checkpoint=checkpoint_id,
+             pid=restored.pid, **{k: round(v, 3) for k, v in restored.timings.items()
+                                  if k in ("criu_restore_s", "restore_total_s")})  # fmt: skip
 
 
 # The wrapper's way of ending a payload; lives with the tree helpers.

@@ -4,8 +4,8 @@ Role: a foreground run restores its workload in this very process (a Slurm job's
 script is one: ``exec clawpoint run``), so everything from the process's start to the
 restored tree running is inside the workload's pause. Building the service and importing the
 wrapper take a few hundred milliseconds of CPU; the engine's check (``criu check``, mostly a
-wait on the kernel) and the logger's loading need not wait for them. ``prepare_engine``
-starts both in the background (``core.wrapper.warm_up``) as soon as the engine is known.
+wait on the kernel) need not wait for them: ``prepare_engine`` starts it in the background
+(``core.wrapper.warm_up``) as soon as the engine is known.
 
 Limits: it only warms caches of this process; the checks that decide still run where they
 always did (``Engine.require``), and an unknown engine is refused there, not here.
@@ -18,7 +18,7 @@ from core.config import Settings
 
 
 def prepare_engine(settings: Settings, engine_name: str) -> None:
-    """Start checking ``engine_name`` (and loading the logger) in the background."""
+    """Start checking ``engine_name`` in the background."""
     from core.checkpoint import engine
     from core.wrapper import warm_up
 

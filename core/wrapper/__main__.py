@@ -34,8 +34,7 @@ def main(argv: list[str]) -> int:
     try:
         spec = RunSpec.model_validate_json(argv[0])
         settings = load_settings(Path(spec.home))
-        # The engine check and the logger load while the supervisor's modules do (a restore
-        # waits for all three).
+        # The engine check runs while the supervisor's modules load (a restore waits for both).
         warm_up.start(engine.get(spec.engine), settings.checkpoint)
         from core.wrapper.supervisor import run
 

@@ -569,7 +569,7 @@ def run(settings: Settings, spec: RunSpec) -> int:
     # Staged images of a killed wrapper are freed by the uid's next wrapper, whatever it does.
     staging.sweep(settings.migration.staging_dir)
     sup = Supervisor(settings, spec)
-    warm_up.start(sup.engine, settings.checkpoint)  # the engine check, the logger: in its waits
+    warm_up.start(sup.engine, settings.checkpoint)  # the engine check, before it is needed
     if spec.standby is not None:
         order = sup.target.wait(sup.registry)
         if order is None:

@@ -3,6 +3,8 @@ a failure in it changes nothing (``core.wrapper.warm_up``, ``criu_setup.criu_sta
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -52,3 +54,32 @@ def test_a_failing_engine_check_is_left_to_require(tmp_path: Path) -> None:
     finally:
         threading.excepthook = before
     assert not thread.is_alive() and escaped == []
+
+
+def test_nothing_is_logged_before_a_restored_tree_runs(tmp_path: Path) -> None:
+    """A first log line loads structlog (tens of ms of CPU): never inside the pause. A fresh
+    interpreter restores through ``ops`` with an engine that notes, at the resume, whether
+    the logger was loaded yet."""
+    code = """
+import sys
+from pathlib import Path
+from core.checkpoint import engine, ops
+from core.config import CheckpointConfig
+from core.model import CheckpointInfo, utcnow
+seen = []
+class Noting:
+    name = "noting"
+    def restore(self, req):
+        return engine.Restored(pid=12345)
+    def resume(self, pid):
+        seen.append("structlog" in sys.modules)
+info = CheckpointInfo(id="w@1", lineage="w", seq=1, engine="noting", node="n",
+                      created_at=utcnow(), size_bytes=0)
+here = Path(sys.argv[1])
+ops.restore_staged(Noting(), here, work_dir=here, cfg=CheckpointConfig(), info=info)
+print(seen, "structlog" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                         text=True, timeout=60, check=True)  # fmt: skip
+    last = out.stdout.splitlines()[-1].split()  # (unconfigured, the line went to stdout)
+    assert last == ["[False]", "True"], out.stdout + out.stderr  # logged, but after the resume
