@@ -18,7 +18,8 @@ Each repetition, in turn:
   CLI, the settings, the service, the wrapper, the engine check, the store's choice and
   verification of the newest good checkpoint, CRIU's restore, the resume.
 
-The step is read from the counter's progress file every millisecond (its own timestamps).
+The step is read from the counter's progress file every millisecond while a restore is
+awaited (its own timestamps; nothing polls in between).
 The disk is synced before every restore. Medians of ``--reps``; the ratio is clawpoint's to
 raw CRIU's in the same run. JSON: ``bench/results/restore_start.json``.
 
@@ -44,22 +45,27 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.migration import Watcher, command  # noqa: E402
+from bench.migration import command  # noqa: E402
 
 CLAWPOINT = Path(sys.executable).with_name("clawpoint")
 # Preempting over and over is rate-limited by default (30 disruptive actions an hour).
 CONFIG = "[policy.limits]\nrate_per_hour = { destructive = 10 }\n"
 
 
-def first_step_after(watch: Watcher, t0: float, timeout_s: float = 60) -> float:
-    """Seconds from ``t0`` to the workload's first step stamped after it."""
+def first_step_after(progress: Path, t0: float, timeout_s: float = 60) -> float:
+    """Seconds from ``t0`` to the workload's first step stamped after it. The file is read
+    every millisecond only while waiting (a reader polling all the time would take CPU from
+    the restore it measures, on a small machine)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        after = [ts for ts in list(watch.ts.values()) if ts > t0]
-        if after:
-            return min(after) - t0
+        try:
+            ts = float(json.loads(progress.read_text())["ts"])
+        except (OSError, ValueError, KeyError):
+            ts = 0.0
+        if ts > t0:
+            return ts - t0
         time.sleep(0.001)
-    raise RuntimeError("the workload made no step after the restore")
+    raise RuntimeError(f"no step in {progress} after the restore")
 
 
 class Raw:
@@ -69,7 +75,6 @@ class Raw:
         self.work, self.argv = work, argv
         self.progress = work / "raw.progress.json"
         self.images = work / "raw-images"
-        self.watch = Watcher(self.progress)
         self.pid = self._start()
 
     def _start(self) -> int:
@@ -89,7 +94,7 @@ class Raw:
         raise RuntimeError("the raw counter did not start")
 
     def restore(self) -> float:
-        self.watch.wait_steps(10)
+        first_step_after(self.progress, time.time())  # it runs
         shutil.rmtree(self.images, ignore_errors=True)
         self.images.mkdir()
         subprocess.run(["criu", "dump", "-t", str(self.pid), "-D", str(self.images),
@@ -100,12 +105,11 @@ class Raw:
         t0 = time.time()
         subprocess.run(["criu", "restore", "-D", str(self.images), "-d", "-o", "r.log",
                         "--pidfile", str(pidfile)], check=True)  # fmt: skip
-        took = first_step_after(self.watch, t0)
+        took = first_step_after(self.progress, t0)
         self.pid = int(pidfile.read_text())
         return took
 
     def close(self) -> None:
-        self.watch.stop()
         subprocess.run(["kill", "-9", str(self.pid)], check=False)
 
 
@@ -115,9 +119,9 @@ class Claw:
     def __init__(self, home: Path, name: str, argv: list[str]) -> None:
         home.mkdir(parents=True)
         (home / "config.toml").write_text(CONFIG)
-        self.env = {**os.environ, "CLAWPOINT_HOME": str(home), "PYTHONPATH": str(ROOT)}
+        self.env = {**os.environ, "CLAWPOINT_HOME": str(home)}
         self.name, self.argv = name, argv
-        self.watch = Watcher(home / "run" / f"{name}.progress.json")
+        self.progress = home / "run" / f"{name}.progress.json"
         self.fg: subprocess.Popen[bytes] | None = None
         self._cli("run", "--detach", "--name", name, "--", *argv)
 
@@ -132,7 +136,7 @@ class Claw:
             self.fg = None
 
     def restore(self) -> float:
-        self.watch.wait_steps(10)
+        first_step_after(self.progress, time.time())  # it runs
         self._stop()
         os.sync()
         time.sleep(0.5)
@@ -141,10 +145,9 @@ class Claw:
             [str(CLAWPOINT), "run", "--name", self.name, "--", *self.argv], env=self.env,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        return first_step_after(self.watch, t0)
+        return first_step_after(self.progress, t0)
 
     def close(self) -> None:
-        self.watch.stop()
         self._cli("kill", f"local:{self.name}", "--yes")
         if self.fg is not None:
             self.fg.wait(timeout=60)
