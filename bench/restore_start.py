@@ -23,6 +23,9 @@ awaited (its own timestamps; nothing polls in between).
 The disk is synced before every restore. Medians of ``--reps``; the ratio is clawpoint's to
 raw CRIU's in the same run. JSON: ``bench/results/restore_start.json``.
 
+``--also PATH`` adds a second install's ``clawpoint`` (an older checkout's, say) as a third
+side, measured the same way in the same run: a before/after of the restore path.
+
 Limits: one machine; the counter's step interval (20 ms) bounds the resolution; clawpoint's
 restore also verifies the checkpoint's hashes and signature, which raw CRIU does not.
 """
@@ -116,7 +119,8 @@ class Raw:
 class Claw:
     """The counter under clawpoint: preempted, then restored by a foreground ``run``."""
 
-    def __init__(self, home: Path, name: str, argv: list[str]) -> None:
+    def __init__(self, home: Path, name: str, argv: list[str], clawpoint: Path) -> None:
+        self.clawpoint = clawpoint
         home.mkdir(parents=True)
         (home / "config.toml").write_text(CONFIG)
         self.env = {**os.environ, "CLAWPOINT_HOME": str(home)}
@@ -126,7 +130,7 @@ class Claw:
         self._cli("run", "--detach", "--name", name, "--", *argv)
 
     def _cli(self, *args: str) -> None:
-        subprocess.run([str(CLAWPOINT), *args], env=self.env, check=True,  # noqa: S603
+        subprocess.run([str(self.clawpoint), *args], env=self.env, check=True,  # noqa: S603
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
 
     def _stop(self) -> None:
@@ -142,7 +146,7 @@ class Claw:
         time.sleep(0.5)
         t0 = time.time()
         self.fg = subprocess.Popen(  # noqa: S603 (argv list)
-            [str(CLAWPOINT), "run", "--name", self.name, "--", *self.argv], env=self.env,
+            [str(self.clawpoint), "run", "--name", self.name, "--", *self.argv], env=self.env,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         return first_step_after(self.progress, t0)
@@ -157,25 +161,32 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--mb", type=int, default=200)
+    ap.add_argument("--also", type=Path, default=None, metavar="CLAWPOINT",
+                    help="another install's console script (an older checkout's, say), "
+                    "measured the same way in the same run")  # fmt: skip
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("run as root (CRIU)", file=sys.stderr)
         return 2
     argv = command("counter", args.mb)
-    runs: dict[str, list[float]] = {"raw-criu": [], "clawpoint": []}
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="clawpoint-restore-", dir="/var/tmp") as tmp:
-        raw = Raw(Path(tmp), argv)
-        claw = Claw(Path(tmp) / "home", "bench-restore", argv)
+        sides: dict[str, Raw | Claw] = {
+            "raw-criu": Raw(Path(tmp), argv),
+            "clawpoint": Claw(Path(tmp) / "home", "bench-restore", argv, CLAWPOINT),
+        }
+        if args.also is not None:
+            sides["also"] = Claw(Path(tmp) / "also", "bench-restore", argv, args.also)
+        runs: dict[str, list[float]] = {name: [] for name in sides}
         try:
             for rep in range(args.reps):
-                for name, side in (("raw-criu", raw), ("clawpoint", claw)):
+                for name, side in sides.items():
                     took = side.restore()
                     runs[name].append(took)
                     print(f"  rep {rep + 1} {name:>9}: {took:.3f} s", flush=True)
         finally:
-            raw.close()
-            claw.close()
+            for side in sides.values():
+                side.close()
     med = {k: statistics.median(v) for k, v in runs.items()}
     results: dict[str, Any] = {
         "machine": {
@@ -185,6 +196,7 @@ def main() -> int:
             "load_after": os.getloadavg(),
         },
         "mb": args.mb,
+        "also": str(args.also) if args.also else None,
         "reps": args.reps,
         "runs": runs,
         "median_s": med,
@@ -193,8 +205,9 @@ def main() -> int:
     out = ROOT / "bench" / "results" / "restore_start.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
+    also = f", {args.also} {med['also']:.3f} s" if "also" in med else ""
     print(f"restore -> first step, medians: raw CRIU {med['raw-criu']:.3f} s, clawpoint run "
-          f"{med['clawpoint']:.3f} s (x{results['ratio']:.2f})\nJSON: {out}")  # fmt: skip
+          f"{med['clawpoint']:.3f} s (x{results['ratio']:.2f}){also}\nJSON: {out}")  # fmt: skip
     return 0
 
 
