@@ -20,17 +20,14 @@ from __future__ import annotations
 
 import threading
 
-from core import logs
 from core.checkpoint.engine import Engine
 from core.config import CheckpointConfig
-
-log = logs.get_logger(__name__)
 
 
 def start(engine: Engine, cfg: CheckpointConfig) -> threading.Thread:
     """Check ``engine`` in a daemon thread; returns it (for tests).
     Called as early as the engine is known: by ``clawpoint run`` in the foreground before
-    it builds the service (``core.service.warm_up``), by a detached wrapper before it
+    it builds the service (``core.service.early_start``), by a detached wrapper before it
     imports the supervisor, and by the supervisor (nothing left to do by then). The engine
     is got by the caller: importing in two threads at once can meet a circular import
     half done."""
@@ -42,5 +39,5 @@ def start(engine: Engine, cfg: CheckpointConfig) -> threading.Thread:
 def _warm(engine: Engine, cfg: CheckpointConfig) -> None:
     try:
         engine.status(cfg)  # cached for the process: ``require`` reads it
-    except Exception as exc:  # noqa: BLE001 (the real check runs again where needed)
-        log.debug("wrapper.warm_up_failed", error=str(exc))
+    except Exception:  # noqa: BLE001, S110 (not logged: a line here would load the logger in
+        pass  # the pause; ``require`` checks again where it is needed and says why it fails)
