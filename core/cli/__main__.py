@@ -1,3 +1,3 @@
-from core.cli.app import main
+from core.cli.app import console
 
-main()
+console()

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from core import errors, logs
 from core.checkpoint import engine
 from core.config import load_settings
+from core.process_exit import exit_now
 from core.specs import RunSpec
 from core.wrapper import warm_up
 from core.wrapper.launch import ERROR_LINE
@@ -50,4 +51,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    # At once when done: a stopped workload's move waits for this process to be gone.
+    exit_now(main(sys.argv[1:]))
