@@ -122,27 +122,32 @@ def command(kind: str, mb: int) -> list[str]:
             "--dirty-percent", "5"]  # fmt: skip
 
 
+def start_by_hand(argv: list[str], progress: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """``argv`` run by hand as the first process of a PID namespace of its own (what raw
+    CRIU dumps), reporting progress into ``progress``: (the starter, the program's pid)."""
+    env = {**os.environ, "CLAWPOINT_PROGRESS_FILE": str(progress), "PYTHONPATH": str(ROOT)}
+    starter = subprocess.Popen(  # noqa: S603 (argv list)
+        ["unshare", "--pid", "--fork", "setsid", *argv],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=env, cwd=ROOT, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        kids = Path(f"/proc/{starter.pid}/task/{starter.pid}/children")
+        try:
+            return starter, int(kids.read_text().split()[0])
+        except (OSError, IndexError, ValueError):
+            time.sleep(0.01)
+    raise RuntimeError(f"{argv[0]} did not start in its PID namespace")
+
+
 class RawCriu:
     """The workload run by hand in a PID namespace, moved by ``criu dump`` + ``restore``."""
 
     def __init__(self, work: Path, argv: list[str]) -> None:
         self.work = work
         self.progress = work / "raw.progress.json"
-        env = {**os.environ, "CLAWPOINT_PROGRESS_FILE": str(self.progress), "PYTHONPATH": str(ROOT)}
-        starter = subprocess.Popen(  # noqa: S603 (argv list)
-            ["unshare", "--pid", "--fork", "setsid", *argv],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env=env, cwd=ROOT, start_new_session=True,
-        )  # fmt: skip
-        self.starter = starter
-        deadline = time.monotonic() + 30
-        self.pid = 0
-        while not self.pid and time.monotonic() < deadline:
-            kids = Path(f"/proc/{starter.pid}/task/{starter.pid}/children")
-            try:
-                self.pid = int(kids.read_text().split()[0])
-            except (OSError, IndexError, ValueError):
-                time.sleep(0.01)
+        self.starter, self.pid = start_by_hand(argv, self.progress)
         self.watch = Watcher(self.progress)
 
     def move(self) -> dict[str, Any]:

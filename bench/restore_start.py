@@ -48,7 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.migration import command  # noqa: E402
+from bench.migration import command, start_by_hand  # noqa: E402
 
 CLAWPOINT = Path(sys.executable).with_name("clawpoint")
 # Preempting over and over is rate-limited by default (30 disruptive actions an hour).
@@ -78,23 +78,7 @@ class Raw:
         self.work, self.argv = work, argv
         self.progress = work / "raw.progress.json"
         self.images = work / "raw-images"
-        self.pid = self._start()
-
-    def _start(self) -> int:
-        env = {**os.environ, "CLAWPOINT_PROGRESS_FILE": str(self.progress), "PYTHONPATH": str(ROOT)}
-        starter = subprocess.Popen(  # noqa: S603 (argv list)
-            ["unshare", "--pid", "--fork", "setsid", *self.argv],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env=env, cwd=ROOT, start_new_session=True,
-        )  # fmt: skip
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            kids = Path(f"/proc/{starter.pid}/task/{starter.pid}/children")
-            try:
-                return int(kids.read_text().split()[0])
-            except (OSError, IndexError, ValueError):
-                time.sleep(0.01)
-        raise RuntimeError("the raw counter did not start")
+        self.starter, self.pid = start_by_hand(argv, self.progress)
 
     def restore(self) -> float:
         first_step_after(self.progress, time.time())  # it runs
@@ -114,6 +98,7 @@ class Raw:
 
     def close(self) -> None:
         subprocess.run(["kill", "-9", str(self.pid)], check=False)
+        self.starter.kill()
 
 
 class Claw:
