@@ -159,12 +159,36 @@ def console() -> NoReturn:
     """The installed ``clawpoint`` command: ``main``, then the process ends as soon as its
     output is flushed and its exit handlers have run (``core.process_exit``: Python's own
     teardown was 50-70 ms of every command's wall time)."""
+    interrupted = _note_interrupts()
     try:
         main()
         code = 0
     except SystemExit as exc:
         code = process_exit.exit_code(exc.code)
+    except Exception:
+        if not interrupted:
+            raise
+        # Ctrl-C landed where a library turned the KeyboardInterrupt into its own error
+        # (pydantic-core, inside a schema it was building): the person interrupted it.
+        from core.cli import output
+
+        output.err.print("interrupted")
+        code = 130
     process_exit.exit_now(code)
+
+
+def _note_interrupts() -> list[bool]:
+    """Note each Ctrl-C (SIGINT) before raising KeyboardInterrupt as Python does; the list
+    is non-empty once one came. Only where SIGINT still has Python's default handler."""
+    seen: list[bool] = []
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        seen.append(True)
+        raise KeyboardInterrupt
+
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, on_sigint)
+    return seen
 
 
 def _interrupted() -> None:
