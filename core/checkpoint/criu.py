@@ -42,7 +42,7 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -245,6 +245,7 @@ def dump(
     env: Mapping[str, str] | None = None,
     follow: bool = True,
     abort: threading.Event | None = None,
+    while_stopped: Callable[[], None] | None = None,
 ) -> dict[str, float]:
     """Dump the tree rooted at ``pid`` into ``pending.images_dir``; returns timings (seconds).
 
@@ -258,6 +259,9 @@ def dump(
     ``options``: None = ``current_options()`` (the configuration's). ``env``: CRIU's
     environment (None = ours), e.g. the GPU engine's helper on ``PATH`` for CRIU's plugin.
     ``timeout_s`` or ``abort`` (set by another thread) stop CRIU and raise CheckpointError.
+    ``while_stopped`` (with ``leave_stopped``): called once CRIU exited with good images and
+    before the hashing that followed CRIU's writes is waited for, so a tree the caller resumes
+    there is held no longer than the caller's own work in it.
     """
     exe = require(criu_path)
     options = options or current_options()
@@ -335,6 +339,13 @@ def dump(
             + ("" if leave_running or leave_stopped else "; CRIU ended the tree it dumped"),
             details={"log": str(pending.kept_logs_dir / logfile.name)},
         )
+    if while_stopped is not None:
+        try:
+            while_stopped()
+        except BaseException:
+            if follower is not None:
+                follower.cancel()
+            raise
     try:
         if follower is not None:
             pending.precomputed.update(follower.finish())
@@ -417,8 +428,13 @@ class CriuEngine:
         # A post-copy restore still copying memory in: its pages are not all there yet.
         lazy_pages.wait_done(req.pid)
         options = current_options()
-        # Cheap look before the freeze: only a tree with files to copy pays for a stopped dump.
-        frozen = req.stop or bool(files.writable_files(req.pid, exclude=req.exclude))
+        # Cheap look before the freeze: only a tree with files to copy (open ones, or side files
+        # its caller names) pays for a stopped dump.
+        frozen = (
+            req.stop
+            or req.side_files is not None
+            or bool(files.writable_files(req.pid, exclude=req.exclude))
+        )
         dumped = self._dump(req, options, frozen=frozen)
         if not frozen:
             # A file opened for writing between that look and CRIU's freeze is named in the
@@ -439,6 +455,24 @@ class CriuEngine:
     def _dump(
         self, req: engine.DumpRequest, options: CriuOptions, *, frozen: bool
     ) -> engine.Dumped:
+        budget = options.file_budget_mib * 2**20
+        file_state: dict[str, object] = {"budget_bytes": budget}
+        files_s = 0.0
+
+        def in_the_freeze() -> None:
+            # The files as the frozen tree left them; then a leave-running checkpoint's tree
+            # goes on at once, while the images' hashing is still being finished.
+            nonlocal file_state, files_s
+            t1 = time.perf_counter()
+            closed = req.side_files() if req.side_files is not None else ()
+            file_state = files.save(
+                req.pid, req.pending.images_dir, budget_bytes=budget, exclude=req.exclude,
+                closed=closed,
+            )  # fmt: skip
+            files_s = time.perf_counter() - t1
+            if not req.stop:
+                resume(req.pid)
+
         try:
             timings = dump(
                 req.pid,
@@ -452,28 +486,17 @@ class CriuEngine:
                 options=options,
                 env=self.criu_env(),
                 follow=not req.staged,
+                while_stopped=in_the_freeze if frozen else None,
             )
         except BaseException:
             if frozen:
-                resume(req.pid)  # CRIU resumes a tree whose dump failed; make sure of it
-            raise
-        file_state: dict[str, object] = {"budget_bytes": options.file_budget_mib * 2**20}
-        if frozen:
-            t1 = time.perf_counter()
-            try:
-                file_state = files.save(
-                    req.pid,
-                    req.pending.images_dir,
-                    budget_bytes=options.file_budget_mib * 2**20,
-                    exclude=req.exclude,
-                )
-            except BaseException:
-                resume(req.pid)  # the dump froze it: let it go on rather than lose it
-                raise
-            timings["files_s"] = time.perf_counter() - t1
-            if not req.stop:
+                # CRIU resumes a tree whose dump failed, and a failed copy of its files must
+                # not hold it either: let it go on rather than lose it (twice is harmless).
                 resume(req.pid)
-                frozen = False
+            raise
+        if frozen:
+            timings["files_s"] = files_s
+            frozen = req.stop
         extra = {"pipes": list(req.pipes), files.FILES_KEY: file_state}
         return engine.Dumped(timings=timings, extra=extra, frozen=frozen)
 

@@ -67,6 +67,10 @@ class DumpRequest:
     pipes: Sequence[int] = ()  # inodes of the payload's stdout/stderr pipes
     link: Path | None = None  # the cooperative engine's stable directory link
     exclude: tuple[str, ...] = ()  # paths never copied as the workload's files (the store)
+    # Files the tree does not hold open that its checkpoint carries all the same (the progress
+    # protocol's temporary files: ``core.checkpoint.files``), listed while it is frozen. When
+    # set, an engine that copies files dumps with the tree left frozen to list them.
+    side_files: Callable[[], Sequence[Path]] | None = None
     alive: Callable[[], bool] = lambda: True
     progress: Progress = _no_progress
     # A migration's handoff: nothing but the dump inside the freeze (no hashing or write-back

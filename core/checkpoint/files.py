@@ -20,6 +20,14 @@ files agree; what the file held since is first kept beside it (``PATH.after-ID``
 reported. ``[checkpoint] file_policy`` may instead keep a file opened for appending as it is
 (a server's access log), since CRIU does not size-check those.
 
+A file the tree wrote and closed but has yet to act on is not in ``/proc``: the progress
+protocol's temporary file, written, closed, then renamed over the report. A checkpoint
+frozen between the two would be restored into a rename of a file that the program's later
+run (after a leave-running checkpoint, or a resume of a stop one) already renamed away, and
+the restored program would fail on it at every restore of that checkpoint. So the caller
+names such files (``DumpRequest.side_files``, listed while the tree is frozen) and they are
+carried and put back like the rest (``closed``), with no copy of a later version kept.
+
 Limits: deleted-but-open files are CRIU's (``--ghost-limit``) and skipped here; files under
 /proc, /sys and /dev (except /dev/shm) and excluded paths (the checkpoint store) are skipped.
 A file beyond the budget is not copied: the checkpoint is still taken, the manifest lists it,
@@ -34,7 +42,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -70,6 +78,9 @@ class OpenFile:
     gid: int
     append: bool
     shared_map: bool
+    # Not held open by the tree: a file it wrote and closed whose name it still acts on (the
+    # progress protocol's temporary file, renamed over the report after it is closed).
+    closed: bool = False
 
 
 def tree_pids(root: int) -> list[int]:
@@ -113,7 +124,9 @@ def covered(path: str, excluded: tuple[str, ...]) -> bool:
     return not any(path == e or path.startswith(e.rstrip("/") + "/") for e in excluded)
 
 
-def _entry(path: str, source: str, *, append: bool, shared_map: bool) -> OpenFile | None:
+def _entry(
+    path: str, source: str, *, append: bool, shared_map: bool, closed: bool = False
+) -> OpenFile | None:
     try:
         st = os.stat(source)
     except OSError:
@@ -131,6 +144,7 @@ def _entry(path: str, source: str, *, append: bool, shared_map: bool) -> OpenFil
         gid=st.st_gid,
         append=append,
         shared_map=shared_map,
+        closed=closed,
     )
 
 
@@ -216,14 +230,35 @@ def _copy(source: str, dest: Path) -> int:
     return n
 
 
+def closed_files(paths: Sequence[Path], open_files: list[OpenFile]) -> list[OpenFile]:
+    """Entries for ``paths``, files the tree does not hold open that its checkpoint carries
+    all the same, except those already among ``open_files`` and any that is not a regular
+    file (gone since it was listed: nothing to carry)."""
+    held = {(f.dev, f.ino) for f in open_files}
+    out: list[OpenFile] = []
+    for path in paths:
+        e = _entry(str(path), str(path), append=False, shared_map=False, closed=True)
+        if e is not None and (e.dev, e.ino) not in held:
+            out.append(e)
+    return out
+
+
 def save(
-    root: int, images_dir: Path, *, budget_bytes: int, exclude: tuple[str, ...] = ()
+    root: int,
+    images_dir: Path,
+    *,
+    budget_bytes: int,
+    exclude: tuple[str, ...] = (),
+    closed: Sequence[Path] = (),
 ) -> dict[str, Any]:
-    """Copy the tree's writable files into ``images_dir``; call while the tree is frozen.
+    """Copy the tree's writable files, and the ``closed`` files it does not hold open but
+    will act on (``DumpRequest.side_files``), into ``images_dir``; call while the tree is
+    frozen.
 
     Returns the manifest record (``FILES_KEY``).
     """
-    covered, left = split_budget(writable_files(root, exclude=exclude), budget_bytes)
+    held = writable_files(root, exclude=exclude)
+    covered, left = split_budget([*held, *closed_files(closed, held)], budget_bytes)
     saved: list[dict[str, Any]] = []
     for i, f in enumerate(covered):
         name = f"{PREFIX}{i:04d}"
@@ -245,11 +280,15 @@ def save(
                 "gid": f.gid,
                 "append": f.append,
                 "shared_map": f.shared_map,
+                **({"closed": True} if f.closed else {}),
             }
         )
+    # A closed file that does not fit is left out, not listed: its absence at a restore is no
+    # reason to refuse one (the payload may have renamed it a moment later).
     not_covered = [
         {"path": f.path, "size": f.size, "append": f.append, "shared_map": f.shared_map}
         for f in left
+        if not f.closed
     ]
     if not_covered:
         log.warning(
@@ -293,7 +332,12 @@ def plan_note(info: CheckpointInfo, policy: Mapping[str, str]) -> str:
     """What a restore of ``info`` will do to the workload's files, for a plan's text ("" when
     it carries none)."""
     record = info.extra.get(FILES_KEY)
-    saved = record.get("saved", []) if isinstance(record, dict) else []
+    # A closed file (a progress report's temporary file) is put back with no copy of a later
+    # version kept: it is the payload's scratch, named here only in the restore's log.
+    saved = [
+        e for e in (record.get("saved", []) if isinstance(record, dict) else [])
+        if not e.get("closed")
+    ]  # fmt: skip
     back = [str(e["path"]) for e in saved if _decide(e, policy) == REWIND]
     kept = [str(e["path"]) for e in saved if _decide(e, policy) == KEEP]
     parts = []
@@ -410,7 +454,7 @@ def put_back(
                 report.append({"path": str(path), "action": KEEP, "bytes_after": grown})
             continue
         try:
-            if not entry.get("shared_map"):
+            if not entry.get("shared_map") and not entry.get("closed"):
                 aside = _keep_aside(path, copy, info, entry)
                 if aside is not None:
                     report.append(aside)

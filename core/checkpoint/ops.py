@@ -51,9 +51,11 @@ def checkpoint(
     exited: threading.Event | None = None,
     progress: engine.Progress | None = None,
     abort: threading.Event | None = None,
+    side_files: Callable[[], Sequence[Path]] | None = None,
 ) -> CheckpointInfo:
     """Checkpoint the tree rooted at ``pid`` with ``eng``; with ``stop`` it ends once published.
-    ``abort``: set to give the dump up (``DumpRequest.abort``)."""
+    ``abort``: set to give the dump up (``DumpRequest.abort``); ``side_files``: see
+    ``DumpRequest``."""
     t0 = time.perf_counter()
     say = progress or (lambda done, total, message: None)
     ended = exited or threading.Event()
@@ -73,6 +75,7 @@ def checkpoint(
                 alive=lambda: not ended.is_set(),
                 progress=say,
                 abort=abort or threading.Event(),
+                side_files=side_files,
             )
         )
         frozen = dumped.frozen
@@ -144,6 +147,7 @@ def stage(
     extra: dict[str, Any] | None = None,
     staging_dir: str = "",
     abort: threading.Event | None = None,
+    side_files: Callable[[], Sequence[Path]] | None = None,
 ) -> Staged:
     """Dump the tree at ``pid`` for a handoff, leaving it frozen: the pause holds nothing but
     the engine's dump, into a tmpfs under ``staging_dir`` when it has room (else the store).
@@ -159,7 +163,7 @@ def stage(
         dumped = eng.dump(
             DumpRequest(pid=pid, pending=pending, stop=True, cfg=cfg, pipes=pipes,
                         exclude=(str(store.root),), staged=True,
-                        abort=abort or threading.Event())
+                        abort=abort or threading.Event(), side_files=side_files)
         )  # fmt: skip
     except BaseException:
         store.abort(pending)

@@ -39,6 +39,7 @@ from core.state.workloads import WorkloadRegistry
 from core.store.store import CheckpointStore
 from core.wrapper import connection_hold, fence, handoff, payload
 from core.wrapper.faults import die_if
+from core.wrapper.progress import ProgressFile
 
 log = logs.get_logger(__name__)
 
@@ -126,6 +127,7 @@ class HandoffSource:
             cfg=self.settings.checkpoint, pipes=pipes,
             extra={"command": self.spec.command, "progress": progress},
             staging_dir=self.settings.migration.staging_dir, abort=abort,
+            side_files=ProgressFile.of(self.settings, self.name).side_files(),
         )  # fmt: skip
         said = refused
         if path is not None:

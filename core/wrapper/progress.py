@@ -7,6 +7,12 @@ the wrapper (a handoff's report) and the local restore watch
 (``core.backends.local.verify``) want the *first* report of the restored program, told apart
 from an older one by the file's :class:`Stamp` taken before the restore.
 
+The payload's temporary file (the protocol's "write, then rename") is part of its state: a
+checkpoint frozen between the two must find it again at every restore, though the program's
+later run renamed it away. ``side_files`` names those files to each checkpoint
+(``core.checkpoint.files`` carries them), so the protocol asks that they sit beside this file
+and be named after it.
+
 Limits: a report is new when the file's inode or modification time changed; one written onto
 the same inode within the filesystem's time resolution is not seen as new (atomic
 replacement, which the protocol asks for, makes a new inode, so it always is). Reading never
@@ -17,11 +23,17 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from core.config import Settings
+
+# A report is a small JSON object; anything larger beside it is not a report's temporary file.
+TEMP_MAX_BYTES = 1 << 20
+# Names of files we write beside others' (``core.checkpoint.files``): never a payload's.
+_OURS = (".after-", ".clawpoint-restore-")
 
 
 class Stamp(NamedTuple):
@@ -57,6 +69,33 @@ class ProgressFile:
         except OSError:
             return None
         return Stamp(st.st_ino, st.st_mtime_ns)
+
+    def temp_files(self) -> list[Path]:
+        """The payload's temporary files for a report (written, not yet renamed over this
+        file): regular files beside it named after it, ``.NAME.progress.json...`` or
+        ``NAME.progress.json...`` (what the protocol asks for), none of our own, at most
+        ``TEMP_MAX_BYTES`` each."""
+        mine, hidden = f"{self.path.name}.", f".{self.path.name}"
+        found: list[Path] = []
+        try:
+            entries = list(os.scandir(self.path.parent))
+        except OSError:
+            return found
+        for e in entries:
+            if not e.name.startswith((mine, hidden)) or any(m in e.name for m in _OURS):
+                continue
+            try:
+                if e.is_file(follow_symlinks=False) and e.stat().st_size <= TEMP_MAX_BYTES:
+                    found.append(Path(e.path))
+            except OSError:
+                continue  # renamed away while we looked
+        return found
+
+    def side_files(self) -> Callable[[], list[Path]] | None:
+        """What a checkpoint must carry besides the tree's open files (``DumpRequest``):
+        ``temp_files`` once the payload speaks the protocol (a report or a temporary file is
+        there), else None, so a payload that never reports is not dumped frozen for it."""
+        return self.temp_files if self.path.exists() or self.temp_files() else None
 
     def read(self) -> dict[str, object] | None:
         """The payload's last report, if any."""

@@ -435,10 +435,7 @@ class Supervisor:
         on_request: bool = False,
         by_agent: bool = False,
     ) -> CheckpointInfo:
-        extra: dict[str, Any] = {
-            "command": self.spec.command,
-            "progress": self.progress.read(),
-        }
+        extra: dict[str, Any] = {"command": self.spec.command, "progress": self.progress.read()}
         if on_request:
             extra[ON_REQUEST] = True
             if by_agent:
@@ -457,6 +454,7 @@ class Supervisor:
             exited=p.exited,
             progress=progress,
             abort=self._abort_dump,
+            side_files=self.progress.side_files(),
         )
 
     # -- main loop ----------------------------------------------------------------------------

@@ -103,3 +103,45 @@ def test_save_and_put_back(child: tuple[subprocess.Popen[str], Path, Path], tmp_
     with pytest.raises(errors.CheckpointError, match=r"rw\.txt") as exc:
         files.put_back(store.get(small), store.images_dir(small))
     assert "file budget" in exc.value.message
+
+
+def test_a_closed_side_file_is_carried_and_put_back_without_a_copy_aside(
+    child: tuple[subprocess.Popen[str], Path, Path], tmp_path: Path
+) -> None:
+    """A temporary file the tree wrote and closed (the progress protocol's, renamed over the
+    report next) goes with the checkpoint when named, comes back when it was renamed away,
+    keeps no ``.after-`` copy, is not in the plan's text, and never blocks a restore."""
+    proc, work, _ = child
+    store = stores.keyed(tmp_path / "store")
+    temp = work / ".w.progress.json.7.tmp"
+    temp.write_text('{"step": 8}')
+    rw = work / "rw.txt"  # held open by the child: carried once, as an open file
+
+    def checkpoint(budget: int) -> str:
+        pending = store.begin("w", engine="criu", node=None)
+        (pending.images_dir / "core-1.img").write_bytes(b"image")
+        record = files.save(proc.pid, pending.images_dir, budget_bytes=budget, closed=[temp, rw])
+        return store.publish(
+            pending, timings={}, leave_running=True, extra={files.FILES_KEY: record}
+        ).id
+
+    full, none = checkpoint(1 << 20), checkpoint(0)
+    saved = store.get(full).extra[files.FILES_KEY]["saved"]
+    assert [e["path"] for e in saved if e.get("closed")] == [str(temp)]
+    assert [e["path"] for e in saved].count(str(rw)) == 1
+    left = store.get(none).extra[files.FILES_KEY]["not_covered"]
+    assert str(rw) in [e["path"] for e in left] and str(temp) not in [e["path"] for e in left]
+    assert "rw.txt" in files.plan_note(store.get(full), {})
+    assert temp.name not in files.plan_note(store.get(full), {})
+
+    os.replace(temp, work / "w.progress.json")  # the program's later run renamed it away
+    files.put_back(store.get(full), store.images_dir(full))
+    assert temp.read_text() == '{"step": 8}'
+    temp.write_text('{"step": 12}')  # a later temporary file of the same name
+    report = files.put_back(store.get(full), store.images_dir(full))
+    assert temp.read_text() == '{"step": 8}'
+    assert str(temp) not in [r["path"] for r in report]
+    assert not list(work.glob(f"{temp.name}{files.AFTER}*"))
+
+    temp.unlink()  # not carried by the other checkpoint: its absence refuses nothing
+    files.put_back(store.get(none), store.images_dir(none))

@@ -20,7 +20,7 @@ from core.polling import poll_until
 from core.specs import RunSpec
 from core.wrapper import connection_hold, handoff, handoff_source, payload
 from core.wrapper.handoff_source import HandoffSource
-from core.wrapper.progress import ProgressFile, Stamp
+from core.wrapper.progress import TEMP_MAX_BYTES, ProgressFile, Stamp
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,6 +84,32 @@ def test_a_report_is_new_only_after_the_mark(tmp_path: Path) -> None:
 
     progress.path.write_text("[1, 2]")  # not an object: no report
     assert progress.read() is None
+
+
+def test_the_temporary_files_of_a_report_are_named_to_each_checkpoint(tmp_path: Path) -> None:
+    """``side_files``: None until the payload speaks the protocol (its dump need not stay
+    frozen); then the files beside the report named after it, none of ours, none large."""
+    settings = load_settings(tmp_path / "home")
+    run = settings.run_dir
+    run.mkdir(parents=True, exist_ok=True)
+    progress = ProgressFile.of(settings, "w")
+    (run / "other.progress.json.tmp").write_text("{}")  # another workload's
+    assert progress.side_files() is None
+    mine = [run / ".w.progress.json.41.tmp", run / "w.progress.json.tmp", run / ".w.progress.json"]
+    for path in mine:
+        path.write_text('{"step": 1}')
+    (run / ".w.progress.json.clawpoint-restore-9").write_text("{}")  # ours, mid put-back
+    (run / "w.progress.json.after-w@3").write_text("{}")  # ours, a rewound file's later bytes
+    (run / "w.progress.json.big").write_bytes(b"x" * (TEMP_MAX_BYTES + 1))
+    (run / "w.progress.json.d").mkdir()
+    (run / "w.log").write_text("")
+    listed = progress.side_files()
+    assert listed is not None and sorted(listed()) == sorted(mine)
+    for path in mine:
+        path.unlink()
+    progress.path.write_text('{"step": 2}')  # the report alone: it speaks the protocol
+    listed = progress.side_files()
+    assert listed is not None and listed() == []
 
 
 def test_a_stamp_survives_its_trip_through_json() -> None:
