@@ -457,12 +457,12 @@ class CriuEngine:
     ) -> engine.Dumped:
         budget = options.file_budget_mib * 2**20
         file_state: dict[str, object] = {"budget_bytes": budget}
-        files_s = 0.0
+        files_s = held_s = 0.0
 
         def in_the_freeze() -> None:
             # The files as the frozen tree left them; then a leave-running checkpoint's tree
             # goes on at once, while the images' hashing is still being finished.
-            nonlocal file_state, files_s
+            nonlocal file_state, files_s, held_s
             t1 = time.perf_counter()
             closed = req.side_files() if req.side_files is not None else ()
             file_state = files.save(
@@ -472,6 +472,7 @@ class CriuEngine:
             files_s = time.perf_counter() - t1
             if not req.stop:
                 resume(req.pid)
+                held_s = time.perf_counter() - t1
 
         try:
             timings = dump(
@@ -496,6 +497,10 @@ class CriuEngine:
             raise
         if frozen:
             timings["files_s"] = files_s
+            if not req.stop:
+                # The pause past CRIU's own frozen_s: the tree stays stopped after CRIU's
+                # exit until the copy and the resume are done (a few ms of CRIU's exit aside).
+                timings["held_after_dump_s"] = held_s
             frozen = req.stop
         extra = {"pipes": list(req.pipes), files.FILES_KEY: file_state}
         return engine.Dumped(timings=timings, extra=extra, frozen=frozen)
