@@ -471,7 +471,7 @@ class CriuEngine:
             )  # fmt: skip
             files_s = time.perf_counter() - t1
             if not req.stop:
-                resume(req.pid)
+                self.resume(req.pid)
                 held_s = time.perf_counter() - t1
 
         try:
@@ -493,7 +493,7 @@ class CriuEngine:
             if frozen:
                 # CRIU resumes a tree whose dump failed, and a failed copy of its files must
                 # not hold it either: let it go on rather than lose it (twice is harmless).
-                resume(req.pid)
+                self.resume(req.pid)
             raise
         if frozen:
             timings["files_s"] = files_s

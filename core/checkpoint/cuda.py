@@ -13,6 +13,11 @@ loaded (``core.checkpoint.gpu.refusals``); managed (UVM) memory, which the plugi
 reports; at restore, a GPU model or count other than the one recorded at dump; pre-copy
 (CRIU's plugin disables itself for pre-dump, so iterative copies cannot carry GPU state).
 
+A leave-running checkpoint of a tree whose files are copied is dumped ``--leave-stopped``
+(``core.checkpoint.criu``); after it, CRIU's plugin leaves the GPU state suspended, so this
+engine's ``resume`` restores and unlocks it (CRIU does that itself only for
+``--leave-running``).
+
 Limits: same GPU type and count on restore; one process per GPU. Not yet verified on
 hardware: the tests run on machines without a GPU, against fakes of the driver and NVML.
 """
@@ -123,6 +128,30 @@ class CudaEngine(criu.CriuEngine):
             "nvml": why,
         }
         return dumped
+
+    def resume(self, pid: int) -> None:
+        """Let a tree left stopped go on with its GPU state back on the GPU.
+
+        A dump left stopped (one whose files are copied while the tree is frozen, then
+        resumed) leaves each process's CUDA state locked and in host memory: CRIU's CUDA
+        plugin gives it back at the end of a dump only for ``--leave-running`` or a failed
+        dump (``cuda_plugin_fini`` in CRIU's plugins/cuda/cuda_plugin.c: ``opts.final_state
+        == TASK_ALIVE || ret != 0``). So SIGCONT first (the driver's restore runs on a thread
+        of the process, which the plugin itself lets run before it restores), then restore
+        and unlock each process not running (``gpu.resume``). A restored tree is already
+        running on the GPU: nothing more is done for it."""
+        super().resume(pid)
+        try:
+            drv = cuda_driver.load()
+        except cuda_driver.DriverUnavailable:
+            return  # no driver here: no CUDA state to give back
+        for p in files.tree_pids(pid):
+            try:
+                state = drv.state(p)
+            except cuda_driver.CudaError:
+                continue  # not a CUDA process
+            if state is not cuda_driver.ProcessState.RUNNING:
+                gpu.resume(p, driver=drv)
 
     def refusals(self, pid: int) -> list[str]:
         # CRIU's refusals but the GPU devices, which the plugin carries; then the GPU's own.

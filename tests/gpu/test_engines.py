@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +155,52 @@ def test_slurm_job_records_its_engine_and_inventory_reports_it() -> None:
     assert w.engine == "cuda" and w.labels["lineage"] == "train"
     with pytest.raises(ValueError, match="unknown engine"):
         SbatchSpec(lineage="train", command=["x"], engine="bogus")
+
+
+def test_resume_after_a_stopped_dump_gives_the_gpu_state_back(fake_cuda: FakeCuda) -> None:
+    """After ``--leave-stopped`` CRIU's CUDA plugin leaves the GPU state locked and in host
+    memory (it gives it back only for ``--leave-running``): the engine's ``resume`` lets
+    the tree run and restores and unlocks each CUDA process of it, leaving others alone."""
+    code = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "time.sleep(60)\n"
+    )
+    root = subprocess.Popen([sys.executable, "-c", code])  # noqa: S603 (argv list)
+    try:
+        kids: list[int] = []
+        deadline = time.monotonic() + 10
+        while not kids:
+            assert time.monotonic() < deadline, "the child never started"
+            kids = [
+                int(k)
+                for k in Path(f"/proc/{root.pid}/task/{root.pid}/children").read_text().split()
+            ]
+            time.sleep(0.02)
+        fake_cuda.add(kids[0], GIB)
+        drv = load()
+        drv.lock(kids[0])  # what the plugin's dump does, and leaves so after a stopped dump
+        drv.checkpoint(kids[0])
+        assert fake_cuda.device_bytes(kids[0]) == 0
+        for pid in (root.pid, kids[0]):
+            os.kill(pid, signal.SIGSTOP)
+        cuda.CudaEngine().resume(root.pid)
+        assert load().state(kids[0]) is ProcessState.RUNNING
+        assert fake_cuda.device_bytes(kids[0]) == GIB  # back on the GPU
+        for pid in (root.pid, kids[0]):
+            assert _run_state(pid) != "T", f"pid {pid} is still stopped"
+        cuda.CudaEngine().resume(root.pid)  # a running tree: nothing to give back, no error
+    finally:
+        for pid in kids:
+            os.kill(pid, signal.SIGKILL)
+        root.kill()
+        root.wait()
+
+
+def _run_state(pid: int) -> str:
+    deadline = time.monotonic() + 5
+    while True:  # SIGCONT is delivered asynchronously
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state != "T" or time.monotonic() > deadline:
+            return state
+        time.sleep(0.02)
