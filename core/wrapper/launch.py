@@ -154,9 +154,15 @@ def launch_detached(settings: Settings, spec: RunSpec, *, wait_s: float = 60) ->
             tail += f"\n(its output, {outfile}:)\n{_tail(outfile, 10)}"
         # The wrapper exits with Conflict's code when another wrapper holds the name.
         kind = errors.Conflict if code == errors.Conflict.exit_code else errors.OperationFailed
+        hint = f"read {logfile} for details; fix the cause and start it again"
+        if spec.start_mode != "fresh":  # the same checkpoint would fail the same way again
+            hint += (
+                "; if it was restored and its checkpoint is the cause, restore an older one "
+                "('clawpoint checkpoints', then 'clawpoint restore ID')"
+            )
         raise kind(
             f"the wrapper of {spec.name} exited with code {code} before running:\n{tail}",
-            hint=f"read {logfile} for details; fix the cause and start it again",
+            hint=hint,
             details={"exit_code": code, "log": str(logfile)},
         )
 

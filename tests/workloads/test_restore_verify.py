@@ -43,8 +43,22 @@ def test_restored_program_that_fails_its_check_fails_migrate_and_failover(cli: C
     proc = cli("failover", "local:canary", "--yes", "--json", ok=False)
     assert proc.returncode == 8, proc.stdout + proc.stderr
     assert "did not stay up" in proc.stdout, proc.stdout
+    assert "'clawpoint restore ID'" in proc.stdout  # the way to an older checkpoint
     assert checkpoint_ids(cli, "canary") == kept  # the checkpoint is untouched
     assert cli.workload("canary")["state"] == "failed"
+
+
+def test_a_restore_that_fails_at_once_points_to_an_older_checkpoint(cli: Cli) -> None:
+    """Restoring the same checkpoint again would fail the same way: whether the wrapper
+    saw its program die before it counted as running or the restore's watch saw it, the
+    answer names the way to an older checkpoint."""
+    start(cli, "brittle", "at-once")
+    cli("checkpoint", "local:brittle", "--yes")
+    cli.kill_payload("brittle")
+    proc = cli("failover", "local:brittle", "--yes", "--json", ok=False)
+    assert proc.returncode != 0, proc.stdout
+    assert "'clawpoint restore ID'" in proc.stdout, proc.stdout
+    assert "FAIL canary: restored state rejected at once" in cli.log("brittle")
 
 
 def test_restored_program_behind_its_checkpoint_fails_resume(cli: Cli) -> None:

@@ -112,7 +112,9 @@ def watch_restored(
         f"{settle_s:g} s of the restore; not reporting it done",
         hint=(
             "the checkpoint is untouched: read the workload's log (CLAWPOINT_HOME/logs), then "
-            f"'clawpoint failover {NAME}:{name}' or resume it once the cause is fixed; "
+            f"'clawpoint failover {NAME}:{name}' or resume it once the cause is fixed; if "
+            f"this checkpoint is the cause, restore an older one ('clawpoint checkpoints "
+            f"{NAME}:{name}', then 'clawpoint restore ID'); "
             "[verify] settle_s sets how long a restore is watched"
         ),
         code="restore-unverified",
