@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from core.config import Settings
 
 # A report is a small JSON object; anything larger beside it is not a report's temporary file.
 TEMP_MAX_BYTES = 1 << 20
+TEMP_MAX_FILES = 16
 # Names of files we write beside others' (``core.checkpoint.files``): never a payload's.
 _OURS = (".after-", ".clawpoint-restore-")
 
@@ -74,22 +76,26 @@ class ProgressFile:
         """The payload's temporary files for a report (written, not yet renamed over this
         file): regular files beside it named after it, ``.NAME.progress.json...`` or
         ``NAME.progress.json...`` (what the protocol asks for), none of our own, at most
-        ``TEMP_MAX_BYTES`` each."""
+        ``TEMP_MAX_BYTES`` each, the newest ``TEMP_MAX_FILES``."""
         mine, hidden = f"{self.path.name}.", f".{self.path.name}"
         found: list[Path] = []
         try:
             entries = list(os.scandir(self.path.parent))
         except OSError:
             return found
+        dated: list[tuple[int, Path]] = []
         for e in entries:
             if not e.name.startswith((mine, hidden)) or any(m in e.name for m in _OURS):
                 continue
             try:
-                if e.is_file(follow_symlinks=False) and e.stat().st_size <= TEMP_MAX_BYTES:
-                    found.append(Path(e.path))
+                st = e.stat(follow_symlinks=False)
             except OSError:
                 continue  # renamed away while we looked
-        return found
+            if stat.S_ISREG(st.st_mode) and st.st_size <= TEMP_MAX_BYTES:
+                dated.append((st.st_mtime_ns, Path(e.path)))
+        # The newest: the one a frozen program is about to rename is among them; older ones
+        # are leftovers of runs that died between write and rename, not worth the freeze.
+        return [path for _, path in sorted(dated, reverse=True)[:TEMP_MAX_FILES]]
 
     def side_files(self) -> Callable[[], list[Path]] | None:
         """What a checkpoint must carry besides the tree's open files (``DumpRequest``):

@@ -20,7 +20,7 @@ from core.polling import poll_until
 from core.specs import RunSpec
 from core.wrapper import connection_hold, handoff, handoff_source, payload
 from core.wrapper.handoff_source import HandoffSource
-from core.wrapper.progress import TEMP_MAX_BYTES, ProgressFile, Stamp
+from core.wrapper.progress import TEMP_MAX_BYTES, TEMP_MAX_FILES, ProgressFile, Stamp
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,6 +110,11 @@ def test_the_temporary_files_of_a_report_are_named_to_each_checkpoint(tmp_path: 
     progress.path.write_text('{"step": 2}')  # the report alone: it speaks the protocol
     listed = progress.side_files()
     assert listed is not None and listed() == []
+    leftovers = [run / f".w.progress.json.{pid}.tmp" for pid in range(TEMP_MAX_FILES + 4)]
+    for i, path in enumerate(leftovers):  # runs that died between write and rename
+        path.write_text("{}")
+        os.utime(path, ns=(i * 10**9, i * 10**9))
+    assert sorted(listed()) == sorted(leftovers[4:])  # the newest only
 
 
 def test_a_stamp_survives_its_trip_through_json() -> None:
