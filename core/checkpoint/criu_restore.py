@@ -1,8 +1,8 @@
 """The restore side of the CRIU engine: ``criu restore`` of a dumped tree as a child of the
 calling process, stopped until the caller has verified the images (``resume``), and the
-end of a restore stopped mid-way (its images failed verification, or it timed out): the
-half-restored tasks CRIU leaves are ours to end (``--restore-sibling``), and they must never
-hang the wrapper by holding CRIU's output pipes.
+end of a restore stopped mid-way (its images failed verification, or it timed out) or failed
+by CRIU itself: the half-restored tasks CRIU leaves are ours to end (``--restore-sibling``),
+and they must never hang the wrapper by holding CRIU's output pipes.
 
 Limits: a restore is stopped by killing CRIU, then every new child of this process (the
 tasks it restored); a child this process starts meanwhile from another thread would be
@@ -125,6 +125,12 @@ def restore(
             ) from exc
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
+            # A restore that failed after it made tasks (our children, --restore-sibling) whose
+            # CRIU could not end them: left alone they would outlive this wrapper, reparented
+            # to init and so beyond any job's or pod's reach, each holding its memory (seen:
+            # an unprivileged Slurm job's half-restored 200 MiB task, asleep on a futex).
+            if left := _kill_new_children(before | {proc.pid}):
+                log.warning("criu.restore_leftovers_ended", pids=left)
             raise errors.CheckpointError(
                 f"criu restore from {images_dir} failed (exit {proc.returncode}): {log_tail(logfile)}",
                 hint=f"see {logfile}; the checkpoint is kept, an older one may be tried",
@@ -171,13 +177,16 @@ def _children() -> set[int]:
     return found
 
 
-def _kill_new_children(before: set[int]) -> None:
-    for pid in _children() - before:
+def _kill_new_children(before: set[int]) -> list[int]:
+    """End (and reap) every child of ours not in ``before``; returns their pids."""
+    new = sorted(_children() - before)
+    for pid in new:
         engine.kill_tree(pid)
         try:
             os.waitpid(pid, 0)
         except ChildProcessError:
             pass
+    return new
 
 
 def _end_half_restored(proc: subprocess.Popen[str], before: set[int]) -> None:

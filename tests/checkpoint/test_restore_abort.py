@@ -1,5 +1,6 @@
 """A restore stopped mid-way (its images failed verification) never hangs the wrapper
-(``core.checkpoint.criu_restore._end_half_restored``): tasks CRIU left may hold its output pipes."""
+(``core.checkpoint.criu_restore._end_half_restored``): tasks CRIU left may hold its output pipes.
+A restore CRIU itself failed ends the tasks it left (our children by ``--restore-sibling``)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
+from core import errors
 from core.checkpoint import criu_restore
 
 # A stand-in for a killed CRIU: it leaves a task behind that holds its stdout and is not our
@@ -43,3 +46,46 @@ def test_leftovers_holding_the_pipes_are_not_waited_for_ever(
     assert time.monotonic() - t0 < 10
     assert proc.returncode is not None
     os.kill(holder, signal.SIGKILL)
+
+
+# A stand-in for CRIU whose restore fails after it made the tree's root task: with
+# --restore-sibling that task is the caller's child (CLONE_PARENT, as CRIU's own fork of the
+# root task does), in a session of its own, and this CRIU exits 1 without ending it.
+_FAILS_AFTER_ITS_ROOT_TASK = """#!{python}
+import ctypes, os, sys, time
+SYS_CLONE = {{"x86_64": 56, "aarch64": 220}}[os.uname().machine]
+CLONE_PARENT, SIGCHLD = 0x8000, 17
+work = sys.argv[sys.argv.index("-W") + 1]
+pid = ctypes.CDLL(None, use_errno=True).syscall(SYS_CLONE, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0)
+if pid == 0:  # its descriptors already the restored ones, not CRIU's output pipes
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    time.sleep(120)
+    os._exit(0)
+open(os.path.join(work, "leftover.pid"), "w").write(str(pid))
+sys.exit(1)
+"""
+
+
+def test_a_failed_restore_ends_the_tasks_it_left(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Left alone, such a task would outlive the wrapper, reparented to init and beyond the
+    reach of any job's or pod's end, holding its memory."""
+    if os.uname().machine not in ("x86_64", "aarch64"):
+        pytest.skip("the stand-in's clone call is written for x86_64 and aarch64")
+    fake = tmp_path / "criu"
+    fake.write_text(_FAILS_AFTER_ITS_ROOT_TASK.format(python=sys.executable))
+    fake.chmod(0o755)
+    monkeypatch.setattr(criu_restore, "require", lambda path: path)
+    monkeypatch.setattr(criu_restore, "in_namespaces", lambda argv, pid, everyone=False: argv)
+    images, work = tmp_path / "images", tmp_path / "work"
+    images.mkdir()
+    t0 = time.monotonic()
+    with pytest.raises(errors.CheckpointError, match=r"failed \(exit 1\)"):
+        criu_restore.restore(images, work_dir=work, criu_path=str(fake), timeout_s=60)
+    assert time.monotonic() - t0 < 30  # CRIU's exit, not the timeout, ended the restore
+    leftover = int((work / "leftover.pid").read_text())
+    assert not Path(f"/proc/{leftover}").exists(), "the half-restored task was left running"
