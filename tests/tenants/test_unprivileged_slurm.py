@@ -138,6 +138,7 @@ def alice_job(
         sh("scontrol", "update", f"nodename={node}", "state=RESUME", check=False)
     shutil.rmtree(CLUSTER_DIR / "checkpoints" / alice.name / lineage, ignore_errors=True)
     shutil.rmtree(home, ignore_errors=True)
+    log.unlink(missing_ok=True)  # else each run leaves one in alice's home
 
 
 def test_an_ordinary_users_job_is_checkpointed_moved_and_failed_over(
