@@ -32,6 +32,9 @@ RESTORE_ARGS = ("--tcp-close", "--file-locks")
 # The longest a killed restore's leftovers may keep its output pipes open (see
 # _end_half_restored): past it the output is abandoned rather than the wrapper hung.
 REAP_S = 30.0
+# CRIU's log of a restore, in its work directory; its tasks hold it open until the restore is
+# over (``core.wrapper.fence.half_restored`` looks for that).
+RESTORE_LOG = "criu-restore.log"
 
 
 def restore(
@@ -71,7 +74,7 @@ def restore(
     lazy = lazy and not own_userns
     daemon = lazy_pages.start(exe, images_dir, work_dir, env=env) if lazy else None
     try:
-        logfile = work_dir / "criu-restore.log"
+        logfile = work_dir / RESTORE_LOG
         pidfile = work_dir / "restore.pid"
         pidfile.unlink(missing_ok=True)
         argv = [exe, "restore", "-D", str(images_dir), "-W", str(work_dir), "-o", str(logfile)]

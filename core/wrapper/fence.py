@@ -2,7 +2,8 @@
 
 Before a failover restores a workload elsewhere, its old copy must be dead, or the workload
 would run twice. The payload normally dies with its wrapper (parent-death signal), but that
-is best effort, so ``fence`` checks and kills what is left.
+is best effort, so ``fence`` checks and kills what is left, and the tasks a restore left half made when its
+wrapper died in the middle of it (``half_restored``).
 
 Identity: a pid alone can be reused by an unrelated process. The wrapper writes
 ``<run_dir>/NAME.pids.json`` with the pids *and start times* (``/proc/PID/stat`` field 22)
@@ -118,6 +119,47 @@ def payload_alive(settings: Settings, record: WorkloadRecord) -> bool:
     return same_process(ident.get("payload_pid"), ident.get("payload_start"))
 
 
+def restore_dir(settings: Settings, name: str) -> Path:
+    """The work directory of the wrapper's restores of ``name`` (CRIU's log goes there)."""
+    return settings.run_dir / f"{name}.restore"
+
+
+def half_restored(settings: Settings, name: str) -> list[int]:
+    """Tasks a restore of ``name`` left half made when its wrapper died in the middle of it.
+
+    CRIU's tasks hold its log open (a service descriptor) until the restore is over, and they
+    are made in a PID namespace of their own; such a task outlives a killed wrapper, asleep
+    and holding its memory, reparented to init and so beyond any job's or pod's end. Call
+    only with no wrapper of ``name`` alive (a live one may be restoring).
+    """
+    from core.checkpoint.criu_restore import RESTORE_LOG  # only here: fences are rare
+
+    wanted = str(restore_dir(settings, name) / RESTORE_LOG)
+    try:
+        ours = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return []
+    found: list[int] = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{entry.name}/ns/pid") == ours:
+                continue  # not one CRIU made: cheap to tell, so most are never listed
+            fds = os.listdir(f"/proc/{entry.name}/fd")
+        except OSError:
+            continue  # gone, or not ours to see
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{entry.name}/fd/{fd}")
+            except OSError:
+                continue
+            if target in (wanted, f"{wanted} (deleted)"):
+                found.append(int(entry.name))
+                break
+    return found
+
+
 def fence(settings: Settings, record: WorkloadRecord, *, wait_s: float = 10.0) -> bool:
     """Ensure no unmanaged copy of ``record``'s payload runs on this host.
 
@@ -127,6 +169,9 @@ def fence(settings: Settings, record: WorkloadRecord, *, wait_s: float = 10.0) -
     """
     if wrapper_alive(settings, record):
         return False
+    for left in half_restored(settings, record.name):
+        log.warning("fence.killing_half_restored", workload=record.name, pid=left)
+        engine.kill_tree(left)
     ident = read_identity(settings, record.name)
     pid, start = ident.get("payload_pid"), ident.get("payload_start")
     if not same_process(pid, start):

@@ -36,7 +36,7 @@ from core.state.workloads import WorkloadRegistry
 from core.store import staging
 from core.store.disk import parse_checkpoint_id
 from core.store.store import CheckpointStore
-from core.wrapper import handoff
+from core.wrapper import fence, handoff
 from core.wrapper.progress import ProgressFile, Stamp
 
 log = logs.get_logger(__name__)
@@ -141,7 +141,7 @@ class HandoffTarget:
         self.mark("restoring")
         lazy = order.mode == "post-copy"
         restored = ops.restore_staged(
-            self.engine, self._links, work_dir=self.settings.run_dir / f"{self.name}.restore",
+            self.engine, self._links, work_dir=fence.restore_dir(self.settings, self.name),
             cfg=self.settings.checkpoint, info=info, lazy=lazy, join=join,
             inherit_pipes={ino: fd for ino, fd in zip(order.pipes, fds, strict=False)},
         )  # fmt: skip

@@ -282,7 +282,7 @@ class Supervisor:
             self.store,
             self.engine,
             cid,
-            work_dir=self.settings.run_dir / f"{self.name}.restore",
+            work_dir=fence.restore_dir(self.settings, self.name),
             cfg=self.settings.checkpoint,
             inherit_pipes={int(ino): fd for ino, fd in zip(old, new, strict=False)},
             lazy=order is not None and order.mode == "post-copy",

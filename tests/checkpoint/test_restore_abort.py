@@ -1,10 +1,12 @@
 """A restore stopped mid-way (its images failed verification) never hangs the wrapper
 (``core.checkpoint.criu_restore._end_half_restored``): tasks CRIU left may hold its output pipes.
-A restore CRIU itself failed ends the tasks it left (our children by ``--restore-sibling``)."""
+A restore CRIU itself failed ends the tasks it left (our children by ``--restore-sibling``), and
+the next fence ends those a wrapper killed mid-restore left (``fence.half_restored``)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +17,9 @@ import pytest
 
 from core import errors
 from core.checkpoint import criu_restore
+from core.config import load_settings
+from core.state.workloads import WorkloadRecord
+from core.wrapper import fence
 
 # A stand-in for a killed CRIU: it leaves a task behind that holds its stdout and is not our
 # child (so it cannot be found and killed as one), as a half-restored task forked after our
@@ -89,3 +94,47 @@ def test_a_failed_restore_ends_the_tasks_it_left(
     assert time.monotonic() - t0 < 30  # CRIU's exit, not the timeout, ended the restore
     leftover = int((work / "leftover.pid").read_text())
     assert not Path(f"/proc/{leftover}").exists(), "the half-restored task was left running"
+
+
+_HOLDS_THE_LOG = (
+    "import sys, time\nlog = open(sys.argv[1], 'a')\nprint('ready', flush=True)\ntime.sleep(120)\n"
+)
+
+
+def _holding(log: Path, *, own_pid_namespace: bool) -> subprocess.Popen[str]:
+    """A process holding ``log`` open: in a PID namespace of its own, as a task CRIU made
+    is (unshare, as an ordinary user may), or in ours, as a person's ``tail -f`` is."""
+    prefix = (
+        ["unshare", "--user", "--map-root-user", "--pid", "--fork"] if own_pid_namespace else []
+    )
+    proc = subprocess.Popen(  # noqa: S603 (argv list)
+        [*prefix, sys.executable, "-c", _HOLDS_THE_LOG, str(log)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    return proc
+
+
+def test_a_fence_ends_what_a_killed_wrappers_restore_left(tmp_path: Path) -> None:
+    """A wrapper killed in the middle of a restore leaves CRIU's half-made tasks, reparented
+    to init: the next fence of the workload ends them (they hold the restore's log, in a PID
+    namespace of their own), and nothing else: not a reader of the log in ours, not another
+    workload's restore."""
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is needed to make a PID namespace")
+    settings = load_settings(tmp_path / "home")
+    logs = {}
+    for name in ("w", "other"):
+        logs[name] = fence.restore_dir(settings, name) / criu_restore.RESTORE_LOG
+        logs[name].parent.mkdir(parents=True)
+    left = _holding(logs["w"], own_pid_namespace=True)
+    reader = _holding(logs["w"], own_pid_namespace=False)
+    elsewhere = _holding(logs["other"], own_pid_namespace=True)
+    try:
+        assert fence.fence(settings, WorkloadRecord(name="w"))
+        assert left.wait(timeout=10) != 0  # its task was killed, so unshare ended
+        assert reader.poll() is None and elsewhere.poll() is None
+        assert fence.half_restored(settings, "w") == []
+    finally:
+        for proc in (left, reader, elsewhere):
+            proc.kill()
+            proc.wait()
