@@ -25,6 +25,8 @@ from tests.tenants import Tenant, tenants
 
 pytestmark = [pytest.mark.criu, pytest.mark.timeout(600)]
 
+PROGRAMS = Path(__file__).resolve().parents[1] / "workloads" / "programs"
+
 
 class As:
     """The installed CLI as one user, with a CLAWPOINT_HOME of its own."""
@@ -214,6 +216,47 @@ def test_an_ordinary_user_checkpoints_moves_and_fails_over(alice: As) -> None:
 
     log = (alice.home / "logs" / f"{name}.out").read_text()
     assert "STATE CHECK FAILED" not in log
+
+
+def test_an_ordinary_users_report_held_between_write_and_rename_survives_a_second_restore(
+    alice: As,
+) -> None:
+    """The progress protocol's window as the user is (tests/workloads/test_progress_protocol.py
+    as root): preempted between its temporary report's write and its rename, resumed, run on
+    (the file renamed away), killed and failed over from the same checkpoint, her program
+    finds its temporary file, put back as hers."""
+    work = alice.who.mkdtemp(alice.who.home, f"held-{os.getpid()}")
+    for program in ("held_report.py", "_selfcheck.py"):
+        shutil.copy(PROGRAMS / program, work / program)
+        os.chown(work / program, alice.who.uid, alice.who.gid)
+    try:
+        name, ref = "tenant-held", "local:tenant-held"
+        code, out, err = alice(
+            "run", "--name", name, "--node", "node-a", "--detach", "--json", "--",
+            str(alice.who.python), str(work / "held_report.py"), str(work), "5",
+        )  # fmt: skip
+        assert code == 0, _said(out, err)
+        deadline = time.monotonic() + 60
+        while not (work / "held").exists():
+            assert time.monotonic() < deadline, "it never reached its held step"
+            time.sleep(0.05)
+        code, out, err = alice("preempt", ref, "--yes", "--json")
+        assert code == 0, _said(out, err)
+        (work / "go").touch()
+        code, out, err = alice("resume", ref, "--yes", "--json")
+        assert code == 0, _said(out, err)
+        seen = alice.wait_step(name, 8)
+        os.kill(int(alice.workload(name)["pid"]), signal.SIGKILL)
+        while alice.workload(name)["state"] not in ("failed", "lost"):
+            assert time.monotonic() < deadline + 60, alice.workload(name)
+            time.sleep(0.2)
+        t = time.time()
+        code, out, err = alice("failover", ref, "--yes", "--json")
+        assert code == 0, _said(out, err)
+        alice.wait_step(name, seen + 1, since=t)
+        assert "FAIL " not in (alice.home / "logs" / f"{name}.out").read_text()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def test_an_ordinary_users_workload_under_our_init_checkpoints_and_moves(alice: As) -> None:
