@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 started_slurm=0
 if [[ -x scripts/slurm-cluster.sh && $(id -u) -eq 0 ]]; then
   scripts/slurm-cluster.sh status >/dev/null 2>&1; was_up=$(( $? == 0 ))
-  if scripts/slurm-cluster.sh up; then (( was_up )) || started_slurm=1
+  # A cluster this run starts begins with no job of an earlier run (one killed before its end).
+  if scripts/slurm-cluster.sh up; then (( was_up )) || { started_slurm=1; scripts/slurm-cluster.sh clear-jobs; }
   else echo "slurm cluster could not start: its tests will skip" >&2; fi
 fi
 # Node >= 24 tools (OpenClaw, mcporter) for the agent-layer checks; their tests skip with the

@@ -5,6 +5,7 @@
 #   scripts/slurm-cluster.sh down     stop everything this script started
 #   scripts/slurm-cluster.sh status   print daemon and node states
 #   scripts/slurm-cluster.sh env      print the environment clients need
+#   scripts/slurm-cluster.sh clear-jobs   cancel every job the cluster still holds
 #   scripts/slurm-cluster.sh add-user NAME   give NAME a private directory in the shared store
 #
 # Everything lives under CLAWPOINT_SLURM_DIR (default /var/lib/clawpoint-slurm): its own
@@ -339,11 +340,25 @@ add_user() { # add_user NAME: the user's own directory of the shared store, 0700
     chmod 0700 "$d"
 }
 
+# slurmctld saves its jobs and recovers them when it starts again: a test run killed before
+# its end leaves its jobs to the next one, where they hold nodes (seen: an earlier run's
+# `sleep 600`, requeued onto n1, kept an --exclusive job off it for the whole next run).
+clear_jobs() {
+    need_root
+    local jobs
+    jobs=$(squeue -h -o %i 2>/dev/null) || return 0
+    [[ -z $jobs ]] && return 0
+    # shellcheck disable=SC2086 # one argument per job id
+    scancel $jobs || true
+    log "cancelled $(wc -w <<<"$jobs") job(s) left from before"
+}
+
 case "${1:-}" in
     add-user) need_root; [[ -n "${2:-}" ]] || die "usage: $0 add-user NAME"; add_user "$2" ;;
     up) up ;;
     down) down ;;
     status) status ;;
     env) cat "$DIR/env" ;;
-    *) echo "usage: $0 up|down|status|env|add-user NAME" >&2; exit 2 ;;
+    clear-jobs) clear_jobs ;;
+    *) echo "usage: $0 up|down|status|env|clear-jobs|add-user NAME" >&2; exit 2 ;;
 esac
