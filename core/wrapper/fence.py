@@ -2,8 +2,8 @@
 
 Before a failover restores a workload elsewhere, its old copy must be dead, or the workload
 would run twice. The payload normally dies with its wrapper (parent-death signal), but that
-is best effort, so ``fence`` checks and kills what is left, and the tasks a restore left half made when its
-wrapper died in the middle of it (``half_restored``).
+is best effort, so ``fence`` checks and kills what is left, and the tasks a restore left half
+made when its wrapper died in the middle of it (``half_restored``).
 
 Identity: a pid alone can be reused by an unrelated process. The wrapper writes
 ``<run_dir>/NAME.pids.json`` with the pids *and start times* (``/proc/PID/stat`` field 22)

@@ -78,11 +78,10 @@ class ProgressFile:
         ``NAME.progress.json...`` (what the protocol asks for), none of our own, at most
         ``TEMP_MAX_BYTES`` each, the newest ``TEMP_MAX_FILES``."""
         mine, hidden = f"{self.path.name}.", f".{self.path.name}"
-        found: list[Path] = []
         try:
             entries = list(os.scandir(self.path.parent))
         except OSError:
-            return found
+            return []
         dated: list[tuple[int, Path]] = []
         for e in entries:
             if not e.name.startswith((mine, hidden)) or any(m in e.name for m in _OURS):
