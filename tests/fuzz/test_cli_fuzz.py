@@ -10,7 +10,8 @@ the checkpoint store.
 Not fuzzed, on purpose: commands that execute the program they are given (``run``,
 ``slurm submit``: a fuzzer must never run arbitrary argv), serve or loop forever (``serve``,
 ``watch``), start workloads (``demo``) or run a CPU-bound simulation (``spot evaluate``).
-``CLAWPOINT_FUZZ_CLI_EXAMPLES`` sets the cases per command (default 50).
+``CLAWPOINT_FUZZ_CLI_EXAMPLES`` sets the cases per command (default 50); they are drawn from
+the commit's seed, as the MCP fuzz's are (``tests.fuzz.seeding``).
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from typing import Any
 
 import pytest
 import typer.main
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from core.cli.app import app, main
 from core.service.facade import Service
+from tests.fuzz.seeding import fuzzed, with_seed_note
 from tests.fuzz.strategies import HOSTILE_STRINGS
 from tests.fuzz.test_mcp_fuzz import StateProbe, _service
 
@@ -145,8 +147,7 @@ def test_command_survives_generated_argv(
 ) -> None:
     _, probe = home
 
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @fuzzed(EXAMPLES)
     @given(argv=argv_for(command))
     def case(argv: list[str]) -> None:
         before = probe()
@@ -155,7 +156,8 @@ def test_command_survives_generated_argv(
         if code in (2, 3):
             assert probe() == before, f"clawpoint {' '.join(argv)[:300]} refused but wrote"
 
-    case()
+    with with_seed_note():
+        case()
 
 
 @pytest.mark.timeout(3600)
@@ -170,8 +172,7 @@ def test_installed_script_agrees(home: tuple[Service, StateProbe]) -> None:
     argvs = st.sampled_from(commands).flatmap(argv_for).filter(
         lambda a: not any("\0" in x for x in a))  # fmt: skip
 
-    @settings(max_examples=50, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @fuzzed(50)
     @given(argv=argvs)
     def case(argv: list[str]) -> None:
         before = probe()
@@ -181,4 +182,5 @@ def test_installed_script_agrees(home: tuple[Service, StateProbe]) -> None:
         if done.returncode in (2, 3):
             assert probe() == before, f"clawpoint {' '.join(argv)[:300]} refused but wrote"
 
-    case()
+    with with_seed_note():
+        case()

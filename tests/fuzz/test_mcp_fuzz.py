@@ -14,8 +14,9 @@ added or reshaped elsewhere is covered as it is. Arguments come from ``strategie
 - a success returns structured content.
 
 The service has no workloads: nothing real is mutated. ``CLAWPOINT_FUZZ_EXAMPLES`` sets the
-cases per tool (default 2,000, as CI runs it); the run is derandomized, so a failure
-reproduces with the same command.
+cases per tool (default 1,000, as CI runs it). The cases are drawn from the commit's seed
+(``tests.fuzz.seeding``): the same commit draws the same cases, so a failure reproduces with
+the same command, and each new commit tries new ones.
 """
 
 from __future__ import annotations
@@ -35,22 +36,17 @@ from typing import Any
 import anyio
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from mcp import Client
 
 from core.config import load_settings
 from core.service.facade import Service, bootstrap
 from mcp_server.server import TOOLSETS, build_server
+from tests.fuzz.seeding import fuzzed, with_seed_note
 from tests.fuzz.strategies import arguments
 
-EXAMPLES = int(os.environ.get("CLAWPOINT_FUZZ_EXAMPLES", "2000"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+EXAMPLES = int(os.environ.get("CLAWPOINT_FUZZ_EXAMPLES", "1000"))
+FUZZ = fuzzed(EXAMPLES)
 CONFIG = "[recovery]\nevery_s = 3600\n"  # no periodic pass writing during a call
 CRASH = re.compile(r"^Error executing tool [\w-]+$")
 
@@ -164,7 +160,7 @@ def check_result(tool: str, schema: dict[str, Any], args: dict[str, Any], result
     )
 
 
-# 2,000 calls take about 10-20 s of CPU; a busy machine stretches that far past the suite's
+# 1,000 calls take about 5-10 s of CPU; a busy machine stretches that far past the suite's
 # default per-test timeout.
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("tool", sorted(live_tools()))
@@ -182,7 +178,8 @@ def test_tool_survives_generated_arguments(session: Session, tool: str) -> None:
                 f"{tool}({json.dumps(args)[:300]}) failed but changed the state: {text_of(result)}"
             )
 
-    case()
+    with with_seed_note():
+        case()
     report = Path(os.environ.get("CLAWPOINT_FUZZ_REPORT", "")) if "CLAWPOINT_FUZZ_REPORT" in (
         os.environ) else None  # fmt: skip
     if report is not None:
