@@ -326,6 +326,14 @@ def _mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
+def _unreadable_name(path: Path, why: str) -> errors.InvalidInput:
+    return errors.InvalidInput(
+        f"cannot read runbook {str(path)[:120]!r}: {why}",
+        hint="give the path of a runbook YAML file, or the name of a runbook",
+        code="runbook-invalid",
+    )
+
+
 def _read_yaml(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
@@ -333,6 +341,8 @@ def _read_yaml(path: Path) -> Any:
         raise errors.NotFound(
             f"cannot read runbook {path}: {exc.strerror}", hint="check the path"
         ) from exc
+    except ValueError as exc:  # a NUL byte: no file can have that name
+        raise _unreadable_name(path, str(exc)) from None
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
@@ -361,6 +371,8 @@ def load_runbook(path: Path | str) -> Runbook:
 
     Parsed once per version of the file (``core.filecache``): the server lists and starts
     runbooks on every call, and parsing and validating the YAML was most of that time."""
+    if "\0" in str(path):  # the cache's os.stat would raise ValueError, not OSError
+        raise _unreadable_name(Path(path), "embedded null byte")
     return _PARSED.get(Path(path))
 
 
