@@ -35,6 +35,8 @@ def _service() -> Service:
 
 # Budgets beyond this per hour are a typo, not a policy (and must fit the database).
 MAX_GRANT_PER_HOUR = 10_000
+# `audit --limit`: past SQLite's integer range the query itself failed (found by fuzzing).
+AUDIT_LIMIT = 1_000_000
 
 
 def _person() -> Principal:
@@ -230,7 +232,10 @@ def revoke(grant_id: Annotated[str, typer.Argument(metavar="ID")], json_: JsonOp
 def audit(
     ctx: typer.Context,
     since: Annotated[str | None, typer.Option(help="ISO time, e.g. 2026-11-29T10:00")] = None,
-    limit: Annotated[int, typer.Option(help="Most recent N entries.")] = 50,
+    limit: Annotated[
+        int,
+        typer.Option(min=1, max=AUDIT_LIMIT, help=f"Most recent N entries (1-{AUDIT_LIMIT})."),
+    ] = 50,
     json_: JsonOpt = False,
 ) -> None:
     """The audit log (plans, decisions, approvals, executions)."""

@@ -57,6 +57,15 @@ def test_grant_durations_and_budgets_out_of_range(cli: Cli, option: str, value: 
     assert cli("approvals", "grants", "--all", "--json").json() == []
 
 
+# 99999999999999999999 ended in a traceback: past SQLite's integer range (found by fuzzing);
+# 0 and -1 reached SQLite as LIMIT 0 (nothing) and LIMIT -1 (everything).
+@pytest.mark.parametrize("limit", ["99999999999999999999", "0", "-1"])
+def test_audit_limit_out_of_range(cli: Cli, limit: str) -> None:
+    r = cli("audit", "--limit", limit, "--json")
+    _refused(r, "--limit")
+    assert "Traceback" not in r.stderr, str(r)
+
+
 def test_config_that_is_not_utf8(cli: Cli) -> None:
     path = cli.config("")
     path.write_bytes(b'[checkpoint]\ndefault_engine = "cooperative" # caf\xe9\n')
