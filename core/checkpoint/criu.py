@@ -356,8 +356,30 @@ def dump(
         pending.images_dir / "stats-dump"
     )
     timings = {"criu_dump_s": wall, **dump_stats}
+    if dropped := inotify_queues_dropped(logfile):
+        # Counted in the checkpoint's timings, so `checkpoints --json` shows it too.
+        timings["inotify_queues_dropped"] = float(dropped)
+        log.warning(
+            "criu.inotify_events_dropped",
+            pid=pid,
+            instances=dropped,
+            why="CRIU keeps inotify watches but not the events queued at the dump",
+            hint="a restored program must rescan what it watches (docs/checkpointing.md)",
+        )
     log.info("criu.dumped", pid=pid, wall_s=round(wall, 3), leave_running=leave_running)
     return timings
+
+
+def inotify_queues_dropped(logfile: Path) -> int:
+    """How many inotify instances had events queued that the images do not hold: CRIU
+    dumps the watches but not the queue, and warns "fsnotify: The 0xID inotify events will
+    be dropped" (criu/fsnotify.c, dump_one_inotify; checkpoint-restore/criu#48). A restore
+    of such images gives the program none of those events."""
+    try:
+        text = logfile.read_text(errors="replace")
+    except OSError:
+        return 0
+    return sum(1 for line in text.splitlines() if "inotify events will be dropped" in line)
 
 
 def tasks_without_mm(images_dir: Path) -> list[str]:
