@@ -175,6 +175,17 @@ def _refusal(logfile: Path, options: CriuOptions) -> tuple[str, str] | None:
             "give root CAP_SYS_RESOURCE (a container: --cap-add SYS_RESOURCE), or start the "
             f"workload as the user its processes run as; {keep}",
         )
+    if "fsnotify:" in text and "Can't dump that handle" in text:
+        # criu/fsnotify.c: a watched inode is named by its file handle, which only
+        # open_by_handle_at with CAP_DAC_READ_SEARCH in the host's namespace reopens, else
+        # by a path found scanning a few system folders (irmap); an ordinary user has neither.
+        return (
+            "the workload holds an inotify (or fanotify) watch that CRIU could not name: "
+            "without CAP_DAC_READ_SEARCH (a checkpoint by an ordinary user) it cannot reopen "
+            "the watched file from its handle, and found no path to it",
+            "have the program close its watch before a checkpoint (or not use one), or run "
+            f"the workload as root; {keep}",
+        )
     if "Can't get 1:16 opt" in text:
         return (
             "this CRIU cannot dump the workload's TCP sockets on this kernel "

@@ -384,3 +384,31 @@ def test_an_ordinary_users_workload_with_a_file_open_moves_staged_and_fails_over
     alice.wait_step(name, 5, since=t)
     log = (alice.home / "logs" / f"{name}.log").read_text()
     assert "STATE CHECK FAILED" not in log, log[-2000:]
+
+
+def test_an_inotify_watch_is_refused_by_name_and_the_workload_runs_on(alice: As) -> None:
+    """CRIU names a watched inode by its file handle, which only a process with
+    CAP_DAC_READ_SEARCH can reopen (criu/fsnotify.c): an ordinary user's checkpoint of a
+    program holding an inotify watch fails. It says why and what to do, and the workload
+    goes on (as root the same program checkpoints: tests/workloads/test_inotify_queue.py)."""
+    watched = alice.who.mkdtemp(alice.home.parent, f"{alice.home.name}-watched")
+    try:
+        _refused_and_running_on(alice, watched)
+    finally:
+        shutil.rmtree(watched, ignore_errors=True)
+
+
+def _refused_and_running_on(alice: As, watched: Path) -> None:
+    code, _, err = alice(
+        "run", "--name", "ino", "--node", "node-a", "--detach", "--json", "--",
+        str(alice.who.python), str(PROGRAMS / "inotify_backlog.py"), "backlog", str(watched),
+    )  # fmt: skip
+    assert code == 0, err
+    step = alice.wait_step("ino", 10)
+    code, out, err = alice("checkpoint", "local:ino", "--yes", "--json")
+    said = _said(out, err)
+    assert code == 8, said
+    assert "inotify (or fanotify) watch that CRIU could not name" in said, said
+    assert "close its watch before a checkpoint" in said, said
+    assert alice.workload("ino")["state"] == "running"
+    alice.wait_step("ino", step + 5)
