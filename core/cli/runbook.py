@@ -140,7 +140,10 @@ def runs(
         typer.Option("--status", help="waiting, running, succeeded, failed, cancelled, ..."),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most N runs.")] = 20,
-    offset: Annotated[int, typer.Option("--offset", min=0, help="Skip the N newest.")] = 0,
+    # Bounded as list_runs' cursor is: past SQLite's integer range the query itself failed.
+    offset: Annotated[
+        int, typer.Option("--offset", min=0, max=1_000_000, help="Skip the N newest (0-1000000).")
+    ] = 0,
     json_: JsonOpt = False,
 ) -> None:
     """Runs newest first, one line each: status, what it waits for, what comes next."""

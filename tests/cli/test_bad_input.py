@@ -59,10 +59,19 @@ def test_grant_durations_and_budgets_out_of_range(cli: Cli, option: str, value: 
 
 # 99999999999999999999 ended in a traceback: past SQLite's integer range (found by fuzzing);
 # 0 and -1 reached SQLite as LIMIT 0 (nothing) and LIMIT -1 (everything).
-@pytest.mark.parametrize("limit", ["99999999999999999999", "0", "-1"])
-def test_audit_limit_out_of_range(cli: Cli, limit: str) -> None:
-    r = cli("audit", "--limit", limit, "--json")
-    _refused(r, "--limit")
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (("audit", "--limit", "99999999999999999999"), "--limit"),
+        (("audit", "--limit", "0"), "--limit"),
+        (("audit", "--limit", "-1"), "--limit"),
+        (("runbook", "runs", "--offset", "99999999999999999999"), "--offset"),
+        (("runbook", "runs", "--offset", "-1"), "--offset"),
+    ],
+)
+def test_counts_out_of_range(cli: Cli, argv: tuple[str, ...], option: str) -> None:
+    r = cli(*argv, "--json")
+    _refused(r, option)
     assert "Traceback" not in r.stderr, str(r)
 
 
