@@ -28,7 +28,7 @@ from pydantic import Field
 from core import errors
 from core.runbooks import schema
 from core.runbooks.engine import Engine
-from core.runbooks.store import RunStatus, StepRecord
+from core.runbooks.store import MAX_OFFSET, RunStatus, StepRecord
 from core.runbooks.views import RunSummary, RunView
 from core.schema_base import Model
 from core.service import views
@@ -166,7 +166,7 @@ def _second(stamp: str | None) -> str | None:
 def _offset(cursor: str | None) -> int:
     if not cursor:
         return 0
-    if not (cursor.isascii() and cursor.isdigit()) or int(cursor) > 1_000_000:
+    if not (cursor.isascii() and cursor.isdigit()) or int(cursor) > MAX_OFFSET:
         raise tool_error(errors.InvalidInput(
             f"cursor {cursor[:40]!r} is not one list_runs gave",
             hint="pass the next_cursor of the previous page, or no cursor for the first page",

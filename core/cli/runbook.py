@@ -21,7 +21,7 @@ from core.config import load_settings
 from core.model import Principal, PrincipalKind
 from core.runbooks import loading
 from core.runbooks.engine import Engine
-from core.runbooks.store import RunStatus
+from core.runbooks.store import MAX_OFFSET, RunStatus
 from core.runbooks.views import RunView
 from core.service.facade import bootstrap
 
@@ -140,9 +140,11 @@ def runs(
         typer.Option("--status", help="waiting, running, succeeded, failed, cancelled, ..."),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most N runs.")] = 20,
-    # Bounded as list_runs' cursor is: past SQLite's integer range the query itself failed.
     offset: Annotated[
-        int, typer.Option("--offset", min=0, max=1_000_000, help="Skip the N newest (0-1000000).")
+        int,
+        typer.Option(
+            "--offset", min=0, max=MAX_OFFSET, help=f"Skip the N newest (0-{MAX_OFFSET})."
+        ),
     ] = 0,
     json_: JsonOpt = False,
 ) -> None:

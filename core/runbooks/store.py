@@ -46,6 +46,11 @@ MIGRATIONS: list[str] = [
 register_migrations("runbooks", MIGRATIONS)
 
 
+# The deepest page a listing of runs skips to (CLI --offset, MCP list_runs' cursor): past
+# SQLite's integer range its OFFSET fails outright.
+MAX_OFFSET = 1_000_000
+
+
 class RunStatus(StrEnum):
     RUNNING = "running"
     WAITING_APPROVAL = "waiting_approval"
