@@ -229,6 +229,8 @@ def describe_problem(problem: Mapping[str, Any], arg: Callable[[str], str] = str
     if kind in ("literal_error", "enum"):
         expected = str(ctx.get("expected", "")).replace("'", "").replace(" or ", ", ")
         return f"{where} must be one of {expected} (got {_shown(got)})"
+    if kind == "string_pattern_mismatch":
+        return f"{where} must match {ctx.get('pattern')} (got {_shown(got)})"
     if kind == "string_too_long":
         return f"{where} is too long (at most {ctx.get('max_length')} characters)"
     if kind.startswith(("int_", "float_", "greater_than", "less_than")) or kind in (

@@ -43,7 +43,41 @@ def configure(level: str | None = None) -> None:
     Applied at once when structlog is already loaded (to loggers used from then on: one
     that has logged keeps its configuration), else when the first line is logged."""
     name = (level or os.environ.get("CLAWPOINT_LOG_LEVEL") or "WARNING").upper()
-    _want(("json", getattr(logging, name, logging.WARNING)))
+    number = getattr(logging, name, logging.WARNING)
+    _want(("json", number))
+    _route_stdlib_logging(number)
+
+
+class _JsonLines(logging.Handler):
+    """Libraries' standard-library log records (the MCP SDK's, uvicorn's) as the same JSON
+    lines as ours, to the stderr of the moment."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        import json
+        from datetime import UTC, datetime
+
+        line = {
+            "event": record.getMessage(),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "timestamp": datetime.fromtimestamp(record.created, UTC).isoformat(),
+        }
+        if record.exc_info:
+            line["exception"] = logging.Formatter().formatException(record.exc_info)
+        try:
+            sys.stderr.write(json.dumps(line, default=str) + "\n")
+        except (OSError, ValueError):  # stderr closed: nowhere to say it
+            pass
+
+
+def _route_stdlib_logging(level: int) -> None:
+    """Give the root logger our JSON handler (once) at ``level``: a library that configures
+    logging only when nothing has (the MCP SDK installs a Rich console handler at INFO with
+    ``logging.basicConfig``) then leaves it alone."""
+    root = logging.getLogger()
+    if not any(isinstance(h, _JsonLines) for h in root.handlers):
+        root.addHandler(_JsonLines())
+    root.setLevel(level)
 
 
 def configure_console() -> None:

@@ -36,13 +36,17 @@ def no_progress(done: float, total: float | None, message: str) -> None:
     return None
 
 
-def validate_name(value: str, *, what: str = "name") -> str:
-    """Accept a plain name (letters, digits, ``_ . -``; no ``..``); raise InvalidInput otherwise."""
+def validate_name(value: str, *, what: str = "name", new: bool = False) -> str:
+    """Accept a plain name (letters, digits, ``_ . -``; no ``..``); raise InvalidInput otherwise.
+    ``new``: the caller names something new (a workload to start), so the hint says how to
+    spell one rather than to pick an existing one."""
     if not isinstance(value, str) or not NAME_RE.fullmatch(value) or ".." in value:
         raise errors.InvalidInput(
             f"invalid {what} {value!r}: use 1-63 letters, digits, '_', '.' or '-', "
             "starting with a letter or digit, without '..'",
-            hint=f"list the existing ones and pass one of those as the {what}",
+            hint=f"choose a {what} of those characters, e.g. train-1"
+            if new
+            else f"list the existing ones and pass one of those as the {what}",
         )
     return value
 

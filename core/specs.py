@@ -86,7 +86,7 @@ class RunSpec(Model):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        return validate_name(value, what="workload name")
+        return validate_name(value, what="workload name", new=True)
 
     @field_validator("restore_from")
     @classmethod

@@ -9,7 +9,9 @@ configured otherwise.
 
 from __future__ import annotations
 
+import errno
 import hmac
+import socket
 import sys
 from collections.abc import Collection, Sequence
 
@@ -134,14 +136,19 @@ def build_http_app(
         {f"agent {name}'s token": t for name, t in agent_tokens.items()}
         | ({"approver token": approver} if approver else {})
     )
-    base = f"http://{host}:{port}"
+    base = f"http://{url_host(host)}:{port}"
     mcp = build_server(
         service,
         toolsets=toolsets,
         read_only=read_only,
         token_verifier=StaticTokenVerifier(agent_tokens=agent_tokens),
+        # Our tokens are this server's own static secrets, which the verifier knows; none
+        # is issued for an audience (RFC 8707), so there is no resource to check it against.
         auth=AuthSettings(
-            issuer_url=base, resource_server_url=f"{base}/mcp", required_scopes=["agent"]
+            issuer_url=base,
+            resource_server_url=f"{base}/mcp",
+            required_scopes=["agent"],
+            validate_token_resource=False,
         ),
     )
     app = mcp.streamable_http_app(host=host)
@@ -213,13 +220,63 @@ def serve_http(
     # dry-run plans waited tens of milliseconds; in interleaved paced runs 0.5 ms cut the
     # p99 by a third to a half (docs/benchmarks.md, "MCP load"). Only this process changes.
     sys.setswitchinterval(GIL_SWITCH_S)
+    listener = listen(host, port)  # before any work: a bad address changes nothing
     service_ = _service(settings)
     app = build_http_app(settings, service_, host=host, port=port, toolsets=toolsets,
                          read_only=read_only)  # fmt: skip
     if settings.approvals.page_url is None and settings.approver_token:
         # Tell agents and notifications where people approve.
-        service_.guard.approvals.config.page_url = f"http://{host}:{port}/approvals"
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+        service_.guard.approvals.config.page_url = f"http://{url_host(host)}:{port}/approvals"
+    # log_config=None: uvicorn's records go to the root logger, our JSON lines (core.logs).
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", log_config=None)
+    server = uvicorn.Server(config)
+    server.run(sockets=[listener])
+
+
+def url_host(host: str) -> str:
+    """``host`` as a URL spells it: an IPv6 address in brackets (RFC 3986, 3.2.2)."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port``, or InvalidInput/Conflict saying why not (an
+    address that does not resolve or is not this machine's, a port out of range or in use),
+    in place of the server library's own log line and exit code."""
+    where = f"{host}:{port}"
+    if not 1 <= port <= 65535:
+        raise errors.InvalidInput(
+            f"port {port} is out of range", hint="pass a port from 1 to 65535 (default 8765)"
+        )
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        raise errors.InvalidInput(
+            f"cannot serve on {where}: {host!r} is no address of this machine ({exc})",
+            hint="pass an address this machine has, e.g. 127.0.0.1 (the default)",
+        ) from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart right after a stop
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise errors.Conflict(
+                f"cannot serve on {where}: something else listens there",
+                hint="stop it (ss -ltnp shows what) or pass another --port",
+            ) from None
+        raise errors.InvalidInput(
+            f"cannot serve on {where}: {exc.strerror or exc}",
+            hint="pass an address this machine has (ip -brief address lists them) and a port "
+            "you may bind (below 1024 needs privileges)",
+        ) from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def _service(settings: Settings) -> Service:

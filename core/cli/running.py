@@ -122,7 +122,7 @@ def run(
     # In a pod of a multi-pod workload (an Indexed Job, a StatefulSet) every pod runs the same
     # --name: the pod's index from its environment makes its lineage its own (NAME-INDEX).
     workload_name = (
-        pod_lineage(validate_name(name, what="workload name"), os.environ)
+        pod_lineage(validate_name(name, what="workload name", new=True), os.environ)
         if name
         else _default_name(command[0])
     )

@@ -24,16 +24,34 @@ Name = Annotated[str, typer.Option("--name", help="Checkpoint lineage of the job
 def _spec(name: str, command: list[str], partition: str | None, nodelist: str | None, exclude: str | None,
           cpus: int, mem_mb: int | None, gpus: int, time: str | None, signal_before_end: int | None,
           checkpoint_every: float | None, output_path: str | None, chdir: str | None) -> BatchSpec:  # fmt: skip
+    from pydantic import ValidationError
+
+    from core import errors
     from core.model import validate_interval_s, validate_name
 
     if checkpoint_every is not None:
         validate_interval_s(checkpoint_every, what="--checkpoint-every")
-    return BatchSpec(
-        lineage=validate_name(name, what="job name"), command=command, partition=partition, nodelist=nodelist,
-        exclude=exclude, cpus=cpus, mem_mb=mem_mb, gpus=gpus, time_limit=time,
-        signal_before_end_s=signal_before_end, checkpoint_every_s=checkpoint_every, output=output_path,
-        workdir=chdir,
-    )  # fmt: skip
+    try:
+        return BatchSpec(
+            lineage=validate_name(name, what="job name", new=True), command=command, partition=partition,
+            nodelist=nodelist, exclude=exclude, cpus=cpus, mem_mb=mem_mb, gpus=gpus, time_limit=time,
+            signal_before_end_s=signal_before_end, checkpoint_every_s=checkpoint_every,
+            output=output_path, workdir=chdir,
+        )  # fmt: skip
+    except ValidationError as exc:  # in the options' words, not pydantic's (nothing was written)
+        raise errors.argument_error(
+            "clawpoint slurm submit", exc.errors(include_url=False), sorted(set(_OPTION.values())),
+            arg=lambda field: _OPTION.get(field, field),
+        ) from None  # fmt: skip
+
+
+# BatchSpec's fields as this command spells them.
+_OPTION = {
+    "lineage": "--name", "command": "CMD", "partition": "--partition", "nodelist": "--nodelist",
+    "exclude": "--exclude", "cpus": "--cpus", "mem_mb": "--mem-mb", "gpus": "--gpus",
+    "time_limit": "--time", "signal_before_end_s": "--signal-before-end",
+    "checkpoint_every_s": "--checkpoint-every", "output": "--output", "workdir": "--chdir",
+}  # fmt: skip
 
 
 @slurm_app.command(context_settings={"allow_interspersed_args": False})

@@ -47,7 +47,7 @@ def serve(
         serve_http(
             config,
             host=host or config.mcp.host,
-            port=port or config.mcp.port,
+            port=config.mcp.port if port is None else port,  # 0 is refused, not the default
             toolsets=chosen,
             read_only=read_only,
         )

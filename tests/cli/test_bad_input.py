@@ -46,6 +46,28 @@ def test_slurm_submit_checkpoint_every_out_of_range(cli: Cli) -> None:
     _refused(r, "--checkpoint-every")
 
 
+# Each was a traceback of the spec's validation, exit 1 (found by hand, 2026-12-03).
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [("--cpus", "0", "--cpus: input should be greater than or equal to 1 (got 0)"),
+     ("--gpus", "-1", "--gpus: input should be greater than or equal to 0"),
+     ("--mem-mb", "0", "--mem-mb: input should be greater than or equal to 1"),
+     ("--signal-before-end", "70000", "--signal-before-end: input should be less than"),
+     ("--partition", "a;b", "--partition must match"),
+     ("--time", "1h", "--time must match ^[0-9:-]+$ (got '1h')")],
+)  # fmt: skip
+def test_slurm_submit_values_out_of_range(cli: Cli, option: str, value: str, says: str) -> None:
+    r = cli("slurm", "submit", "--name", "j", f"{option}={value}", "--print", "--", "true")
+    _refused(r, "error (invalid-input): clawpoint slurm submit: " + says, "hint: ")
+    assert "Traceback" not in r.stderr and "#!/bin/bash" not in r.stdout
+
+
+def test_a_new_name_is_refused_with_how_to_spell_one(cli: Cli) -> None:
+    """Not "list the existing ones", which is the hint for a name that must exist."""
+    r = cli("slurm", "submit", "--name", "a b", "--print", "--", "true")
+    _refused(r, "invalid job name 'a b'", "choose a job name of those characters")
+
+
 @pytest.mark.parametrize(
     ("option", "value"),
     [("--expires", "99999999999d"), ("--expires", "٣h"), ("--expires", "0s"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -169,7 +170,11 @@ def http_server(settings: Settings) -> Iterator[tuple[str, str]]:
         yield url, token
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        _, err = proc.communicate(timeout=10)
+    # Whatever the server and its libraries said went out as JSON lines (core.logs), never
+    # a library's own console format or a warning printed at start-up.
+    for line in err.decode().splitlines():
+        assert isinstance(json.loads(line), dict), line
 
 
 @pytest.mark.anyio
@@ -198,3 +203,38 @@ def test_http_refuses_to_start_without_token(settings: Settings) -> None:
     )  # fmt: skip
     assert proc.returncode == 2
     assert "CLAWPOINT_MCP_TOKEN" in proc.stderr
+
+
+CLAWPOINT = Path(sys.executable).parent / "clawpoint"
+
+
+@pytest.mark.parametrize(
+    ("where", "code", "says"),
+    [
+        (["--port", "0"], 2, "port 0 is out of range"),
+        (["--port", "70000"], 2, "port 70000 is out of range"),
+        (["--host", "no-such-host.invalid"], 2, "is no address of this machine"),
+        (["--host", "192.0.2.1"], 2, "cannot serve on 192.0.2.1:"),  # TEST-NET-1, not ours
+        (["--port", "IN-USE"], 10, "something else listens there"),
+    ],
+)  # fmt: skip
+def test_http_refuses_an_address_it_cannot_serve(
+    settings: Settings, where: list[str], code: int, says: str
+) -> None:
+    """The installed command, as a person types it: exit 2 (or 10 for a port in use) with
+    our message and hint, no traceback and no library log line; before a port was taken
+    as given, 0 meant the default port, an out-of-range one was a traceback of the SDK's
+    URL validation, and a wrong host uvicorn's own "ERROR:" line with exit 3."""
+    env = dict(os.environ, CLAWPOINT_HOME=str(settings.home), PYTHONPATH=str(ROOT),
+               CLAWPOINT_MCP_TOKEN="t0k-" + os.urandom(16).hex())  # fmt: skip
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        argv = [a.replace("IN-USE", str(taken.getsockname()[1])) for a in where]
+        proc = subprocess.run(
+            [str(CLAWPOINT), "serve", "--http", *argv],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert proc.returncode == code, proc.stderr
+    assert says in proc.stderr and "hint:" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "ERROR:" not in proc.stderr, proc.stderr
