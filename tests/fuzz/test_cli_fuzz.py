@@ -7,8 +7,9 @@ codes of docs/cli.md (never an exception), prints no traceback, says something, 
 refusal (exit 2 or 3: invalid input, not found) changes nothing in the state database or
 the checkpoint store.
 
-Not fuzzed, on purpose: commands that execute the program they are given (``run``,
-``slurm submit``: a fuzzer must never run arbitrary argv), serve or loop forever (``serve``,
+Not fuzzed, on purpose: commands that execute the program they are given (``run``: a
+fuzzer must never run arbitrary argv; ``slurm submit`` is fuzzed with ``--print`` always
+first, so it only prints its script), serve or loop forever (``serve``,
 ``watch``), start workloads (``demo``) or run a CPU-bound simulation (``spot evaluate``).
 ``CLAWPOINT_FUZZ_CLI_EXAMPLES`` sets the cases per command (default 50); they are drawn from
 the commit's seed, as the MCP fuzz's are (``tests.fuzz.seeding``).
@@ -40,7 +41,10 @@ ROOT = Path(__file__).resolve().parents[2]
 INSTALLED = ROOT / ".venv" / "bin" / "clawpoint"
 EXAMPLES = int(os.environ.get("CLAWPOINT_FUZZ_CLI_EXAMPLES", "50"))
 DOCUMENTED_EXITS = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 21}
-NOT_FUZZED = {"run", "slurm submit", "serve", "watch", "demo", "spot evaluate"}
+NOT_FUZZED = {"run", "serve", "watch", "demo", "spot evaluate"}
+# Options every case of a command starts with, before anything drawn (so that no drawn "--"
+# or argument can come first and turn them into the payload's argv).
+ALWAYS = {"slurm submit": ["--print"]}
 NUMBERS = ["-1", "0", "1", "1e309", "nan", "inf", "-inf", "99999999999999999999", "0x10", "1.5"]
 
 
@@ -76,7 +80,12 @@ def live_commands() -> dict[str, tuple[Param, ...]]:
     return {k: v for k, v in found.items() if k not in NOT_FUZZED}
 
 
+# Plain, valid-looking values too: a case whose every value is hostile stops at the first
+# required one (a name, an id), and what lies behind it (the other values' checks) was
+# never reached. (``slurm submit --cpus 0`` was a traceback no case had drawn.)
+PLAIN = ["a", "train-1", "1", "local:a", "slurm:1", "n1", "local:a@1"]
 VALUES = st.one_of(
+    st.sampled_from(PLAIN),
     st.sampled_from(HOSTILE_STRINGS), st.sampled_from(NUMBERS), st.text(max_size=40),
     st.integers(min_value=600, max_value=5000).map(lambda n: "y" * n),
 )  # fmt: skip
@@ -87,8 +96,11 @@ def argv_for(command: str) -> st.SearchStrategy[list[str]]:
 
     @st.composite
     def build(draw: st.DrawFn) -> list[str]:
-        argv = command.split()
-        for p in params:
+        argv = [*command.split(), *ALWAYS.get(command, [])]
+        head = len(argv)
+        # Options first, then the arguments, as people type them: a command that stops
+        # parsing options at its first argument (``slurm submit -- CMD``) saw none otherwise.
+        for p in sorted(params, key=lambda p: p.positional):
             if p.positional:
                 count = 1 if p.nargs == 1 else draw(st.integers(min_value=0, max_value=3))
                 if draw(st.integers(min_value=0, max_value=9)) > 0:  # sometimes missing
@@ -98,7 +110,7 @@ def argv_for(command: str) -> st.SearchStrategy[list[str]]:
                 if not p.flag and draw(st.integers(min_value=0, max_value=19)) > 0:
                     argv.append(draw(VALUES))
         if draw(st.integers(min_value=0, max_value=14)) == 0:
-            argv.insert(draw(st.integers(min_value=0, max_value=len(argv))), draw(
+            argv.insert(draw(st.integers(min_value=head, max_value=len(argv))), draw(
                 st.sampled_from(["--bogus", "--help", "-", "--", "extra"])))  # fmt: skip
         return argv
 
