@@ -27,8 +27,11 @@ from tests.restore.conftest import CLAWPOINT, Cli
 
 pytestmark = [pytest.mark.criu, pytest.mark.timeout(600)]
 
-# Counts, writes its progress (atomically: no file kept open) and prints each step. With
-# "chdir", it leaves its launch directory first (a program that works elsewhere).
+# Counts, writes its progress (atomically: no file kept open) and prints each step, a line
+# per write(2): print() makes one write per item where Python runs unbuffered
+# (PYTHONUNBUFFERED, as in many CI environments), and a stop-checkpoint between two of them
+# rightly leaves a line half printed until the resume. With "chdir", it leaves its launch
+# directory first (a program that works elsewhere).
 PLAIN = """
 import json, os, sys, time
 if len(sys.argv) > 1 and sys.argv[1] == "chdir":
@@ -40,7 +43,7 @@ while True:
     with open(p + ".tmp", "w") as f:
         f.write(json.dumps({"step": i}))
     os.replace(p + ".tmp", p)
-    print("step", i, "x" * (200 if "loud" in sys.argv else 0), flush=True)
+    os.write(1, f"step {i} {'x' * (200 if 'loud' in sys.argv else 0)}\\n".encode())
     time.sleep(0.02)
 """
 
