@@ -62,6 +62,21 @@ def test_slurm_submit_values_out_of_range(cli: Cli, option: str, value: str, say
     assert "Traceback" not in r.stderr and "#!/bin/bash" not in r.stdout
 
 
+# A traceback (OverflowError, or the worker pool's), or a run that never ended, before.
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--compute-hours", "inf"), ("--changeover-hours", "1e308"), ("--starts", "99999999999999999999"),
+     ("--workers", "0"), ("--workers", "99999999999999999999"), ("--spot-price", "nan")],
+)  # fmt: skip
+def test_spot_evaluate_values_out_of_range(
+    cli: Cli, tmp_path: Path, option: str, value: str
+) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("date,availability\n2023-02-15 00:00:00,1\n2023-02-15 00:05:00,0\n")
+    r = cli("spot", "evaluate", "--traces", str(trace), f"{option}={value}")
+    _refused(r, "error (invalid-input)", f"{option} must ")
+
+
 def test_a_new_name_is_refused_with_how_to_spell_one(cli: Cli) -> None:
     """Not "list the existing ones", which is the hint for a name that must exist."""
     r = cli("slurm", "submit", "--name", "a b", "--print", "--", "true")

@@ -53,11 +53,21 @@ def test_tick_is_csv_spacing(trace: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "needle"),
     [
-        ({"job_fractions": [0.0]}, "fraction"),
-        ({"job_fractions": [1.2]}, "fraction"),
+        ({"job_fractions": [0.0]}, "job_fractions"),
+        ({"job_fractions": [1.2]}, "job_fractions"),
         ({"policies": ["magic"]}, "policies"),
         ({"starts": 0}, "starts"),
-        ({"on_demand_price": -1.0}, "Prices"),
+        ({"on_demand_price": -1.0}, "on_demand_price"),
+        # Each of these was a traceback or a run that never ended (found by hand, 2026-12-03).
+        ({"compute_hours": float("inf")}, "compute_hours"),
+        ({"compute_hours": 1e308}, "compute_hours"),
+        ({"changeover_hours": [float("inf")]}, "changeover_hours"),
+        ({"job_fractions": [1e-300]}, "job_fractions"),
+        ({"starts": 10**20}, "starts"),
+        ({"workers": 0}, "workers"),
+        ({"workers": 100_000}, "workers"),
+        ({"spot_price": float("inf")}, "spot_price"),
+        ({"on_demand_price": float("nan")}, "on_demand_price"),
     ],
 )
 def test_bad_inputs(trace: Path, change: dict[str, object], needle: str) -> None:
@@ -86,3 +96,21 @@ def test_trace_too_short_for_deadline(tmp_path: Path) -> None:
     short = write_trace(tmp_path / "s.csv", [1] * 10)
     with pytest.raises(errors.InvalidInput):
         evaluate([short], **ARGS)  # type: ignore[arg-type]
+
+
+def test_unreadable_traces_are_named(tmp_path: Path) -> None:
+    """Not UTF-8, not a regular file, prices that are no numbers: each a traceback before."""
+    binary = tmp_path / "bin.csv"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(errors.InvalidInput, match="is not UTF-8 text"):
+        load_traces([binary])
+    with pytest.raises(errors.InvalidInput, match="is not a regular file"):
+        load_traces([Path("/dev/null")])
+    (tmp_path / "d").mkdir()
+    write_trace(tmp_path / "d" / "a.csv", [1, 0, 1])
+    for prices in ('{"a": ["x", 1, 2]}', '{"a": [1, NaN, 2]}', '{"a": [1, {}, 2]}'):
+        (tmp_path / "d" / "spot_prices.json").write_text(prices)
+        with pytest.raises(errors.InvalidInput, match="not all finite numbers"):
+            load_traces([tmp_path / "d"])
+    (tmp_path / "d" / "spot_prices.json").write_text('{"a": [1, 2.5, 0]}')
+    assert load_traces([tmp_path / "d"])[0].prices == (1.0, 2.5, 0.0)

@@ -118,36 +118,72 @@ def summarise(rows: list[RunRow], policy: str, group: str) -> Summary:
     )
 
 
+# Bounds of an evaluation's inputs. Beyond them the simulation cannot mean anything (a job
+# longer than any trace, a changeover of years) or its integers overflow (ticks of an
+# infinite job); workers beyond a machine's size only fork processes that wait.
+MAX_COMPUTE_HOURS = 100_000.0
+MAX_CHANGEOVER_HOURS = 1_000.0
+MIN_JOB_FRACTION = 0.01
+MAX_STARTS = 1_000_000
+MAX_WORKERS = 256
+MAX_PRICE = 1e6
+
+
 def _validate(
     compute_hours: float,
     job_fractions: list[float],
     changeover_hours: list[float],
     starts: int,
     policies: list[str],
-    prices: tuple[float, float],
+    prices: dict[str, float],
+    workers: int,
 ) -> None:
+    """Each bound refused by the argument's name (``errors.arg``: ``--compute-hours`` on the
+    command line); "not a <= x <= b" refuses NaN too, and every bound refuses infinity."""
+    a = errors.arg
+
     def bad(msg: str, hint: str) -> errors.InvalidInput:
         return errors.InvalidInput(msg, hint=hint)
 
-    if not compute_hours > 0:
-        raise bad(f"compute_hours must be > 0, got {compute_hours}.", "Pass e.g. 48.")
-    if not job_fractions or any(not 0 < f <= 1 for f in job_fractions):
+    if not 0 < compute_hours <= MAX_COMPUTE_HOURS:
         raise bad(
-            f"Job fractions must lie in (0, 1], got {job_fractions}.",
+            f"{a('compute_hours')} must be > 0 and at most {MAX_COMPUTE_HOURS:g}, got "
+            f"{compute_hours}.",
+            "Pass e.g. 48.",
+        )
+    if not job_fractions or any(not MIN_JOB_FRACTION <= f <= 1 for f in job_fractions):
+        raise bad(
+            f"{a('job_fractions')} must lie in [{MIN_JOB_FRACTION}, 1], got {job_fractions}.",
             "A job fraction is compute / deadline, e.g. 0.6,0.8,0.95.",
         )
-    if not changeover_hours or any(not d >= 0 for d in changeover_hours):
-        raise bad(f"Changeovers must be >= 0 h, got {changeover_hours}.", "Pass e.g. 0.1,0.2.")
-    if starts < 1:
-        raise bad(f"starts must be >= 1, got {starts}.", "Pass e.g. 100 start points per trace.")
+    if not changeover_hours or any(not 0 <= d <= MAX_CHANGEOVER_HOURS for d in changeover_hours):
+        raise bad(
+            f"{a('changeover_hours')} must be from 0 to {MAX_CHANGEOVER_HOURS:g} h, got "
+            f"{changeover_hours}.",
+            "Pass e.g. 0.1,0.2.",
+        )
+    if not 1 <= starts <= MAX_STARTS:
+        raise bad(
+            f"{a('starts')} must be from 1 to {MAX_STARTS:,}, got {starts}.",
+            "Pass e.g. 100 start points per trace.",
+        )
+    if not 1 <= workers <= MAX_WORKERS:
+        raise bad(
+            f"{a('workers')} must be from 1 to {MAX_WORKERS}, got {workers}.",
+            "Pass at most one worker per CPU (nproc says how many).",
+        )
     unknown = [p for p in policies if p not in KNOWN_POLICIES]
     if not policies or unknown:
         raise bad(
-            f"Unknown or missing policies: {unknown or policies}.",
+            f"Unknown or missing {a('policies')}: {unknown or policies}.",
             f"Choose from {', '.join(KNOWN_POLICIES)}.",
         )
-    if any(not p > 0 for p in prices):
-        raise bad(f"Prices must be > 0, got {prices}.", "Pass positive $/h prices.")
+    for name, price in prices.items():
+        if not 0 < price <= MAX_PRICE:
+            raise bad(
+                f"{a(name)} must be > 0 and at most {MAX_PRICE:g} $/h, got {price}.",
+                "Pass a positive price per hour.",
+            )
 
 
 def _pick_starts(trace: Trace, longest: int, lookback: int, n: int, seed: int) -> list[int]:
@@ -240,7 +276,8 @@ def evaluate(
     """
     sp = DEFAULT_SPOT_PRICE if spot_price is None else spot_price
     odp = DEFAULT_ON_DEMAND_PRICE if on_demand_price is None else on_demand_price
-    _validate(compute_hours, job_fractions, changeover_hours, starts, policies, (sp, odp))
+    prices = {"spot_price": sp, "on_demand_price": odp}
+    _validate(compute_hours, job_fractions, changeover_hours, starts, policies, prices, workers)
     loaded = load_traces(traces)
     per_tick = spot_price is None
     if per_tick:

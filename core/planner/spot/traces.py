@@ -12,8 +12,10 @@ the simulator bills constant spot / on-demand prices (see ``core.planner.spot.si
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import json
+import math
 import statistics
 from datetime import datetime
 from pathlib import Path
@@ -55,12 +57,21 @@ def load_csv(path: Path, *, prices: tuple[float, ...] | None = None) -> Trace:
     """Load one ``date,availability`` CSV; the tick is the median spacing of its dates."""
     if not path.is_file():
         raise errors.InvalidInput(
-            f"Trace file {path} does not exist.",
+            f"Trace file {path} "
+            + ("is not a regular file." if path.exists() else "does not exist."),
             hint="Pass a CSV with a 'date,availability' header or a directory of them.",
         )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = "is not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else "cannot be read"
+        raise errors.InvalidInput(
+            f"Trace file {path} {why} ({exc}).",
+            hint="Pass a readable UTF-8 CSV with a 'date,availability' header.",
+        ) from None
     dates: list[datetime] = []
     avail: list[int] = []
-    with path.open(newline="") as fh:
+    with io.StringIO(text, newline="") as fh:
         reader = csv.DictReader(fh)
         if reader.fieldnames is None or {"date", "availability"} - set(reader.fieldnames):
             raise errors.InvalidInput(
@@ -108,7 +119,21 @@ def _load_prices(directory: Path) -> dict[str, tuple[float, ...]]:
         ) from None
     if not isinstance(raw, dict):
         return {}
-    return {str(k): tuple(float(x) for x in v) for k, v in raw.items() if isinstance(v, list)}
+    prices: dict[str, tuple[float, ...]] = {}
+    for name, series in raw.items():
+        if not isinstance(series, list):
+            continue
+        try:
+            values = tuple(float(x) for x in series)
+        except (TypeError, ValueError):
+            values = ()
+        if len(values) != len(series) or not all(0 <= v < math.inf for v in values):
+            raise errors.InvalidInput(
+                f"{file}: the prices of {name!r} are not all finite numbers >= 0.",
+                hint="Fix or remove spot_prices.json; prices are optional.",
+            )
+        prices[str(name)] = values
+    return prices
 
 
 def load_traces(paths: list[Path]) -> list[Trace]:
