@@ -37,6 +37,11 @@ from core.guardrail_settings import ApprovalsConfig, NotifyConfig, PolicyConfig
 from core.schema_base import Model
 from core.signal_settings import SignalsConfig
 
+# The longest any timeout or wait of the config may be: every number has a bound, since an
+# infinite one overflows the timers that use it (a thread's wait of inf seconds raises) and
+# an integer past 64 bits the state database.
+DAY_S = 86400.0
+
 
 class _Section(Model):
     model_config = ConfigDict(extra="forbid")
@@ -47,11 +52,11 @@ class StoreConfig(_Section):
     # a directory every node sees: the job owner's own directory of the cluster's shared
     # store (docs/slurm.md, "Many users"). A root several users write into must be sticky.
     path: str | None = None
-    keep_per_workload: int = Field(default=3, ge=1)
+    keep_per_workload: int = Field(default=3, ge=1, le=1_000_000)
     # Checkpoints taken on request (``clawpoint checkpoint``, an agent's checkpoint_workload)
     # kept per workload: they rotate among themselves and never push the workload's
     # scheduled or stop checkpoints out (core.store.retention).
-    keep_on_request: int = Field(default=3, ge=1)
+    keep_on_request: int = Field(default=3, ge=1, le=1_000_000)
     # The key that signs this user's checkpoint manifests (HMAC-SHA256, 32 bytes, created
     # 0600 on first use); default $CLAWPOINT_HOME/keys/store.key. It must lie outside the
     # store and be readable by this user only; on a cluster, at a path every node sees
@@ -87,18 +92,18 @@ class CheckpointConfig(_Section):
     # "keep" leaves a file opened for appending as it is (a server's access log keeps the
     # requests it really served). core/checkpoint/files.py.
     file_policy: dict[str, Literal["rewind", "keep"]] = Field(default_factory=dict)
-    cooperative_timeout_s: float = Field(default=60.0, gt=0)
+    cooperative_timeout_s: float = Field(default=60.0, gt=0, le=DAY_S)
     cooperative_signal: str = "SIGUSR1"
     # How long a CRIU dump may take before it is stopped (the workload resumed, nothing
     # kept): this base plus this much per GiB the workload holds in memory (its resident
     # size when the dump starts); ``dump_timeout_s`` replaces the sum when set.
-    dump_timeout_base_s: float = Field(default=300.0, gt=0)
-    dump_timeout_per_gib_s: float = Field(default=60.0, ge=0)
-    dump_timeout_s: float | None = Field(default=None, gt=0)
+    dump_timeout_base_s: float = Field(default=300.0, gt=0, le=DAY_S)
+    dump_timeout_per_gib_s: float = Field(default=60.0, ge=0, le=DAY_S)
+    dump_timeout_s: float | None = Field(default=None, gt=0, le=7 * DAY_S)
     # How long a checkpoint request (a migrate's, a preempt's, an agent's) waits for one of
     # the same workload already under way before the wrapper refuses it (Conflict, nothing
     # done): a hung dump never holds the next request without limit.
-    queue_wait_s: float = Field(default=120.0, gt=0)
+    queue_wait_s: float = Field(default=120.0, gt=0, le=DAY_S)
 
 
 class VerifyConfig(_Section):

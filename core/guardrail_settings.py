@@ -82,8 +82,8 @@ class PolicyRule(_Section):
     # Labels of the node a plan moves work ONTO (migrate, failover, resume, restore, drain).
     target_node_labels: dict[str, str] = Field(default_factory=dict)
     workload_labels: dict[str, str] = Field(default_factory=dict)
-    gpus_min: int | None = Field(default=None, ge=0)
-    gpus_max: int | None = Field(default=None, ge=0)
+    gpus_min: int | None = Field(default=None, ge=0, le=1024)
+    gpus_max: int | None = Field(default=None, ge=0, le=1024)
     when: list[TimeWindow] | None = None  # matches inside any of these windows
     principals: list[PrincipalKind] | None = None  # who asks: agent, person, scheduler
     # For outcome "approve": "out-of-band" demands a person on a people path (CLI, approval
@@ -136,7 +136,7 @@ def _labels_match(wanted: dict[str, str], have: dict[str, str] | None) -> bool:
 
 class PolicyLimits(_Section):
     # Disruptive or destructive executions running at the same time (0 = none at all).
-    max_concurrent_disruptive: int = Field(default=2, ge=0)
+    max_concurrent_disruptive: int = Field(default=2, ge=0, le=1_000_000)
     # Share of a pool that may be disrupted at once: nodes drained for drain_node, workloads
     # paused or moved otherwise. At least one is always allowed so small pools still work.
     max_blast_radius: float = Field(default=0.5, gt=0, le=1)
@@ -146,7 +146,7 @@ class PolicyLimits(_Section):
     )
     # Checkpoints agents may take of ONE workload in any rolling hour (each one pauses it;
     # a person's are not counted). 0 = agents may not checkpoint at all.
-    agent_checkpoints_per_hour: int = Field(default=6, ge=0)
+    agent_checkpoints_per_hour: int = Field(default=6, ge=0, le=1_000_000)
 
     @field_validator("rate_per_hour")
     @classmethod

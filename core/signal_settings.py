@@ -35,7 +35,7 @@ class GcpMetadataConfig(_Section):
     enabled: bool = False
     base_url: str = "http://metadata.google.internal"
     # GCP's preempted flag carries no deadline; the documented grace is 30 s.
-    grace_s: float = Field(default=30.0, ge=0)
+    grace_s: float = Field(default=30.0, ge=0, le=86400)
 
 
 class AzureEventsConfig(_Section):
@@ -47,8 +47,8 @@ class AzureEventsConfig(_Section):
 
 
 class PriceEntryConfig(_Section):
-    price_per_hour: float = Field(ge=0)
-    on_demand_per_hour: float | None = Field(default=None, ge=0)
+    price_per_hour: float = Field(ge=0, le=1e6)
+    on_demand_per_hour: float | None = Field(default=None, ge=0, le=1e6)
     zone: str | None = None
     instance_type: str | None = None
 
@@ -64,7 +64,7 @@ class PriceTraceConfig(_Section):
     """The shipped trace format: ``spot_prices.json`` plus one ``<zone>.csv`` per zone."""
 
     directory: Path
-    on_demand_per_hour: float | None = Field(default=None, ge=0)
+    on_demand_per_hour: float | None = Field(default=None, ge=0, le=1e6)
     instance_type: str | None = None
     # Replay: trace tick 0 is mapped to this moment; None = use the trace's own dates.
     replay_start: datetime | None = None
@@ -98,6 +98,6 @@ class SignalsConfig(_Section):
     # Attempts for transient faults (5xx, 429, read timeouts); 1 = no retry.
     attempts: int = Field(default=2, ge=1, le=5)
     # AWS suggests polling the spot endpoints every 5 s.
-    poll_interval_s: float = Field(default=5.0, gt=0)
+    poll_interval_s: float = Field(default=5.0, gt=0, le=86400)
     prices: PricesConfig = Field(default_factory=PricesConfig)
     nvml: NvmlConfig = Field(default_factory=NvmlConfig)

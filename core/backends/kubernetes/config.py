@@ -32,10 +32,10 @@ class KubePoolConfig(Model):
     # The MachineDeployment's namespace (NodePools are cluster-scoped).
     namespace: str = "default"
     # Tighter bounds than the object's own (the autoscaler annotations, the NodePool's limits).
-    min_size: int | None = Field(default=None, ge=0)
-    max_size: int | None = Field(default=None, ge=0)
+    min_size: int | None = Field(default=None, ge=0, le=100_000)
+    max_size: int | None = Field(default=None, ge=0, le=100_000)
     # What one node costs per hour: the growth cost cap compares it.
-    price_per_hour: float = Field(default=0.0, ge=0)
+    price_per_hour: float = Field(default=0.0, ge=0, le=1e6)
     spot: bool = False
 
     @field_validator("object")
@@ -76,8 +76,8 @@ class KubernetesConfig(Model):
     namespaces: list[str] = Field(
         default_factory=list, description="namespaces in scope; empty = all"
     )
-    request_timeout_s: float = Field(default=15.0, gt=0)
-    retry_total_s: float = Field(default=20.0, ge=0)
+    request_timeout_s: float = Field(default=15.0, gt=0, le=3600)
+    retry_total_s: float = Field(default=20.0, ge=0, le=3600)
     checkpoint_dir: str | None = Field(
         default=None,
         description="the checkpoint volume (PVC) as mounted where clawpoint runs; lists and "
@@ -88,14 +88,17 @@ class KubernetesConfig(Model):
         min_length=1,
         description="the interpreter with clawpoint inside wrapped containers (pods/exec argv)",
     )
-    checkpoint_timeout_s: float = Field(default=600.0, gt=0)
-    start_timeout_s: float = Field(default=600.0, gt=0)
+    checkpoint_timeout_s: float = Field(default=600.0, gt=0, le=86400)
+    start_timeout_s: float = Field(default=600.0, gt=0, le=86400)
     eviction_wait_s: float = Field(
-        default=300.0, ge=0, description="how long a drain waits on a PodDisruptionBudget"
+        default=300.0, ge=0, le=86400, description="how long a drain waits on a PodDisruptionBudget"
     )
-    poll_interval_s: float = Field(default=1.0, gt=0)
+    poll_interval_s: float = Field(default=1.0, gt=0, le=3600)
     min_replicas: int = Field(
-        default=1, ge=0, description="scale floor; a workload's clawpoint.io/min-replicas raises it"
+        default=1,
+        ge=0,
+        le=100_000,
+        description="scale floor; a workload's clawpoint.io/min-replicas raises it",
     )
     gpu_class_label: str = Field(
         default="nvidia.com/gpu.product",
@@ -105,6 +108,7 @@ class KubernetesConfig(Model):
     unsaved_after_s: float | None = Field(
         default=None,
         gt=0,
+        le=604800,
         description="work unsaved this long keeps karpenter.sh/do-not-disrupt on the pod; "
         "unset: twice its --checkpoint-every, else 900",
     )

@@ -27,10 +27,10 @@ class _Section(Model):
 
 class LocalNodeConfig(_Section):
     name: str
-    price_per_hour: float = 0.0
+    price_per_hour: float = Field(default=0.0, ge=0, le=1e6)
     spot: bool = False
     labels: dict[str, str] = Field(default_factory=dict)
-    gpus: int = 0
+    gpus: int = Field(default=0, ge=0, le=1024)
     gpu_class: str | None = Field(default=None, max_length=63)
     cpus: int | None = Field(default=None, ge=1, le=4096)  # None: the host's CPU count
     memory: OptionalMemory = Field(default=None, max_length=32)  # "8Gi"; None: MemTotal
@@ -67,7 +67,7 @@ class LocalPoolConfig(_Section):
     """Bounds of one pool (the nodes whose ``pool`` label names it): ``scale_pool`` keeps
     at least ``min_size`` of them up; at most all of them."""
 
-    min_size: int = Field(default=0, ge=0)
+    min_size: int = Field(default=0, ge=0, le=100_000)
 
 
 class LocalBackendConfig(_Section):

@@ -25,9 +25,9 @@ class SlurmPoolConfig(Model):
     model_config = ConfigDict(extra="forbid")
 
     partition: str | None = None  # default: the pool's name
-    min_size: int = Field(default=0, ge=0)
+    min_size: int = Field(default=0, ge=0, le=100_000)
     # What one node costs per hour (Slurm knows no prices): the growth cost cap compares it.
-    price_per_hour: float = Field(default=0.0, ge=0)
+    price_per_hour: float = Field(default=0.0, ge=0, le=1e6)
     spot: bool = False
 
 
@@ -54,15 +54,15 @@ class SlurmConfig(Model):
     wrapper_command: list[str] | None = None
     # Jobs submitted by the sbatch helper carry this comment prefix (and name prefix).
     marker: str = "clawpoint"
-    command_timeout_s: float = Field(default=15.0, gt=0)
+    command_timeout_s: float = Field(default=15.0, gt=0, le=3600)
     # Total time spent retrying a transient fault (controller restarting) before giving up.
-    retry_total_s: float = Field(default=5.0, ge=0)
-    checkpoint_timeout_s: float = Field(default=300.0, gt=0)
-    start_timeout_s: float = Field(default=120.0, gt=0)
-    poll_interval_s: float = Field(default=0.5, gt=0)
+    retry_total_s: float = Field(default=5.0, ge=0, le=3600)
+    checkpoint_timeout_s: float = Field(default=300.0, gt=0, le=86400)
+    start_timeout_s: float = Field(default=120.0, gt=0, le=86400)
+    poll_interval_s: float = Field(default=0.5, gt=0, le=3600)
     # How long a node may take to power up (ResumeTimeout) or down (SuspendTimeout + the
     # controller's power-save pass) before the step fails.
-    power_timeout_s: float = Field(default=120.0, gt=0)
+    power_timeout_s: float = Field(default=120.0, gt=0, le=86400)
     pools: dict[str, SlurmPoolConfig] = Field(default_factory=dict)
 
     def resolved(self) -> SlurmConfig:
