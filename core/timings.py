@@ -47,10 +47,17 @@ class DumpTimings(_Read):
     criu_dump_s: float | None = None  # CRIU's dump command, wall time
     total_s: float | None = None  # the whole checkpoint: dump, files, publish
     publish_s: float | None = None  # the images hashed, synced and published (the store)
+    cooperative_save_s: float | None = None  # the program's own save (cooperative engine)
 
     @classmethod
     def of(cls, ckpt: CheckpointInfo) -> DumpTimings:
         return cls.model_validate(ckpt.timings)
+
+    @property
+    def dump_s(self) -> float | None:
+        """The save itself, by whichever engine made it (a stored manifest holds no
+        ``total_s``: it cannot contain its own total, which only its caller is told)."""
+        return self.criu_dump_s if self.criu_dump_s is not None else self.cooperative_save_s
 
 
 class RestoreTimings(_Read):

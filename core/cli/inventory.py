@@ -65,6 +65,8 @@ def checkpoints(
     items = service().checkpoints(workload)
     if json_:
         return output.emit_json(items)
+    from core.timings import DumpTimings
+
     output.table(
         "Checkpoints",
         ["id", "engine", "node", "created (UTC)", "size MiB", "dump s", "status"],
@@ -75,7 +77,7 @@ def checkpoints(
                 c.node,
                 f"{c.created_at:%Y-%m-%d %H:%M:%S}",
                 f"{c.size_bytes / 2**20:.1f}",
-                _fmt(c.timings.get("total_s")),
+                _fmt(DumpTimings.of(c).dump_s),
                 c.status.value,
             )
             for c in items

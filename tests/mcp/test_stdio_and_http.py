@@ -238,3 +238,11 @@ def test_http_refuses_an_address_it_cannot_serve(
     assert proc.returncode == code, proc.stderr
     assert says in proc.stderr and "hint:" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and "ERROR:" not in proc.stderr, proc.stderr
+
+
+def test_an_ipv6_host_is_bracketed_in_the_servers_urls() -> None:
+    """RFC 3986, 3.2.2; before, ``--host ::1`` ended in the SDK's URL validation traceback."""
+    from mcp_server.http_app import url_host
+
+    assert url_host("::1") == "[::1]" and url_host("[::1]") == "[::1]"
+    assert url_host("127.0.0.1") == "127.0.0.1" and url_host("localhost") == "localhost"
