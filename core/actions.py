@@ -396,7 +396,7 @@ CATALOGUE: dict[Action, ActionSpec] = {
             _fixed(RiskClass.DISRUPTIVE),
             "Suspend a workload's GPU",
             "Move a workload's GPU memory to host memory and free its GPU; it stays alive, "
-            "its GPU calls wait until resume_gpu (disruptive).",
+            f"its GPU calls wait until {errors.step('resume_gpu')} (disruptive).",
             "suspend_gpu",
             ("suspend-gpu",),
         ),

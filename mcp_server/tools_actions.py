@@ -29,7 +29,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 from pydantic.fields import FieldInfo
 
-from core import actions
+from core import actions, errors
 from core.guardrails.approvals import ApprovalView
 from core.model import Action, Plan, RiskClass
 from core.schema_base import Model
@@ -174,7 +174,8 @@ def _register_action(
         return cast(ActionOut, await act(spec.action, ref, kwargs, dry_run=dry_run,
                                          reason=reason, asked=asked, ctx=ctx))  # fmt: skip
 
-    actions.signed(tool, name=spec.mcp_tool, doc=spec.description, params=params, returns=ActionOut)
+    doc = errors.render(spec.description)  # next steps named as tools
+    actions.signed(tool, name=spec.mcp_tool, doc=doc, params=params, returns=ActionOut)
     mcp.tool(name=spec.mcp_tool, title=spec.title, annotations=_annotations(spec))(tool)
     if spec.redirects:
         registered = registered_tools.find(mcp, spec.mcp_tool)

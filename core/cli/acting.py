@@ -23,7 +23,7 @@ import typer
 
 from core import actions, errors
 from core.actions import Interface
-from core.cli import output
+from core.cli import output, wording
 from core.cli.common import DryRunOpt, JsonOpt, ReasonOpt, YesOpt, person, service
 from core.model import Action, Plan, RiskClass
 
@@ -166,7 +166,9 @@ def _action_command(spec: actions.ActionSpec) -> Callable[..., None]:
         _act(spec.action, ref, kwargs, **flags)
 
     name = spec.cli[-1].replace("-", "_")
-    return actions.signed(command, name=name, doc=spec.description, params=params)
+    # Next steps in the description named as commands (core.cli.wording), not MCP tools.
+    doc = errors.render(spec.description, wording.cli)
+    return actions.signed(command, name=name, doc=doc, params=params)
 
 
 def add_actions(group: typer.Typer, prefix: tuple[str, ...]) -> None:

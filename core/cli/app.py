@@ -43,7 +43,7 @@ COMMANDS: dict[str, Entry] = {
     "restore": Entry(_A, "COMMANDS", "Restore a stopped or failed workload from a given checkpoint (disruptive)."),
     "delete-checkpoint": Entry(_A, "COMMANDS", "Delete a checkpoint image for good (destructive; the newest good one of a live workload is protected)."),
     "drain": Entry(_A, "COMMANDS", "Save and move every workload off a node, then mark it unschedulable (disruptive)."),
-    "suspend-gpu": Entry(_A, "COMMANDS", "Move a workload's GPU memory to host memory and free its GPU; it stays alive, its GPU calls wait until resume_gpu (disruptive)."),
+    "suspend-gpu": Entry(_A, "COMMANDS", "Move a workload's GPU memory to host memory and free its GPU; it stays alive, its GPU calls wait until 'clawpoint resume-gpu' (disruptive)."),
     "resume-gpu": Entry(_A, "COMMANDS", "Put a GPU-suspended workload's memory back on its GPU and let it go on (disruptive: takes the GPU back)."),
     "checkpoint-interval": Entry(_A, "COMMANDS", "Change how often a workload is checkpointed (longer or off: disruptive)."),
     "resize": Entry(_A, "COMMANDS", "New CPUs, memory or GPUs for a workload: in place if its node has room, else moved to a node that fits (disruptive)."),
