@@ -113,8 +113,21 @@ class ClawpointError(Exception):
     def __str__(self) -> str:
         return f"{self.message} Hint: {self.hint}" if self.hint else self.message
 
-    def to_dict(self, renderer: StepRenderer | None = None) -> dict[str, Any]:
-        message, hint = self.rendered(renderer) if renderer else (self.message, self.hint)
+    def neutral_text(self) -> str:
+        """``str(self)`` with next steps left in the neutral form, for a record that each
+        interface renders its own way when it shows it (an execution's error)."""
+        message, hint = self.neutral
+        return f"{message} Hint: {hint}" if hint else message
+
+    def to_dict(
+        self, renderer: StepRenderer | None = None, *, neutral: bool = False
+    ) -> dict[str, Any]:
+        """The error as data; ``neutral``: next steps left neutral, for a record rendered
+        when it is shown (``core.service.journal``)."""
+        if neutral:
+            message, hint = self.neutral
+        else:
+            message, hint = self.rendered(renderer) if renderer else (self.message, self.hint)
         return {
             "error": self.code,
             "message": message,

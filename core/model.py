@@ -496,7 +496,10 @@ class StepRecord(Model):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     output: dict[str, Any] = Field(default_factory=dict)
-    error: str | None = None
+    error: str | None = None  # next steps named as tools (MCP, runbooks)
+    # The same with next steps neutral (``core.errors``), for an interface that names them
+    # its own way (the command line); never serialized: one text per record goes out.
+    error_neutral: str | None = Field(default=None, exclude=True, repr=False)
 
 
 class Execution(Model):
@@ -510,7 +513,10 @@ class Execution(Model):
     finished_at: datetime | None = None
     steps: list[StepRecord] = Field(default_factory=list)
     result: dict[str, Any] = Field(default_factory=dict)
-    error: str | None = None
+    error: str | None = None  # as StepRecord's
+    error_neutral: str | None = Field(default=None, exclude=True, repr=False)
+    # ``result["error"]`` (the failed step's error as data) with next steps neutral.
+    result_error_neutral: dict[str, Any] | None = Field(default=None, exclude=True, repr=False)
 
 
 class PrincipalKind(StrEnum):

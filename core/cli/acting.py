@@ -100,7 +100,28 @@ def _act(
     _render_result(result, json_=json_)
 
 
+def in_cli_words(result: ActionResult) -> ActionResult:
+    """``result`` with the next steps of its execution's errors named as commands
+    (``core.cli.wording``) instead of MCP tools, as the journal recorded them neutrally."""
+
+    def cli(text: str | None, neutral: str | None) -> str | None:
+        return errors.render(neutral, wording.cli) if neutral else text
+
+    ex = result.execution
+    if ex is not None:
+        steps = [s.model_copy(update={"error": cli(s.error, s.error_neutral)}) for s in ex.steps]
+        said: dict[str, Any] = {"error": cli(ex.error, ex.error_neutral), "steps": steps}
+        if ex.result_error_neutral is not None:
+            error = {k: errors.render(v, wording.cli) if isinstance(v, str) else v
+                     for k, v in ex.result_error_neutral.items()}  # fmt: skip
+            said["result"] = {**ex.result, "error": error}
+        ex = ex.model_copy(update=said)
+    message = cli(result.message, result.message_neutral) or result.message
+    return result.model_copy(update={"execution": ex, "message": message})
+
+
 def _render_result(result: ActionResult, *, json_: bool) -> None:
+    result = in_cli_words(result)
     if json_:
         output.emit_json(result)
     else:

@@ -342,6 +342,7 @@ class Acting(Planning):
             plan=plan,
             execution=execution,
             message=f"{plan.summary}: {what}: {execution.error}",
+            message_neutral=f"{plan.summary}: {what}: {execution.error_neutral}",
         )
 
     def act(

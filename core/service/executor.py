@@ -195,7 +195,9 @@ class Executor:
         outputs: dict[str, dict[str, Any]],
         then: OnFinish | None,
     ) -> Execution:
-        self.journal.step_finished(execution.id, idx, status="failed", output={}, error=str(exc))
+        # Neutral next steps (core.errors): the journal renders them for whoever reads it.
+        error = exc.neutral_text()
+        self.journal.step_finished(execution.id, idx, status="failed", output={}, error=error)
         status = ExecutionStatus.FAILED
         compensation: list[dict[str, Any]] = []
         if plan.on_failure and idx > 0:
@@ -208,8 +210,12 @@ class Executor:
         self.journal.finish(
             execution.id,
             status=status,
-            result={"outputs": outputs, "compensation": compensation, "error": exc.to_dict()},
-            error=str(exc),
+            result={
+                "outputs": outputs,
+                "compensation": compensation,
+                "error": exc.to_dict(neutral=True),
+            },
+            error=error,
             then=then,
         )
         return self.journal.get(execution.id)

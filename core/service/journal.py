@@ -228,6 +228,7 @@ class Journal:
         steps = conn.execute(
             "SELECT * FROM execution_steps WHERE execution_id=? ORDER BY idx", (execution_id,)
         ).fetchall()
+        result = loads(row["result"]) or {}
         return Execution(
             id=row["id"],
             plan_hash=row["plan_hash"],
@@ -237,8 +238,12 @@ class Journal:
             principal=row["principal"],
             started_at=datetime.fromisoformat(row["started_at"]),
             finished_at=datetime.fromisoformat(row["finished_at"]) if row["finished_at"] else None,
-            result=loads(row["result"]) or {},
-            error=row["error"],
+            result=_with_rendered_error(result),
+            result_error_neutral=result.get("error")
+            if isinstance(result.get("error"), dict)
+            else None,
+            error=_rendered(row["error"]),
+            error_neutral=row["error"],
             steps=[
                 StepRecord(
                     name=s["name"],
@@ -248,7 +253,8 @@ class Journal:
                     if s["finished_at"]
                     else None,
                     output=loads(s["output"]) or {},
-                    error=s["error"],
+                    error=_rendered(s["error"]),
+                    error_neutral=s["error"],
                 )
                 for s in steps
             ],
@@ -329,3 +335,19 @@ def overrides_lease(plan: Plan, principal: str) -> bool:
 def touched(plan: Plan) -> set[str]:
     """The workloads a plan changes: its target and the workloads in its scope."""
     return {plan.target, *(plan.scope.workloads or [])}
+
+
+def _rendered(text: str | None) -> str | None:
+    """An error as recorded (next steps neutral, ``core.errors``), named as tools: what every
+    reader but the command line shows (it re-renders ``error_neutral``)."""
+    return errors.render(text) if text else text
+
+
+def _with_rendered_error(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with its ``error`` record (``ClawpointError.to_dict``) rendered as tools."""
+    error = result.get("error")
+    if not isinstance(error, dict):
+        return result
+    said = {k: _rendered(v) if k in ("message", "hint") and isinstance(v, str) else v
+            for k, v in error.items()}  # fmt: skip
+    return {**result, "error": said}

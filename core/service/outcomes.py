@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from pydantic import Field
+
 from core.guardrails.approvals import ApprovalView
 from core.guardrails.policy import Decision, Outcome
 from core.guardrails.prompts import ApprovalPath
@@ -24,6 +26,9 @@ class ActionResult(Model):
     message: str
     execution: Execution | None = None
     approval: dict[str, Any] | None = None
+    # ``message`` with next steps neutral where it quotes an execution's error (the command
+    # line renders it its own way); never serialized.
+    message_neutral: str | None = Field(default=None, exclude=True, repr=False)
 
 
 class ClientAnswer(Model):

@@ -197,3 +197,41 @@ def test_an_execution_is_audited_with_the_journal_finish(
     assert service.journal.get(execution_id).status is ExecutionStatus.SUCCEEDED
     assert _audited(service, execution_id) == [("execution", "succeeded")]
     assert service.audit.verify().ok
+
+
+def test_a_failed_steps_next_step_is_named_in_each_interfaces_words(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal keeps a step's error with its next steps neutral (core.errors): an agent
+    reads the tool to call, a person the command to type. Before, the command line printed
+    the tool's words ("list_nodes(backend=fake)") for every failed step."""
+    from core.cli.acting import in_cli_words
+    from core.service import views
+
+    fake = _fake(service)
+    real = fake.run_step
+
+    def start_fails(op: str, args: dict[str, Any], progress: Any) -> dict[str, Any]:
+        if op == "start":
+            raise errors.Conflict(
+                "node f2 left", hint=f"pick another ({errors.step('list_nodes', backend='fake')})"
+            )
+        return real(op, args, progress)
+
+    monkeypatch.setattr(fake, "run_step", start_fails)
+    plan = service.plan(Action.MIGRATE, "fake:w1", {"to": "f2"})
+    result = service.perform(plan, principal=PERSON, confirmed=True)
+    assert result.status == "failed" and result.execution is not None
+    tools = "pick another (list_nodes(backend=fake))"
+    assert tools in result.message and tools in (result.execution.error or "")
+    assert tools in (result.execution.steps[-1].error or "")
+    as_json = result.model_dump_json()  # what MCP and the audit serialize: one text, no markers
+    assert tools in as_json and "⟦" not in as_json and "error_neutral" not in as_json
+    assert tools in str(views.execution(result.execution, detail=True))
+    person = in_cli_words(result)
+    said = "pick another ('clawpoint nodes --backend fake')"
+    assert said in person.message and person.execution is not None
+    assert said in (person.execution.error or "") and said in (
+        person.execution.steps[-1].error or ""
+    )
+    assert "list_nodes" not in person.model_dump_json()
