@@ -41,6 +41,11 @@ def serve(
     from mcp_server.http_app import serve_http
     from mcp_server.server import check_toolsets, serve_stdio
 
+    if not http and (host is not None or port is not None):
+        raise errors.InvalidInput(
+            "--host and --port are for --http; the stdio server listens on no address",
+            hint="add --http to serve streamable HTTP on that address, or drop them",
+        )
     config = settings()
     chosen = check_toolsets(toolsets.split(",")) if toolsets is not None else None
     if http:

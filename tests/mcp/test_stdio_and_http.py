@@ -246,3 +246,14 @@ def test_an_ipv6_host_is_bracketed_in_the_servers_urls() -> None:
 
     assert url_host("::1") == "[::1]" and url_host("[::1]") == "[::1]"
     assert url_host("127.0.0.1") == "127.0.0.1" and url_host("localhost") == "localhost"
+
+
+def test_stdio_refuses_an_address_it_would_not_use(settings: Settings) -> None:
+    """``serve --port 9000`` without ``--http`` served stdio and ignored the port, exit 0."""
+    env = dict(os.environ, CLAWPOINT_HOME=str(settings.home), PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [str(CLAWPOINT), "serve", "--port", "9000"],
+        env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "--host and --port are for --http" in proc.stderr and "hint:" in proc.stderr
