@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from core import errors, logs
-from core.cli import output
+from core.cli import output, wording
 from core.config import load_settings
 from core.model import Principal, PrincipalKind
 from core.runbooks import loading
@@ -41,6 +41,7 @@ def _person() -> Principal:
 
 
 def _show(run: RunView, *, json_: bool) -> None:
+    run = run.in_words(wording.cli)  # its next step as the command to type
     if json_:
         output.emit_json(run)
     else:
@@ -122,7 +123,7 @@ def status(
     engine = _engine()
     if run_id is not None:
         return _show(engine.status(run_id), json_=json_)
-    runs = engine.runs()
+    runs = [r.in_words(wording.cli) for r in engine.runs()]
     if json_:
         return output.emit_json(runs)
     output.table(
@@ -149,7 +150,8 @@ def runs(
     json_: JsonOpt = False,
 ) -> None:
     """Runs newest first, one line each: status, what it waits for, what comes next."""
-    found = _engine().list_runs(limit=limit, offset=offset, status=status_)
+    found = [r.in_words(wording.cli) for r in _engine().list_runs(limit=limit, offset=offset,
+                                                                  status=status_)]  # fmt: skip
     if json_:
         return output.emit_json(found)
     output.table(

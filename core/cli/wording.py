@@ -32,6 +32,7 @@ READS: dict[str, tuple[str, str | None]] = {
     "get_approval": ("approvals show", "approval_id"),
     "list_runs": ("runbook runs", None),
     "runbook_status": ("runbook status", "run_id"),
+    "continue_runbook": ("runbook continue", "run_id"),
 }
 # ``ARG=VALUE`` written another way on the command line than ``--ARG VALUE``.
 SPELLED: dict[str, str] = {"detail=true": "--json", "status=all": "--all"}

@@ -14,6 +14,8 @@ from typing import Any
 
 from pydantic import Field
 
+from core import errors
+from core.errors import StepRenderer
 from core.runbooks.store import RunRecord, RunStatus, StepRecord, Waiting
 from core.schema_base import Model
 
@@ -35,28 +37,36 @@ class RunView(Model):
     error: str | None = None
     started_at: datetime
     updated_at: datetime
-    next: str = ""
+    next: str = ""  # next steps named as tools (MCP, runbooks)
+    # The same with next steps neutral (``core.errors``); never serialized (``in_words``).
+    next_neutral: str = Field(default="", exclude=True, repr=False)
+
+    def in_words(self, renderer: StepRenderer) -> RunView:
+        """The view with ``next`` naming its steps as ``renderer`` does (the command line)."""
+        return self.model_copy(update={"next": errors.render(self.next_neutral, renderer)})
 
 
 def view(run: RunRecord) -> RunView:
-    """The run as interfaces show it, with what has to happen next."""
+    """The run as interfaces show it, with what has to happen next (a person's own steps,
+    approving and confirming, always as the commands they type)."""
     w = run.waiting
     hint = ""
+    resume = errors.step("continue_runbook", run_id=run.id)
     if run.status is RunStatus.WAITING_APPROVAL and w and w.kind == "confirm":
         hint = f"A person confirms the plan with: clawpoint runbook continue {run.id} --yes"
     elif run.status is RunStatus.WAITING_APPROVAL and w:
         hint = (f"A person must approve {w.approval_id} (clawpoint approvals approve "
-                f"{w.approval_id}); then continue_runbook {run.id}. Do not approve it yourself.")  # fmt: skip
+                f"{w.approval_id}); then {resume}. Do not approve it yourself.")  # fmt: skip
     elif run.status is RunStatus.WAITING_ANSWER and w:
         values = ", ".join(c["value"] for c in w.choices)
-        hint = f"Ask the person, then continue_runbook {run.id} with answer one of: {values}"
+        hint = f"Ask the person, then {resume} with {errors.arg('answer')} one of: {values}"
     elif run.status is RunStatus.RUNNING:
-        hint = f"interrupted; continue_runbook {run.id} resumes it"
+        hint = f"interrupted; {resume} resumes it"
     return RunView(
         id=run.id, runbook=run.runbook, status=run.status, principal=str(run.principal),
         params=run.params, current=run.current, waiting=w, steps=run.steps,
         messages=run.messages, error=run.error, started_at=run.started_at,
-        updated_at=run.updated_at, next=hint,
+        updated_at=run.updated_at, next=errors.render(hint), next_neutral=hint,
     )  # fmt: skip
 
 
@@ -71,8 +81,13 @@ class RunSummary(Model):
     updated_at: datetime
     waits_for: str | None = Field(default=None, description="approval ID, answer or confirm")
     current: str | None = None
-    next: str = ""
+    next: str = ""  # as RunView's
+    next_neutral: str = Field(default="", exclude=True, repr=False)
     outcome: str | None = Field(default=None, description="last message or error of a run")
+
+    def in_words(self, renderer: StepRenderer) -> RunSummary:
+        """As ``RunView.in_words``."""
+        return self.model_copy(update={"next": errors.render(self.next_neutral, renderer)})
 
 
 def summary(run: RunRecord) -> RunSummary:
@@ -88,7 +103,7 @@ def summary(run: RunRecord) -> RunSummary:
     return RunSummary(
         id=run.id, runbook=run.runbook, status=run.status, principal=str(run.principal),
         started_at=run.started_at, updated_at=run.updated_at, waits_for=waits,
-        current=run.current, next=v.next, outcome=outcome,
+        current=run.current, next=v.next, next_neutral=v.next_neutral, outcome=outcome,
     )  # fmt: skip
 
 
