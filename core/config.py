@@ -251,7 +251,7 @@ class CapacityConfig(_Section):
     # long (core.planner.capacity_advice): a site whose jobs usually start within minutes
     # raises it, one that wants idle capacity back sooner lowers it. The default is the
     # planner's own (capacity_advice.MIN_WAIT_S; a test keeps the two equal).
-    grow_after_wait_s: float = Field(default=60.0, ge=0, le=86400)
+    grow_after_wait_s: float = Field(default=60.0, ge=0, le=DAY_S)
 
 
 class Settings(_Section):

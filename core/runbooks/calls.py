@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core import actions, errors
+from core.config import DAY_S
 from core.model import Action, Principal
 from core.runbooks.pool_reading import read_pool
 from core.service import insights
@@ -222,9 +223,16 @@ def _list_pools(svc: Service, a: dict[str, Any], _: CallContext) -> Any:
         wait = a.get("min_wait_minutes")
         if wait is None:
             return read_pool(svc, str(a["pool"]))
-        if isinstance(wait, bool) or not isinstance(wait, int | float) or wait < 0:
-            raise errors.InvalidInput(f"min_wait_minutes must be a number >= 0, not {wait!r}",
-                                      hint="e.g. 1 (the planner's own threshold)")  # fmt: skip
+        # As [capacity] grow_after_wait_s: at most a day (an infinite wait meant "never").
+        if (
+            isinstance(wait, bool)
+            or not isinstance(wait, int | float)
+            or not 0 <= wait <= DAY_S / 60
+        ):
+            raise errors.InvalidInput(
+                f"min_wait_minutes must be a number from 0 to {DAY_S / 60:g}, not {wait!r}",
+                hint="e.g. 1 (the planner's own threshold)",
+            )
         return read_pool(svc, str(a["pool"]), min_wait_s=float(wait) * 60)
     pools = svc.pools(a.get("backend"))
     return {"pools": [_json(p) for p in pools], "count": len(pools)}

@@ -7,9 +7,11 @@ import json
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
+from core import errors
 from core.backends.local import LocalBackend
 from core.cli.runbook import runbook_app
 from core.service.facade import Service
@@ -56,3 +58,19 @@ def test_person_run_waits_for_their_confirmation(service: Service) -> None:
     assert [r["id"] for r in _json("status")] == [run["id"]]
     bad = runner.invoke(runbook_app, ["run", "gpu-node-failure", "--param", "node"])
     assert bad.exit_code != 0
+
+
+@pytest.mark.parametrize("wait", [-5, float("inf"), float("nan"), 10**20, 1441, True, "1"])
+def test_a_pool_reads_waits_of_at_most_a_day(service: Service, wait: object) -> None:
+    """As ``[capacity] grow_after_wait_s``: an infinite or 10^20-minute threshold was read as
+    given (it meant "never grow"), a negative one refused."""
+    from core.model import Principal, PrincipalKind
+    from core.runbooks.calls import CALLS, CallContext
+
+    ctx = CallContext(principal=Principal(id="p", kind=PrincipalKind.PERSON))
+    pool = service.pools("local")[0].id
+    with pytest.raises(
+        errors.InvalidInput, match="min_wait_minutes must be a number from 0 to 1440"
+    ):
+        CALLS["list_pools"](service, {"pool": pool, "min_wait_minutes": wait}, ctx)
+    assert CALLS["list_pools"](service, {"pool": pool, "min_wait_minutes": 1440}, ctx)["id"] == pool
