@@ -85,8 +85,10 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> 
     from rich.text import Text
 
     t = Table(title=title, title_justify="left")
+    # Cells fold where a terminal is too narrow: an id people copy into the next command
+    # stays whole over two lines, never cut to "local:trai…".
     for c in columns:
-        t.add_column(c)
+        t.add_column(c, overflow="fold")
     for r in rows:
         t.add_row(*(Text("" if v is None else str(v)) for v in r))
     __getattr__("out").print(t)

@@ -55,7 +55,9 @@ class Cli:
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "PYTHONPATH")}
         # Wide, so rich does not wrap the messages the tests look for.
-        env.update(CLAWPOINT_HOME=str(self.home), COLUMNS="250", **self.extra_env, **extra)
+        env.update(CLAWPOINT_HOME=str(self.home), COLUMNS="250")
+        env.update(self.extra_env)
+        env.update(extra)  # a test's own value wins (COLUMNS="60": a narrow terminal)
         return env
 
     def config(self, text: str) -> Path:

@@ -20,3 +20,13 @@ def test_the_dump_time_of_a_stored_checkpoint_is_shown(cli: Cli) -> None:
     row = next(line for line in table.stdout.splitlines() if f"{ref}@" in line)
     cells = [c.strip() for c in re.split(r"[│|]", row) if c.strip()]
     assert f"{saved:.2f}" in cells, (cells, saved)  # the column was blank for every one
+
+
+def test_ids_stay_whole_in_a_narrow_terminal(cli: Cli) -> None:
+    """At 60 columns the id column was cut to "local:a-rat…": two workloads with a common
+    prefix looked the same, and no id could be copied. Now a cell folds onto more lines."""
+    ref = cli.start_counter("a-rather-long-workload-name")
+    shown = cli("workloads", COLUMNS="60")
+    assert shown.code == 0 and "…" not in shown.stdout, shown.stdout
+    first = [line.split("│")[1].strip() for line in shown.stdout.splitlines() if "│" in line]
+    assert ref in "".join(first), first  # the id's pieces, top to bottom
