@@ -13,8 +13,9 @@ code (written even where ``PYTHONDONTWRITEBYTECODE`` is set), so the figures are
 start, not a first install.
 
 Commands: ``--help``, ``workloads --json``, ``approvals list --json`` and ``checkpoints``
-(the table), and ``--help`` again with ``TYPER_USE_RICH=0`` (plain text, no boxes: what a
-script that reads the help can ask for). Results go to ``bench/results/cli_start.json``.
+(the table), output to /dev/null as an agent's shell tool or a script would take it (help is
+plain text off a terminal: ``core.cli``), and ``--help`` again on a pseudo-terminal, as a
+person sees it (Rich's boxes). Results go to ``bench/results/cli_start.json``.
 
 Limits: one machine, whatever else runs on it; wall varies with load far more than CPU does,
 which is why CPU is the target. The console script's own Python start is in both sides.
@@ -30,6 +31,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -52,25 +54,45 @@ def _clawpoint() -> str:
     return found
 
 
-PLAIN = {"TYPER_USE_RICH": "0"}
+TERMINAL = "terminal"  # a case's marker: stdout is a pseudo-terminal
 
 
-def measure(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
-    """(CPU s, wall s, exit code) of one run of ``argv``, output discarded."""
+def measure(
+    argv: list[str], env: dict[str, str], *, terminal: bool = False
+) -> tuple[float, float, int]:
+    """(CPU s, wall s, exit code) of one run of ``argv``, output discarded (or read from a
+    pseudo-terminal, drained by a thread so the command never waits on it)."""
     devnull = os.open(os.devnull, os.O_RDWR)
+    master, out = os.openpty() if terminal else (-1, devnull)
+    drain = threading.Thread(target=_drain, args=(master,), daemon=True) if terminal else None
     try:
         actions = [
             (os.POSIX_SPAWN_DUP2, devnull, 0),
-            (os.POSIX_SPAWN_DUP2, devnull, 1),
+            (os.POSIX_SPAWN_DUP2, out, 1),
             (os.POSIX_SPAWN_DUP2, devnull, 2),
         ]
+        if drain is not None:
+            drain.start()
         start = time.perf_counter()
         pid = os.posix_spawn(argv[0], argv, env, file_actions=actions)
         _, status, usage = os.wait4(pid, 0)
         wall = time.perf_counter() - start
     finally:
         os.close(devnull)
+        if terminal:
+            os.close(out)  # the drain then reads EOF (EIO) and ends
+            if drain is not None:
+                drain.join(5)
+            os.close(master)
     return usage.ru_utime + usage.ru_stime, wall, os.waitstatus_to_exitcode(status)
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 65536):
+            pass
+    except OSError:
+        pass
 
 
 def run(reps: int, clawpoint: str) -> dict[str, object]:
@@ -79,7 +101,7 @@ def run(reps: int, clawpoint: str) -> dict[str, object]:
         ("python -c pass", [python, "-c", "pass"], {})
     ]
     cases += [("clawpoint " + " ".join(c), [clawpoint, *c], {}) for c in COMMANDS]
-    cases.append(("TYPER_USE_RICH=0 clawpoint --help", [clawpoint, "--help"], PLAIN))
+    cases.append(("clawpoint --help (on a terminal)", [clawpoint, "--help"], {TERMINAL: "1"}))
     with tempfile.TemporaryDirectory(prefix="clawpoint-bench-") as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CLAWPOINT_")}
         # A user's Python caches byte code; an environment that forbids writing it (some
@@ -91,10 +113,10 @@ def run(reps: int, clawpoint: str) -> dict[str, object]:
         wall: dict[str, list[float]] = {name: [] for name, _, _ in cases}
         codes: dict[str, set[int]] = {name: set() for name, _, _ in cases}
         for _name, argv, extra in cases:  # warm-up: state database, byte code
-            measure(argv, env | extra)
+            measure(argv, env, terminal=TERMINAL in extra)
         for _ in range(reps):
             for name, argv, extra in cases:
-                c, w, code = measure(argv, env | extra)
+                c, w, code = measure(argv, env, terminal=TERMINAL in extra)
                 cpu[name].append(c)
                 wall[name].append(w)
                 codes[name].add(code)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 
 import pytest
 import typer.main
@@ -132,3 +133,21 @@ def test_workloads_json_loads_only_what_it_reads(cli: Cli) -> None:
     assert proc.stdout.strip() == "[]"
     assert "core.backends.local.backend" in modules  # the one backend it reads
     assert not _hits(modules, WORKLOADS_FORBIDDEN), _hits(modules, WORKLOADS_FORBIDDEN)
+
+
+def test_help_is_plain_text_off_a_terminal(cli: Cli) -> None:
+    """An agent's shell tool or a script reads help through a pipe: plain text, no Rich boxes
+    (a third of the bytes) and no Rich import; the variable that chose it is not left for the
+    programs ``clawpoint run`` starts (it is set only around Typer's import)."""
+    proc, modules = _run(cli, "--help")
+    assert proc.returncode == 0 and proc.stdout.startswith("Usage: clawpoint"), proc.stdout
+    assert "\u256d" not in proc.stdout and "\u2502" not in proc.stdout  # ╭ │
+    assert not _hits(modules, ("rich",)), _hits(modules, ("rich",))
+    boxed = subprocess.run([str(CLAWPOINT), "--help"], env=cli.env(TYPER_USE_RICH="1"),
+                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert "\u256d" in boxed.stdout  # what a terminal gets, and what the variable still asks for
+    probe = "import core.cli, os, typer.core; print(typer.core.HAS_RICH, 'TYPER_USE_RICH' in os.environ)"
+    env = {k: v for k, v in cli.env().items() if k != "TYPER_USE_RICH"}
+    seen = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+    assert seen.stdout.split() == ["False", "False"], seen.stdout + seen.stderr
