@@ -168,6 +168,18 @@ class RiskClass(StrEnum):
     DESTRUCTIVE = "destructive"
 
 
+# Every trigger clawpoint itself observes, so every one a trigger-scoped standing approval
+# can rest on: the sightings of a node's signals (core.watch.evidence.SIGNAL_TRIGGERS) and
+# the triggers of the planner's proposals (core.planner.planner); a test pins both to this
+# set (tests/guardrails/test_trigger_vocabulary.py). A grant naming another trigger would
+# never apply, so it is refused when made (core.guardrails.grants.check_scope).
+TRIGGERS = frozenset({
+    "spot-interruption", "maintenance", "gpu-failure", "node-down", "sla-risk",
+    "memory-pressure", "capacity-grow", "queue-backlog", "cost", "capacity-shrink",
+    "checkpoint-interval",
+})  # fmt: skip
+
+
 class Action(StrEnum):
     """Every action; what each takes, risks and is called lives in ``core.actions``."""
 

@@ -38,8 +38,8 @@ from core import errors
 from core.guardrails import schema
 from core.guardrails.audit import AuditLog
 from core.guardrails.durations import parse_duration
-from core.guardrails.evidence import Evidence, EvidenceStore, plan_subjects
-from core.model import Action, Plan, Principal, PrincipalKind, utcnow
+from core.guardrails.evidence import Evidence, EvidenceStore, canonical_trigger, plan_subjects
+from core.model import TRIGGERS, Action, Plan, Principal, PrincipalKind, utcnow
 from core.schema_base import Model
 from core.state.db import Database, dumps, loads
 
@@ -141,7 +141,25 @@ def check_scope(scope: dict[str, str]) -> dict[str, str]:
             )
     if PRINCIPALS_KEY in scope:
         principal_kinds(str(scope[PRINCIPALS_KEY]))  # refuse a misspelt kind now
+    if "trigger" in scope:
+        check_trigger(str(scope["trigger"]))
     return scope
+
+
+def check_trigger(value: str) -> str:
+    """A trigger clawpoint observes (``core.model.TRIGGERS``, or an alias of one). A grant
+    scoped to any other (``spot-interuption``) would wait for evidence that never comes,
+    and the person who made it would believe that signal handled: refused, with the list."""
+    trigger = canonical_trigger(value)
+    if trigger not in TRIGGERS:
+        close = difflib.get_close_matches(trigger, sorted(TRIGGERS), n=1)
+        raise errors.InvalidInput(
+            f"scope trigger={value[:80]!r} names no signal clawpoint observes"
+            + (f" (did you mean {close[0]!r}?)" if close else ""),
+            hint="triggers are: " + ", ".join(sorted(TRIGGERS)),
+            details={"valid": sorted(TRIGGERS)},
+        )
+    return trigger
 
 
 def scope_matches(scope: dict[str, str], plan: Plan) -> bool:
