@@ -190,7 +190,7 @@ def page_hosts(host: str) -> list[str] | None:
         return names
     if host in _WILDCARD:
         return None
-    bracketed = f"[{host}]" if ":" in host else host
+    bracketed = url_host(host)
     return [bracketed, f"{bracketed}:*", *names]
 
 

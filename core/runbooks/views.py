@@ -10,7 +10,7 @@ Limits: built from a ``RunRecord`` alone; nothing here reads the database or run
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Self
 
 from pydantic import Field
 
@@ -22,7 +22,19 @@ from core.schema_base import Model
 __all__ = ["RunChange", "RunSummary", "RunView", "summary", "view"]
 
 
-class RunView(Model):
+class _SaysNext(Model):
+    """``next``, what has to happen for a run to go on, named as tools (MCP, runbooks), and
+    the same with its steps neutral (``core.errors``), never serialized, for ``in_words``."""
+
+    next: str = ""
+    next_neutral: str = Field(default="", exclude=True, repr=False)
+
+    def in_words(self, renderer: StepRenderer) -> Self:
+        """The record with ``next`` naming its steps as ``renderer`` does (the command line)."""
+        return self.model_copy(update={"next": errors.render(self.next_neutral, renderer)})
+
+
+class RunView(_SaysNext):
     """A run as interfaces show it; ``next`` says what has to happen for it to go on."""
 
     id: str
@@ -37,13 +49,6 @@ class RunView(Model):
     error: str | None = None
     started_at: datetime
     updated_at: datetime
-    next: str = ""  # next steps named as tools (MCP, runbooks)
-    # The same with next steps neutral (``core.errors``); never serialized (``in_words``).
-    next_neutral: str = Field(default="", exclude=True, repr=False)
-
-    def in_words(self, renderer: StepRenderer) -> RunView:
-        """The view with ``next`` naming its steps as ``renderer`` does (the command line)."""
-        return self.model_copy(update={"next": errors.render(self.next_neutral, renderer)})
 
 
 def view(run: RunRecord) -> RunView:
@@ -70,7 +75,7 @@ def view(run: RunRecord) -> RunView:
     )  # fmt: skip
 
 
-class RunSummary(Model):
+class RunSummary(_SaysNext):
     """A run in one line's worth of fields: what a fresh session needs to find and go on."""
 
     id: str
@@ -81,13 +86,7 @@ class RunSummary(Model):
     updated_at: datetime
     waits_for: str | None = Field(default=None, description="approval ID, answer or confirm")
     current: str | None = None
-    next: str = ""  # as RunView's
-    next_neutral: str = Field(default="", exclude=True, repr=False)
     outcome: str | None = Field(default=None, description="last message or error of a run")
-
-    def in_words(self, renderer: StepRenderer) -> RunSummary:
-        """As ``RunView.in_words``."""
-        return self.model_copy(update={"next": errors.render(self.next_neutral, renderer)})
 
 
 def summary(run: RunRecord) -> RunSummary:
