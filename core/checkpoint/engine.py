@@ -230,11 +230,47 @@ def kill_tree(pid: int) -> None:
     signal_tree(pid, signal.SIGKILL)
 
 
+_SIGTERM_BIT = 1 << (signal.SIGTERM - 1)  # its bit in /proc/PID/status's signal masks
+
+
+def sigterm_is_lost(pid: int) -> bool:
+    """Would a SIGTERM to ``pid`` be thrown away with nothing to react to it?
+
+    True for the init of a PID namespace (the payload as clawpoint starts it, without
+    ``--init``) that neither catches, ignores nor blocks SIGTERM and has no child: the kernel
+    discards a signal whose action is the default one when it is sent to a namespace's init
+    (kernel/signal.c ``sig_task_ignored``, SIGNAL_UNKILLABLE with SIG_DFL; pid_namespaces(7)),
+    where outside the namespace that default action would have ended the program at once.
+    Waiting a grace period for it then only delays the same end. False whenever in doubt: a
+    handler (it may save something), a blocked or ignored SIGTERM (as outside the namespace,
+    it gets its grace), children (they may handle the SIGTERM sent to their group), or a
+    status that cannot be read."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    nspid = fields.get("NSpid", "").split()
+    if len(nspid) < 2 or nspid[-1] != "1":
+        return False
+    try:
+        masks = [int(fields[k], 16) for k in ("SigCgt", "SigIgn", "SigBlk")]
+    except (KeyError, ValueError):
+        return False
+    return not any(m & _SIGTERM_BIT for m in masks) and not children(pid)
+
+
 def terminate_tree(pid: int, *, grace_s: float, exited: threading.Event) -> None:
     """SIGTERM the root, then SIGKILL the tree if it has not exited within ``grace_s``.
 
-    A PID-namespace init ignores SIGTERM unless it installed a handler, hence the escalation.
+    A PID-namespace init ignores SIGTERM unless it installed a handler, hence the escalation;
+    where nothing would ever see that SIGTERM (``sigterm_is_lost``), SIGKILL at once, which
+    is what the SIGTERM would have done outside the namespace.
     """
+    if sigterm_is_lost(pid):
+        log.info("payload.sigkill_for_lost_sigterm", pid=pid)
+        kill_tree(pid)
+        return
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:

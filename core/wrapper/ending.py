@@ -43,7 +43,13 @@ class Audit(Protocol):
 
 def stop_payload(p: payload.Payload, kill_after_s: float) -> None:
     """Really stop it: SIGTERM to its process group (the namespace init ignores it without
-    a handler; its other processes may not), then SIGKILL of the tree."""
+    a handler; its other processes may not), then SIGKILL of the tree; at once where that
+    SIGTERM would reach nothing (``engine.sigterm_is_lost``: a lone init without a handler)."""
+    if engine.sigterm_is_lost(p.pid):
+        log.info("payload.sigkill_for_lost_sigterm", pid=p.pid)
+        engine.kill_tree(p.pid)
+        p.exited.wait(10)
+        return
     try:
         target = os.getpgid(p.pid)
         if target == p.pid:
