@@ -261,18 +261,26 @@ def sigterm_is_lost(pid: int) -> bool:
 
 
 def terminate_tree(pid: int, *, grace_s: float, exited: threading.Event) -> None:
-    """SIGTERM the root, then SIGKILL the tree if it has not exited within ``grace_s``.
+    """SIGTERM the payload rooted at ``pid``, then SIGKILL its tree if it has not exited
+    within ``grace_s`` (``exited``: set when it has).
 
-    A PID-namespace init ignores SIGTERM unless it installed a handler, hence the escalation;
-    where nothing would ever see that SIGTERM (``sigterm_is_lost``), SIGKILL at once, which
-    is what the SIGTERM would have done outside the namespace.
+    The SIGTERM goes to the root's process group where the root leads one (the payload as
+    the wrapper starts it): a PID-namespace init ignores SIGTERM unless it installed a
+    handler, but the other processes of its group (a script's running command) may not,
+    and once they end the script often does. A root in a group it does not lead (a
+    cooperative payload shares the wrapper's) gets it alone. Where nothing would ever see
+    that SIGTERM (``sigterm_is_lost``), the SIGKILL comes at once, which is what the SIGTERM
+    would have done outside the namespace.
     """
     if sigterm_is_lost(pid):
         log.info("payload.sigkill_for_lost_sigterm", pid=pid)
         kill_tree(pid)
         return
     try:
-        os.kill(pid, signal.SIGTERM)
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signal.SIGTERM)
+        else:
+            os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
     if not exited.wait(grace_s):

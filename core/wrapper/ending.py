@@ -15,7 +15,6 @@ slower than the last one is cut short by the watchdog (the workload then ends wi
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
@@ -42,25 +41,10 @@ class Audit(Protocol):
 
 
 def stop_payload(p: payload.Payload, kill_after_s: float) -> None:
-    """Really stop it: SIGTERM to its process group (the namespace init ignores it without
-    a handler; its other processes may not), then SIGKILL of the tree; at once where that
-    SIGTERM would reach nothing (``engine.sigterm_is_lost``: a lone init without a handler)."""
-    if engine.sigterm_is_lost(p.pid):
-        log.info("payload.sigkill_for_lost_sigterm", pid=p.pid)
-        engine.kill_tree(p.pid)
-        p.exited.wait(10)
-        return
-    try:
-        target = os.getpgid(p.pid)
-        if target == p.pid:
-            os.killpg(target, signal.SIGTERM)
-        else:  # shares a group with us (cooperative): only the payload itself
-            os.kill(p.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    if not p.exited.wait(kill_after_s):
-        engine.kill_tree(p.pid)
-        p.exited.wait(10)
+    """Really stop it (``engine.terminate_tree``: SIGTERM to its process group, SIGKILL of
+    the tree after ``kill_after_s``, at once where the SIGTERM would reach nothing)."""
+    engine.terminate_tree(p.pid, grace_s=kill_after_s, exited=p.exited)
+    p.exited.wait(10)
 
 
 def checkpoint_estimate_s(last_s: float | None, store: CheckpointStore, name: str) -> float | None:

@@ -12,6 +12,7 @@ and that a program which does handle SIGTERM still gets it and its grace.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -52,12 +53,20 @@ while True:
 """
 
 
-def _start(cli: Cli, name: str, variant: str, marker: Path) -> int:
-    """Run the program as a workload; its payload's pid once it has set itself up."""
+def _program(variant: str, marker: Path) -> list[str]:
+    return [sys.executable, "-c", PROGRAM, variant, str(marker)]
+
+
+def _start(cli: Cli, name: str, variant: str, marker: Path, *, script: bool = False) -> int:
+    """Run the program as a workload (``script``: as the command of a bash script, which is
+    then the namespace's init); its payload's pid once it has set itself up."""
     cli.names.append(name)
+    argv = _program(variant, marker)
+    if script:
+        argv = ["bash", "-c", f"{shlex.join(argv)}; echo ended"]
     done = subprocess.run(  # noqa: S603 (our own console script, fixed argv)
         [str(CLAWPOINT), "run", "--detach", "--name", name, "--node", "node-a",
-         "--engine", "criu", "--", sys.executable, "-c", PROGRAM, variant, str(marker)],
+         "--engine", "criu", "--", *argv],
         capture_output=True, text=True, env=cli.env(), stdin=subprocess.DEVNULL,
         timeout=120, check=False,
     )  # fmt: skip
@@ -106,6 +115,21 @@ def test_a_kill_is_a_sigkill_at_once_where_nothing_sees_the_sigterm(
     assert not plain_saw.exists()
     assert handler_saw.exists(), cli.log("handler")  # its handler ran: no SIGKILL first
     assert "payload.sigkill_for_lost_sigterm" not in cli.log("handler")
+
+
+def test_a_kill_reaches_the_command_a_script_runs(cli: Cli, tmp_path: Path) -> None:
+    """bash, the namespace's init, drops the kill's SIGTERM; the command it runs, in the same
+    process group, does not: it ends, then the script, long before the 30 s grace (the
+    SIGTERM once went to the init alone and the kill always waited it out)."""
+    _start(cli, "script", "plain", tmp_path / "saw", script=True)
+    done = cli.run("kill", "local:script", "--yes", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr + cli.log("script")
+    rec = cli.record("script")
+    assert rec.state is WorkloadState.FAILED and rec.exit_status == "killed", rec
+    said = cli.log("script")
+    assert "payload.sigkill_after_grace" not in said, said
+    assert "payload.sigkill_for_lost_sigterm" not in said, said  # bash had a child: it waited
+    assert "ended" in said, said  # the script went on past its command, then ended
 
 
 def test_a_terminated_wrapper_ends_a_handlerless_payload_at_once(cli: Cli, tmp_path: Path) -> None:
