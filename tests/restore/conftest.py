@@ -18,7 +18,7 @@ import pytest
 from core import errors
 from core.checkpoint.criu import criu_status
 from core.config import Settings, load_settings
-from core.model import CheckpointInfo
+from core.model import CheckpointInfo, WorkloadState
 from core.state.db import Database
 from core.state.workloads import WorkloadRecord, WorkloadRegistry
 from core.store.store import CheckpointStore
@@ -104,6 +104,15 @@ class Cli:
     def record(self, name: str) -> WorkloadRecord:
         rec = self.registry.get(name)
         assert rec is not None
+        return rec
+
+    def wait_state(self, name: str, state: WorkloadState, timeout_s: float) -> WorkloadRecord:
+        """The workload's record once it is in ``state``; fails with its log after
+        ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while (rec := self.record(name)).state is not state:
+            assert time.monotonic() < deadline, f"not {state.value}: {rec}\n{self.log(name)}"
+            time.sleep(0.05)
         return rec
 
     def alive(self, name: str) -> bool:

@@ -16,7 +16,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -145,11 +144,7 @@ def test_a_terminated_wrapper_ends_a_handlerless_payload_at_once(cli: Cli, tmp_p
     assert wrapper is not None
     os.kill(wrapper, signal.SIGTERM)
     # Well inside the 60 s the old path waited before its SIGKILL.
-    deadline = time.monotonic() + 30
-    while cli.record("t").state is not WorkloadState.STOPPED and time.monotonic() < deadline:
-        time.sleep(0.05)
-    rec = cli.record("t")
-    assert rec.state is WorkloadState.STOPPED, cli.log("t")
+    rec = cli.wait_state("t", WorkloadState.STOPPED, timeout_s=30)
     assert rec.exit_status == "terminated by SIGTERM", rec
     assert "payload.sigkill_for_lost_sigterm" in cli.log("t")
     assert not Path(f"/proc/{pid}").exists()

@@ -116,10 +116,7 @@ def test_failover_with_no_good_checkpoint_fails(cli: Cli) -> None:
     payload = cli.record("d").pid
     assert payload is not None
     os.kill(payload, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while cli.record("d").state is not WorkloadState.FAILED:
-        assert time.monotonic() < deadline, cli.log("d")
-        time.sleep(0.05)
+    cli.wait_state("d", WorkloadState.FAILED, timeout_s=30)
     at_death = cli.step("d")
     for info in cli.checkpoints("d"):
         cli.corrupt(info.id)

@@ -147,11 +147,8 @@ def test_a_sigkilled_fresh_payload_is_recorded_as_killed(cli: Cli) -> None:
     pid = cli.record("k").pid
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 60
-    while cli.record("k").state is not WorkloadState.FAILED and time.monotonic() < deadline:
-        time.sleep(0.05)
-    rec = cli.record("k")
-    assert rec.state is WorkloadState.FAILED and rec.exit_status == "signal SIGKILL"
+    rec = cli.wait_state("k", WorkloadState.FAILED, timeout_s=60)
+    assert rec.exit_status == "signal SIGKILL", rec
 
 
 def test_later_starts_do_not_need_the_launch_directory(cli: Cli, tmp_path: Path) -> None:

@@ -412,3 +412,9 @@ def _refused_and_running_on(alice: As, watched: Path) -> None:
     assert "close its watch before a checkpoint" in said, said
     assert alice.workload("ino")["state"] == "running"
     alice.wait_step("ino", step + 5)
+    # Her kill of a program with no SIGTERM handler (the init of her PID namespace, which
+    # the kernel shields from it) is a SIGKILL at once, not after the kill's 30 s grace.
+    code, out, err = alice("kill", "local:ino", "--yes", "--json")
+    assert code == 0, _said(out, err)
+    log = (alice.home / "logs" / "ino.log").read_text()
+    assert "payload.sigkill_for_lost_sigterm" in log and "sigkill_after_grace" not in log, log
