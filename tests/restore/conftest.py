@@ -29,6 +29,26 @@ from core.wrapper.spec import output_files
 ROOT = Path(__file__).resolve().parents[2]
 CLAWPOINT = ROOT / ".venv" / "bin" / "clawpoint"
 
+# A program with no signal handlers: it counts, writes its progress (atomically: no file
+# kept open) and prints each step, a line per write(2): print() makes one write per item
+# where Python runs unbuffered (PYTHONUNBUFFERED, as in many CI environments), and a
+# stop-checkpoint between two of them rightly leaves a line half printed until the resume.
+# With "chdir", it leaves its launch directory first (a program that works elsewhere).
+PLAIN = """
+import json, os, sys, time
+if len(sys.argv) > 1 and sys.argv[1] == "chdir":
+    os.chdir("/")
+p = os.environ["CLAWPOINT_PROGRESS_FILE"]
+i = 0
+while True:
+    i += 1
+    with open(p + ".tmp", "w") as f:
+        f.write(json.dumps({"step": i}))
+    os.replace(p + ".tmp", p)
+    os.write(1, f"step {i} {'x' * (200 if 'loud' in sys.argv else 0)}\\n".encode())
+    time.sleep(0.02)
+"""
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     status = criu_status()

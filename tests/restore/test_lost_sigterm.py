@@ -22,13 +22,14 @@ import pytest
 
 from core.checkpoint.engine import sigterm_is_lost
 from core.model import WorkloadState
-from tests.restore.conftest import CLAWPOINT, Cli
+from tests.restore.conftest import CLAWPOINT, PLAIN, Cli
 
 pytestmark = [pytest.mark.criu, pytest.mark.timeout(300)]
 
-# Reports progress each step; the variant (argv[1]) decides what it does with SIGTERM.
-PROGRAM = """
-import json, os, signal, subprocess, sys, time
+# Sets up what the variant (argv[1]) does with SIGTERM, then runs the handler-less
+# counting loop of the wrapper-contract tests.
+SETUP = """
+import signal, subprocess, sys
 variant, marker = sys.argv[1], sys.argv[2]
 def on_term(signum, frame):
     open(marker, "w").close()
@@ -41,15 +42,8 @@ elif variant == "blocked":
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 elif variant == "child":
     child = subprocess.Popen(["sleep", "600"])
-p = os.environ["CLAWPOINT_PROGRESS_FILE"]
-i = 0
-while True:
-    i += 1
-    with open(p + ".tmp", "w") as f:
-        f.write(json.dumps({"step": i}))
-    os.replace(p + ".tmp", p)
-    time.sleep(0.02)
 """
+PROGRAM = SETUP + PLAIN
 
 
 def _program(variant: str, marker: Path) -> list[str]:
