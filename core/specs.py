@@ -82,6 +82,9 @@ class RunSpec(Model):
     # the order naming the checkpoint to restore, and exits without one.
     standby: str | None = Field(default=None, pattern=r"^[0-9a-f]{4,32}$")
     standby_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    # A standby for a wrapper on another node: the Slurm job whose wrapper may hand over to
+    # it (``core.wrapper.handoff_remote``: it waits on TCP, not a local socket).
+    standby_for: str | None = Field(default=None, pattern=r"^[0-9]{1,12}$")
 
     @field_validator("name")
     @classmethod
@@ -103,6 +106,8 @@ class RunSpec(Model):
 
     @model_validator(mode="after")
     def _standby_restores_its_order(self) -> RunSpec:
+        if self.standby_for is not None and self.standby is None:
+            raise ValueError("standby_for names the source of a standby: give standby too")
         if self.standby is not None and (self.start_mode != "restore" or self.restore_from):
             raise ValueError("a standby restores the checkpoint its order names: start_mode "
                              "'restore' and no restore_from")  # fmt: skip

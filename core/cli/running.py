@@ -146,8 +146,8 @@ def run(
         user_namespace=user_namespace,
         cwd=os.getcwd(),
         labels=labels,
-        start_mode="fresh" if fresh else "auto",
         home=str(config.home),
+        **({"start_mode": "fresh" if fresh else "auto"} | _standby_from_env(fresh)),
     )
     result = service.run_workload(spec, detach=detach, principal=person())
     if isinstance(result, int):
@@ -166,6 +166,33 @@ def run(
         f"started [bold]{output.esc(result.id)}[/] on {output.esc(result.node)} (pid {result.pid})",
         highlight=False,
     )
+
+
+# A Slurm move submits the job's own batch script again as a standby on the target node
+# (``core.backends.slurm.handoff``); these tell its ``clawpoint run`` to wait for the order.
+STANDBY_ENV = ("CLAWPOINT_STANDBY", "CLAWPOINT_STANDBY_FOR", "CLAWPOINT_STANDBY_TIMEOUT")
+
+
+def _standby_from_env(fresh: bool) -> dict[str, object]:
+    """RunSpec fields of a standby for another node's wrapper, from the environment a
+    Slurm move gave the job; removed from it, so the workload never inherits them."""
+    token, source, timeout = (os.environ.pop(k, None) for k in STANDBY_ENV)
+    if not token:
+        return {}
+    if fresh:
+        raise errors.InvalidInput(
+            "--fresh in a standby job: a standby restores what its order names",
+            hint="submit the job without --fresh",
+        )
+    try:
+        timeout_s = float(timeout or 60)
+    except ValueError:
+        raise errors.InvalidInput(
+            f"CLAWPOINT_STANDBY_TIMEOUT={timeout!r} is not a number of seconds",
+            hint="unset it (60 s) or give seconds",
+        ) from None
+    return {"standby": token, "standby_for": source, "start_mode": "restore",
+            "standby_timeout_s": timeout_s}  # fmt: skip
 
 
 def _memory_mb(memory: str | None) -> int | None:

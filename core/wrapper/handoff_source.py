@@ -17,7 +17,10 @@ and the checkpoint is published and the tree ended as for a plain stop; a publis
 lets the frozen tree run on (:meth:`HandoffSource._publish_and_end`). The answer says "sent"
 or why not, and the migrate's start step then launches a wrapper the plain way.
 
-Limits: one host; the standby must be this workload's (its socket's name says so).
+Across nodes (``to["remote"]``, a Slurm standby: ``core.wrapper.handoff_remote``) the
+order goes by TCP, signed, and only after the payload is ended and reaped.
+
+Limits: the local standby must be this workload's (its socket's name says so).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from core.polling import poll_until
 from core.specs import RunSpec
 from core.state.workloads import WorkloadRegistry
 from core.store.store import CheckpointStore
-from core.wrapper import connection_hold, fence, handoff, payload
+from core.wrapper import connection_hold, fence, handoff, handoff_remote, payload
 from core.wrapper.faults import die_if
 from core.wrapper.progress import ProgressFile
 
@@ -83,6 +86,9 @@ class HandoffSource:
         it the way ``to["mode"]`` says). Returns the published checkpoint and "sent" or why
         not (``pipes``: the inodes of the payload's stdout/stderr; ``progress``: its last
         report, recorded in the checkpoint; ``abort``: set to give the dump up)."""
+        remote = to.get("remote")
+        if isinstance(remote, handoff_remote.Rendezvous):
+            return self._hand_over_remote(p, remote, pipes, progress, abort)
         mode = to.get("mode") or "stop-and-copy"
         path, refused = self._standby_socket(to)
         self._hold = self._hold_connections(p) if path is not None else None
@@ -90,6 +96,15 @@ class HandoffSource:
             return self._hand_over(p, path, refused, mode, pipes, progress, abort)
         finally:
             self._release_connections()  # whatever failed (idempotent)
+
+    def remote_standby(self) -> dict[str, Any] | None:
+        """A standby waiting on another node for this Slurm job's workload, as ``hand_over``
+        takes it (``{"remote": rendezvous}``), or None."""
+        job = os.environ.get("SLURM_JOB_ID", "")
+        if not job.isdigit():
+            return None
+        r = handoff_remote.find_waiting(self.store.root, self.name, job)
+        return {"remote": r} if r is not None else None
 
     def _release_connections(self) -> None:
         """The held connections go on to whoever listens now: the restored server once the
@@ -154,6 +169,55 @@ class HandoffSource:
         self._await_takeover(TAKEOVER_WAIT_S)
         self._release_connections()  # before publishing: the server listens again
         return ops.publish_staged(self.store, staged), "sent"
+
+    def _hand_over_remote(
+        self,
+        p: payload.Payload,
+        r: handoff_remote.Rendezvous,
+        pipes: list[int],
+        progress: dict[str, object] | None,
+        abort: threading.Event,
+    ) -> tuple[CheckpointInfo, str]:
+        """Hand over to a standby on another node (``core.wrapper.handoff_remote``): the
+        images staged in the store (the one place both nodes see), the payload ended and
+        reaped *before* the order goes (no lock orders two nodes), the checkpoint published
+        after the standby's answer (its restore is the pause; hashing would slow it)."""
+        staged = ops.stage(
+            self.store, self.engine, lineage=self.name, pid=p.pid, node=self.spec.node,
+            cfg=self.settings.checkpoint, pipes=pipes,
+            extra={"command": self.spec.command, "progress": progress},
+            staging_dir="", abort=abort,
+            side_files=ProgressFile.of(self.settings, self.name).side_files(),
+        )  # fmt: skip
+        try:
+            standby = handoff_remote.RemoteStandby(r)
+        except errors.ClawpointError as exc:
+            log.warning("wrapper.handoff_not_sent", workload=self.name, why=exc.message)
+            return self._publish_and_end(p, staged), f"not sent: {exc.message}"
+        self.engine.end(p.pid, p.exited)
+        if not p.exited.wait(REAP_WAIT_S):  # not provably gone: no second copy anywhere
+            standby.close()
+            log.error("wrapper.payload_not_reaped", workload=self.name, pid=p.pid)
+            return ops.publish_staged(self.store, staged), "not sent: the payload was not reaped"
+        self._leave(staged.pending.id, f"handed over to a standby on {r.node or r.host}")
+        order = handoff.HandoffOrder(
+            checkpoint=staged.pending.id, staged=str(staged.pending.images_dir), pipes=pipes
+        )
+        try:
+            standby.send(order)
+        except errors.ClawpointError as exc:  # ended, not handed over: publish for a restart
+            log.warning("wrapper.handoff_not_sent", workload=self.name, why=exc.message)
+            return ops.publish_staged(self.store, staged), f"not sent: {exc.message}"
+        self.handed_off = True
+        log.info("wrapper.handoff_sent", workload=self.name, checkpoint=staged.pending.id,
+                 to=f"{r.host}:{r.port}", job=r.job)  # fmt: skip
+        die_if("CLAWPOINT_TEST_DIE_AFTER_HANDOFF")  # the fault matrix's source death
+        taken, why = standby.answer(TAKEOVER_WAIT_S)
+        info = ops.publish_staged(self.store, staged)
+        if not taken:
+            log.warning("wrapper.handoff_not_taken", workload=self.name, why=why)
+            return info, f"sent, not taken: {why}"
+        return info, "sent"
 
     def _publish_and_end(self, p: payload.Payload, staged: ops.Staged) -> CheckpointInfo:
         """Publish the staged checkpoint, else let the frozen tree run on (never lose the

@@ -12,7 +12,11 @@ For the start step's report (``core.backends.local.moves.handoff_report``) the t
 the moments of its takeover (:meth:`HandoffTarget.mark`), the handoff's clocks, and the
 restored program's first progress report (:meth:`HandoffTarget.note`).
 
-Limits: one host; the links are removed once nothing reads them (after the last lazy page
+A standby for another node (a Slurm move: ``spec.standby_for`` names the source's job)
+waits on TCP instead (``core.wrapper.handoff_remote``) and answers its source once the
+restore is done (:meth:`HandoffTarget.answer`).
+
+Limits: the links are removed once nothing reads them (after the last lazy page
 of a post-copy restore).
 """
 
@@ -36,7 +40,7 @@ from core.state.workloads import WorkloadRegistry
 from core.store import staging
 from core.store.disk import parse_checkpoint_id
 from core.store.store import CheckpointStore
-from core.wrapper import fence, handoff
+from core.wrapper import fence, handoff, handoff_remote
 from core.wrapper.progress import ProgressFile, Stamp
 
 log = logs.get_logger(__name__)
@@ -65,6 +69,7 @@ class HandoffTarget:
         self._links: Path | None = None
         self._links_slot: staging.Slot | None = None  # when they are in the tmpfs area
         self._marks: dict[str, float] = {}
+        self._remote: handoff_remote.TcpStandby | None = None  # a standby for another node
 
     def wait(self, registry: WorkloadRegistry) -> handoff.HandoffOrder | None:
         """The standby's wait: its order, or None when none came within its timeout."""
@@ -73,6 +78,8 @@ class HandoffTarget:
         self.engine.require(self.settings.checkpoint)  # ``criu check`` (cached): not in the pause
         self.store.cleanup_partial()
         registry.get(spec.name)  # opens the state database
+        if spec.standby_for is not None:
+            return self._wait_remote(spec.standby, spec.standby_for)
         standby = handoff.Standby(handoff.standby_path(self.settings, spec.name, spec.standby))
         log.info(
             "wrapper.standby", workload=spec.name, node=spec.node, timeout_s=spec.standby_timeout_s
@@ -84,6 +91,30 @@ class HandoffTarget:
         if order is None:
             log.info("wrapper.standby_expired", workload=spec.name)
         return order
+
+    def _wait_remote(self, token: str, source_job: str) -> handoff.HandoffOrder | None:
+        """A standby for a wrapper on another node (``handoff_remote``): listen on TCP,
+        announce it in the store, take one signed order."""
+        node = os.environ.get("SLURMD_NODENAME") or self.spec.node
+        self._remote = handoff_remote.TcpStandby(
+            self.store.root, self.name, token, source_job, node
+        )
+        r = self._remote.rendezvous
+        log.info("wrapper.standby", workload=self.name, node=node, address=f"{r.host}:{r.port}",
+                 source_job=source_job, timeout_s=self.spec.standby_timeout_s)  # fmt: skip
+        order = self._remote.wait(self.spec.standby_timeout_s)
+        if order is None:
+            self._remote.close()
+            self._remote = None
+            log.info("wrapper.standby_expired", workload=self.name, state="no order")
+        return order
+
+    def answer(self, taken: bool, why: str = "") -> None:
+        """A remote standby's word to its source once its restore is done (or failed)."""
+        if self._remote is not None:
+            self._remote.answer(taken, why)
+            self._remote.close()
+            self._remote = None
 
     def take(self, order: handoff.HandoffOrder) -> handoff.HandoffOrder:
         """The order arrived: link its staged images at once (if they are gone already,

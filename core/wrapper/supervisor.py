@@ -461,7 +461,9 @@ class Supervisor:
 
     def _on_signal(self, signum: int, frame: object) -> None:
         if signum in (signal.SIGUSR1, signal.SIGUSR2):
-            self.desk.jobs.put(Job("checkpoint", stop=signum == signal.SIGUSR2))
+            # SIGUSR2 is how a Slurm move stops the job: it may find a standby waiting.
+            stop = signum == signal.SIGUSR2
+            self.desk.jobs.put(Job("checkpoint", stop=stop, extra={"may_hand_over": stop}))
             return
         p = self.payload
         if p is None or not self.term.begin(signum):
@@ -522,7 +524,12 @@ class Supervisor:
                             stop=job.stop,
                             reply=job.reply,
                             on_request=job.kind == "checkpoint" and not job.stop,
-                            handoff_to=job.extra.get("handoff"),
+                            handoff_to=job.extra.get("handoff")
+                            or (
+                                self.source.remote_standby()
+                                if job.extra.get("may_hand_over")
+                                else None
+                            ),
                             by_agent=bool(job.extra.get("by_agent")),
                         )
                 finally:
@@ -582,7 +589,12 @@ def run(settings: Settings, spec: RunSpec) -> int:
     try:
         sup.desk.serve()  # before start: RUNNING in the registry means the socket answers
         sup.target.mark("serving")
-        sup.start()
+        try:
+            sup.start()
+        except BaseException as exc:
+            sup.target.answer(False, str(exc))
+            raise
+        sup.target.answer(True)
         return sup.loop()
     except BaseException:
         # We are going away: take the payload with us rather than leave it unmanaged (its

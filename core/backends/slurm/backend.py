@@ -40,7 +40,7 @@ from core import errors, logs
 from core.actions import ActionParams
 from core.backends import dispatch
 from core.backends.base import PlanDraft, ProgressFn, poll_until
-from core.backends.slurm import plans, pools, sbatch, step_args, steps
+from core.backends.slurm import handoff, plans, pools, sbatch, step_args, steps
 from core.backends.slurm.config import SlurmConfig
 from core.backends.slurm.context import PowerState
 from core.backends.slurm.ids import job_id, node_name
@@ -49,6 +49,7 @@ from core.backends.slurm.inventory import (
     Partition,
     QueueDepth,
     flags_of,
+    is_standby,
     node_states,
     partitions_of,
     queue_depth,
@@ -122,8 +123,13 @@ class SlurmBackend:
         nodes = data.get("nodes") or []
         return [n for n in nodes if isinstance(n, dict)]
 
-    def workloads(self) -> list[WorkloadInfo]:
+    def all_jobs(self) -> list[WorkloadInfo]:
+        """Every job in the queue, a live move's standby too (``get_workload`` finds it)."""
         return [to_workload(j, self.cfg.marker) for j in self.raw_jobs()]
+
+    def workloads(self) -> list[WorkloadInfo]:
+        """The workloads: every job but a live move's standby, which is none yet."""
+        return [w for w in self.all_jobs() if not is_standby(w)]
 
     def nodes(self) -> list[NodeInfo]:
         """The nodes up: one Slurm powered down (or is powering down) is a pool's released
@@ -145,7 +151,7 @@ class SlurmBackend:
         flags = set(flags_of(node_states(raw)))
         jobs = [
             w.name
-            for w in self.workloads()
+            for w in self.all_jobs()
             if w.state is WorkloadState.RUNNING and w.node and node in w.node.split(",")
         ]
         return PowerState(
@@ -165,7 +171,7 @@ class SlurmBackend:
 
     def get_workload(self, name: str) -> WorkloadInfo:
         jid = job_id(name)
-        for w in self.workloads():
+        for w in self.all_jobs():
             if w.name == jid:
                 return w
         raise errors.NotFound(
@@ -254,7 +260,7 @@ class SlurmBackend:
 
     def run_step(self, op: str, args: dict[str, Any], progress: ProgressFn) -> dict[str, Any]:
         return dispatch.run_step(
-            steps.STEPS, self, op, args, progress, backend="Slurm", outputs=step_args.OUTPUTS
+            STEPS, self, op, args, progress, backend="Slurm", outputs=step_args.OUTPUTS
         )
 
     # ``BatchSubmitter``: the sbatch pattern (``core.backends.slurm.sbatch``).
@@ -306,3 +312,8 @@ class SlurmBackend:
             max_every_s=slowest,
             hint=_WAIT_HINT,
         )
+
+
+# Every step the plans use: one Slurm command or wait each (``steps``), and a live move's
+# (``handoff``), which builds on them.
+STEPS = steps.STEPS | handoff.STEPS

@@ -64,6 +64,10 @@ class SlurmConfig(Model):
     # controller's power-save pass) before the step fails.
     power_timeout_s: float = Field(default=120.0, gt=0, le=86400)
     pools: dict[str, SlurmPoolConfig] = Field(default_factory=dict)
+    # migrate hands a running job to a standby job started on the target first (a pause of
+    # about the dump and the restore; the job id changes: docs/slurm.md, "Live moves");
+    # false: it is requeued there (same job id, Slurm's scheduling inside the pause).
+    live_handoff: bool = True
 
     def resolved(self) -> SlurmConfig:
         """A copy with unset fields filled from the environment."""

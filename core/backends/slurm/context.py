@@ -46,6 +46,10 @@ class SlurmContext(Protocol):
         """The nodes up (powered-down ones are a pool's released capacity)."""
         ...
 
+    def raw_jobs(self) -> list[dict[str, Any]]:
+        """The controller's job records as it prints them (``inventory`` reads them)."""
+        ...
+
     def raw_nodes(self) -> list[dict[str, Any]]:
         """The controller's node records as it prints them (``inventory`` reads them)."""
         ...

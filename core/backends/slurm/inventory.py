@@ -234,6 +234,18 @@ def job_lineage(raw: dict[str, Any], marker: str) -> str | None:
     return None
 
 
+def comment_fields(raw: dict[str, Any]) -> dict[str, str]:
+    """The ``KEY=VALUE`` fields after the lineage in a wrapped job's comment: ``engine``,
+    and for a job continued by a live move ``home`` (the home path id it keeps) and, while
+    it only stands by, ``standby`` (``core.backends.slurm.handoff``)."""
+    out: dict[str, str] = {}
+    for word in text(raw.get("comment")).split(",")[1:]:
+        key, sep, value = word.strip().partition("=")
+        if sep and key:
+            out[key] = value
+    return out
+
+
 def job_engine(raw: dict[str, Any]) -> str:
     """The engine the sbatch helper recorded in the comment (``engine=NAME``), else the
     default engine (jobs submitted before it was recorded, or left to the node's default)."""
@@ -264,6 +276,9 @@ def to_workload(raw: dict[str, Any], marker: str) -> WorkloadInfo:
     }
     if lineage:
         labels["lineage"] = lineage
+        standby = comment_fields(raw).get("standby")
+        if standby:  # a live move's standby: not (yet) the workload (``is_standby``)
+            labels["standby"] = standby
     excluded = text(raw.get("excluded_nodes"))
     if excluded:
         labels["excluded_nodes"] = excluded
@@ -293,6 +308,12 @@ def to_workload(raw: dict[str, Any], marker: str) -> WorkloadInfo:
         # Slurm's longer wording when it has one (what squeue's %r prints), else the reason.
         message=text(raw.get("state_description")) or (reason if reason != "None" else ""),
     )
+
+
+def is_standby(w: WorkloadInfo) -> bool:
+    """A live move's standby job: it holds nothing of the workload until it takes it over,
+    so listings leave it out (it is not a second copy) and no plan acts on it."""
+    return "standby" in w.labels
 
 
 class Partition(Model):

@@ -3,7 +3,8 @@ then restart it somewhere (placement fields, release, start now, wait until it r
 
 The step sequences every plan that moves wrapped jobs is built from (``plans``: migrate,
 preempt, drain; ``pools``: a shrink; ``resize``: a restart with a new allocation).
-Read-only: they build steps, ``steps`` runs them.
+``live_move``: a migrate's steps when a standby job takes the job over (``handoff``).
+Read-only: they build steps, ``steps`` and ``handoff`` run them.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ from core.backends.slurm.step_args import (
     JobWaitArgs,
     RequeueArgs,
     SignalArgs,
+    StandbyArgs,
+    TakeoverArgs,
     UpdateJobArgs,
     WaitCheckpointArgs,
+    WaitStandbyArgs,
     step,
 )
 from core.model import PlanStep, WorkloadInfo
@@ -94,6 +98,56 @@ def restart(
         ),
     ]
     return steps
+
+
+def live_move(
+    b: SlurmContext, w: WorkloadInfo, target: str | None, source: str, stop: list[PlanStep]
+) -> list[PlanStep]:
+    """A live move of ``w`` (``stop``: its signal, checkpoint and end waits): a standby job
+    on the target takes it over, else ``takeover`` requeues it (``handoff``)."""
+    lineage, owner = b.lineage(w), b.owner(w)
+    where = place(target, source)
+    standby_wait_s = min(3600.0, b.cfg.start_timeout_s + 2 * b.cfg.checkpoint_timeout_s)
+    return [
+        step(
+            "standby",
+            "standby_submit",
+            StandbyArgs(
+                job=w.name, lineage=lineage, owner=owner, fields=where, timeout_s=standby_wait_s
+            ),
+            f"submit job {w.name}'s own batch script again "
+            + (f"on {target}" if target else f"away from {source}")
+            + " as a standby that waits for the workload (nothing paused yet)",
+        ),
+        step(
+            "wait_standby",
+            "wait_standby",
+            WaitStandbyArgs(
+                standby="$standby.standby",
+                token="$standby.token",
+                lineage=lineage,
+                owner=owner,
+                timeout_s=b.cfg.start_timeout_s,
+            ),
+            "wait until the standby runs and listens",
+        ),
+        *stop,
+        step(
+            "takeover",
+            "takeover",
+            TakeoverArgs(
+                job=w.name,
+                standby="$standby.standby",
+                token="$standby.token",
+                lineage=lineage,
+                owner=owner,
+                fields=where,
+                timeout_s=b.cfg.checkpoint_timeout_s,
+                start_timeout_s=b.cfg.start_timeout_s,
+            ),
+            "the standby runs the workload (a new job id); else restart the job there",
+        ),
+    ]
 
 
 def allocation_fields(

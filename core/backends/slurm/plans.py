@@ -27,6 +27,8 @@ from core.backends.dispatch import PlanEntry
 from core.backends.slurm import pools, resize
 from core.backends.slurm.context import SlurmContext
 from core.backends.slurm.ids import check_reason, check_value, is_job_id
+from core.backends.slurm.inventory import is_standby
+from core.backends.slurm.moving import live_move as _live_move
 from core.backends.slurm.moving import place as _place
 from core.backends.slurm.moving import restart as _restart
 from core.backends.slurm.moving import save_and_stop as _save_and_stop
@@ -143,10 +145,18 @@ def plan_migrate(b: SlurmContext, w: WorkloadInfo, params: MoveParams) -> PlanDr
     _require_running(w)
     source = w.node or ""
     target = _target(b, params, away_from=source)
+    if b.cfg.live_handoff:  # a standby first; it falls back to the requeue by itself
+        stop = [s for s in _save_and_stop(b, w) if s.op != "requeue"]
+        moves = _live_move(b, w, target, source, stop)
+        how = ": a standby job there takes it over (a new job id), else it is requeued"
+    else:
+        moves = _save_and_stop(b, w) + _restart(b, w.name, _place(target, source))
+        how = ""
     return PlanDraft(
-        steps=_save_and_stop(b, w) + _restart(b, w.name, _place(target, source)),
+        steps=moves,
         summary=f"migrate Slurm job {w.name} off {source}"
-        + (f" onto {target}" if target else " (Slurm picks the node)"),
+        + (f" onto {target}" if target else " (Slurm picks the node)")
+        + how,
         expected_pause_s=30.0,
         saves="the job's full state, restored by the wrapper on the new node",
         rollback=f"migrate it back: clawpoint migrate slurm:{w.name} --to {source}"
@@ -297,6 +307,8 @@ def _require_restorable(b: SlurmContext, w: WorkloadInfo, params: StartParams) -
     refuses to start at all when the lineage has checkpoints but none verifies (it never
     silently starts over). Refuse such a plan up front (sizes only: cheap), and refuse
     ``fresh``: starting a Slurm job over is a new submission, not a restart."""
+    if is_standby(w):
+        _require_running(w)  # says what a standby is
     if params.fresh:
         raise errors.NotSupported(
             f"the slurm backend cannot start job {w.name} from scratch",
@@ -325,6 +337,11 @@ def _require_restorable(b: SlurmContext, w: WorkloadInfo, params: StartParams) -
 
 
 def _require_running(w: WorkloadInfo) -> None:
+    if is_standby(w):
+        raise errors.Conflict(
+            f"Slurm job {w.name} is the standby of a live move: it holds nothing yet",
+            hint="act on the job it stands by for; the standby ends by itself without an order",
+        )
     if w.state is not WorkloadState.RUNNING:
         raise errors.Conflict(
             f"Slurm job {w.name} is {w.state.value}, not running",

@@ -118,7 +118,9 @@ def render_sbatch(spec: SbatchSpec, config: SlurmConfig) -> str:
         '  echo "clawpoint: $cp_base is not a private directory of $(id -un) (another user '
         'may have made it): remove it, or set CLAWPOINT_JOB_HOME_ROOT" >&2; exit 1',
         "fi",
-        'export CLAWPOINT_HOME="$cp_base/job-$SLURM_JOB_ID"',
+        # A standby of a live move (core.backends.slurm.handoff) is a new job: it keeps the
+        # home path of the job it continues (CLAWPOINT_JOB_HOME_ID, set by the move).
+        'export CLAWPOINT_HOME="$cp_base/job-${CLAWPOINT_JOB_HOME_ID:-$SLURM_JOB_ID}"',
         'mkdir -p -m 0700 "$CLAWPOINT_HOME"',
     ]
     lines.append('export CLAWPOINT_CONFIG="$CLAWPOINT_HOME/config.toml"')

@@ -94,6 +94,41 @@ class PowerArgs(StepArgs):
     timeout_s: float | None = None
 
 
+class StandbyArgs(StepArgs):
+    """``standby_submit``: job ``job``'s standby, placed by ``fields`` (NodeList or
+    ExcNodeList), waiting up to ``timeout_s`` for its order (``handoff``)."""
+
+    job: str
+    lineage: str
+    owner: str | None = None
+    fields: dict[str, str]
+    timeout_s: float | None = None
+
+
+class WaitStandbyArgs(StepArgs):
+    """``wait_standby``: until job ``standby`` (none: nothing to wait for) runs and its
+    rendezvous ``token`` says it listens."""
+
+    standby: str | Later
+    token: str | Later
+    lineage: str
+    owner: str | None = None
+    timeout_s: float | None = None
+
+
+class TakeoverArgs(StepArgs):
+    """``takeover``: the standby's word, else job ``job`` restarted, placed by ``fields``."""
+
+    job: str
+    standby: str | Later
+    token: str | Later
+    lineage: str
+    owner: str | None = None
+    fields: dict[str, str]
+    timeout_s: float | None = None
+    start_timeout_s: float | None = None
+
+
 ARGS: dict[str, type[StepArgs]] = {
     "signal": SignalArgs,
     "wait_checkpoint": WaitCheckpointArgs,
@@ -108,6 +143,9 @@ ARGS: dict[str, type[StepArgs]] = {
     "resume_node": ResumeNodeArgs,
     "power_up": PowerArgs,
     "power_down": PowerArgs,
+    "standby_submit": StandbyArgs,
+    "wait_standby": WaitStandbyArgs,
+    "takeover": TakeoverArgs,
 }
 
 
@@ -149,6 +187,31 @@ class NodeStateOutput(StepOutput):
     state: str
 
 
+class StandbyOutput(StepOutput):
+    """The standby's job id and token, both empty when there is none (``why``)."""
+
+    standby: str
+    token: str
+    why: str
+
+
+class StandbyReadyOutput(StepOutput):
+    """The node the standby listens on; empty when it does not (``why``)."""
+
+    node: str
+    why: str
+
+
+class TakeoverOutput(StepOutput):
+    """The job that runs the workload now and where; ``how``: handoff (the standby's, a
+    new id) or restart (the same job requeued, ``why``)."""
+
+    job: str
+    node: str
+    how: str
+    why: str
+
+
 OUTPUTS: dict[str, type[StepOutput]] = {
     "signal": SignalOutput,
     "wait_checkpoint": CheckpointOutput,
@@ -163,6 +226,9 @@ OUTPUTS: dict[str, type[StepOutput]] = {
     "resume_node": NodeStateOutput,
     "power_up": NodeStateOutput,
     "power_down": NodeStateOutput,
+    "standby_submit": StandbyOutput,
+    "wait_standby": StandbyReadyOutput,
+    "takeover": TakeoverOutput,
 }
 
 

@@ -65,11 +65,23 @@ def _timeout(timeout_s: float | None) -> float:
     return max(1.0, min(float(timeout_s or 60.0), 3600.0))
 
 
-def _maybe(b: SlurmContext, job: str) -> WorkloadInfo | None:
+def maybe_job(b: SlurmContext, job: str) -> WorkloadInfo | None:
+    """Job ``job`` as inventory sees it (a standby too), or None once it left squeue."""
     try:
         return b.get_workload(job)
     except errors.NotFound:
         return None
+
+
+_maybe = maybe_job
+_PLACEMENT_KEYS = frozenset({"NodeList", "ExcNodeList"})
+
+
+def placement_fields(fields: dict[str, str]) -> dict[str, str]:
+    """A move's placement (``moving.place``), each key allowed and each value checked."""
+    if set(fields) - _PLACEMENT_KEYS:
+        raise errors.InvalidInput(f"placement fields must be some of {sorted(_PLACEMENT_KEYS)}")
+    return {k: check_value(v) if v else "" for k, v in fields.items()}
 
 
 def _ended(b: SlurmContext, job: str) -> str | None:

@@ -1,0 +1,299 @@
+"""A handoff across nodes: the standby wrapper waits on TCP, found through the shared store.
+
+The local handoff (``core.wrapper.handoff``) passes its order through a unix socket and
+orders the two wrappers with the workload's lock; neither reaches another node. Here the
+standby (a Slurm job started on the target before the move pauses anything) listens on a
+TCP port and announces itself in a *rendezvous* file in the user's own part of the shared
+store (``ROOT/.handoff/LINEAGE.TOKEN.STATE.json``, mode 0600 in a 0700 directory, so only
+the user reads it): its address, its port, the Slurm job whose wrapper may hand over to it,
+and a random key. The source wrapper, stopped by the move's SIGUSR2, finds the rendezvous
+of its own job, dumps, connects, ends and reaps its payload, and only then sends the order,
+signed with that key (HMAC-SHA256 over the token and the order): an order from anyone else
+(another user on the node, anything on the network) is refused, so nothing but the source
+can make a standby restore while the workload still runs. The standby answers once its
+restore is done (or failed), and the source publishes the checkpoint after that answer.
+
+The rendezvous's state is its file name, and every change of it is one ``rename``, atomic
+also on a shared filesystem: ``waiting`` -> ``ordered`` (the standby took a signed order)
+-> ``taken`` (restored, running) or ``failed``; ``waiting`` -> ``expired`` (no order in
+time) or ``cancelled`` (the move gave up on it). The standby claims an order and the move
+cancels a standby by renaming the same ``waiting`` file, so exactly one of them wins: a
+cancelled standby refuses the order, and a standby that took one is never cancelled.
+
+Limits: the rendezvous is found by the source's Slurm job id, so this serves Slurm jobs;
+the key travels only through the user's store part, whose privacy is the store's
+(``docs/slurm.md``, "Many users"). One order per standby.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import ConfigDict
+
+from core import errors, logs
+from core.schema_base import Model
+from core.wrapper.handoff import HandoffOrder
+
+log = logs.get_logger(__name__)
+
+State = Literal["waiting", "ordered", "taken", "failed", "expired", "cancelled"]
+STATES: tuple[State, ...] = ("waiting", "ordered", "taken", "failed", "expired", "cancelled")
+RENDEZVOUS_DIR = ".handoff"
+_MAX_LINE = 16384
+ORDER_READ_S = 5.0
+_TOKEN = re.compile(r"^[0-9a-f]{4,32}$")
+_JOB = re.compile(r"^[0-9]{1,12}$")
+
+
+class Rendezvous(Model):
+    """What a standby tells the source of its move (the file's content never changes)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    token: str
+    lineage: str
+    source_job: str  # the Slurm job whose wrapper may give it the workload
+    job: str | None = None  # the standby's own job
+    node: str | None = None
+    host: str
+    port: int
+    key: str  # hex: signs the order
+    created_at: float
+
+
+def rendezvous_dir(store_root: Path) -> Path:
+    return store_root / RENDEZVOUS_DIR
+
+
+def _path(store_root: Path, lineage: str, token: str, state: State) -> Path:
+    return rendezvous_dir(store_root) / f"{lineage}.{token}.{state}.json"
+
+
+def state_of(store_root: Path, lineage: str, token: str) -> State | None:
+    """Where the standby ``token`` of ``lineage`` stands (None: no rendezvous at all)."""
+    for state in STATES:
+        if _path(store_root, lineage, token, state).exists():
+            return state
+    return None
+
+
+def move(store_root: Path, lineage: str, token: str, old: State, new: State) -> bool:
+    """Change a rendezvous's state from ``old`` to ``new``; False when it was not ``old``
+    (someone else changed it first: the rename is the lock)."""
+    try:
+        os.rename(_path(store_root, lineage, token, old), _path(store_root, lineage, token, new))
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def read(store_root: Path, lineage: str, token: str, state: State) -> Rendezvous | None:
+    try:
+        return Rendezvous.model_validate_json(_path(store_root, lineage, token, state).read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def find_waiting(store_root: Path, lineage: str, source_job: str) -> Rendezvous | None:
+    """The newest waiting standby of ``lineage`` that ``source_job`` may hand over to."""
+    d = rendezvous_dir(store_root)
+    found: list[Rendezvous] = []
+    with contextlib.suppress(OSError):
+        for p in d.glob(f"{lineage}.*.waiting.json"):
+            token = p.name[len(lineage) + 1 :].split(".")[0]
+            r = read(store_root, lineage, token, "waiting") if _TOKEN.match(token) else None
+            if r is not None and r.source_job == source_job and r.lineage == lineage:
+                found.append(r)
+    return max(found, key=lambda r: r.created_at) if found else None
+
+
+def _sign(key: str, token: str, body: bytes) -> str:
+    return hmac.new(bytes.fromhex(key), token.encode() + b"\n" + body, hashlib.sha256).hexdigest()
+
+
+def node_address(node: str | None) -> str:
+    """The address other nodes reach ``node`` at: its NodeAddr as Slurm knows it (the
+    controller's ``scontrol`` from the job's environment), else the host's name."""
+    if node:
+        try:
+            out = subprocess.run(
+                ["scontrol", "show", "node", "-o", node],
+                capture_output=True, text=True, timeout=10, check=False,
+            ).stdout  # fmt: skip
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        m = re.search(r"(?:^|\s)NodeAddr=(\S+)", out)
+        if m:
+            return m.group(1)
+    return socket.gethostname()
+
+
+class TcpStandby:
+    """The waiting side: listen, announce, then :meth:`wait` for one signed order."""
+
+    def __init__(
+        self, store_root: Path, lineage: str, token: str, source_job: str, node: str | None
+    ) -> None:
+        if not _TOKEN.match(token) or not _JOB.match(source_job):
+            raise errors.InvalidInput(f"standby token {token!r} or source job {source_job!r}")
+        self.root, self.lineage, self.token = store_root, lineage, token
+        self.state: State = "waiting"
+        self._conn: socket.socket | None = None
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # Every interface: the node's cluster address is Slurm's, not ours to guess; an
+        # order that is not signed with the key is refused whoever sends it.
+        self._sock.bind(("", 0))
+        self._sock.listen(4)
+        self.rendezvous = Rendezvous(
+            token=token, lineage=lineage, source_job=source_job,
+            job=os.environ.get("SLURM_JOB_ID"), node=node, host=node_address(node),
+            port=self._sock.getsockname()[1], key=secrets.token_hex(32), created_at=time.time(),
+        )  # fmt: skip
+        d = rendezvous_dir(store_root)
+        d.mkdir(mode=0o700, exist_ok=True)
+        tmp = d / f".{lineage}.{token}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(self.rendezvous.model_dump_json())
+        os.replace(tmp, _path(store_root, lineage, token, "waiting"))
+
+    def wait(self, timeout_s: float) -> HandoffOrder | None:
+        """The order, once signed and claimed; None when none came within ``timeout_s``
+        (the rendezvous then says ``expired``) or the move cancelled this standby."""
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            self._sock.settimeout(left)
+            try:
+                conn, peer = self._sock.accept()
+            except TimeoutError:
+                break
+            order, why = self._read_order(conn, deadline)
+            if order is not None and move(
+                self.root, self.lineage, self.token, "waiting", "ordered"
+            ):
+                self.state, self._conn = "ordered", conn
+                log.info("wrapper.remote_order", workload=self.lineage, peer=peer[0])
+                return order
+            if order is not None:
+                why = "this standby was cancelled"
+            log.warning(
+                "wrapper.remote_order_refused", workload=self.lineage, peer=peer[0], why=why
+            )
+            _answer(conn, {"refused": why})
+            conn.close()
+            if why == "this standby was cancelled":
+                self.state = "cancelled"
+                return None
+        if move(self.root, self.lineage, self.token, "waiting", "expired"):
+            self.state = "expired"
+        else:  # the move cancelled it meanwhile
+            self.state = state_of(self.root, self.lineage, self.token) or "cancelled"
+        return None
+
+    def _read_order(self, conn: socket.socket, deadline: float) -> tuple[HandoffOrder | None, str]:
+        """One line ``{"order": ..., "mac": ...}`` within the wait; (order, "") when signed
+        with our key, else (None, why)."""
+        # The source connects after its dump, with the order ready: a peer that sends
+        # nothing holds the standby up for seconds, not for the rest of its wait.
+        conn.settimeout(max(0.1, min(ORDER_READ_S, deadline - time.monotonic())))
+        try:
+            line = _read_line(conn)
+            msg = json.loads(line)
+            body = json.dumps(msg["order"], sort_keys=True).encode()
+            good = hmac.compare_digest(
+                _sign(self.rendezvous.key, self.token, body), str(msg.get("mac", ""))
+            )
+            if not good:
+                return None, "the order is not signed with this standby's key"
+            return HandoffOrder.model_validate(msg["order"]), ""
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return None, f"unreadable order: {exc}"
+
+    def answer(self, taken: bool, why: str = "") -> None:
+        """Tell the source how the restore went (it publishes after this), and say it in
+        the rendezvous for the move."""
+        self.state = "taken" if taken else "failed"
+        move(self.root, self.lineage, self.token, "ordered", self.state)
+        if self._conn is not None:
+            _answer(self._conn, {"taken": taken, "why": why})
+            self._conn.close()
+            self._conn = None
+
+    def close(self) -> None:
+        self._sock.close()
+        if self._conn is not None:  # never answered: the restore raised before it
+            self.answer(False, "the standby ended before its restore finished")
+
+
+def _read_line(conn: socket.socket) -> bytes:
+    buf = b""
+    while b"\n" not in buf:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        buf += chunk
+        if len(buf) > _MAX_LINE:
+            raise ValueError("message too long")
+    return buf.split(b"\n", 1)[0]
+
+
+def _answer(conn: socket.socket, msg: dict[str, object]) -> None:
+    with contextlib.suppress(OSError):
+        conn.sendall(json.dumps(msg).encode() + b"\n")
+
+
+class RemoteStandby:
+    """The source's end: connect (after the dump; refused: no standby), order once the
+    payload is gone, then read the standby's answer."""
+
+    def __init__(self, r: Rendezvous, connect_timeout_s: float = 5.0) -> None:
+        self.r = r
+        try:
+            self._conn = socket.create_connection((r.host, r.port), timeout=connect_timeout_s)
+        except OSError as exc:
+            raise errors.Conflict(
+                f"the standby of {r.lineage} at {r.host}:{r.port} does not answer: {exc}",
+                hint="the move restarts the job the ordinary way instead; nothing is lost",
+            ) from exc
+
+    def send(self, order: HandoffOrder) -> None:
+        payload = order.model_dump(mode="json")
+        body = json.dumps(payload, sort_keys=True).encode()
+        line = json.dumps({"order": payload, "mac": _sign(self.r.key, self.r.token, body)})
+        try:
+            self._conn.sendall(line.encode() + b"\n")
+        except OSError as exc:
+            raise errors.OperationFailed(
+                f"cannot send the order to the standby at {self.r.host}:{self.r.port}: {exc}",
+                hint="the move restarts the job the ordinary way instead; nothing is lost",
+            ) from exc
+
+    def answer(self, timeout_s: float) -> tuple[bool, str]:
+        """(taken, why not): the standby's word on its restore, or (False, why) without one."""
+        self._conn.settimeout(timeout_s)
+        try:
+            msg = json.loads(_read_line(self._conn) or b"{}")
+        except (OSError, ValueError) as exc:
+            return False, f"no answer from the standby: {exc}"
+        finally:
+            self._conn.close()
+        if "refused" in msg:
+            return False, f"the standby refused the order: {msg['refused']}"
+        if not msg:
+            return False, "the standby closed the connection without an answer"
+        return bool(msg.get("taken")), str(msg.get("why", ""))
+
+    def close(self) -> None:
+        self._conn.close()
