@@ -99,6 +99,13 @@ def move(store_root: Path, lineage: str, token: str, old: State, new: State) -> 
     return True
 
 
+def remove(store_root: Path, lineage: str, token: str) -> None:
+    """Forget a settled rendezvous (taken, failed, expired or cancelled)."""
+    for state in STATES:
+        if state not in ("waiting", "ordered"):
+            _path(store_root, lineage, token, state).unlink(missing_ok=True)
+
+
 def read(store_root: Path, lineage: str, token: str, state: State) -> Rendezvous | None:
     try:
         return Rendezvous.model_validate_json(_path(store_root, lineage, token, state).read_bytes())
@@ -195,11 +202,13 @@ class TcpStandby:
             conn.close()
             if why == "this standby was cancelled":
                 self.state = "cancelled"
+                remove(self.root, self.lineage, self.token)
                 return None
         if move(self.root, self.lineage, self.token, "waiting", "expired"):
             self.state = "expired"
         else:  # the move cancelled it meanwhile
             self.state = state_of(self.root, self.lineage, self.token) or "cancelled"
+        remove(self.root, self.lineage, self.token)  # nobody waits for its word
         return None
 
     def _read_order(self, conn: socket.socket, deadline: float) -> tuple[HandoffOrder | None, str]:

@@ -193,10 +193,12 @@ def _make_local(service: Service) -> Subject:
 
 # --------------------------------------------------------------------------- slurm
 def _slurm_placement(draft: PlanDraft) -> set[str]:
+    """The nodes a restart is placed on, and a live move's standby and its fallback."""
+    placing = ("update_job", "standby_submit", "takeover")
     return {
         str(s.args["fields"]["NodeList"])
         for s in draft.steps
-        if s.op == "update_job" and s.args["fields"].get("NodeList")
+        if s.op in placing and s.args["fields"].get("NodeList")
     }
 
 

@@ -41,6 +41,7 @@ from core.backends.local import plans as local_plans
 from core.backends.local import steps as local_steps
 from core.backends.local.backend import LocalBackend
 from core.backends.retrying import Transient, with_retries
+from core.backends.slurm import backend as slurm_backend_module
 from core.backends.slurm import plans as slurm_plans
 from core.backends.slurm import steps as slurm_steps
 from core.backends.slurm.backend import SlurmBackend
@@ -50,7 +51,7 @@ from core.service.facade import bootstrap
 
 TABLES: dict[str, tuple[dict[Action, PlanEntry[Any]], dict[str, Any]]] = {
     "k8s": (k8s_plans.PLANS, k8s_steps.STEPS),
-    "slurm": (slurm_plans.PLANS, slurm_steps.STEPS),
+    "slurm": (slurm_plans.PLANS, slurm_backend_module.STEPS),
     "local": (local_plans.PLANS, local_steps.STEPS),
 }
 
@@ -158,7 +159,7 @@ def test_every_kubernetes_request_is_a_step() -> None:
 
 def test_recovery_tables_name_real_steps() -> None:
     assert set(k8s_steps.RECOVER) <= set(k8s_steps.STEPS)
-    assert set(slurm_steps.RECOVER) <= set(slurm_steps.STEPS)
+    assert set(slurm_steps.RECOVER) <= set(slurm_backend_module.STEPS)
     assert slurm_steps.RECONCILABLE <= set(slurm_steps.RECOVER)
 
 

@@ -21,9 +21,9 @@ from core.backends.kubernetes import steps as kube_steps
 from core.backends.local import step_args, steps
 from core.backends.local.planning import start_step
 from core.backends.local.step_args import CheckpointArgs, StartArgs
+from core.backends.slurm import backend as slurm_backend_module
 from core.backends.slurm import plans as slurm_plans
 from core.backends.slurm import step_args as slurm_args
-from core.backends.slurm import steps as slurm_steps
 from core.model import NodeHealth, NodeInfo, PlanStep, WorkloadInfo, WorkloadState
 
 
@@ -87,7 +87,7 @@ class _SlurmStub:
 
 
 def test_slurm_every_step_op_has_an_arguments_model() -> None:
-    assert set(slurm_args.ARGS) == set(slurm_steps.STEPS)
+    assert set(slurm_args.ARGS) == set(slurm_backend_module.STEPS)
 
 
 def test_slurm_recorded_arguments_are_unchanged() -> None:
@@ -137,9 +137,9 @@ def test_slurm_recorded_arguments_are_unchanged() -> None:
 def test_slurm_steps_refuse_arguments_that_do_not_fit() -> None:
     b: Any = _SlurmStub()
     with pytest.raises(errors.InvalidInput):
-        slurm_steps.STEPS["requeue"](b, {"job": "7", "hld": True}, lambda *a: None)
+        slurm_backend_module.STEPS["requeue"](b, {"job": "7", "hld": True}, lambda *a: None)
     with pytest.raises(errors.InvalidInput):
-        slurm_steps.STEPS["release"](b, {}, lambda *a: None)
+        slurm_backend_module.STEPS["release"](b, {}, lambda *a: None)
 
 
 # ----- Kubernetes --------------------------------------------------------------------------

@@ -20,13 +20,14 @@ from core.backends.local import step_args as local_args
 from core.backends.local import steps as local_steps
 from core.backends.local.planning import start_step
 from core.backends.local.step_args import CheckpointArgs, step
+from core.backends.slurm import backend as slurm_backend_module
 from core.backends.slurm import step_args as slurm_args
 from core.backends.slurm import steps as slurm_steps
 from core.model import Action
 
 TABLES = {
     "local": (local_args, local_steps.STEPS),
-    "slurm": (slurm_args, slurm_steps.STEPS),
+    "slurm": (slurm_args, slurm_backend_module.STEPS),
     "kubernetes": (kube_args, kube_steps.STEPS),
 }
 

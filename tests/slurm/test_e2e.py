@@ -335,8 +335,15 @@ def test_cli_migrate_to_lands_on_that_node(
     assert result["status"] == "executed", result["message"]
     assert "onto n2" in result["plan"]["summary"]
     outputs = {s["name"]: s["output"] for s in result["execution"]["steps"]}
-    assert outputs["wait_running"]["node"] == "n2"
-    assert sh("squeue", "-h", "-j", job, "-o", "%T|%N").strip() == "RUNNING|n2"
+    # A live move: the standby job submitted onto n2 took the workload over, and the job
+    # goes on under the standby's id; the source job ended.
+    moved = outputs["takeover"]
+    assert moved["how"] == "handoff", moved
+    assert moved["node"] == "n2" and moved["job"] == outputs["standby"]["standby"] != job
+    assert sh("squeue", "-h", "-j", moved["job"], "-o", "%T|%N").strip() == "RUNNING|n2"
+    assert sh("squeue", "-h", "-j", job, "-o", "%T").strip() in ("", "COMPLETED")
     listed = clawpoint("workloads", "--backend", "slurm")
-    assert next(w for w in listed if w["name"] == job)["node"] == "n2"
+    mine = [w for w in listed if w["labels"].get("lineage") == lineage and w["state"] == "running"]
+    assert [(w["name"], w["node"]) for w in mine] == [(moved["job"], "n2")]
+    # Its home path is the first job's (job_homes(job)): the restored payload keeps it.
     assert_resumed(backend, lineage, job, outputs["wait_checkpoint"]["checkpoint"])

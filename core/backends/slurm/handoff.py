@@ -134,13 +134,23 @@ def takeover(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
         standby, token = job_id(a.standby), _token(a.token)
         root = b.store(a.owner).root
         why = _await_takeover(b, root, lineage, token, standby, _bounded(a.timeout_s))
+        if handoff_remote.state_of(root, lineage, token) == "ordered":  # still restoring
+            raise errors.OperationFailed(
+                f"the standby job {standby} is still restoring job {job}'s workload: {why}; "
+                f"job {job} was not restarted, so that it never runs twice",
+                hint=f"watch job {standby}: it runs the workload once its restore ends; if it "
+                f"ends instead, requeue job {job} (scontrol requeue {job}): it restores the "
+                "newest checkpoint",
+            )
         if not why:
+            handoff_remote.remove(root, lineage, token)
             _relabel(b, standby, lineage, token)
             w = base_steps.maybe_job(b, standby)
             log.info("slurm.handed_over", job=job, to=standby)
             return {"job": standby, "node": (w.node if w else "") or "", "how": "handoff",
                     "why": ""}  # fmt: skip
         _drop(b, root, lineage, token, standby)
+        handoff_remote.remove(root, lineage, token)
     log.info("slurm.handoff_fallback", job=job, why=why)
     progress(0, None, f"restarting job {job} the ordinary way: {why}")
     base_steps.requeue(b, {"job": job, "hold": True}, progress)
