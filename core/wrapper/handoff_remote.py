@@ -36,6 +36,7 @@ import re
 import secrets
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Literal
@@ -134,17 +135,35 @@ def node_address(node: str | None) -> str:
     """The address other nodes reach ``node`` at: its NodeAddr as Slurm knows it (the
     controller's ``scontrol`` from the job's environment), else the host's name."""
     if node:
-        try:
-            out = subprocess.run(
-                ["scontrol", "show", "node", "-o", node],
-                capture_output=True, text=True, timeout=10, check=False,
-            ).stdout  # fmt: skip
-        except (OSError, subprocess.SubprocessError):
-            out = ""
-        m = re.search(r"(?:^|\s)NodeAddr=(\S+)", out)
+        m = re.search(r"(?:^|\s)NodeAddr=(\S+)", _scontrol(["show", "node", "-o", node]))
         if m:
             return m.group(1)
     return socket.gethostname()
+
+
+def _scontrol(args: list[str]) -> str:
+    """Best effort: ``scontrol`` from the job's environment; "" when it fails."""
+    try:
+        done = subprocess.run(["scontrol", *args], capture_output=True, text=True,
+                              timeout=10, check=False)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
+
+
+def relabel_own_job() -> None:
+    """A standby that took over drops ``standby=`` and ``from=`` from its job's comment, so
+    listings show it as the workload even if the move that started it died meanwhile (the
+    move's ``takeover`` step does the same; whichever comes first)."""
+    job = os.environ.get("SLURM_JOB_ID", "")
+    m = re.search(r"(?:^|\s)Comment=(\S+)", _scontrol(["show", "job", "-o", job])) if job else None
+    if m is None:
+        return
+    parts = m.group(1).split(",")
+    kept = [p for p in parts if not p.startswith(("standby=", "from="))]
+    if kept != parts:
+        _scontrol(["update", f"jobid={job}", f"comment={','.join(kept)}"])
+        log.info("wrapper.standby_relabelled", job=job)
 
 
 class TcpStandby:
@@ -239,6 +258,8 @@ class TcpStandby:
             _answer(self._conn, {"taken": taken, "why": why})
             self._conn.close()
             self._conn = None
+        if taken:  # after the answer: the source publishes meanwhile
+            threading.Thread(target=relabel_own_job, daemon=True, name="relabel").start()
 
     def close(self) -> None:
         self._sock.close()

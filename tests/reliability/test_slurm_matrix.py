@@ -18,7 +18,7 @@ The workload is a wrapped batch job running the self-verifying counter
 One job serves all the kill points of an operation (each point leaves it running again);
 failover kills the job's node (its slurmd and the job's processes) before each point and
 brings the node back afterwards. An MCP server and the watch loop run beside the kills (see
-``bystanders`` in test_fault_matrix). CI runs one kill (migrate, after its requeue);
+``bystanders`` in test_fault_matrix). CI runs one kill (migrate, after its signal: the live handoff happens while clawpoint is dead);
 ``CLAWPOINT_FAULT_MATRIX=full`` runs every pair. Scale is refused at planning (a row too).
 """
 
@@ -86,9 +86,10 @@ def params_of(op: Operation, job: Job) -> dict[str, Any]:
     return {}
 
 
-# CI's fast variant: one kill, in the middle of the longest plan (the job is saved, stopped
-# and requeued held; placing, releasing and starting it are left to the restarted clawpoint).
-FAST = ("migrate", "requeue", "after")
+# CI's fast variant: one kill, in the middle of the longest plan (a standby waits on the
+# target and the source has been signalled: the handoff happens while clawpoint is dead, and
+# the restarted clawpoint awaits the checkpoint and confirms the takeover).
+FAST = ("migrate", "signal", "after")
 
 
 @pytest.fixture
@@ -127,15 +128,21 @@ class Job:
             workdir=str(ROOT),
         )
         self.id = submit(spec, backend.cfg, backend.transport).job_id
-        self.ref = f"slurm:{self.id}"
+        # A live move continues the workload in its standby's job (a new id); the payload
+        # keeps the first job's environment and home path, whatever job runs it now.
+        self.first = self.id
         backend.wait_until("the job to run", 120, lambda: self.info().node)
         self.wait_progress(5)
+
+    @property
+    def ref(self) -> str:
+        return f"slurm:{self.id}"
 
     def info(self) -> Any:
         return self.backend.get_workload(self.id)
 
     def step(self) -> int:
-        for path in (p for h in job_homes(self.id) for p in h.glob("run/*.progress.json")):
+        for path in (p for h in job_homes(self.first) for p in h.glob("run/*.progress.json")):
             try:
                 return int(json.loads(path.read_text())["step"])
             except (OSError, ValueError, KeyError):
@@ -152,13 +159,23 @@ class Job:
             time.sleep(0.2)
 
     def queued(self) -> list[str]:
-        """The ids of every job of this lineage that Slurm still lists."""
-        out = sh("squeue", "-h", f"--name=clawpoint-{self.lineage}", "-o", "%i")
-        return out.split()
+        """The ids of every job of this lineage that Slurm still lists (a standby too; not
+        one that is only completing)."""
+        out = sh("squeue", "-h", f"--name=clawpoint-{self.lineage}", "-o", "%i %t")
+        return [line.split()[0] for line in out.splitlines() if line.split()[1:] != ["CG"]]
+
+    def follow(self, timeout_s: float = 15) -> None:
+        """Once the lineage has exactly one job left (a move's standby either took the
+        workload over or was cancelled), that is the job: its id may be a standby's."""
+        deadline = time.monotonic() + timeout_s
+        while len(ids := self.queued()) != 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(ids) == 1, f"jobs of {self.lineage}: {ids} (one expected)"
+        self.id = ids[0]
 
     def payload_pids(self) -> list[int]:
         """Live counter processes of this job (a restore keeps the environment)."""
-        return counter_pids(f"SLURM_JOB_ID={self.id}".encode())
+        return counter_pids(f"SLURM_JOB_ID={self.first}".encode())
 
     def settled_pids(self, expected: int, timeout_s: float = 60) -> list[int]:
         """The job's payload processes once there are ``expected`` of them (a restore takes a
@@ -181,7 +198,7 @@ def jobs(slurm_service: Service) -> Iterator[list[Job]]:
     made: list[Job] = []
     yield made
     for job in made:
-        sh("scancel", job.id, check=False)
+        sh("scancel", f"--name=clawpoint-{job.lineage}", check=False)
         shutil.rmtree(CLUSTER_DIR / "checkpoints" / "root" / job.lineage, ignore_errors=True)
     for node in NODES:
         sh("scontrol", "update", f"nodename={node}", "state=RESUME", check=False)
@@ -207,7 +224,7 @@ def kill_node(job: Job) -> str:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if f"SLURM_JOB_ID={job.id}".encode() in environ:
+        if any(f"SLURM_JOB_ID={i}".encode() in environ for i in (job.id, job.first)):
             victims.add(int(entry.name))
     os.kill(int((CLUSTER_DIR / "run" / f"slurmd-{node}.pid").read_text()), signal.SIGKILL)
     for pid in victims:
@@ -272,7 +289,7 @@ def one_kill(
     )  # fmt: skip
     status = after["status"]
 
-    assert job.queued() == [job.id], job.queued()
+    job.follow()
     seen = job.info()
     live = seen.state is WorkloadState.RUNNING
     pids = job.settled_pids(1 if live else 0)
@@ -284,7 +301,11 @@ def one_kill(
     job.wait_progress(5)
     job.state_checked()
     outcome = f"{ExecutionStatus(status).value}; job {how} on {job.info().node}"
-    return step_name.replace(job.id, "W"), outcome, "once; progress; state check; journal = audit"
+    return (
+        step_name.replace(job.first, "W"),
+        outcome,
+        "once; progress; state check; journal = audit",
+    )
 
 
 @pytest.mark.parametrize("operation", sorted(OPERATIONS))
@@ -308,7 +329,7 @@ def test_killed_at_every_step_is_reconciled(
     with bystanders(service.settings, cli_env()):
         failures: list[str] = []
         for index, when in points:
-            label = names[index].replace(job.id, "W")
+            label = names[index].replace(job.first, "W")
             try:
                 label, outcome, checked = one_kill(service, job, op, index, when)
             except AssertionError as exc:

@@ -273,6 +273,8 @@ class SlurmBackend:
     def recover_step(
         self, op: str, args: dict[str, Any], started_at: datetime
     ) -> dict[str, Any] | None:
+        if op in handoff.RECOVER:
+            return handoff.RECOVER[op](self, args, started_at)
         return steps.recover_step(self, op, args, started_at)
 
     def reconcile_step(

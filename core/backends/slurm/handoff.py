@@ -37,7 +37,7 @@ from core.backends.base import ProgressFn
 from core.backends.slurm import steps as base_steps
 from core.backends.slurm.context import SlurmContext
 from core.backends.slurm.ids import check_value, job_id
-from core.backends.slurm.inventory import comment_fields
+from core.backends.slurm.inventory import comment_fields, is_standby
 from core.backends.slurm.sbatch import submitting_user
 from core.backends.slurm.step_args import StandbyArgs, TakeoverArgs, WaitStandbyArgs, read
 from core.model import WorkloadState, validate_name
@@ -67,7 +67,7 @@ def standby_submit(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
     comment = comment_fields(raw)
     home = comment.get("home") or job
     label = ",".join([f"{b.cfg.marker}:{lineage}", *_kept(comment), f"standby={token}",
-                      f"home={home}"])  # fmt: skip
+                      f"from={job}", f"home={home}"])  # fmt: skip
     env = {"CLAWPOINT_STANDBY": token, "CLAWPOINT_STANDBY_FOR": job,
            "CLAWPOINT_STANDBY_TIMEOUT": f"{a.timeout_s or 600:g}", HOME_ENV: home}  # fmt: skip
     argv = ["--parsable", f"--job-name={check_value(str(raw.get('name') or ''))}",
@@ -132,6 +132,9 @@ def takeover(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
     why = "no standby"
     if a.standby:
         standby, token = job_id(a.standby), _token(a.token)
+        done = _taken_over(b, standby)
+        if done is not None:  # this step ran before, up to the relabel (a crash since)
+            return done
         root = b.store(a.owner).root
         why = _await_takeover(b, root, lineage, token, standby, _bounded(a.timeout_s))
         if handoff_remote.state_of(root, lineage, token) == "ordered":  # still restoring
@@ -143,10 +146,10 @@ def takeover(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
                 "newest checkpoint",
             )
         if not why:
+            _relabel(b, standby, lineage)  # before the rendezvous goes: ``_taken_over``
             handoff_remote.remove(root, lineage, token)
-            _relabel(b, standby, lineage, token)
-            w = base_steps.maybe_job(b, standby)
             log.info("slurm.handed_over", job=job, to=standby)
+            w = base_steps.maybe_job(b, standby)
             return {"job": standby, "node": (w.node if w else "") or "", "how": "handoff",
                     "why": ""}  # fmt: skip
         _drop(b, root, lineage, token, standby)
@@ -163,6 +166,23 @@ def takeover(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
 
 
 STEPS = {"standby_submit": standby_submit, "wait_standby": wait_standby, "takeover": takeover}
+
+
+def _submitted(b: SlurmContext, args: Args, started_at: Any) -> Args | None:
+    """After a crash in ``standby_submit``: the standby it submitted, if Slurm lists one
+    (else submitting another is harmless: an unused standby ends by itself)."""
+    a = read(StandbyArgs, args)
+    job = job_id(a.job)
+    for raw in b.raw_jobs():
+        fields = comment_fields(raw)
+        if fields.get("from") == job and fields.get("standby"):
+            return {"standby": str(raw.get("job_id")), "token": fields["standby"], "why": ""}
+    return None
+
+
+# Steps whose effect can be read back after a crash (the others are waits, or decide
+# again from what they read: ``takeover`` first asks whether it already happened).
+RECOVER = {"standby_submit": _submitted}
 
 
 # ----- helpers ---------------------------------------------------------------------------
@@ -256,10 +276,19 @@ def _drop(b: SlurmContext, root: Any, lineage: str, token: str, standby: str) ->
         log.warning("slurm.standby_not_cancelled", job=standby, error=exc.message)
 
 
-def _relabel(b: SlurmContext, standby: str, lineage: str, token: str) -> None:
-    """The standby's comment without ``standby=``: inventory shows it as the workload."""
+def _taken_over(b: SlurmContext, standby: str) -> Args | None:
+    """The step's output if the standby already runs the workload under its new label."""
+    w = base_steps.maybe_job(b, standby)
+    if w is None or w.state is not WorkloadState.RUNNING or is_standby(w):
+        return None
+    return {"job": standby, "node": w.node or "", "how": "handoff", "why": ""}
+
+
+def _relabel(b: SlurmContext, standby: str, lineage: str) -> None:
+    """The standby's comment without ``standby=`` and ``from=``: inventory shows it as the
+    workload (its wrapper does the same once it restored: whichever comes first)."""
     raw = next((r for r in b.raw_jobs() if str(r.get("job_id")) == standby), {})
-    fields = {k: v for k, v in comment_fields(raw).items() if k != "standby"}
+    fields = {k: v for k, v in comment_fields(raw).items() if k not in ("standby", "from")}
     label = ",".join([f"{b.cfg.marker}:{lineage}", *(f"{k}={check_value(v)}" for k, v in
                                                       fields.items())])  # fmt: skip
     try:
