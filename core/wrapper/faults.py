@@ -6,7 +6,9 @@
 - ``CLAWPOINT_TEST_DIE_AFTER_HANDOFF`` = 1: a source wrapper SIGKILLs itself right after it
   handed its workload to a standby, before publishing the checkpoint;
 - ``CLAWPOINT_TEST_DIE_IN_TAKEOVER`` = 1: a standby SIGKILLs itself once it holds the
-  workload's lock, before it restores.
+  workload's lock, before it restores;
+- ``CLAWPOINT_TEST_STANDBY_DEAF`` = 1: a standby for another node announces itself, then
+  listens to nothing (a hung one: its rendezvous says "waiting", its port refuses).
 
 Limits: read from the wrapper's own environment (inherited from whoever started it).
 """

@@ -45,6 +45,7 @@ from pydantic import ConfigDict
 
 from core import errors, logs
 from core.schema_base import Model
+from core.wrapper.faults import fault_on
 from core.wrapper.handoff import HandoffOrder
 
 log = logs.get_logger(__name__)
@@ -72,6 +73,7 @@ class Rendezvous(Model):
     port: int
     key: str  # hex: signs the order
     created_at: float
+    checkpoint: str | None = None  # the order's, written once the standby claimed it
 
 
 def rendezvous_dir(store_root: Path) -> Path:
@@ -187,18 +189,24 @@ class TcpStandby:
             job=os.environ.get("SLURM_JOB_ID"), node=node, host=node_address(node),
             port=self._sock.getsockname()[1], key=secrets.token_hex(32), created_at=time.time(),
         )  # fmt: skip
-        d = rendezvous_dir(store_root)
-        d.mkdir(mode=0o700, exist_ok=True)
-        tmp = d / f".{lineage}.{token}.tmp"
+        rendezvous_dir(store_root).mkdir(mode=0o700, exist_ok=True)
+        self._write("waiting")
+
+    def _write(self, state: State) -> None:
+        """The rendezvous, written whole (only its standby writes it)."""
+        tmp = rendezvous_dir(self.root) / f".{self.lineage}.{self.token}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(self.rendezvous.model_dump_json())
-        os.replace(tmp, _path(store_root, lineage, token, "waiting"))
+        os.replace(tmp, _path(self.root, self.lineage, self.token, state))
 
     def wait(self, timeout_s: float) -> HandoffOrder | None:
         """The order, once signed and claimed; None when none came within ``timeout_s``
         (the rendezvous then says ``expired``) or the move cancelled this standby."""
         deadline = time.monotonic() + timeout_s
+        if fault_on("CLAWPOINT_TEST_STANDBY_DEAF"):  # announced, then nothing listens (hung)
+            self._sock.close()
+            time.sleep(timeout_s)
         while (left := deadline - time.monotonic()) > 0:
             self._sock.settimeout(left)
             try:
@@ -210,6 +218,7 @@ class TcpStandby:
                 self.root, self.lineage, self.token, "waiting", "ordered"
             ):
                 self.state, self._conn = "ordered", conn
+                self.rendezvous.checkpoint = order.checkpoint  # for the move's report
                 log.info("wrapper.remote_order", workload=self.lineage, peer=peer[0])
                 return order
             if order is not None:
@@ -253,6 +262,8 @@ class TcpStandby:
         """Tell the source how the restore went (it publishes after this), and say it in
         the rendezvous for the move."""
         self.state = "taken" if taken else "failed"
+        with contextlib.suppress(OSError):  # the checkpoint it restored, for the move's report
+            self._write("ordered")
         move(self.root, self.lineage, self.token, "ordered", self.state)
         if self._conn is not None:
             _answer(self._conn, {"taken": taken, "why": why})

@@ -279,6 +279,7 @@ def one_kill(
     """Kill clawpoint at step ``index`` (before/after) of ``op`` on the job, restart, check;
     the step's name, the outcome and what was checked."""
     target = prepare(service, job, op)
+    was = job.id
     params = params_of(op, job)
     step_name = service.plan(op.action, target, params).steps[index].name
     fill = {"TARGET": target, "CPUS": f"{params.get('cpus', '')}"}
@@ -300,7 +301,8 @@ def one_kill(
     assert len(job.settled_pids(1)) == 1, job.payload_pids()
     job.wait_progress(5)
     job.state_checked()
-    outcome = f"{ExecutionStatus(status).value}; job {how} on {job.info().node}"
+    which = "its standby's job (a live handoff)" if job.id != was else "the same job"
+    outcome = f"{ExecutionStatus(status).value}; job {how} on {job.info().node}, {which}"
     return (
         step_name.replace(job.first, "W"),
         outcome,

@@ -346,4 +346,4 @@ def test_cli_migrate_to_lands_on_that_node(
     mine = [w for w in listed if w["labels"].get("lineage") == lineage and w["state"] == "running"]
     assert [(w["name"], w["node"]) for w in mine] == [(moved["job"], "n2")]
     # Its home path is the first job's (job_homes(job)): the restored payload keeps it.
-    assert_resumed(backend, lineage, job, outputs["wait_checkpoint"]["checkpoint"])
+    assert_resumed(backend, lineage, job, moved["checkpoint"])

@@ -132,12 +132,12 @@ def takeover(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
     why = "no standby"
     if a.standby:
         standby, token = job_id(a.standby), _token(a.token)
-        done = _taken_over(b, standby)
+        done = _taken_over(b, standby, lineage, a.owner)
         if done is not None:  # this step ran before, up to the relabel (a crash since)
             return done
         root = b.store(a.owner).root
         why = _await_takeover(b, root, lineage, token, standby, _bounded(a.timeout_s))
-        if handoff_remote.state_of(root, lineage, token) == "ordered":  # still restoring
+        if handoff_remote.state_of(root, lineage, token) == "ordered" and _alive(b, standby):
             raise errors.OperationFailed(
                 f"the standby job {standby} is still restoring job {job}'s workload: {why}; "
                 f"job {job} was not restarted, so that it never runs twice",
@@ -146,12 +146,13 @@ def takeover(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
                 "newest checkpoint",
             )
         if not why:
+            r = handoff_remote.read(root, lineage, token, "taken")
             _relabel(b, standby, lineage)  # before the rendezvous goes: ``_taken_over``
             handoff_remote.remove(root, lineage, token)
             log.info("slurm.handed_over", job=job, to=standby)
             w = base_steps.maybe_job(b, standby)
             return {"job": standby, "node": (w.node if w else "") or "", "how": "handoff",
-                    "why": ""}  # fmt: skip
+                    "why": "", "checkpoint": (r.checkpoint if r else None) or ""}  # fmt: skip
         _drop(b, root, lineage, token, standby)
         handoff_remote.remove(root, lineage, token)
     log.info("slurm.handoff_fallback", job=job, why=why)
@@ -161,8 +162,12 @@ def takeover(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
         base_steps.update_job(b, {"job": job, "fields": fields}, progress)
     base_steps.release(b, {"job": job}, progress)
     base_steps.update_job(b, {"job": job, "fields": {"StartTime": "now"}}, progress)
+    newest = b.newest_checkpoint(lineage, a.owner)  # what its wrapper restores
     ran = base_steps.wait_running(b, {"job": job, "timeout_s": a.start_timeout_s}, progress)
-    return {"job": job, "node": ran["node"], "how": "restart", "why": why}
+    if newest is None or newest.seq <= int(a.after_seq or 0):
+        why += "; no new checkpoint was published: it restarts from the one before the move"
+    return {"job": job, "node": ran["node"], "how": "restart", "why": why,
+            "checkpoint": newest.id if newest else ""}  # fmt: skip
 
 
 STEPS = {"standby_submit": standby_submit, "wait_standby": wait_standby, "takeover": takeover}
@@ -251,9 +256,11 @@ def _await_takeover(
                 return "the source handed nothing over (no order reached the standby)"
             return None  # it claimed an order just now
         if state == "ordered":  # restoring, unless its job died meanwhile
-            w = base_steps.maybe_job(b, standby)
-            alive = w is not None and w.state is WorkloadState.RUNNING
-            return None if alive else f"the standby job {standby} ended during its restore"
+            return (
+                None
+                if _alive(b, standby)
+                else f"the standby job {standby} ended during its restore"
+            )
         return f"the standby is {state or 'gone'}"
 
     try:
@@ -263,8 +270,16 @@ def _await_takeover(
     return "" if said == "taken" else said
 
 
+def _alive(b: SlurmContext, standby: str) -> bool:
+    w = base_steps.maybe_job(b, standby)
+    return w is not None and w.state is WorkloadState.RUNNING
+
+
 def _drop(b: SlurmContext, root: Any, lineage: str, token: str, standby: str) -> None:
-    """Cancel a standby that has not taken the workload (never one that has)."""
+    """Cancel a standby that has not taken the workload (never one that has). One that
+    claimed the order and whose job ended since died in its restore: its claim is void."""
+    if handoff_remote.state_of(root, lineage, token) == "ordered" and not _alive(b, standby):
+        handoff_remote.move(root, lineage, token, "ordered", "failed")
     if handoff_remote.state_of(root, lineage, token) in ("taken", "ordered"):
         return
     handoff_remote.move(root, lineage, token, "waiting", "cancelled")
@@ -276,12 +291,14 @@ def _drop(b: SlurmContext, root: Any, lineage: str, token: str, standby: str) ->
         log.warning("slurm.standby_not_cancelled", job=standby, error=exc.message)
 
 
-def _taken_over(b: SlurmContext, standby: str) -> Args | None:
+def _taken_over(b: SlurmContext, standby: str, lineage: str, owner: str | None) -> Args | None:
     """The step's output if the standby already runs the workload under its new label."""
     w = base_steps.maybe_job(b, standby)
     if w is None or w.state is not WorkloadState.RUNNING or is_standby(w):
         return None
-    return {"job": standby, "node": w.node or "", "how": "handoff", "why": ""}
+    newest = b.newest_checkpoint(lineage, owner)
+    return {"job": standby, "node": w.node or "", "how": "handoff", "why": "",
+            "checkpoint": newest.id if newest else ""}  # fmt: skip
 
 
 def _relabel(b: SlurmContext, standby: str, lineage: str) -> None:

@@ -100,14 +100,16 @@ def restart(
     return steps
 
 
-def live_move(
-    b: SlurmContext, w: WorkloadInfo, target: str | None, source: str, stop: list[PlanStep]
-) -> list[PlanStep]:
-    """A live move of ``w`` (``stop``: its signal, checkpoint and end waits): a standby job
-    on the target takes it over, else ``takeover`` requeues it (``handoff``)."""
+def live_move(b: SlurmContext, w: WorkloadInfo, target: str | None, source: str) -> list[PlanStep]:
+    """A live move of ``w``: a standby job on the target takes it over, else ``takeover``
+    requeues it (``handoff``). No wait for a published checkpoint between: the source
+    publishes after the standby restored (and not at all if it dies right after its order,
+    when the standby still runs the workload); ``takeover`` reports the checkpoint."""
     lineage, owner = b.lineage(w), b.owner(w)
     where = place(target, source)
-    standby_wait_s = min(3600.0, b.cfg.start_timeout_s + 2 * b.cfg.checkpoint_timeout_s)
+    # The standby waits from its start: the source's signal, then its dump.
+    standby_wait_s = min(3600.0, b.cfg.checkpoint_timeout_s + 60.0)
+    stop = [s for s in save_and_stop(b, w) if s.op in ("signal", "wait_ended")]
     return [
         step(
             "standby",
@@ -141,6 +143,7 @@ def live_move(
                 token="$standby.token",
                 lineage=lineage,
                 owner=owner,
+                after_seq="$signal.after_seq",
                 fields=where,
                 timeout_s=b.cfg.checkpoint_timeout_s,
                 start_timeout_s=b.cfg.start_timeout_s,

@@ -146,8 +146,7 @@ def plan_migrate(b: SlurmContext, w: WorkloadInfo, params: MoveParams) -> PlanDr
     source = w.node or ""
     target = _target(b, params, away_from=source)
     if b.cfg.live_handoff:  # a standby first; it falls back to the requeue by itself
-        stop = [s for s in _save_and_stop(b, w) if s.op != "requeue"]
-        moves = _live_move(b, w, target, source, stop)
+        moves = _live_move(b, w, target, source)
         how = ": a standby job there takes it over (a new job id), else it is requeued"
     else:
         moves = _save_and_stop(b, w) + _restart(b, w.name, _place(target, source))

@@ -124,6 +124,7 @@ class TakeoverArgs(StepArgs):
     token: str | Later
     lineage: str
     owner: str | None = None
+    after_seq: int | Later | None = None  # the checkpoint reported comes after it
     fields: dict[str, str]
     timeout_s: float | None = None
     start_timeout_s: float | None = None
@@ -210,6 +211,7 @@ class TakeoverOutput(StepOutput):
     node: str
     how: str
     why: str
+    checkpoint: str  # what it runs from: the handed-over one, or the newest published
 
 
 OUTPUTS: dict[str, type[StepOutput]] = {
