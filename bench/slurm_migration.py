@@ -1,12 +1,14 @@
 """Benchmark: how long a Slurm migrate pauses a workload, against the local handoff's pause
 of the same workload in the same run.
 
-The self-verifying counter holding ``--mb`` MiB (default 200, a step every 20 ms) runs twice:
-as a Slurm job on the loopback cluster (``clawpoint slurm submit``'s batch script, the
-wrapper inside the job), moved between n1 and n2 with ``migrate --to`` (checkpoint through
-the job's wrapper, requeue held, release onto the other node, restore there by a new
-wrapper: ``docs/slurm.md``), and under the local backend, moved between node-a and node-b
-with the handoff (stop-and-copy). Repetitions alternate the two, disk synced before each.
+The self-verifying counter holding ``--mb`` MiB (default 200, a step every 20 ms) runs three
+times: twice as a Slurm job on the loopback cluster (``clawpoint slurm submit``'s batch
+script, the wrapper inside the job), moved between n1 and n2 with ``migrate --to``, once by
+the live move (a standby job started on the target first takes it over: ``docs/slurm.md``,
+"Live moves") and once by the requeue (``[slurm] live_handoff = false``: checkpoint, requeue
+held, release onto the other node, restore there by a new wrapper); and under the local
+backend, moved between node-a and node-b with the handoff (stop-and-copy). Repetitions
+alternate the three, disk synced before each.
 The pause is the workload's own: the longest gap between two consecutive steps around the
 move (their own timestamps, the progress file read every millisecond), less its median step
 interval before the move (as ``bench/migration.py``). Issue target: Slurm <= 1.5x local.
@@ -57,9 +59,9 @@ TARGET_RATIO = 1.5
 class SlurmCounter:
     """The counter as a Slurm job under the wrapper, moved between n1 and n2."""
 
-    def __init__(self, home: Path, mb: int) -> None:
+    def __init__(self, home: Path, mb: int, kind: str) -> None:
         self.home = home
-        self.lineage = f"bench-slurm-move-{os.getpid()}"
+        self.lineage = f"bench-slurm-{kind}-{os.getpid()}"
         self.backend = SlurmBackend(SlurmConfig(enabled=True))
         spec = SbatchSpec(
             lineage=self.lineage, exclude="n3", command=command("counter", mb),
@@ -71,7 +73,8 @@ class SlurmCounter:
         )
         self.node = str(self.backend.get_workload(self.job).node)
         progress = f"run/{self.lineage}.progress.json"
-        self.watch = Watcher(find=lambda: [h / progress for h in job_homes(self.job)])
+        first = self.job  # a live move's new job keeps this job's home path
+        self.watch = Watcher(find=lambda: [h / progress for h in job_homes(first)])
         self.watch.wait_steps(20)
 
     def move(self) -> dict[str, Any]:
@@ -84,7 +87,9 @@ class SlurmCounter:
         if done.status != "executed" or done.execution is None:
             raise RuntimeError(f"slurm migrate: {done.message}")
         steps = {s.name: s.output or {} for s in done.execution.steps}
-        self.node = str(steps.get("wait_running", {}).get("node") or dest)
+        moved = steps.get("takeover") or steps.get("wait_running") or {}
+        self.node = str(moved.get("node") or dest)
+        self.job = str(moved.get("job") or self.job)  # a live move's standby job runs it now
         # Where the command's time went, step by step (the journal's start and end).
         took = {
             s.name: round((s.finished_at - s.started_at).total_seconds(), 3)
@@ -93,45 +98,59 @@ class SlurmCounter:
         }
         self.watch.wait_steps(20)
         return {**self.watch.freeze(t0, t1), "command_s": t1 - t0, "node": self.node,
-                "steps_s": took}  # fmt: skip
+                "steps_s": took, "how": moved.get("how", "restart")}  # fmt: skip
 
     def close(self) -> None:
         self.watch.stop()
-        subprocess.run(["scancel", self.job], capture_output=True, check=False, timeout=60)
+        subprocess.run(["scancel", f"--name=clawpoint-{self.lineage}"], capture_output=True,
+                       check=False, timeout=60)  # fmt: skip
+
+
+LABELS = {"local": "local handoff", "slurm": "Slurm live move", "requeue": "Slurm requeue"}
 
 
 def markdown(rows: dict[str, list[dict[str, Any]]], mb: int, machine: dict[str, Any]) -> str:
     med = {k: statistics.median(r["freeze_s"] for r in v) for k, v in rows.items()}
-    ratio = med["slurm"] / med["local"] if med["local"] else float("nan")
+    ratio = {k: med[k] / med["local"] if med["local"] else float("nan") for k in rows}
     runs = {k: ", ".join(f"{r['freeze_s']:.3f}" for r in v) for k, v in rows.items()}
-    verdict = "met" if ratio <= TARGET_RATIO else "not met"
+    handed = sum(r.get("how") == "handoff" for r in rows["slurm"])
+    verdict = "met" if ratio["slurm"] <= TARGET_RATIO else "not met"
+    table = [
+        f"| {LABELS[k]} | {med[k]:.3f} s | x{ratio[k]:.2f} | {runs[k]} | "
+        f"{statistics.median(r['command_s'] for r in rows[k]):.2f} s |"
+        for k in rows
+    ]
     return "\n".join(
         [
             "## Slurm migrate against the local handoff",
             "",
             f"`bench/slurm_migration.py --reps {len(rows['local'])} --mb {mb}` (root; the loopback "
             "cluster): the self-verifying counter holding "
-            f"{mb} MiB moved between n1 and n2 by `migrate --to` as a Slurm job, and between two "
-            "local nodes by the handoff (stop-and-copy), alternating, disk synced before each. "
+            f"{mb} MiB moved between n1 and n2 by `migrate --to` as a Slurm job, by the live move "
+            "(a standby job on the target takes it over) and by the requeue (`[slurm] "
+            "live_handoff = false`), and between two local nodes by the handoff (stop-and-copy), "
+            "alternating, disk synced before each. "
             "Pause = the longest gap between two of its own steps around the move, less its "
             f"usual step interval. Machine: {machine['cpus']} CPUs, kernel {machine['kernel']}, "
             f"load {machine['load_before']:.2f} before, {machine['load_after']:.2f} after.",
             "",
-            "| move | median pause | runs (s) | command wall (median) |",
-            "|---|---|---|---|",
-            f"| local handoff | {med['local']:.3f} s | {runs['local']} | "
-            f"{statistics.median(r['command_s'] for r in rows['local']):.2f} s |",
-            f"| Slurm migrate | {med['slurm']:.3f} s | {runs['slurm']} | "
-            f"{statistics.median(r['command_s'] for r in rows['slurm']):.2f} s |",
+            "| move | median pause | / local | runs (s) | command wall (median) |",
+            "|---|---|---|---|---|",
+            *table,
             "",
-            f"Slurm / local, medians: x{ratio:.2f} (target <= {TARGET_RATIO}x: {verdict}).",
+            f"Live move / local, medians: x{ratio['slurm']:.2f} (target <= {TARGET_RATIO}x: "
+            f"{verdict}); {handed} of {len(rows['slurm'])} live moves were handoffs (the others "
+            "fell back to the requeue).",
             "",
-            "The Slurm move's steps (the journal's start to end, median of the runs): "
-            + ", ".join(
-                f"`{name}` {_median_step(rows['slurm'], name):.2f} s"
-                for name in rows["slurm"][0]["steps_s"]
-            )
-            + ".",
+            *(
+                f"The {LABELS[k]}'s steps (the journal's start to end, median of the runs): "
+                + ", ".join(
+                    f"`{name}` {_median_step(rows[k], name):.2f} s"
+                    for name in rows[k][0]["steps_s"]
+                )
+                + "."
+                for k in ("slurm", "requeue")
+            ),
         ]
     )
 
@@ -151,31 +170,38 @@ def main() -> int:
         return 2
     ensure_cluster()
     work = Path(tempfile.mkdtemp(prefix="slurm-move-bench-"))
-    slurm_home = work / "slurm-home"
-    slurm_home.mkdir()
-    (slurm_home / "config.toml").write_text("[local]\nenabled = false\n[slurm]\nenabled = true\n")
+    homes = {"slurm": work / "slurm-home", "requeue": work / "requeue-home"}
+    for kind, home in homes.items():
+        home.mkdir()
+        live = "true" if kind == "slurm" else "false"
+        (home / "config.toml").write_text(
+            f"[local]\nenabled = false\n[slurm]\nenabled = true\nlive_handoff = {live}\n"
+        )
     machine = {"cpus": os.cpu_count(), "kernel": platform.release(),
                "load_before": os.getloadavg()[0]}  # fmt: skip
     local = Clawpoint(work / "local-home", "bench-local-move", command("counter", args.mb))
-    os.environ["CLAWPOINT_HOME"] = str(slurm_home)
-    slurm = SlurmCounter(slurm_home, args.mb)
-    rows: dict[str, list[dict[str, Any]]] = {"local": [], "slurm": []}
+    jobs: dict[str, SlurmCounter] = {}
+    rows: dict[str, list[dict[str, Any]]] = {"local": [], "slurm": [], "requeue": []}
     try:
+        for kind, home in homes.items():
+            os.environ["CLAWPOINT_HOME"] = str(home)
+            jobs[kind] = SlurmCounter(home, args.mb, kind)
         for rep in range(args.reps):
-            for kind in ("local", "slurm"):
+            for kind in rows:
                 os.sync()
                 time.sleep(1)
                 if kind == "local":
                     got = local.move("stop-and-copy")
-                    os.environ["CLAWPOINT_HOME"] = str(slurm_home)  # Clawpoint sets its own
                 else:
-                    got = slurm.move()
+                    os.environ["CLAWPOINT_HOME"] = str(homes[kind])  # Clawpoint sets its own
+                    got = jobs[kind].move()
                 rows[kind].append(got)
-                print(f"  rep {rep + 1} {kind:>5}: pause {got['freeze_s']:.3f} s "
-                      f"(command {got['command_s']:.2f} s) {got.get('steps_s', '')}",
-                      flush=True)  # fmt: skip
+                print(f"  rep {rep + 1} {kind:>7}: pause {got['freeze_s']:.3f} s "
+                      f"(command {got['command_s']:.2f} s) {got.get('how', '')} "
+                      f"{got.get('steps_s', '')}", flush=True)  # fmt: skip
     finally:
-        slurm.close()
+        for job in jobs.values():
+            job.close()
         os.environ["CLAWPOINT_HOME"] = str(work / "local-home")
         local.close()
     machine["load_after"] = os.getloadavg()[0]
