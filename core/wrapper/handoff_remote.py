@@ -109,6 +109,25 @@ def remove(store_root: Path, lineage: str, token: str) -> None:
             _path(store_root, lineage, token, state).unlink(missing_ok=True)
 
 
+def _job_marker(store_root: Path, lineage: str, job: str) -> Path:
+    return rendezvous_dir(store_root) / f"{lineage}.job-{job}"
+
+
+def is_rerun() -> bool:
+    """Whether this Slurm job runs again (requeued: a preempt's resume, a move's restart,
+    a node failure): its environment still says "standby", from its submission."""
+    count = os.environ.get("SLURM_RESTART_COUNT", "0")
+    return count.isdigit() and int(count) > 0
+
+
+def took_over(store_root: Path, lineage: str) -> bool:
+    """Whether this Slurm job, submitted as a standby, once took the workload over (so that
+    a rerun of it restores the workload like any wrapped job); a standby that never did must
+    not run it when Slurm requeues it: its source may still."""
+    job = os.environ.get("SLURM_JOB_ID", "")
+    return job.isdigit() and _job_marker(store_root, lineage, job).exists()
+
+
 def read(store_root: Path, lineage: str, token: str, state: State) -> Rendezvous | None:
     try:
         return Rendezvous.model_validate_json(_path(store_root, lineage, token, state).read_bytes())
@@ -270,6 +289,10 @@ class TcpStandby:
             self._conn.close()
             self._conn = None
         if taken:  # after the answer: the source publishes meanwhile
+            job = os.environ.get("SLURM_JOB_ID", "")
+            if job.isdigit():  # this job is the workload's now, also when Slurm reruns it
+                with contextlib.suppress(OSError):
+                    _job_marker(self.root, self.lineage, job).touch(mode=0o600)
             threading.Thread(target=relabel_own_job, daemon=True, name="relabel").start()
 
     def close(self) -> None:

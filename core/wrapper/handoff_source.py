@@ -97,9 +97,12 @@ class HandoffSource:
         finally:
             self._release_connections()  # whatever failed (idempotent)
 
-    def remote_standby(self) -> dict[str, Any] | None:
-        """A standby waiting on another node for this Slurm job's workload, as ``hand_over``
-        takes it (``{"remote": rendezvous}``), or None."""
+    def standby_for(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        """Whom a stop hands over to, as ``hand_over`` takes it: the local standby the
+        request names (``handoff``), else, for a SIGUSR2 (``may_hand_over``), a standby
+        waiting on another node for this Slurm job (``{"remote": rendezvous}``), else None."""
+        if request.get("handoff") is not None or not request.get("may_hand_over"):
+            return request.get("handoff")
         job = os.environ.get("SLURM_JOB_ID", "")
         if not job.isdigit():
             return None

@@ -14,7 +14,7 @@ restored program's first progress report (:meth:`HandoffTarget.note`).
 
 A standby for another node (a Slurm move: ``spec.standby_for`` names the source's job)
 waits on TCP instead (``core.wrapper.handoff_remote``) and answers its source once the
-restore is done (:meth:`HandoffTarget.answer`).
+restore is done (:meth:`HandoffTarget.answering`).
 
 Limits: the links are removed once nothing reads them (after the last lazy page
 of a post-copy restore).
@@ -22,11 +22,12 @@ of a post-copy restore).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,8 @@ class HandoffTarget:
         self._links_slot: staging.Slot | None = None  # when they are in the tmpfs area
         self._marks: dict[str, float] = {}
         self._remote: handoff_remote.TcpStandby | None = None  # a standby for another node
+        # A Slurm rerun of a standby job that had taken the workload over: restore it.
+        self.rerun = False
 
     def wait(self, registry: WorkloadRegistry) -> handoff.HandoffOrder | None:
         """The standby's wait: its order, or None when none came within its timeout."""
@@ -78,6 +81,16 @@ class HandoffTarget:
         self.engine.require(self.settings.checkpoint)  # ``criu check`` (cached): not in the pause
         self.store.cleanup_partial()
         registry.get(spec.name)  # opens the state database
+        if spec.standby_for is not None and handoff_remote.is_rerun():
+            # Slurm runs this job again: a standby that took over is the workload's job now
+            # and restores it as any wrapped job does; one that never did restores nothing.
+            self.rerun = handoff_remote.took_over(self.store.root, self.name)
+            if self.rerun:
+                log.info("wrapper.standby_rerun", workload=self.name, restores=True)
+            else:
+                log.warning("wrapper.standby_rerun", workload=self.name, restores=False,
+                            why="requeued before any order: its source may still run it")  # fmt: skip
+            return None
         if spec.standby_for is not None:
             return self._wait_remote(spec.standby, spec.standby_for)
         standby = handoff.Standby(handoff.standby_path(self.settings, spec.name, spec.standby))
@@ -109,8 +122,18 @@ class HandoffTarget:
             log.info("wrapper.standby_expired", workload=self.name, state="no order")
         return order
 
-    def answer(self, taken: bool, why: str = "") -> None:
-        """A remote standby's word to its source once its restore is done (or failed)."""
+    @contextlib.contextmanager
+    def answering(self) -> Iterator[None]:
+        """Around the start: a standby for another node tells its source how its restore
+        went once it is done (the source publishes after that), or that it failed."""
+        try:
+            yield
+        except BaseException as exc:
+            self._answer(False, str(exc) or type(exc).__name__)
+            raise
+        self._answer(True)
+
+    def _answer(self, taken: bool, why: str = "") -> None:
         if self._remote is not None:
             self._remote.answer(taken, why)
             self._remote.close()

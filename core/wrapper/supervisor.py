@@ -26,12 +26,11 @@ kills it at the deadline whatever is in progress. The workload is recorded STOPP
 reason "terminated, checkpoint ID saved" or "terminated without checkpoint: WHY" (registry
 message, wrapper log, audit log).
 
-All checkpoints run on the main thread, one at a time (requests queue up). The rooms beside
-this one: ``desk`` (the control socket and the job queue), ``restoring`` (which checkpoint
-a start restores), ``ending`` (termination, and the record each end leaves),
-``handoff_source`` / ``handoff_target`` (a live move's two wrappers), ``progress`` (the
-payload's progress file). Limits: this host's processes only; a payload started outside
-the wrapper cannot be adopted.
+All checkpoints run on the main thread, one at a time (requests queue up). Rooms beside this
+one: ``desk`` (control socket, job queue), ``restoring`` (which checkpoint a start restores),
+``ending`` (termination, the record each end leaves), ``handoff_source``/``handoff_target``
+(a live move's two wrappers), ``progress`` (the payload's progress file). Limits: this
+host's processes only; a payload started outside the wrapper cannot be adopted.
 """
 
 from __future__ import annotations
@@ -460,8 +459,7 @@ class Supervisor:
     # -- main loop ----------------------------------------------------------------------------
 
     def _on_signal(self, signum: int, frame: object) -> None:
-        if signum in (signal.SIGUSR1, signal.SIGUSR2):
-            # SIGUSR2 is how a Slurm move stops the job: it may find a standby waiting.
+        if signum in (signal.SIGUSR1, signal.SIGUSR2):  # USR2: a Slurm move's standby may wait
             stop = signum == signal.SIGUSR2
             self.desk.jobs.put(Job("checkpoint", stop=stop, extra={"may_hand_over": stop}))
             return
@@ -524,12 +522,7 @@ class Supervisor:
                             stop=job.stop,
                             reply=job.reply,
                             on_request=job.kind == "checkpoint" and not job.stop,
-                            handoff_to=job.extra.get("handoff")
-                            or (
-                                self.source.remote_standby()
-                                if job.extra.get("may_hand_over")
-                                else None
-                            ),
+                            handoff_to=self.source.standby_for(job.extra),
                             by_agent=bool(job.extra.get("by_agent")),
                         )
                 finally:
@@ -570,16 +563,17 @@ class Supervisor:
 
 def run(settings: Settings, spec: RunSpec) -> int:
     """Run ``spec`` in the foreground under the wrapper; returns the payload's exit code.
-    A standby spec waits for its order first, and exits 0 without one."""
-    # Staged images of a killed wrapper are freed by the uid's next wrapper, whatever it does.
+    A standby waits for its order, and exits 0 without one (but a Slurm rerun of one that
+    took over). Frees staged images of killed wrappers, whatever it does."""
     staging.sweep(settings.migration.staging_dir)
     sup = Supervisor(settings, spec)
     warm_up.start(sup.engine, settings.checkpoint)  # the engine check, before it is needed
     if spec.standby is not None:
         order = sup.target.wait(sup.registry)
-        if order is None:
+        if order is not None:
+            sup.take_order(order)
+        elif not sup.target.rerun:
             return 0
-        sup.take_order(order)
     sup.acquire(wait_s=10.0 if sup.order is not None else 0.0)
     sup.target.mark("acquired")
     if sup.order is not None:
@@ -589,12 +583,8 @@ def run(settings: Settings, spec: RunSpec) -> int:
     try:
         sup.desk.serve()  # before start: RUNNING in the registry means the socket answers
         sup.target.mark("serving")
-        try:
+        with sup.target.answering():  # a standby for another node tells its source
             sup.start()
-        except BaseException as exc:
-            sup.target.answer(False, str(exc))
-            raise
-        sup.target.answer(True)
         return sup.loop()
     except BaseException:
         # We are going away: take the payload with us rather than leave it unmanaged (its

@@ -12,7 +12,9 @@ checkpoint, counting on with its state check intact:
   requeued from that checkpoint;
 - a source that dies right after its order: the standby runs the workload (the checkpoint
   it restored is never published; nothing needs it);
-- a job that other jobs depend on gets no standby (its id would change under them).
+- a job that other jobs depend on gets no standby (its id would change under them);
+- a standby Slurm requeues before any order restores nothing; one that took over is the
+  job that later preempts and resumes act on.
 
 The faults are the wrapper's switches (``core.wrapper.faults``), inherited by the standby
 from the migrate command and by the source from its submission.
@@ -30,8 +32,12 @@ from typing import Any
 
 import pytest
 
+from core.actions import MoveParams
+from core.backends.base import no_progress
 from core.backends.slurm import SlurmBackend
 from core.checkpoint.criu import criu_status
+from core.model import Action, WorkloadState
+from core.service.executor import resolve_args
 from tests.slurm.conftest import CLUSTER_DIR, ROOT, sh
 from tests.slurm.test_e2e import assert_resumed, progress, wait_step
 
@@ -159,3 +165,46 @@ def test_a_job_others_depend_on_keeps_its_id(cli: Cli, backend: SlurmBackend, li
     assert moved["how"] == "restart" and moved["job"] == job
     assert lineage_jobs(lineage) == [(job, "R", "n2")]
     assert_resumed(backend, lineage, job, moved["checkpoint"])
+
+
+def test_the_standby_that_took_over_is_the_job_preempt_and_resume_act_on(
+    cli: Cli, backend: SlurmBackend, lineage: str
+) -> None:
+    """Its environment still says "standby" (Slurm reruns a job with the environment it was
+    submitted with): a rerun of a standby that took over restores the workload as any
+    wrapped job does."""
+    job = submit(cli, backend, lineage)
+    new = migrate(cli, job)["takeover"]["job"]
+    assert new != job
+    assert cli("preempt", f"slurm:{new}", "--yes")["status"] == "executed"
+    resumed = cli("resume", f"slurm:{new}", "--yes")
+    assert resumed["status"] == "executed", resumed["message"]
+    assert [r[:2] for r in lineage_jobs(lineage)] == [(new, "R")]
+    assert_resumed(backend, lineage, job, backend.newest_checkpoint(lineage, "root").id)  # type: ignore[union-attr]
+
+
+def test_a_standby_requeued_before_any_order_restores_nothing(
+    cli: Cli, backend: SlurmBackend, lineage: str
+) -> None:
+    """Slurm may requeue a job on its own (its node failed): a standby that never took the
+    workload over then ends without restoring it, since its source still runs it."""
+    job = submit(cli, backend, lineage)
+    w = backend.get_workload(job)
+    steps = backend.plan(Action.MIGRATE, job, MoveParams(to="n2")).steps
+    outputs: dict[str, dict[str, Any]] = {}
+    for s in steps[:2]:  # standby_submit, wait_standby: nothing paused yet
+        outputs[s.name] = backend.run_step(s.op, resolve_args(s.args, outputs), no_progress)
+    standby = outputs["standby"]["standby"]
+    assert standby and outputs["wait_standby"]["node"] == "n2", outputs
+    sh("scontrol", "requeue", standby)
+    # Once it pends (Slurm sets its begin time 2 min ahead when the requeue completes):
+    backend.wait_until("the standby to pend", 60,
+                       lambda: backend.get_workload(standby).state is WorkloadState.PENDING)  # fmt: skip
+    sh("scontrol", "update", f"jobid={standby}", "StartTime=now")
+    backend.wait_until("the requeued standby to end", 120,
+                       lambda: backend.get_workload(standby).state is WorkloadState.COMPLETED)  # fmt: skip
+    assert lineage_jobs(lineage) == [(job, "R", w.node)]
+    before = int(str(progress(job).get("step", 0)))
+    wait_step(job, before + 20)  # the source never stopped
+    log = (CLUSTER_DIR / "log" / f"{lineage}.out").read_text()
+    assert "wrapper.standby_rerun" in log and '"restores": false' in log
