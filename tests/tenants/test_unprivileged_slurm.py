@@ -6,7 +6,7 @@ and its wrapper checkpoints into her private directory of the shared store
 (``checkpoints/clawpoint-alice``, 0700). The operator (root here, as on a real cluster's
 admin node) drives the job with the installed CLI: a checkpoint, preempt + resume, a move
 onto another node, and a failover after ``kill -9`` of the job's processes and its node's
-slurmd. After each restore the job counts on from at least its checkpoint's step, its own
+slurmd; then alice moves it herself, live (her standby job takes it over). After each restore the job counts on from at least its checkpoint's step, its own
 check never fails, and its processes are alice's.
 """
 
@@ -132,7 +132,7 @@ def alice_job(
     assert done.returncode == 0, done.stderr
     job = json.loads(done.stdout)["workload"].removeprefix("slurm:")
     yield alice, job, lineage, log, env
-    sh("scancel", job, check=False)
+    sh("scancel", f"--name=clawpoint-{lineage}", check=False)  # a live move's new job too
     restart_cluster()  # a new slurmd for a node the failover killed
     for node in ("n1", "n2", "n3"):
         sh("scontrol", "update", f"nodename={node}", "state=RESUME", check=False)
@@ -190,6 +190,23 @@ def test_an_ordinary_users_job_is_checkpointed_moved_and_failed_over(
     wait_step(job, moved_from, since=t)
     wait_step(job, moved_from + 20, since=t)
     assert counter_uids(job) == {alice.uid}
+
+    # Her own move is a live one (the operator's above were requeues: a standby is submitted
+    # by whoever moves, so only the owner's moves get one): her standby job, run as her,
+    # takes the workload over under a new job id; its rendezvous stays in her directory.
+    here = sh("squeue", "-h", "-j", job, "-o", "%N").strip()
+    to = "n1" if here != "n1" else "n3"
+    t = time.time()
+    done = alice.run([alice.clawpoint, "migrate", ref, "--to", to, "--yes", "--json"],
+                     env=alice_env)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    steps = {s["name"]: s["output"] for s in json.loads(done.stdout)["execution"]["steps"]}
+    moved = steps["takeover"]
+    assert moved["how"] == "handoff" and moved["job"] != job and moved["node"] == to, moved
+    wait_step(job, newest_step(lineage_dir), since=t)  # the home path is the first job's
+    assert counter_uids(job) == {alice.uid}
+    rendezvous = CLUSTER_DIR / "checkpoints" / alice.name / ".handoff"
+    assert rendezvous.stat().st_uid == alice.uid and rendezvous.stat().st_mode & 0o077 == 0
     assert "STATE CHECK FAILED" not in log.read_text()
 
 
