@@ -26,7 +26,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,28 +34,16 @@ import pytest
 from core.actions import MoveParams
 from core.backends.base import no_progress
 from core.backends.slurm import SlurmBackend
-from core.checkpoint.criu import criu_status
 from core.model import Action, WorkloadState
 from core.service.executor import resolve_args
 from tests.slurm.conftest import CLUSTER_DIR, ROOT, sh
-from tests.slurm.test_e2e import assert_resumed, progress, wait_step
+
+# The e2e module's fixtures: CRIU or a skip, and a lineage whose jobs (all of them, a
+# standby's too) and checkpoints go at the end.
+from tests.slurm.test_e2e import _criu, assert_resumed, lineage, progress, wait_step
 
 pytestmark = [pytest.mark.slurm, pytest.mark.criu, pytest.mark.timeout(300)]
-
-
-@pytest.fixture(autouse=True)
-def _criu() -> None:
-    status = criu_status()
-    if not status.available:
-        pytest.skip(f"CRIU unavailable: {status.reason}")
-
-
-@pytest.fixture
-def lineage(request: pytest.FixtureRequest, backend: SlurmBackend) -> Iterator[str]:
-    name = f"lh-{request.node.name.removeprefix('test_')[:18]}-{os.getpid()}".replace("_", "-")
-    yield name
-    sh("scancel", f"--name=clawpoint-{name}", check=False)
-    sh("scancel", f"--name=dep-{name}", check=False)
+__all__ = ["_criu", "lineage"]  # fixtures, used by name
 
 
 class Cli:
@@ -158,8 +145,11 @@ def test_a_job_others_depend_on_keeps_its_id(cli: Cli, backend: SlurmBackend, li
     """Its dependents follow its id, and the source of a live move ends COMPLETED: they
     would start while the workload still runs. Requeued instead, with the reason said."""
     job = submit(cli, backend, lineage)
-    sh("sbatch", f"--job-name=dep-{lineage}", f"--dependency=afterok:{job}", "--wrap", "true")
-    out = migrate(cli, job)
+    dependent = sh("sbatch", "--parsable", f"--dependency=afterok:{job}", "--wrap", "true")
+    try:
+        out = migrate(cli, job)
+    finally:
+        sh("scancel", dependent.strip(), check=False)
     assert out["standby"]["standby"] == "" and "depend on it" in out["standby"]["why"]
     moved = out["takeover"]
     assert moved["how"] == "restart" and moved["job"] == job
