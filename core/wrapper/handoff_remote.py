@@ -293,6 +293,10 @@ class TcpStandby:
             if job.isdigit():  # this job is the workload's now, also when Slurm reruns it
                 with contextlib.suppress(OSError):
                     _job_marker(self.root, self.lineage, job).touch(mode=0o600)
+                    # Its source ended, handed over: nothing reruns it (one marker a lineage).
+                    _job_marker(self.root, self.lineage, self.rendezvous.source_job).unlink(
+                        missing_ok=True
+                    )
             threading.Thread(target=relabel_own_job, daemon=True, name="relabel").start()
 
     def close(self) -> None:

@@ -69,6 +69,28 @@ def test_a_signed_order_is_taken_answered_and_reported(tmp_path: Path) -> None:
     s.close()
 
 
+def test_taken_the_standby_job_is_the_workloads_and_its_sources_marker_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Slurm rerun of the job that took over restores the workload (``took_over``); its
+    source (here a former standby itself: it has a marker) ended and is never rerun."""
+    monkeypatch.setenv("SLURM_JOB_ID", "57")
+    s = standby(tmp_path)  # standing by for job 41
+    (tmp_path / hr.RENDEZVOUS_DIR / "lin.job-41").touch()
+    assert not hr.took_over(tmp_path, "lin")
+    t, _ = waiting(s)
+    hr.RemoteStandby(s.rendezvous).send(ORDER)
+    t.join(10)
+    s.answer(True)
+    s.close()
+    assert hr.took_over(tmp_path, "lin")
+    assert sorted(p.name for p in (tmp_path / hr.RENDEZVOUS_DIR).glob("lin.job-*")) == [
+        "lin.job-57"
+    ]
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert hr.is_rerun()
+
+
 @pytest.mark.parametrize(
     "line",
     [
