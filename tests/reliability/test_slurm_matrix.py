@@ -304,7 +304,7 @@ def one_kill(
     which = "its standby's job (a live handoff)" if job.id != was else "the same job"
     outcome = f"{ExecutionStatus(status).value}; job {how} on {job.info().node}, {which}"
     return (
-        step_name.replace(job.first, "W"),
+        step_name.replace(was, "W"),
         outcome,
         "once; progress; state check; journal = audit",
     )

@@ -124,9 +124,11 @@ def assert_resumed(backend: SlurmBackend, lineage: str, job: str, checkpoint_id:
 def test_drain_moves_the_job_and_it_resumes(backend: SlurmBackend, lineage: str) -> None:
     job = start_counter(backend, lineage)
     out = execute(backend, backend.plan(Action.DRAIN_NODE, "n1", {"reason": "e2e drain"}))
-    assert out[f"job{job}-wait_running"]["node"] in ("n2", "n3")
+    moved = out[f"job{job}-takeover"]  # a live move off the node: a standby job took it
+    assert moved["how"] == "handoff" and moved["node"] in ("n2", "n3"), moved
     assert "drain" in backend.get_node("n1").state
-    assert_resumed(backend, lineage, job, out[f"job{job}-wait_checkpoint"]["checkpoint"])
+    assert backend.get_workload(moved["job"]).node == moved["node"]
+    assert_resumed(backend, lineage, job, moved["checkpoint"])
 
 
 def test_preempt_then_resume(backend: SlurmBackend, lineage: str) -> None:

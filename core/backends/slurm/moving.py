@@ -100,7 +100,9 @@ def restart(
     return steps
 
 
-def live_move(b: SlurmContext, w: WorkloadInfo, target: str | None, source: str) -> list[PlanStep]:
+def live_move(
+    b: SlurmContext, w: WorkloadInfo, target: str | None, source: str, prefix: str = ""
+) -> list[PlanStep]:
     """A live move of ``w``: a standby job on the target takes it over, else ``takeover``
     requeues it (``handoff``). No wait for a published checkpoint between: the source
     publishes after the standby restored (and not at all if it dies right after its order,
@@ -109,10 +111,11 @@ def live_move(b: SlurmContext, w: WorkloadInfo, target: str | None, source: str)
     where = place(target, source)
     # The standby waits from its start: the source's signal, then its dump.
     standby_wait_s = min(3600.0, b.cfg.checkpoint_timeout_s + 60.0)
-    stop = [s for s in save_and_stop(b, w) if s.op in ("signal", "wait_ended")]
+    stop = [s for s in save_and_stop(b, w, prefix) if s.op in ("signal", "wait_ended")]
+    p = f"{prefix}{w.name}-" if prefix else ""  # as save_and_stop names its steps
     return [
         step(
-            "standby",
+            f"{p}standby",
             "standby_submit",
             StandbyArgs(
                 job=w.name, lineage=lineage, owner=owner, fields=where, timeout_s=standby_wait_s
@@ -122,11 +125,11 @@ def live_move(b: SlurmContext, w: WorkloadInfo, target: str | None, source: str)
             + " as a standby that waits for the workload (nothing paused yet)",
         ),
         step(
-            "wait_standby",
+            f"{p}wait_standby",
             "wait_standby",
             WaitStandbyArgs(
-                standby="$standby.standby",
-                token="$standby.token",
+                standby=f"${p}standby.standby",
+                token=f"${p}standby.token",
                 lineage=lineage,
                 owner=owner,
                 timeout_s=b.cfg.start_timeout_s,
@@ -135,15 +138,15 @@ def live_move(b: SlurmContext, w: WorkloadInfo, target: str | None, source: str)
         ),
         *stop,
         step(
-            "takeover",
+            f"{p}takeover",
             "takeover",
             TakeoverArgs(
                 job=w.name,
-                standby="$standby.standby",
-                token="$standby.token",
+                standby=f"${p}standby.standby",
+                token=f"${p}standby.token",
                 lineage=lineage,
                 owner=owner,
-                after_seq="$signal.after_seq",
+                after_seq=f"${p}signal.after_seq",
                 fields=where,
                 timeout_s=b.cfg.checkpoint_timeout_s,
                 start_timeout_s=b.cfg.start_timeout_s,

@@ -183,12 +183,17 @@ def plan_drain(b: SlurmContext, node: NodeInfo, params: DrainParams) -> PlanDraf
     if save:
         away = _place(target, node.name)
         for w in wrapped:
-            steps += _save_and_stop(b, w, prefix="job") + _restart(b, w.name, away, prefix="job")
+            if b.cfg.live_handoff:  # each to a standby job, else requeued (``handoff``)
+                steps += _live_move(b, w, target, node.name, prefix="job")
+            else:
+                steps += _save_and_stop(b, w, "job") + _restart(b, w.name, away, prefix="job")
     note = f"; left running until they end: {', '.join(others)}" if others else ""
+    live = ", each to a standby job there (new job ids), else requeued"
     return PlanDraft(
         steps=steps,
         summary=f"drain Slurm node {node.name}, moving {len(wrapped)} wrapped job(s) off"
         + (f" onto {target}" if target and save else "")
+        + (live if save and wrapped and b.cfg.live_handoff else "")
         + note,
         saves="each wrapped job's state, restored on another node" if save else "",
         rollback=f"return it to service: clawpoint nodes undrain slurm:{node.name}",
