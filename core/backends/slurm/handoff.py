@@ -40,6 +40,7 @@ from core.backends.slurm.ids import check_value, job_id
 from core.backends.slurm.inventory import comment_fields, is_standby
 from core.backends.slurm.sbatch import submitting_user
 from core.backends.slurm.step_args import StandbyArgs, TakeoverArgs, WaitStandbyArgs, read
+from core.engine_names import ENGINES
 from core.model import WorkloadState, validate_name
 from core.wrapper import handoff_remote
 
@@ -64,8 +65,8 @@ def standby_submit(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
         log.info("slurm.no_standby", job=job, why=str(exc))
         return {"standby": "", "token": "", "why": str(exc)}
     token = secrets.token_hex(6)
-    comment = comment_fields(raw)
-    home = comment.get("home") or job
+    comment = comment_fields(raw)  # the job's own comment: its owner could have edited it
+    home = comment["home"] if comment.get("home", "").isdigit() else job
     label = ",".join([f"{b.cfg.marker}:{lineage}", *_kept(comment), f"standby={token}",
                       f"from={job}", f"home={home}"])  # fmt: skip
     env = {"CLAWPOINT_STANDBY": token, "CLAWPOINT_STANDBY_FOR": job,
@@ -100,16 +101,21 @@ def wait_standby(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
     root = b.store(a.owner).root
     lineage = validate_name(a.lineage, what="lineage")
 
+    ask_slurm = _Every(b.cfg.poll_interval_s)
+
     def listening() -> Args | None:
-        w = base_steps.maybe_job(b, standby)
-        if w is None or w.state in (WorkloadState.COMPLETED, WorkloadState.FAILED):
-            return {"node": "", "why": f"the standby job {standby} ended before it listened"}
-        if w.state is WorkloadState.RUNNING:
-            state = handoff_remote.state_of(root, lineage, token)
-            if state == "waiting":
-                return {"node": w.node or "", "why": ""}
-            if state is not None:
-                return {"node": "", "why": f"the standby is {state}"}
+        # The rendezvous (a file) at every look: its announcement ends the wait at once;
+        # slurmctld only now and then, for a standby that ended without announcing itself.
+        state = handoff_remote.state_of(root, lineage, token)
+        if state == "waiting":
+            r = handoff_remote.read(root, lineage, token, "waiting")
+            return {"node": (r.node if r else None) or "?", "why": ""}  # "": none listens
+        if state is not None:
+            return {"node": "", "why": f"the standby is {state}"}
+        if ask_slurm.due():
+            w = base_steps.maybe_job(b, standby)
+            if w is None or w.state in (WorkloadState.COMPLETED, WorkloadState.FAILED):
+                return {"node": "", "why": f"the standby job {standby} ended before it listened"}
         return None
 
     try:
@@ -191,6 +197,22 @@ RECOVER = {"standby_submit": _submitted}
 
 
 # ----- helpers ---------------------------------------------------------------------------
+class _Every:
+    """Says "due" at most every ``every_s``: the waits look at a file often and ask
+    slurmctld only now and then."""
+
+    def __init__(self, every_s: float) -> None:
+        self.every_s = every_s
+        self._last = float("-inf")
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now - self._last < self.every_s:
+            return False
+        self._last = now
+        return True
+
+
 class _NoStandby(Exception):
     """Why this job gets no standby (the move requeues it instead)."""
 
@@ -208,7 +230,9 @@ def _source(b: SlurmContext, job: str, owner: str | None) -> tuple[dict[str, Any
     raw = next((r for r in raws if str(r.get("job_id")) == job), None)
     if raw is None:
         raise _NoStandby(f"job {job} is gone")
-    waiting = [str(r.get("job_id")) for r in raws if job in str(r.get("dependency") or "")]
+    # Slurm prints it as "afterok:623(unfulfilled)" (squeue --json, 22.05): the id, whole.
+    on_it = re.compile(rf"(?<![0-9]){job}(?![0-9])")
+    waiting = [str(r.get("job_id")) for r in raws if on_it.search(str(r.get("dependency") or ""))]
     if waiting:
         # A dependency follows the job id, and the source ends COMPLETED: they would start.
         raise _NoStandby(f"job(s) {', '.join(waiting)} depend on it, and its id would change")
@@ -232,8 +256,8 @@ def _without_placement(script: str) -> str:
 
 
 def _kept(comment: dict[str, str]) -> list[str]:
-    """The source's comment fields a standby keeps (its engine)."""
-    return [f"engine={comment['engine']}"] if comment.get("engine") else []
+    """The source's comment fields a standby keeps (its engine, if it is one)."""
+    return [f"engine={comment['engine']}"] if comment.get("engine") in ENGINES else []
 
 
 def _await_takeover(
@@ -242,6 +266,7 @@ def _await_takeover(
     """ "" once the standby says it runs the workload; else why not (it is then no longer
     able to take it: cancelled, failed, expired or gone)."""
     waiting_since: float | None = None
+    ask_slurm = _Every(b.cfg.poll_interval_s)
 
     def settled() -> str | None:
         nonlocal waiting_since
@@ -256,11 +281,9 @@ def _await_takeover(
                 return "the source handed nothing over (no order reached the standby)"
             return None  # it claimed an order just now
         if state == "ordered":  # restoring, unless its job died meanwhile
-            return (
-                None
-                if _alive(b, standby)
-                else f"the standby job {standby} ended during its restore"
-            )
+            if not ask_slurm.due() or _alive(b, standby):
+                return None
+            return f"the standby job {standby} ended during its restore"
         return f"the standby is {state or 'gone'}"
 
     try:
