@@ -14,10 +14,12 @@ takes a field is its backend's call.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import MutableMapping
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from core import errors
 from core.engine_names import DEFAULT_ENGINE, EngineName
 from core.model import validate_name
 from core.schema_base import Model
@@ -119,6 +121,33 @@ class RunSpec(Model):
         if not value[0]:
             raise ValueError("the command's program is empty")
         return value
+
+
+# A live Slurm move submits the job's own batch script again as a standby on the target
+# (``core.backends.slurm.handoff``); these tell its ``clawpoint run`` to wait for the order.
+STANDBY_ENV = ("CLAWPOINT_STANDBY", "CLAWPOINT_STANDBY_FOR", "CLAWPOINT_STANDBY_TIMEOUT")
+
+
+def standby_from_env(environ: MutableMapping[str, str], fresh: bool) -> dict[str, Any]:
+    """RunSpec fields of a standby for another node's wrapper, from the environment a Slurm
+    move gave the job; taken out of ``environ``, so the workload never inherits them."""
+    token, source, timeout = (environ.pop(k, None) for k in STANDBY_ENV)
+    if not token:
+        return {}
+    if fresh:
+        raise errors.InvalidInput(
+            "--fresh in a standby job: a standby restores what its order names",
+            hint="submit the job without --fresh",
+        )
+    try:
+        timeout_s = float(timeout or 60)
+    except ValueError:
+        raise errors.InvalidInput(
+            f"CLAWPOINT_STANDBY_TIMEOUT={timeout!r} is not a number of seconds",
+            hint="unset it (60 s) or give seconds",
+        ) from None
+    return {"standby": token, "standby_for": source, "start_mode": "restore",
+            "standby_timeout_s": timeout_s}  # fmt: skip
 
 
 # Programs that exec a command as another user (they do not stay as its parent): started as

@@ -104,7 +104,7 @@ def run(
     """Run CMD checkpointably; restores the newest good checkpoint of NAME if there is one
     (if NAME has checkpoints but none verifies, it fails with exit 8 unless --fresh)."""
     from core.service.facade import bootstrap
-    from core.specs import RunSpec
+    from core.specs import RunSpec, standby_from_env
 
     if checkpoint_every is not None:
         validate_interval_s(checkpoint_every, what="--checkpoint-every")
@@ -147,7 +147,7 @@ def run(
         cwd=os.getcwd(),
         labels=labels,
         home=str(config.home),
-        **({"start_mode": "fresh" if fresh else "auto"} | _standby_from_env(fresh)),
+        **({"start_mode": "fresh" if fresh else "auto"} | standby_from_env(os.environ, fresh)),
     )
     result = service.run_workload(spec, detach=detach, principal=person())
     if isinstance(result, int):
@@ -166,33 +166,6 @@ def run(
         f"started [bold]{output.esc(result.id)}[/] on {output.esc(result.node)} (pid {result.pid})",
         highlight=False,
     )
-
-
-# A Slurm move submits the job's own batch script again as a standby on the target node
-# (``core.backends.slurm.handoff``); these tell its ``clawpoint run`` to wait for the order.
-STANDBY_ENV = ("CLAWPOINT_STANDBY", "CLAWPOINT_STANDBY_FOR", "CLAWPOINT_STANDBY_TIMEOUT")
-
-
-def _standby_from_env(fresh: bool) -> dict[str, object]:
-    """RunSpec fields of a standby for another node's wrapper, from the environment a
-    Slurm move gave the job; removed from it, so the workload never inherits them."""
-    token, source, timeout = (os.environ.pop(k, None) for k in STANDBY_ENV)
-    if not token:
-        return {}
-    if fresh:
-        raise errors.InvalidInput(
-            "--fresh in a standby job: a standby restores what its order names",
-            hint="submit the job without --fresh",
-        )
-    try:
-        timeout_s = float(timeout or 60)
-    except ValueError:
-        raise errors.InvalidInput(
-            f"CLAWPOINT_STANDBY_TIMEOUT={timeout!r} is not a number of seconds",
-            hint="unset it (60 s) or give seconds",
-        ) from None
-    return {"standby": token, "standby_for": source, "start_mode": "restore",
-            "standby_timeout_s": timeout_s}  # fmt: skip
 
 
 def _memory_mb(memory: str | None) -> int | None:

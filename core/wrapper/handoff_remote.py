@@ -39,7 +39,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import ConfigDict
 
@@ -51,7 +51,7 @@ from core.wrapper.handoff import HandoffOrder
 log = logs.get_logger(__name__)
 
 State = Literal["waiting", "ordered", "taken", "failed", "expired", "cancelled"]
-STATES: tuple[State, ...] = ("waiting", "ordered", "taken", "failed", "expired", "cancelled")
+STATES: tuple[State, ...] = get_args(State)
 RENDEZVOUS_DIR = ".handoff"
 _MAX_LINE = 16384
 ORDER_READ_S = 5.0
@@ -180,11 +180,19 @@ def relabel_own_job() -> None:
     m = re.search(r"(?:^|\s)Comment=(\S+)", _scontrol(["show", "job", "-o", job])) if job else None
     if m is None:
         return
-    parts = m.group(1).split(",")
-    kept = [p for p in parts if not p.startswith(("standby=", "from="))]
-    if kept != parts:
-        _scontrol(["update", f"jobid={job}", f"comment={','.join(kept)}"])
+    label = workload_comment(m.group(1))
+    if label != m.group(1):
+        _scontrol(["update", f"jobid={job}", f"comment={label}"])
         log.info("wrapper.standby_relabelled", job=job)
+
+
+STANDBY_FIELDS = ("standby=", "from=")
+
+
+def workload_comment(comment: str) -> str:
+    """A standby job's comment as the workload's job carries it once it took over: without
+    its ``standby=`` and ``from=`` fields (the wrapper and the move's ``takeover`` both)."""
+    return ",".join(p for p in comment.split(",") if not p.startswith(STANDBY_FIELDS))
 
 
 class TcpStandby:

@@ -207,6 +207,12 @@ def test_an_ordinary_users_job_is_checkpointed_moved_and_failed_over(
     assert counter_uids(job) == {alice.uid}
     rendezvous = CLUSTER_DIR / "checkpoints" / alice.name / ".handoff"
     assert rendezvous.stat().st_uid == alice.uid and rendezvous.stat().st_mode & 0o077 == 0
+    # Another tenant can neither read her standbys' keys nor plant a rendezvous there.
+    _, bob = tenants()
+    assert bob.run(["ls", str(rendezvous)]).returncode != 0
+    fake = rendezvous / f"{lineage}.abcdef.waiting.json"
+    assert bob.run(["sh", "-c", f"echo {{}} > {fake}"]).returncode != 0
+    assert not fake.exists()
     assert "STATE CHECK FAILED" not in log.read_text()
 
 

@@ -245,6 +245,7 @@ def _source(b: SlurmContext, job: str, owner: str | None) -> tuple[dict[str, Any
     return raw, _without_placement(script)
 
 
+_COMMENT = re.compile(r"[A-Za-z0-9_.,:=-]{1,200}")  # what standby_submit writes
 _PLACEMENT = re.compile(r"^#SBATCH\s+(--nodelist|--exclude|-w|-x)\b")
 
 
@@ -328,9 +329,10 @@ def _relabel(b: SlurmContext, standby: str, lineage: str) -> None:
     """The standby's comment without ``standby=`` and ``from=``: inventory shows it as the
     workload (its wrapper does the same once it restored: whichever comes first)."""
     raw = next((r for r in b.raw_jobs() if str(r.get("job_id")) == standby), {})
-    fields = {k: v for k, v in comment_fields(raw).items() if k not in ("standby", "from")}
-    label = ",".join([f"{b.cfg.marker}:{lineage}", *(f"{k}={check_value(v)}" for k, v in
-                                                      fields.items())])  # fmt: skip
+    comment = str(raw.get("comment") or "")
+    label = handoff_remote.workload_comment(comment)
+    if not comment.startswith(f"{b.cfg.marker}:{lineage},") or not _COMMENT.fullmatch(label):
+        return  # not the comment standby_submit gave it: leave it as it is
     try:
         b.transport.run("scontrol", ["update", f"jobid={standby}", f"comment={label}"])
     except errors.ClawpointError as exc:

@@ -73,7 +73,6 @@ def maybe_job(b: SlurmContext, job: str) -> WorkloadInfo | None:
         return None
 
 
-_maybe = maybe_job
 _PLACEMENT_KEYS = frozenset({"NodeList", "ExcNodeList"})
 
 
@@ -85,7 +84,7 @@ def placement_fields(fields: dict[str, str]) -> dict[str, str]:
 
 
 def _ended(b: SlurmContext, job: str) -> str | None:
-    w = _maybe(b, job)
+    w = maybe_job(b, job)
     if w is None:
         return "gone"
     return w.state.value if w.state in _ENDED else None
@@ -133,7 +132,7 @@ def wait_ended(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
 def requeue(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
     a = read(RequeueArgs, args)
     job = job_id(a.job)
-    w = _maybe(b, job)
+    w = maybe_job(b, job)
     if w is None or w.state is not WorkloadState.PENDING:
         b.transport.run("scontrol", ["requeuehold" if a.hold else "requeue", job])
     elif a.hold:
@@ -169,7 +168,7 @@ def wait_running(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
     seen: list[str] = []  # the node the previous poll saw the job running on
 
     def running() -> str | None:
-        w = _maybe(b, job)
+        w = maybe_job(b, job)
         if w and w.state is WorkloadState.RUNNING:
             # Slurm marks a job RUNNING when it allocates it and ends it milliseconds
             # later if the node refuses the launch: trust two polls in a row.
@@ -203,7 +202,7 @@ def put_back(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
     job = job_id(a.job)
     if a.fields:
         _field_pairs(a.fields)  # an invalid field runs nothing, not half of this
-    w = _maybe(b, job)
+    w = maybe_job(b, job)
     if w is None:
         raise errors.NotFound(f"Slurm job {job} is gone", hint="nothing left to put back")
     if w.state is WorkloadState.RUNNING:
@@ -277,7 +276,7 @@ def _signal_sent(b: SlurmContext, args: Args, started_at: datetime) -> Args | No
 
 def _requeued(b: SlurmContext, args: Args, started_at: datetime) -> Args | None:
     a = read(RequeueArgs, args)
-    w = _maybe(b, job_id(a.job))
+    w = maybe_job(b, job_id(a.job))
     held = w is not None and w.labels.get("reason") in ("JobHeldUser", "JobHeldAdmin")
     return (
         {"job": w.name}
