@@ -71,11 +71,13 @@ def test_an_agent_does_not_return_a_down_or_hand_drained_node(service: Service, 
     assert down.plan is not None and down.plan.scope.node_down is True
     # Nothing returned it. The loopback cluster's ReturnToService=2 makes slurmctld itself
     # return a DOWN node whose slurmd answers its next ping (src/slurmctld/node_mgr.c,
-    # _node_did_resp), which may come within the second: then its log says so, and it
-    # shows no state set by a request (a RESUME would log "state set to IDLE").
+    # _node_did_resp, "node_did_resp: node n2 returned to service"; or its registration,
+    # validate_node_specs, "node n2 returned to service"), which may come within the second:
+    # then its log says so, and it shows no state set by a request (a RESUME would log
+    # "state set to IDLE").
     if "down" not in _n2(service).state:
         said = _ctld_log_from(mark)
-        assert "node_did_resp: node n2 returned to service" in said, said
+        assert "node n2 returned to service" in said, said
         assert "update_node: node n2 state set to IDLE" not in said, said
     # The person declines it (an agent's repeat of a pending request would return that same
     # request: one pending request per requester, action and target).
