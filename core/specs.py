@@ -44,6 +44,10 @@ class AutoInterval(Model):
         return self
 
 
+# Whose wrapper may hand over to a standby: a Slurm job id or a pod's name (DNS-1123).
+STANDBY_SOURCE = r"^(?:[0-9]{1,12}|[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?)$"
+
+
 class RunSpec(Model):
     model_config = ConfigDict(extra="forbid")
 
@@ -84,9 +88,11 @@ class RunSpec(Model):
     # the order naming the checkpoint to restore, and exits without one.
     standby: str | None = Field(default=None, pattern=r"^[0-9a-f]{4,32}$")
     standby_timeout_s: float = Field(default=60.0, gt=0, le=3600)
-    # A standby for a wrapper on another node: the Slurm job whose wrapper may hand over to
-    # it (``core.wrapper.handoff_remote``: it waits on TCP, not a local socket).
-    standby_for: str | None = Field(default=None, pattern=r"^[0-9]{1,12}$")
+    # A standby for a wrapper on another node: the Slurm job or the pod whose wrapper may
+    # hand over to it (``core.wrapper.handoff_remote``: it waits on TCP, not a local socket),
+    # and the address it announces (a pod's IP; None: the node's, as Slurm knows it).
+    standby_for: str | None = Field(default=None, pattern=STANDBY_SOURCE)
+    standby_host: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.:-]{1,253}$")
 
     @field_validator("name")
     @classmethod
@@ -123,15 +129,22 @@ class RunSpec(Model):
         return value
 
 
-# A live Slurm move submits the job's own batch script again as a standby on the target
-# (``core.backends.slurm.handoff``); these tell its ``clawpoint run`` to wait for the order.
-STANDBY_ENV = ("CLAWPOINT_STANDBY", "CLAWPOINT_STANDBY_FOR", "CLAWPOINT_STANDBY_TIMEOUT")
+# A live move starts the workload's own command again as a standby on the target (Slurm:
+# the job's batch script, ``core.backends.slurm.handoff``; Kubernetes: a copy of the pod,
+# ``core.backends.kubernetes.handoff``); these tell its ``clawpoint run`` to wait for the
+# order. The host is the pod's IP (the downward API's status.podIP); Slurm gives none.
+STANDBY_ENV = (
+    "CLAWPOINT_STANDBY",
+    "CLAWPOINT_STANDBY_FOR",
+    "CLAWPOINT_STANDBY_TIMEOUT",
+    "CLAWPOINT_STANDBY_HOST",
+)
 
 
 def standby_from_env(environ: MutableMapping[str, str], fresh: bool) -> dict[str, Any]:
     """RunSpec fields of a standby for another node's wrapper, from the environment a Slurm
     move gave the job; taken out of ``environ``, so the workload never inherits them."""
-    token, source, timeout = (environ.pop(k, None) for k in STANDBY_ENV)
+    token, source, timeout, host = (environ.pop(k, None) for k in STANDBY_ENV)
     if not token:
         return {}
     if fresh:
@@ -147,7 +160,7 @@ def standby_from_env(environ: MutableMapping[str, str], fresh: bool) -> dict[str
             hint="unset it (60 s) or give seconds",
         ) from None
     return {"standby": token, "standby_for": source, "start_mode": "restore",
-            "standby_timeout_s": timeout_s}  # fmt: skip
+            "standby_timeout_s": timeout_s, "standby_host": host or None}  # fmt: skip
 
 
 # Programs that exec a command as another user (they do not stay as its parent): started as

@@ -207,6 +207,25 @@ class ControlClient:
             CheckpointInfo.model_validate(result), said, held if isinstance(held, int) else None
         )
 
+    def stop_and_hand_over_remote(
+        self,
+        *,
+        token: str,
+        timeout_s: float = 600,
+        on_result: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """A stop-checkpoint whose workload goes to the standby on another node that
+        announced itself in the store as ``token`` (``core.wrapper.handoff_remote``; none
+        waiting: a plain stop). The checkpoint's fields plus ``handoff`` ("sent" or why
+        not; absent: no standby was waiting); ``on_result`` as for :meth:`checkpoint`."""
+        request = {"op": "checkpoint", "stop": True, "handoff": {"token": token}}
+        result = self._request(
+            request,
+            timeout_s=timeout_s,
+            on_result=None if on_result is None else (lambda r: on_result(dict(r or {}))),
+        )
+        return dict(result or {})
+
     def status(self) -> dict[str, Any]:
         result = self._request({"op": "status"}, timeout_s=10)
         return dict(result or {})

@@ -20,9 +20,12 @@ time) or ``cancelled`` (the move gave up on it). The standby claims an order and
 cancels a standby by renaming the same ``waiting`` file, so exactly one of them wins: a
 cancelled standby refuses the order, and a standby that took one is never cancelled.
 
-Limits: the rendezvous is found by the source's Slurm job id, so this serves Slurm jobs;
-the key travels only through the user's store part, whose privacy is the store's
-(``docs/slurm.md``, "Many users"). One order per standby.
+A Slurm source finds its rendezvous by its job id (a signal carries no data); a pod's is
+named to it by the move's exec (``find_named``), and its standby announces the pod's IP.
+
+Limits: the key travels only through the user's store part, whose privacy is the store's
+(``docs/slurm.md``, "Many users"; on Kubernetes the checkpoint volume's). One order per
+standby.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from pydantic import ConfigDict
 
 from core import errors, logs
 from core.schema_base import Model
+from core.specs import STANDBY_SOURCE
 from core.wrapper.faults import fault_on
 from core.wrapper.handoff import HandoffOrder
 
@@ -56,7 +60,7 @@ RENDEZVOUS_DIR = ".handoff"
 _MAX_LINE = 16384
 ORDER_READ_S = 5.0
 _TOKEN = re.compile(r"^[0-9a-f]{4,32}$")
-_JOB = re.compile(r"^[0-9]{1,12}$")
+_SOURCE = re.compile(STANDBY_SOURCE)
 
 
 class Rendezvous(Model):
@@ -66,8 +70,8 @@ class Rendezvous(Model):
 
     token: str
     lineage: str
-    source_job: str  # the Slurm job whose wrapper may give it the workload
-    job: str | None = None  # the standby's own job
+    source_job: str  # the Slurm job (or the pod) whose wrapper may give it the workload
+    job: str | None = None  # the standby's own job (Slurm)
     node: str | None = None
     host: str
     port: int
@@ -148,6 +152,14 @@ def find_waiting(store_root: Path, lineage: str, source_job: str) -> Rendezvous 
     return max(found, key=lambda r: r.created_at) if found else None
 
 
+def find_named(store_root: Path, lineage: str, token: str) -> Rendezvous | None:
+    """The waiting standby ``token`` of ``lineage`` (a move's exec names it), if it waits."""
+    if not _TOKEN.match(token):
+        return None
+    r = read(store_root, lineage, token, "waiting")
+    return r if r is not None and r.lineage == lineage and r.token == token else None
+
+
 def _sign(key: str, token: str, body: bytes) -> str:
     return hmac.new(bytes.fromhex(key), token.encode() + b"\n" + body, hashlib.sha256).hexdigest()
 
@@ -199,10 +211,17 @@ class TcpStandby:
     """The waiting side: listen, announce, then :meth:`wait` for one signed order."""
 
     def __init__(
-        self, store_root: Path, lineage: str, token: str, source_job: str, node: str | None
+        self,
+        store_root: Path,
+        lineage: str,
+        token: str,
+        source_job: str,
+        node: str | None,
+        host: str | None = None,
     ) -> None:
-        if not _TOKEN.match(token) or not _JOB.match(source_job):
-            raise errors.InvalidInput(f"standby token {token!r} or source job {source_job!r}")
+        """``host``: the address to announce (a pod's IP); None: the node's (Slurm's)."""
+        if not _TOKEN.match(token) or not _SOURCE.match(source_job):
+            raise errors.InvalidInput(f"standby token {token!r} or source {source_job!r}")
         self.root, self.lineage, self.token = store_root, lineage, token
         self.state: State = "waiting"
         self._conn: socket.socket | None = None
@@ -213,7 +232,7 @@ class TcpStandby:
         self._sock.listen(4)
         self.rendezvous = Rendezvous(
             token=token, lineage=lineage, source_job=source_job,
-            job=os.environ.get("SLURM_JOB_ID"), node=node, host=node_address(node),
+            job=os.environ.get("SLURM_JOB_ID"), node=node, host=host or node_address(node),
             port=self._sock.getsockname()[1], key=secrets.token_hex(32), created_at=time.time(),
         )  # fmt: skip
         rendezvous_dir(store_root).mkdir(mode=0o700, exist_ok=True)

@@ -17,8 +17,9 @@ and the checkpoint is published and the tree ended as for a plain stop; a publis
 lets the frozen tree run on (:meth:`HandoffSource._publish_and_end`). The answer says "sent"
 or why not, and the migrate's start step then launches a wrapper the plain way.
 
-Across nodes (``to["remote"]``, a Slurm standby: ``core.wrapper.handoff_remote``) the
-order goes by TCP, signed, and only after the payload is ended and reaped.
+Across nodes (``to["remote"]``, the standby of a Slurm job or a pod:
+``core.wrapper.handoff_remote``) the order goes by TCP, signed, and only after the payload
+is ended and reaped.
 
 Limits: the local standby must be this workload's (its socket's name says so).
 """
@@ -98,11 +99,16 @@ class HandoffSource:
             self._release_connections()  # whatever failed (idempotent)
 
     def standby_for(self, request: dict[str, Any]) -> dict[str, Any] | None:
-        """Whom a stop hands over to, as ``hand_over`` takes it: the local standby the
-        request names (``handoff``), else, for a SIGUSR2 (``may_hand_over``), a standby
-        waiting on another node for this Slurm job (``{"remote": rendezvous}``), else None."""
-        if request.get("handoff") is not None or not request.get("may_hand_over"):
-            return request.get("handoff")
+        """Whom a stop hands over to, as ``hand_over`` takes it: the standby on another node
+        the request names by its token (a pod's move: ``{"remote": rendezvous}``, if it
+        waits), the local standby the request names (``handoff``), else, for a SIGUSR2
+        (``may_hand_over``), a standby waiting on another node for this Slurm job, else None."""
+        named = request.get("handoff")
+        if isinstance(named, dict) and "token" in named:
+            r = handoff_remote.find_named(self.store.root, self.name, str(named["token"]))
+            return {"remote": r} if r is not None else None
+        if named is not None or not request.get("may_hand_over"):
+            return named
         job = os.environ.get("SLURM_JOB_ID", "")
         if not job.isdigit():
             return None

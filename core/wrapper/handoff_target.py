@@ -12,7 +12,7 @@ For the start step's report (``core.backends.local.moves.handoff_report``) the t
 the moments of its takeover (:meth:`HandoffTarget.mark`), the handoff's clocks, and the
 restored program's first progress report (:meth:`HandoffTarget.note`).
 
-A standby for another node (a Slurm move: ``spec.standby_for`` names the source's job)
+A standby for another node (a Slurm or a pod's move: ``spec.standby_for`` names the source)
 waits on TCP instead (``core.wrapper.handoff_remote``) and answers its source once the
 restore is done (:meth:`HandoffTarget.answering`).
 
@@ -110,7 +110,7 @@ class HandoffTarget:
         announce it in the store, take one signed order."""
         node = os.environ.get("SLURMD_NODENAME") or self.spec.node
         self._remote = handoff_remote.TcpStandby(
-            self.store.root, self.name, token, source_job, node
+            self.store.root, self.name, token, source_job, node, host=self.spec.standby_host
         )
         r = self._remote.rendezvous
         log.info("wrapper.standby", workload=self.name, node=node, address=f"{r.host}:{r.port}",

@@ -272,10 +272,13 @@ def test_a_bare_pod_that_restarts_is_deleted_not_waited_on(emu: Any, backend: An
     assert steps[0].args["stop"] is False, "a payload stopped in place would be restarted"
     assert "restartPolicy Always" in steps[1].description
     assert steps[4].args["min_seq"] == "$checkpoint.seq"
-    # Never keeps the stop-then-wait order (the copy is created before the old pod goes)
+    # Never moves live: the copy starts first as a standby, the old pod goes only after it
+    # (tests/k8s/test_live_moves.py has the ordinary order, live handoffs off)
     emu.seed(running_pod("never", "n1", restartPolicy="Never"))
     never = migrate(backend, "k8s:Pod/default/never", to="n2").steps
-    assert [s.op for s in never][:3] == ["exec_checkpoint", "wait_pod_ended", "create_pod"]
+    assert [s.op for s in never] == [
+        "create_pod", "wait_standby", "exec_checkpoint", "wait_pod_ended", "takeover", "delete_pod"
+    ]  # fmt: skip
 
 
 def test_an_image_not_pinned_by_digest_is_warned_about(emu: Any, backend: Any) -> None:

@@ -325,7 +325,9 @@ def test_shrinking_under_a_wrapped_pod_saves_and_restores_it_before_its_node_goe
         assert names.index(f"{victim}-check_drained") < names.index(f"{victim}-mark_machine")
         assert names.index(f"{victim}-mark_machine") < names.index(f"{victim}-scale")
         restored = next(
-            s.output for s in result.execution.steps if s.name.endswith("wait_restored")
+            s.output
+            for s in result.execution.steps
+            if s.name.endswith(("wait_restored", "takeover"))
         )
         assert restored["restored_from"].startswith("lin-w@")
         assert restored["node"] != victim

@@ -60,6 +60,7 @@ from core.backends.base import PlanDraft, ProgressFn, poll_until
 from core.backends.disruption_guard import ChangeSink, GuardPass
 from core.backends.kubernetes import (
     disruption,
+    handoff,
     ids,
     lineages,
     mutations,
@@ -80,6 +81,9 @@ from core.model import Action, CheckpointInfo, NodeInfo, PoolInfo, WorkloadInfo
 from core.store.store import CheckpointStore
 
 log = logs.get_logger(__name__)
+
+# Every step op: one API request or wait (``steps``), and a live move's (``handoff``).
+STEPS = steps.STEPS | handoff.STEPS
 Obj = dict[str, Any]
 
 
@@ -292,7 +296,7 @@ class KubernetesBackend:
 
     def run_step(self, op: str, args: dict[str, Any], progress: ProgressFn) -> dict[str, Any]:
         return dispatch.run_step(
-            steps.STEPS, self, op, args, progress, backend="Kubernetes",
+            STEPS, self, op, args, progress, backend="Kubernetes",
             outputs=step_args.OUTPUTS,
         )  # fmt: skip
 

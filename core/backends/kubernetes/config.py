@@ -94,6 +94,11 @@ class KubernetesConfig(Model):
         default=300.0, ge=0, le=86400, description="how long a drain waits on a PodDisruptionBudget"
     )
     poll_interval_s: float = Field(default=1.0, gt=0, le=3600)
+    live_handoff: bool = Field(
+        default=True,
+        description="a move of a bare pod (restartPolicy Never) starts its copy on the target "
+        "first and hands the workload over to it (needs checkpoint_dir)",
+    )
     min_replicas: int = Field(
         default=1,
         ge=0,

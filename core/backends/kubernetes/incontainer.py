@@ -4,7 +4,10 @@
 wrapper serving LINEAGE in this container (its control socket under ``$CLAWPOINT_HOME``) for
 a checkpoint and prints the published checkpoint's manifest as one JSON line; errors are one
 JSON line on stderr (``{"error": CODE, "message", "hint"}``) and the error's exit code.
-``status LINEAGE`` prints the wrapper's status (which checkpoint it restored, its state).
+``checkpoint LINEAGE --stop --hand-over TOKEN`` gives the workload to the standby pod
+that announced itself as TOKEN (a live move: ``core.backends.kubernetes.handoff``) and
+prints the checkpoint's fields with ``handoff`` ("sent" or why not; absent: no standby
+waited, a plain stop). ``status LINEAGE`` prints the wrapper's status (which checkpoint it restored, its state).
 
 It talks to the wrapper directly, not through the service: the container's own clawpoint
 has no policy of its own to consult; the guardrails already ran where the plan was made.
@@ -18,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -27,6 +31,7 @@ from core.model import CheckpointInfo, validate_name
 from core.wrapper.control import ControlClient
 
 SOCKET_WAIT_S = 60.0
+_TOKEN = re.compile(r"^[0-9a-f]{4,32}$")
 # How long a container may go without a wrapper holding the lineage's lock before the exec
 # concludes none runs here: the interpreter's start, or a restart after an exit.
 NO_WRAPPER_S = 5.0
@@ -119,22 +124,38 @@ def _print_and_exit(info: CheckpointInfo) -> None:
     os._exit(0)  # the socket stays open until this process is gone
 
 
+def _print_dict_and_exit(result: dict[str, object]) -> None:
+    """A handoff's result: the checkpoint's fields and ``handoff`` (what became of it)."""
+    sys.stdout.write(json.dumps(result, default=str) + "\n")
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def main(argv: list[str]) -> int:
     try:
         if len(argv) < 2 or argv[0] not in ("checkpoint", "status"):
             raise errors.InvalidInput(
-                "usage: incontainer checkpoint LINEAGE [--stop] | status LINEAGE",
+                "usage: incontainer checkpoint LINEAGE [--stop [--hand-over TOKEN]] | status LINEAGE",
                 hint="the Kubernetes backend runs this through pods/exec",
             )
         lineage = validate_name(argv[1], what="lineage")
         extra = argv[2:]
-        if extra not in ([], ["--stop"]) or (extra and argv[0] != "checkpoint"):
+        token = extra[2] if extra[:2] == ["--stop", "--hand-over"] and len(extra) == 3 else None
+        if token is not None and not _TOKEN.match(token):
+            raise errors.InvalidInput(f"standby token {token!r} is not one", hint="see --help")
+        known = extra in ([], ["--stop"]) or token is not None
+        if not known or (extra and argv[0] != "checkpoint"):
             raise errors.InvalidInput(f"unexpected arguments {extra!r}", hint="see --help")
         sock = wait_for_socket(run_dir(), lineage)
         client = ControlClient(sock)
         if argv[0] == "status":
             print(json.dumps(client.status(), default=str))
             return 0
+        if token is not None:  # a live move: the standby pod waits for this token's order
+            client.stop_and_hand_over_remote(token=token, on_result=_print_dict_and_exit)
+            raise errors.OperationFailed(  # on_result always exits; this is not reached
+                "the checkpoint's answer was not printed", hint="this is a bug; report it"
+            )
         # Print and exit before hanging up: after a stop checkpoint the wrapper (the
         # container's PID 1) ends once we hang up, and its end kills every process of the
         # container; exiting first leaves our output and our exit status 0 behind.

@@ -20,6 +20,7 @@ from typing import Any
 from core import errors
 from core.backends.kubernetes import ids
 from core.backends.kubernetes.connection import Connection, Op
+from core.backends.kubernetes.lineages import STANDBY_ANNOTATION
 from core.backends.kubernetes.node_info import NodeDetail, node_detail, to_node_info
 from core.backends.kubernetes.objects import pod_spec_gpus
 from core.backends.kubernetes.workload_info import to_workload
@@ -152,6 +153,8 @@ class Inventory:
             if version is None:
                 continue
             raws = self._list(kind, version)
+            if kind.kind == "Pod":  # a live move's standby is not a workload (yet)
+                raws = [r for r in raws if not is_standby(r)]
             labels = self._gpu_node_labels(raws) if kind.kind == "Pod" else None
             out += [self._workload(kind, raw, labels) for raw in raws]
         return out
@@ -219,3 +222,8 @@ class Inventory:
             ref.kind.plural,
             ref.name,
         )
+
+
+def is_standby(pod: Obj) -> bool:
+    """A live move's standby pod that has not taken the workload over yet."""
+    return STANDBY_ANNOTATION in ((pod.get("metadata") or {}).get("annotations") or {})

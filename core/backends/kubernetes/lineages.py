@@ -35,6 +35,9 @@ CONTAINER_ANNOTATION = "clawpoint.io/container"
 JOB_INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 STS_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 REPLICAS_ANNOTATION = "clawpoint.io/preempted-replicas"
+# On a pod started as a live move's standby (``standby``), naming the pod it stands by for;
+# removed once it took the workload over. Listings hide a pod that carries it.
+STANDBY_ANNOTATION = "clawpoint.io/standby-for"
 
 
 def _meta(obj: Obj) -> Obj:

@@ -1,13 +1,14 @@
-"""Moving one wrapped workload through a checkpoint: a bare pod recreated elsewhere, a Job
-re-placed (``jobs``), and the checkpoint a restored pod must come back from. Used by
-migrate, drain and failover. No requests here beyond the context's reads.
+"""Moving one wrapped workload through a checkpoint: a bare pod recreated elsewhere (live,
+through a standby copy started first, where it may be: ``standby``), a Job re-placed
+(``jobs``), and the checkpoint a restored pod must come back from. Used by migrate, drain
+and failover. No requests here beyond the context's reads.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from core.backends.kubernetes import disruption, ids, jobs
+from core.backends.kubernetes import disruption, ids, jobs, standby
 from core.backends.kubernetes.builders import checkpoint_step, step, wait_restored_step
 from core.backends.kubernetes.context import KubeContext
 from core.backends.kubernetes.pods import (
@@ -49,7 +50,7 @@ def move_pod_steps(
     lineage = require_wrapped(pod)
     ns, old = m["namespace"], m["name"]
     new_name = b.next_pod_name(old)
-    body = {
+    body = standby.without_standby({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -59,7 +60,7 @@ def move_pod_steps(
             "annotations": disruption.without_ours(m.get("annotations")),
         },
         "spec": with_placement(spec or pod.get("spec") or {}, to=to, away_from=away),
-    }
+    })  # fmt: skip
     steps: list[PlanStep] = []
     after: str | int = b.newest_seq(lineage)
     where = f"on {to}" if to else f"off {', '.join(away)}"
@@ -78,6 +79,8 @@ def move_pod_steps(
             step(f"{prefix}create", "create_pod", f"create pod {ns}/{new_name} {where} ({same}; its wrapper restores {lineage})", namespace=ns, body=body),
             wait_restored_step(b, f"{prefix}wait_restored", ns, f"metadata.name={new_name}", lineage, f"${prefix}checkpoint.seq"),
         ]  # fmt: skip
+    if take_checkpoint and standby.why_not_live(b, pod) is None:
+        return standby.live_move_steps(b, pod, body, where=where, prefix=prefix)
     if take_checkpoint:
         steps.append(checkpoint_step(b, pod, stop=True, prefix=prefix))
         steps.append(

@@ -68,7 +68,30 @@ class ExecCheckpointArgs(StepArgs):
     container: str
     lineage: str
     stop: bool = False
+    hand_over: str | None = None  # a live move: the standby's token (``standby``)
     timeout_s: Seconds = 600
+
+
+class WaitStandbyArgs(StepArgs):
+    """Wait until the standby ``pod`` listens for ``lineage``'s order (``handoff``)."""
+
+    namespace: str
+    pod: str
+    lineage: str
+    token: str
+    timeout_s: Seconds
+
+
+class TakeoverArgs(StepArgs):
+    """The standby ``pod``'s takeover confirmed, else ``body`` created (``handoff``)."""
+
+    namespace: str
+    pod: str
+    lineage: str
+    token: str
+    body: dict[str, Any]
+    min_seq: int | Later = 0
+    timeout_s: Seconds
 
 
 class WaitPodsGoneArgs(StepArgs):
@@ -162,6 +185,8 @@ ARGS: dict[str, type[StepArgs]] = {
     "delete_pod": DeletePodArgs,
     "evict": EvictArgs,
     "exec_checkpoint": ExecCheckpointArgs,
+    "wait_standby": WaitStandbyArgs,
+    "takeover": TakeoverArgs,
     "wait_pods_gone": WaitPodsGoneArgs,
     "wait_pod_ended": WaitPodEndedArgs,
     "wait_restored": WaitRestoredArgs,
@@ -199,6 +224,27 @@ class ExecCheckpointOutput(StepOutput):
     # "cleared": the karpenter.sh/do-not-disrupt clawpoint had set on the pod was removed
     # (core.backends.kubernetes.disruption); audited with the execution's steps.
     do_not_disrupt: str | None = None
+    # A live move's: "sent", or why not (None: no standby was waiting, a plain stop).
+    handoff: str | None = None
+
+
+class StandbyOutput(StepOutput):
+    """``pod``: the standby that listens ("" when there is none, ``why`` says why)."""
+
+    pod: str
+    node: str | None = None
+    why: str = ""
+
+
+class TakeoverOutput(StepOutput):
+    """Where the workload runs now: the standby (``how`` "handoff") or a copy restored the
+    ordinary way (``how`` "restart", ``why`` says why)."""
+
+    pod: str
+    node: str | None
+    restored_from: str
+    how: str
+    why: str = ""
 
 
 class StoppedOutput(StepOutput):
@@ -244,6 +290,8 @@ OUTPUTS: dict[str, type[StepOutput]] = {
     "delete_pod": RequestOutput,
     "evict": EvictOutput,
     "exec_checkpoint": ExecCheckpointOutput,
+    "wait_standby": StandbyOutput,
+    "takeover": TakeoverOutput,
     "wait_pods_gone": StoppedOutput,
     "wait_pod_ended": EndedOutput,
     "wait_restored": RestoredOutput,

@@ -177,6 +177,11 @@ def _exec_checkpoint(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
     argv = [*b.cfg.exec_python, "-m", "core.backends.kubernetes.incontainer", "checkpoint", lineage]
     if args.get("stop"):
         argv.append("--stop")
+    if args.get("stop") and args.get("hand_over"):  # a live move (``standby``, ``handoff``)
+        token = str(args["hand_over"])
+        if not token.isalnum() or len(token) > 32:
+            raise errors.InvalidInput(f"standby token {token!r} is not one")
+        argv += ["--hand-over", token]
     code, out, err = exec_in(b, ns, pod, container, argv, float(args.get("timeout_s", 600)))
     if code != 0:
         raise _wrapper_error(out, err, code, f"the checkpoint of {lineage} in pod {ns}/{pod}")
@@ -186,6 +191,8 @@ def _exec_checkpoint(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
         "seq": int(info["seq"]),
         "lineage": lineage,
     }
+    if info.get("handoff") is not None:
+        done["handoff"] = str(info["handoff"])
     # The work is saved: the pod needs no protection from Karpenter's consolidation any more
     # (only what clawpoint set is removed). The checkpoint stands whatever happens here.
     try:

@@ -1,0 +1,202 @@
+"""Live moves of bare pods: the copy starts on the target as a standby first and takes the
+workload over from the source's wrapper (core/backends/kubernetes/standby.py, handoff.py;
+the protocol is core/wrapper/handoff_remote.py, shared with Slurm).
+
+The plans are read against the API emulator (with its server dry run of every request);
+the moves run against the emulator and the fake kubelet, whose pods are real processes
+under the wrapper: every dump and restore is CRIU's, with the self-checking counter.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.backends.kubernetes.backend import KubernetesBackend
+from core.backends.kubernetes.config import KubernetesConfig
+from core.backends.kubernetes.lineages import STANDBY_ANNOTATION
+from core.model import Action
+from core.service.facade import Service
+from core.specs import STANDBY_ENV
+from tests.k8s.conftest import node, wait_for, wrapped_pod
+from tests.k8s.test_actions import (  # noqa: F401 - svc and need_criu are fixtures
+    act,
+    assert_intact,
+    need_criu,
+    pods,
+    running,
+    step_of,
+    svc,
+)
+
+LIVE_OPS = ["create_pod", "wait_standby", "exec_checkpoint", "wait_pod_ended", "takeover",
+            "delete_pod"]  # fmt: skip
+
+
+def plan_backend(emu: Any, checkpoint_dir: Path | None, **cfg: Any) -> KubernetesBackend:
+    return KubernetesBackend(
+        KubernetesConfig(enabled=True, retry_total_s=1,
+                         checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None, **cfg),
+        api_client=emu.api_client(),
+    )  # fmt: skip
+
+
+def running_pod(name: str, on: str, **spec: Any) -> dict[str, Any]:
+    p = wrapped_pod(name, name)
+    p["spec"].update(nodeName=on, **spec)
+    p["status"] = {"phase": "Running"}
+    return p
+
+
+def env_of(body: dict[str, Any]) -> dict[str, Any]:
+    (c,) = body["spec"]["containers"]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in c.get("env") or []}
+
+
+# ----- plans -------------------------------------------------------------------------------
+def test_a_never_pod_moves_live_through_a_marked_standby_copy(emu: Any, tmp_path: Path) -> None:
+    emu.seed(node("n1"), node("n2"), running_pod("mover", "n1", restartPolicy="Never"))
+    b = plan_backend(emu, tmp_path)
+    steps = b.plan(Action.MIGRATE, "k8s:Pod/default/mover", {"to": "n2"}).steps
+    assert [s.op for s in steps] == LIVE_OPS
+    standby, _, checkpoint, _, takeover, delete = steps
+    body = standby.args["body"]
+    env = env_of(body)
+    token = env["CLAWPOINT_STANDBY"]
+    assert env["CLAWPOINT_STANDBY_FOR"] == "mover"
+    # the address it announces is its own pod IP, from the downward API
+    assert env["CLAWPOINT_STANDBY_HOST"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert float(env["CLAWPOINT_STANDBY_TIMEOUT"]) > 0
+    assert body["metadata"]["annotations"][STANDBY_ANNOTATION] == "mover"
+    # the source's exec names that standby; the fallback copy is an ordinary one
+    assert checkpoint.args["hand_over"] == token and checkpoint.args["stop"] is True
+    fallback = takeover.args["body"]
+    assert not set(env_of(fallback)) & set(STANDBY_ENV)
+    assert STANDBY_ANNOTATION not in fallback["metadata"]["annotations"]
+    assert fallback["metadata"]["name"] != body["metadata"]["name"]
+    assert takeover.args["min_seq"] == "$checkpoint.seq"
+    assert delete.args["name"] == "mover"  # last: only once the workload runs elsewhere
+    b.close()
+
+
+@pytest.mark.parametrize(
+    ("policy", "live", "mounted"),
+    [("Always", True, True), ("OnFailure", True, True), ("Never", False, True),
+     ("Never", True, False)],
+)  # fmt: skip
+def test_the_ordinary_move_where_a_standby_could_run_twice_or_is_turned_off(
+    emu: Any, tmp_path: Path, policy: str, live: bool, mounted: bool
+) -> None:
+    emu.seed(node("n1"), node("n2"), running_pod("p", "n1", restartPolicy=policy))
+    b = plan_backend(emu, tmp_path if mounted else None, live_handoff=live)
+    ops = [s.op for s in b.plan(Action.MIGRATE, "k8s:Pod/default/p", {"to": "n2"}).steps]
+    assert "wait_standby" not in ops and "takeover" not in ops
+    if policy == "Never":  # stop, wait, then the copy (which restores), then delete
+        assert ops == ["exec_checkpoint", "wait_pod_ended", "create_pod", "wait_restored",
+                       "delete_pod"]  # fmt: skip
+    b.close()
+
+
+def test_a_copy_of_a_former_standby_is_never_a_standby_by_mistake(emu: Any, tmp_path: Path) -> None:
+    # A pod that was once a standby (its env says so; say its annotation stayed too): the
+    # next move's copies must not wait for an order under the old token.
+    was = running_pod("was", "n1", restartPolicy="Never")
+    was["metadata"]["annotations"][STANDBY_ANNOTATION] = "older"
+    was["spec"]["containers"][0]["env"] += [
+        {"name": "CLAWPOINT_STANDBY", "value": "0123456789ab"},
+        {"name": "CLAWPOINT_STANDBY_FOR", "value": "older"},
+    ]
+    emu.seed(node("n1"), node("n2"), was)
+    for live in (True, False):
+        b = plan_backend(emu, tmp_path, live_handoff=live)
+        steps = b.plan(Action.MIGRATE, "k8s:Pod/default/was", {"to": "n2"}).steps
+        bodies = [s.args["body"] for s in steps if "body" in s.args]
+        assert bodies
+        for body in bodies:
+            env = env_of(body)
+            assert env.get("CLAWPOINT_STANDBY") != "0123456789ab"
+            assert env.get("CLAWPOINT_STANDBY_FOR") in (None, "was")
+            (c,) = body["spec"]["containers"]
+            names = [e["name"] for e in c["env"]]
+            assert len(names) == len(set(names)), names
+        b.close()
+
+
+def test_listings_hide_a_standby_until_it_took_over(emu: Any, tmp_path: Path) -> None:
+    standby = running_pod("mover-cp1", "n2", restartPolicy="Never")
+    standby["metadata"]["annotations"][STANDBY_ANNOTATION] = "mover"
+    emu.seed(node("n1"), node("n2"), running_pod("mover", "n1", restartPolicy="Never"), standby)
+    b = plan_backend(emu, tmp_path)
+    listed = {w.id for w in b.workloads()}
+    assert "k8s:Pod/default/mover" in listed and "k8s:Pod/default/mover-cp1" not in listed
+    # it is still found by its id (a plan that created it reads it back)
+    assert b.get_workload("k8s:Pod/default/mover-cp1").id == "k8s:Pod/default/mover-cp1"
+    b.close()
+
+
+# ----- moves with real pods ----------------------------------------------------------------
+def leftovers(store_dir: Path) -> list[str]:
+    """Rendezvous files a settled move left in the checkpoint volume."""
+    return sorted(p.name for p in store_dir.rglob(".handoff/*") if ".job-" not in p.name)
+
+
+def start_on_n1(emu: Any, kubelet: Any, lineage: str, **env: str) -> int:
+    manifest = wrapped_pod(lineage, lineage)
+    manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "n1"}
+    manifest["spec"]["containers"][0]["env"] += [{"name": k, "value": v} for k, v in env.items()]
+    emu.seed(manifest)
+    wait_for(f"{lineage} on n1", lambda: running(emu, lineage))
+    return int(wait_for("progress", lambda: (s := step_of(kubelet, lineage)) > 20 and s))
+
+
+@pytest.mark.usefixtures("need_criu")
+def test_migrate_hands_the_pod_over_to_its_standby_on_the_target(
+    emu: Any,
+    kubelet: Any,
+    svc: Service,
+    store_dir: Path,  # noqa: F811
+) -> None:
+    before = start_on_n1(emu, kubelet, "live")
+    result = act(svc, Action.MIGRATE, "k8s:Pod/default/live", to="k8s:n3")
+    steps = {s.name: s.output for s in result.execution.steps}
+    standby = steps["wait_standby"]["pod"]
+    assert standby and steps["wait_standby"]["node"] == "n3"
+    assert steps["checkpoint"]["handoff"] == "sent"
+    took = steps["takeover"]
+    assert (took["how"], took["pod"], took["node"]) == ("handoff", standby, "n3"), took
+    assert took["restored_from"] == f"live@{steps['checkpoint']['seq']}"
+    # the standby is the workload now: unmarked, listed, the old pod gone
+    wait_for("the old pod removed", lambda: "live" not in pods(emu))
+    (name,) = pods(emu)
+    assert name == standby
+    assert STANDBY_ANNOTATION not in pods(emu)[name]["metadata"]["annotations"]
+    assert [w.id for w in svc.workloads() if w.id.startswith("k8s:")] == [f"k8s:Pod/default/{name}"]
+    assert leftovers(store_dir) == []
+    wait_for("progress on n3", lambda: step_of(kubelet, "live") > before + 10)
+    assert_intact(kubelet)
+
+
+@pytest.mark.parametrize(
+    ("fault", "why"),
+    [("CLAWPOINT_TEST_STANDBY_DEAF", "handed nothing over"),
+     ("CLAWPOINT_TEST_DIE_IN_TAKEOVER", "ended during its restore")],
+)  # fmt: skip
+@pytest.mark.usefixtures("need_criu")
+def test_a_standby_that_fails_leaves_the_move_to_an_ordinary_copy_losing_nothing(
+    emu: Any, kubelet: Any, svc: Service, store_dir: Path, fault: str, why: str,  # noqa: F811
+) -> None:  # fmt: skip
+    # DEAF: it announces itself, then nothing listens (the source's connect is refused);
+    # DIE_IN_TAKEOVER: it claims the order and dies before its restore.
+    before = start_on_n1(emu, kubelet, "fall", **{fault: "1"})
+    result = act(svc, Action.MIGRATE, "k8s:Pod/default/fall", to="k8s:n3")
+    steps = {s.name: s.output for s in result.execution.steps}
+    took = steps["takeover"]
+    assert took["how"] == "restart" and why in took["why"], took
+    assert took["pod"] != steps["wait_standby"]["pod"] and took["node"] == "n3"
+    assert took["restored_from"] == f"fall@{steps['checkpoint']['seq']}"
+    wait_for("only the copy left", lambda: set(pods(emu)) == {took["pod"]})
+    assert leftovers(store_dir) == []
+    wait_for("progress on n3", lambda: step_of(kubelet, "fall") > before + 10)
+    assert_intact(kubelet)
