@@ -15,9 +15,9 @@ from core import errors
 from core.actions import NoParams
 from core.backends import dispatch
 from core.backends.base import PlanDraft
+from core.backends.kubernetes import backend as kube_steps
 from core.backends.kubernetes import builders
 from core.backends.kubernetes import step_args as kube_args
-from core.backends.kubernetes import steps as kube_steps
 from core.backends.local import step_args, steps
 from core.backends.local.planning import start_step
 from core.backends.local.step_args import CheckpointArgs, StartArgs

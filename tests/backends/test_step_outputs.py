@@ -14,8 +14,8 @@ from core.actions import MoveParams
 from core.backends import dispatch
 from core.backends.base import PlanDraft
 from core.backends.dispatch import PlanEntry
+from core.backends.kubernetes import backend as kube_steps
 from core.backends.kubernetes import step_args as kube_args
-from core.backends.kubernetes import steps as kube_steps
 from core.backends.local import step_args as local_args
 from core.backends.local import steps as local_steps
 from core.backends.local.planning import start_step

@@ -155,8 +155,8 @@ def start_on_n1(emu: Any, kubelet: Any, lineage: str, **env: str) -> int:
 def test_migrate_hands_the_pod_over_to_its_standby_on_the_target(
     emu: Any,
     kubelet: Any,
-    svc: Service,
-    store_dir: Path,  # noqa: F811
+    svc: Service,  # noqa: F811
+    store_dir: Path,
 ) -> None:
     before = start_on_n1(emu, kubelet, "live")
     result = act(svc, Action.MIGRATE, "k8s:Pod/default/live", to="k8s:n3")

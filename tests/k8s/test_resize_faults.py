@@ -7,14 +7,16 @@ Two resizes of a wrapped pod counting under real CRIU on the fake kubelet:
 - **in place** (512Mi -> 1Gi, ``pods/resize`` then the wait for the kubelet): the execution
   finishes from the step it reached (the patch is read back, ``steps._patched``), the pod has
   the new limits in its spec and its status, and it is the same process, never restarted;
-- **moved** (512Mi -> 1Gi on another node: checkpoint, wait for the pod to end, create the
-  replacement, wait for its restore, delete the old pod): the execution finishes, exactly one
-  pod of the lineage runs, on the node asked, with the new limits, and it counts on from its
-  checkpoint with its own state check intact.
+- **moved** (512Mi -> 1Gi on another node, a live move: create the replacement as a standby,
+  wait until it listens, stop the pod handing over to it, wait for the pod to end, confirm the
+  takeover, delete the old pod): the execution finishes, exactly one pod of the lineage runs,
+  on the node asked, with the new limits, and it counts on from its checkpoint with its own
+  state check intact.
 
 Each: exactly one recovery entry audited, the audit chain verifies. CI kills after the
-in-place patch and after the replacement's creation (the two steps whose effect a crash can
-leave unrecorded); ``CLAWPOINT_FAULT_MATRIX=full`` kills before and after every step.
+in-place patch, after the standby's creation (the two steps whose effect a crash can leave
+unrecorded) and after the handover (the takeover is then confirmed, never redone);
+``CLAWPOINT_FAULT_MATRIX=full`` kills before and after every step.
 """
 
 from __future__ import annotations
@@ -43,13 +45,15 @@ RESIZES: dict[str, tuple[list[str], list[str]]] = {
     "in-place": (["--memory", "1Gi"], ["resize", "wait_resized"]),
     "moved": (
         ["--memory", "1Gi", "--to", "n2"],
-        ["checkpoint", "wait_ended", "create", "wait_restored", "delete_old"],
+        # a bare pod with restartPolicy Never moves live (tests/k8s/test_live_moves.py)
+        ["standby", "wait_standby", "checkpoint", "wait_ended", "takeover", "delete_old"],
     ),
 }
 CASES = (
     [(how, s, when) for how, (_, names) in RESIZES.items() for s in names
      for when in ("before", "after")]
-    if FULL else [("in-place", "resize", "after"), ("moved", "create", "after")]
+    if FULL else [("in-place", "resize", "after"), ("moved", "standby", "after"),
+                  ("moved", "checkpoint", "after")]
 )  # fmt: skip
 
 
