@@ -19,7 +19,9 @@ or why not, and the migrate's start step then launches a wrapper the plain way.
 
 Across nodes (``to["remote"]``, the standby of a Slurm job or a pod:
 ``core.wrapper.handoff_remote``) the order goes by TCP, signed, and only after the payload
-is ended and reaped.
+is ended and reaped. There the files as the frozen tree left them are on the source's node,
+not the standby's: a checkpoint that carries the workload's files is published first (in
+the pause) and the order names it, so that the standby's restore puts them back.
 
 Limits: the local standby must be this workload's (its socket's name says so).
 """
@@ -198,31 +200,40 @@ class HandoffSource:
             staging_dir="", abort=abort,
             side_files=ProgressFile.of(self.settings, self.name).side_files(),
         )  # fmt: skip
+        published: CheckpointInfo | None = None
+        if staged.carries_files:
+            # The other node's copies of the workload's files are not the frozen tree's: only
+            # the restore of a published checkpoint puts them back (``files.put_back``, their
+            # digests checked), so the standby gets that one; the publish is in the pause.
+            published = self._publish_frozen(p, staged)
         try:
             standby = handoff_remote.RemoteStandby(r)
         except errors.ClawpointError as exc:
             log.warning("wrapper.handoff_not_sent", workload=self.name, why=exc.message)
+            if published is not None:
+                self.engine.end(p.pid, p.exited)
+                return published, f"not sent: {exc.message}"
             return self._publish_and_end(p, staged), f"not sent: {exc.message}"
         self.engine.end(p.pid, p.exited)
         if not p.exited.wait(REAP_WAIT_S):  # not provably gone: no second copy anywhere
             standby.close()
             log.error("wrapper.payload_not_reaped", workload=self.name, pid=p.pid)
-            return ops.publish_staged(self.store, staged), "not sent: the payload was not reaped"
+            info = published or ops.publish_staged(self.store, staged)
+            return info, "not sent: the payload was not reaped"
         self._leave(staged.pending.id, f"handed over to a standby on {r.node or r.host}")
-        order = handoff.HandoffOrder(
-            checkpoint=staged.pending.id, staged=str(staged.pending.images_dir), pipes=pipes
-        )
+        images = None if published is not None else str(staged.pending.images_dir)
+        order = handoff.HandoffOrder(checkpoint=staged.pending.id, staged=images, pipes=pipes)
         try:
             standby.send(order)
         except errors.ClawpointError as exc:  # ended, not handed over: publish for a restart
             log.warning("wrapper.handoff_not_sent", workload=self.name, why=exc.message)
-            return ops.publish_staged(self.store, staged), f"not sent: {exc.message}"
+            return published or ops.publish_staged(self.store, staged), f"not sent: {exc.message}"
         self.handed_off = True
         log.info("wrapper.handoff_sent", workload=self.name, checkpoint=staged.pending.id,
                  to=f"{r.host}:{r.port}", job=r.job)  # fmt: skip
         die_if("CLAWPOINT_TEST_DIE_AFTER_HANDOFF")  # the fault matrix's source death
         taken, why = standby.answer(TAKEOVER_WAIT_S)
-        info = ops.publish_staged(self.store, staged)
+        info = published or ops.publish_staged(self.store, staged)
         if not taken:
             log.warning("wrapper.handoff_not_taken", workload=self.name, why=why)
             return info, f"sent, not taken: {why}"
@@ -231,13 +242,18 @@ class HandoffSource:
     def _publish_and_end(self, p: payload.Payload, staged: ops.Staged) -> CheckpointInfo:
         """Publish the staged checkpoint, else let the frozen tree run on (never lose the
         workload: the failure is raised); then end the tree."""
-        try:
-            info = ops.publish_staged(self.store, staged)
-        except BaseException:
-            self.engine.resume(p.pid)  # the dump froze it: let it go on
-            raise
+        info = self._publish_frozen(p, staged)
         self.engine.end(p.pid, p.exited)
         return info
+
+    def _publish_frozen(self, p: payload.Payload, staged: ops.Staged) -> CheckpointInfo:
+        """Publish the staged checkpoint while the tree is frozen; if that fails the tree
+        runs on (the dump froze it) and the failure is raised."""
+        try:
+            return ops.publish_staged(self.store, staged)
+        except BaseException:
+            self.engine.resume(p.pid)
+            raise
 
     def _leave(self, checkpoint_id: str, message: str) -> None:
         """Our last registry row, then the lock released for the standby to take."""

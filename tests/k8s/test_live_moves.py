@@ -200,3 +200,37 @@ def test_a_standby_that_fails_leaves_the_move_to_an_ordinary_copy_losing_nothing
     assert leftovers(store_dir) == []
     wait_for("progress on n3", lambda: step_of(kubelet, "fall") > before + 10)
     assert_intact(kubelet)
+
+
+@pytest.mark.usefixtures("need_criu")
+def test_the_files_a_workload_writes_go_with_it_to_the_standby(
+    emu: Any,
+    kubelet: Any,
+    svc: Service,  # noqa: F811
+) -> None:
+    # Its output goes to a file in the pod's own emptyDir, open for writing: the standby's
+    # emptyDir has no such file, so CRIU could not restore the staged images there. The
+    # source publishes first and the standby's restore puts the file back (files.put_back).
+    manifest = wrapped_pod("writer", "writer")
+    manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "n1"}
+    manifest["spec"]["containers"][0]["args"] = [
+        "sh", "-c", "exec python -m core.workloads.counter --state-mb 8 --step-seconds 0.02 "
+        "--print-every 5 > \"$CLAWPOINT_HOME/out.log\"",
+    ]  # fmt: skip
+    emu.seed(manifest)
+    wait_for("writer on n1", lambda: running(emu, "writer"))
+    before = int(wait_for("progress", lambda: (s := step_of(kubelet, "writer")) > 20 and s))
+    result = act(svc, Action.MIGRATE, "k8s:Pod/default/writer", to="k8s:n3")
+    took = {s.name: s.output for s in result.execution.steps}["takeover"]
+    assert (took["how"], took["node"]) == ("handoff", "n3"), took
+    wait_for("progress on n3", lambda: step_of(kubelet, "writer") > before + 10)
+
+    def log_of(pod: str) -> str:
+        (path,) = Path(kubelet.root).glob(f"default_{pod}_*/volumes/home/home/out.log")
+        return path.read_text()
+
+    # the copy's file began as the source's did at the dump, and the program writes on in it
+    wait_for("lines after the move", lambda: f"step {before + 10}" in log_of(took["pod"]))
+    moved = log_of(took["pod"])
+    assert "step 5 verified" in moved and "STATE CHECK FAILED" not in moved, moved[-500:]
+    assert running(emu, took["pod"])
