@@ -101,12 +101,18 @@ class Watcher:
             time.sleep(0.01)
 
     def freeze(self, t0: float, t1: float) -> dict[str, float]:
-        """The longest step gap in [t0, t1] less the median interval of the steps before."""
+        """The longest step gap in [t0, t1] less the median interval of the steps before.
+        Steps not seen (a file that moved, read late) count as taken at the usual interval:
+        a gap across them is their span less that, so a pause is never hidden by them."""
         steps = sorted(self.ts)
         pairs = [(a, b) for a, b in itertools.pairwise(steps) if b == a + 1]
         before = [self.ts[b] - self.ts[a] for a, b in pairs if self.ts[b] < t0][-50:]
-        during = [self.ts[b] - self.ts[a] for a, b in pairs if t0 - 0.5 <= self.ts[b] <= t1 + 5]
         normal = statistics.median(before) if before else 0.0
+        during = [
+            self.ts[b] - self.ts[a] - (b - a - 1) * normal
+            for a, b in itertools.pairwise(steps)
+            if t0 - 0.5 <= self.ts[b] <= t1 + 5
+        ]
         gap = max(during) if during else float("nan")
         return {"gap_s": gap, "step_s": normal, "freeze_s": gap - normal}
 
