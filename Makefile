@@ -54,6 +54,7 @@ bench: deps venv
 	$(BIN)/python bench/checkpoint_interval.py
 	$(BIN)/python bench/elastic_slurm.py
 	$(BIN)/python bench/slurm_migration.py
+	$(BIN)/python bench/k8s_migration.py
 	$(BIN)/python bench/planner.py
 	$(BIN)/python bench/notice_to_safe.py
 	$(BIN)/python bench/agent_cost.py
