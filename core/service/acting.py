@@ -332,7 +332,7 @@ class Acting(Planning):
             plan, backend, principal=str(principal), progress=progress, then=audited
         )
         if execution.status is ExecutionStatus.SUCCEEDED:
-            self.moves.arrived(self, departure)
+            self.moves.arrived(self, departure, [s.output or {} for s in execution.steps])
             return ActionResult(
                 status="executed", plan=plan, execution=execution, message=plan.summary + ": done"
             )

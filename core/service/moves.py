@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sqlite3
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from core import errors, logs
 from core.model import Action, Plan, WorkloadState, utcnow
@@ -112,12 +112,19 @@ class MoveLog:
             return None
         return Departure(workload=wid, node=w.node, speed=speed, rate=rate)
 
-    def arrived(self, service: Inventory, before: Departure | None) -> None:
-        """Record the move that just succeeded: where it runs now and from which step."""
+    def arrived(
+        self, service: Inventory, before: Departure | None, outputs: list[dict[str, Any]]
+    ) -> None:
+        """Record the move that just succeeded: where it runs now and from which step.
+        ``outputs``: its steps' outputs; the last that names a ``workload`` says its id now
+        (a live Slurm move's new job, a pod's copy), else it kept its id."""
         if before is None:
             return
+        now_as = next(
+            (str(o["workload"]) for o in reversed(outputs) if o.get("workload")), before.workload
+        )
         try:
-            w = service.get_workload(before.workload)
+            w = service.get_workload(now_as)
             if w.state is not WorkloadState.RUNNING or not w.node:
                 return  # requeued and waiting, or stopped: nothing runs anywhere yet
             progress = service.progress(w.backend, w.name)
@@ -126,11 +133,11 @@ class MoveLog:
                 conn.execute(
                     "INSERT OR REPLACE INTO workload_moves(workload, at, node, step, from_node, "
                     "from_speed, rate) VALUES(?,?,?,?,?,?,?)",
-                    (before.workload, now.isoformat(), w.node,
+                    (now_as, now.isoformat(), w.node,
                      progress.step if progress else None, before.node, before.speed,
                      before.rate),
                 )  # fmt: skip
                 cutoff = (now - timedelta(seconds=KEEP_S)).isoformat()
                 conn.execute("DELETE FROM workload_moves WHERE at < ?", (cutoff,))
         except (errors.ClawpointError, sqlite3.Error, OSError) as exc:
-            log.warning("move.not_recorded", workload=before.workload, error=str(exc))
+            log.warning("move.not_recorded", workload=now_as, error=str(exc))

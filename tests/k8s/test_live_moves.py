@@ -174,6 +174,9 @@ def test_migrate_hands_the_pod_over_to_its_standby_on_the_target(
     assert STANDBY_ANNOTATION not in pods(emu)[name]["metadata"]["annotations"]
     assert [w.id for w in svc.workloads() if w.id.startswith("k8s:")] == [f"k8s:Pod/default/{name}"]
     assert leftovers(store_dir) == []
+    # the move is recorded under the id the workload has now (the SLA projection's)
+    assert took["workload"] == f"k8s:Pod/default/{name}"
+    assert svc.moves.all()[took["workload"]].node == "n3"
     wait_for("progress on n3", lambda: step_of(kubelet, "live") > before + 10)
     assert_intact(kubelet)
 

@@ -245,6 +245,7 @@ class TakeoverOutput(StepOutput):
     restored_from: str
     how: str
     why: str = ""
+    workload: str | None = None  # the workload's id now (the pod's copy)
 
 
 class StoppedOutput(StepOutput):
@@ -259,6 +260,7 @@ class RestoredOutput(StepOutput):
     pod: str
     node: str | None
     restored_from: str
+    workload: str | None = None  # a bare pod's copy: the workload's id now
 
 
 class ResizedOutput(StepOutput):

@@ -23,7 +23,7 @@ from core.backends.kubernetes.connection import Op, translate
 from core.backends.kubernetes.context import KubeContext
 from core.backends.kubernetes.lineages import lineage_of
 from core.backends.kubernetes.mutations import mutate
-from core.backends.kubernetes.pods import TERMINAL, container_of, live, meta
+from core.backends.kubernetes.pods import TERMINAL, container_of, live, meta, owner_kind
 from core.backends.kubernetes.resize import run_wait_resized
 
 log = logs.get_logger("clawpoint.kubernetes")
@@ -263,6 +263,8 @@ def _wait_restored(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
                     node=(pod.get("spec") or {}).get("nodeName"),
                     restored_from=source,
                 )
+                if owner_kind(pod) is None:  # a bare pod's copy: the workload's id now
+                    found["workload"] = ids.format_workload_id("Pod", ns, meta(pod)["name"])
                 return True
         return False
 

@@ -157,7 +157,8 @@ def takeover(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
             handoff_remote.remove(root, lineage, token)
             log.info("slurm.handed_over", job=job, to=standby)
             w = base_steps.maybe_job(b, standby)
-            return {"job": standby, "node": (w.node if w else "") or "", "how": "handoff",
+            return {"job": standby, "workload": f"slurm:{standby}",
+                    "node": (w.node if w else "") or "", "how": "handoff",
                     "why": "", "checkpoint": (r.checkpoint if r else None) or ""}  # fmt: skip
         _drop(b, root, lineage, token, standby)
         handoff_remote.remove(root, lineage, token)
@@ -172,7 +173,7 @@ def takeover(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
     ran = base_steps.wait_running(b, {"job": job, "timeout_s": a.start_timeout_s}, progress)
     if newest is None or newest.seq <= int(a.after_seq or 0):
         why += "; no new checkpoint was published: it restarts from the one before the move"
-    return {"job": job, "node": ran["node"], "how": "restart", "why": why,
+    return {"job": job, "workload": f"slurm:{job}", "node": ran["node"], "how": "restart", "why": why,
             "checkpoint": newest.id if newest else ""}  # fmt: skip
 
 
@@ -321,7 +322,7 @@ def _taken_over(b: SlurmContext, standby: str, lineage: str, owner: str | None) 
     if w is None or w.state is not WorkloadState.RUNNING or is_standby(w):
         return None
     newest = b.newest_checkpoint(lineage, owner)
-    return {"job": standby, "node": w.node or "", "how": "handoff", "why": "",
+    return {"job": standby, "workload": f"slurm:{standby}", "node": w.node or "", "how": "handoff", "why": "",
             "checkpoint": newest.id if newest else ""}  # fmt: skip
 
 

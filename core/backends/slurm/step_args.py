@@ -212,6 +212,7 @@ class TakeoverOutput(StepOutput):
     how: str
     why: str
     checkpoint: str  # what it runs from: the handed-over one, or the newest published
+    workload: str | None = None  # the workload's id now (``slurm:JOB``)
 
 
 OUTPUTS: dict[str, type[StepOutput]] = {
