@@ -25,6 +25,7 @@ from core.model import (
     RiskClass,
     utcnow,
 )
+from core.service.moves import current_id
 from core.service.outcomes import (
     ActionResult,
     ClientAsker,
@@ -332,10 +333,14 @@ class Acting(Planning):
             plan, backend, principal=str(principal), progress=progress, then=audited
         )
         if execution.status is ExecutionStatus.SUCCEEDED:
-            self.moves.arrived(self, departure, [s.output or {} for s in execution.steps])
-            return ActionResult(
-                status="executed", plan=plan, execution=execution, message=plan.summary + ": done"
-            )
+            outputs = [s.output or {} for s in execution.steps]
+            self.moves.arrived(self, departure, outputs)
+            message = plan.summary + ": done"
+            if departure is not None and (now := current_id(departure.workload, outputs)) != (
+                departure.workload
+            ):  # a live move's new job, a pod's copy: the id to use from now on
+                message += f"; it runs as {now} now"
+            return ActionResult(status="executed", plan=plan, execution=execution, message=message)
         what = "rolled back" if execution.status is ExecutionStatus.ROLLED_BACK else "failed"
         return ActionResult(
             status="failed",

@@ -51,6 +51,12 @@ MIGRATIONS = [
 ]
 
 
+def current_id(workload: str, outputs: list[dict[str, Any]]) -> str:
+    """The id a workload has after a plan whose steps answered ``outputs``: the last that
+    names a ``workload`` (a live Slurm move's new job, a pod's copy), else ``workload``."""
+    return next((str(o["workload"]) for o in reversed(outputs) if o.get("workload")), workload)
+
+
 def install() -> None:
     register_migrations("moves", MIGRATIONS)
 
@@ -120,9 +126,7 @@ class MoveLog:
         (a live Slurm move's new job, a pod's copy), else it kept its id."""
         if before is None:
             return
-        now_as = next(
-            (str(o["workload"]) for o in reversed(outputs) if o.get("workload")), before.workload
-        )
+        now_as = current_id(before.workload, outputs)
         try:
             w = service.get_workload(now_as)
             if w.state is not WorkloadState.RUNNING or not w.node:

@@ -177,6 +177,7 @@ def test_migrate_hands_the_pod_over_to_its_standby_on_the_target(
     # the move is recorded under the id the workload has now (the SLA projection's)
     assert took["workload"] == f"k8s:Pod/default/{name}"
     assert svc.moves.all()[took["workload"]].node == "n3"
+    assert result.message.endswith(f"; it runs as {took['workload']} now"), result.message
     wait_for("progress on n3", lambda: step_of(kubelet, "live") > before + 10)
     assert_intact(kubelet)
 
