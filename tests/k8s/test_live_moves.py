@@ -238,3 +238,33 @@ def test_the_files_a_workload_writes_go_with_it_to_the_standby(
     moved = log_of(took["pod"])
     assert "step 5 verified" in moved and "STATE CHECK FAILED" not in moved, moved[-500:]
     assert running(emu, took["pod"])
+
+
+@pytest.mark.usefixtures("need_criu")
+def test_a_standby_that_cannot_fit_beside_its_source_gives_way_at_once(
+    emu: Any,
+    kubelet: Any,
+    svc: Service,  # noqa: F811
+) -> None:
+    # A resize that must restart the container moves the pod on its own node: 6 CPUs beside
+    # the source's 5 do not fit on an 8-CPU node until the source has ended. The standby is
+    # dropped as soon as the scheduler says so, and the ordinary copy takes the room after.
+    size = {"cpu": "5", "memory": "512Mi"}
+    manifest = wrapped_pod("big", "big")
+    manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "n1"}
+    manifest["spec"]["containers"][0]["resources"] = {"limits": size, "requests": dict(size)}
+    manifest["spec"]["containers"][0]["resizePolicy"] = [
+        {"resourceName": "cpu", "restartPolicy": "RestartContainer"}
+    ]
+    emu.seed(manifest)
+    wait_for("big on n1", lambda: running(emu, "big"))
+    before = int(wait_for("progress", lambda: (s := step_of(kubelet, "big")) > 20 and s))
+    result = act(svc, Action.RESIZE, "k8s:Pod/default/big", cpus=6)
+    steps = {s.name: s for s in result.execution.steps}
+    assert "does not fit" in steps["wait_standby"].output["why"], steps["wait_standby"].output
+    took = steps["takeover"].output
+    assert (took["how"], took["node"]) == ("restart", "n1"), took
+    wait_for("only the copy left", lambda: set(pods(emu)) == {took["pod"]})
+    assert pods(emu)[took["pod"]]["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "6"
+    wait_for("progress again", lambda: step_of(kubelet, "big") > before + 10)
+    assert_intact(kubelet)

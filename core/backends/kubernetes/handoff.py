@@ -27,6 +27,7 @@ from core.backends.base import ProgressFn
 from core.backends.kubernetes import ids
 from core.backends.kubernetes.context import KubeContext
 from core.backends.kubernetes.lineages import STANDBY_ANNOTATION
+from core.backends.kubernetes.objects import conditions
 from core.backends.kubernetes.pods import meta
 from core.backends.kubernetes.step_args import TakeoverArgs, WaitStandbyArgs, read
 from core.backends.kubernetes.steps import STEPS as BASE
@@ -57,6 +58,12 @@ def wait_standby(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
         pod = _pod(b, ns, name)
         if pod is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             return {"pod": "", "why": f"the standby pod {ns}/{name} ended before it listened"}
+        scheduled = conditions(pod).get("PodScheduled") or {}
+        if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+            # Beside the running source it may not fit (a move onto its own node): no wait
+            # for room that only the source's end would make.
+            why = str(scheduled.get("message") or "no node has room for it")
+            return {"pod": "", "why": f"the standby does not fit: {why}"}
         return None
 
     try:
