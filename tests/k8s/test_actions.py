@@ -240,6 +240,11 @@ def test_drain_moves_wrapped_workloads_honours_a_pdb_and_cordons(
     assert "solo" not in now and "scratch" not in now
     moved = [n for n, p in now.items() if n.startswith("solo-cp")]
     assert moved and now[moved[0]]["spec"]["nodeName"] != "n1"
+    # moved live (restartPolicy Never): its copy took over and is the workload now, unmarked
+    assert "clawpoint.io/standby-for" not in now[moved[0]]["metadata"]["annotations"]
+    assert [s.output["how"] for s in result.execution.steps if s.name.endswith("takeover")] == [
+        "handoff"
+    ]
     batch = [p for n, p in now.items() if n.startswith("batch-") and running(emu, n)]
     assert len(batch) == 1 and batch[0]["spec"]["nodeName"] != "n1"
     assert "web" in now and not now["web"]["metadata"].get("deletionTimestamp"), "never forced"
