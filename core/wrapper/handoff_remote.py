@@ -41,6 +41,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -158,6 +159,45 @@ def find_named(store_root: Path, lineage: str, token: str) -> Rendezvous | None:
         return None
     r = read(store_root, lineage, token, "waiting")
     return r if r is not None and r.lineage == lineage and r.token == token else None
+
+
+# After the source ended, how long a standby still "waiting" is given to claim an order
+# the source sent just before it exited (the TCP data in flight), before it is cancelled.
+CLAIM_GRACE_S = 2.0
+
+
+class TakeoverWatch:
+    """A move's look at the rendezvous once the source has ended (both backends' takeover
+    step): :meth:`settled` says "taken", or why the standby cannot take the workload any
+    more (cancelling it, by the rename, if no order reached it), or None (not yet).
+    ``alive``: whether the standby's job or pod still runs (asked while it restores);
+    ``done_before``: whether an earlier run of the step already confirmed it (its
+    rendezvous is then removed)."""
+
+    def __init__(
+        self, store_root: Path, lineage: str, token: str, *, alive: Callable[[], bool],
+        done_before: Callable[[], bool] = lambda: False, what: str = "the standby",
+    ) -> None:  # fmt: skip
+        self.root, self.lineage, self.token = store_root, lineage, token
+        self.alive, self.done_before, self.what = alive, done_before, what
+        self._waiting_since: float | None = None
+
+    def settled(self) -> str | None:
+        state = state_of(self.root, self.lineage, self.token)
+        if state == "taken":
+            return "taken"
+        if state == "waiting":  # the source has ended: did its order go out?
+            self._waiting_since = self._waiting_since or time.monotonic()
+            if time.monotonic() - self._waiting_since < CLAIM_GRACE_S:
+                return None
+            if move(self.root, self.lineage, self.token, "waiting", "cancelled"):
+                return "the source handed nothing over (no order reached the standby)"
+            return None  # it claimed an order just now
+        if state == "ordered":  # restoring, unless it died meanwhile
+            return None if self.alive() else f"{self.what} ended during its restore"
+        if state is None and self.done_before():
+            return "taken"
+        return f"the standby is {state or 'gone'}"
 
 
 def _sign(key: str, token: str, body: bytes) -> str:

@@ -19,7 +19,6 @@ clawpoint runs); the standby's liveness is the pod's phase, read every poll inte
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from core import errors, logs
@@ -35,10 +34,6 @@ from core.wrapper import handoff_remote
 
 Obj = dict[str, Any]
 log = logs.get_logger("clawpoint.kubernetes")
-
-# After the source ended, how long a standby still "waiting" is given to claim an order
-# the source sent just before it exited (the TCP data in flight), before it is cancelled.
-CLAIM_GRACE_S = 2.0
 
 
 def wait_standby(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
@@ -117,30 +112,12 @@ def _await_takeover(
     b: KubeContext, root: Any, ns: str, name: str, lineage: str, token: str, timeout_s: float
 ) -> str:
     """ "" once the standby says it runs the workload; else why not."""
-    waiting_since: float | None = None
-
-    def settled() -> str | None:
-        nonlocal waiting_since
-        state = handoff_remote.state_of(root, lineage, token)
-        if state == "taken":
-            return "taken"
-        if state == "waiting":  # the source has ended: did its order go out?
-            waiting_since = waiting_since or time.monotonic()
-            if time.monotonic() - waiting_since < CLAIM_GRACE_S:
-                return None
-            if handoff_remote.move(root, lineage, token, "waiting", "cancelled"):
-                return "the source handed nothing over (no order reached the standby)"
-            return None  # it claimed an order just now
-        if state == "ordered":
-            if _alive(b, ns, name):
-                return None
-            return f"the standby pod {ns}/{name} ended during its restore"
-        if state is None and _took_over(b, ns, name):
-            return "taken"  # this step ran before, up to the rendezvous's removal
-        return f"the standby is {state or 'gone'}"
-
+    watch = handoff_remote.TakeoverWatch(
+        root, lineage, token, alive=lambda: _alive(b, ns, name),
+        done_before=lambda: _took_over(b, ns, name), what=f"the standby pod {ns}/{name}",
+    )  # fmt: skip
     try:
-        said: str = b.wait_until("the standby's takeover", timeout_s, settled)
+        said: str = b.wait_until("the standby's takeover", timeout_s, watch.settled)
     except errors.OperationFailed:
         return f"the standby did not finish its restore within {timeout_s:g} s"
     return "" if said == "taken" else said

@@ -48,9 +48,6 @@ Args = dict[str, Any]
 log = logs.get_logger("clawpoint.slurm")
 
 HOME_ENV = "CLAWPOINT_JOB_HOME_ID"
-# After the source ended, how long a standby still "waiting" is given to claim an order
-# the source sent just before it exited (the TCP data in flight), before it is cancelled.
-CLAIM_GRACE_S = 2.0
 
 
 # ----- steps -----------------------------------------------------------------------------
@@ -267,29 +264,13 @@ def _await_takeover(
 ) -> str:
     """ "" once the standby says it runs the workload; else why not (it is then no longer
     able to take it: cancelled, failed, expired or gone)."""
-    waiting_since: float | None = None
-    ask_slurm = _Every(b.cfg.poll_interval_s)
-
-    def settled() -> str | None:
-        nonlocal waiting_since
-        state = handoff_remote.state_of(root, lineage, token)
-        if state == "taken":
-            return "taken"
-        if state == "waiting":  # the source has ended: did its order go out?
-            waiting_since = waiting_since or time.monotonic()
-            if time.monotonic() - waiting_since < CLAIM_GRACE_S:
-                return None
-            if handoff_remote.move(root, lineage, token, "waiting", "cancelled"):
-                return "the source handed nothing over (no order reached the standby)"
-            return None  # it claimed an order just now
-        if state == "ordered":  # restoring, unless its job died meanwhile
-            if not ask_slurm.due() or _alive(b, standby):
-                return None
-            return f"the standby job {standby} ended during its restore"
-        return f"the standby is {state or 'gone'}"
-
+    ask_slurm = _Every(b.cfg.poll_interval_s)  # the rendezvous often, slurmctld now and then
+    watch = handoff_remote.TakeoverWatch(
+        root, lineage, token, alive=lambda: not ask_slurm.due() or _alive(b, standby),
+        what=f"the standby job {standby}",
+    )  # fmt: skip
     try:
-        said: str = b.wait_until("the standby's takeover", timeout_s, settled, every_s=0.05)
+        said: str = b.wait_until("the standby's takeover", timeout_s, watch.settled, every_s=0.05)
     except errors.OperationFailed:
         return f"the standby did not finish its restore within {timeout_s:g} s"
     return "" if said == "taken" else said
