@@ -268,3 +268,20 @@ def test_a_standby_that_cannot_fit_beside_its_source_gives_way_at_once(
     assert pods(emu)[took["pod"]]["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "6"
     wait_for("progress again", lambda: step_of(kubelet, "big") > before + 10)
     assert_intact(kubelet)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["--hand-over", "0123456789ab"], ["--stop", "--hand-over"],
+     ["--stop", "--hand-over", "not-hex!"], ["--stop", "--hand-over", "0123456789ab", "x"]],
+)  # fmt: skip
+def test_the_exec_refuses_a_malformed_hand_over_before_it_asks_any_wrapper(
+    extra: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    from core.backends.kubernetes import incontainer
+
+    monkeypatch.setenv("CLAWPOINT_HOME", str(tmp_path))  # no wrapper, no socket there
+    code = incontainer.main(["checkpoint", "lin", *extra])
+    err = capsys.readouterr().err
+    assert code != 0 and '"invalid-input"' in err, (code, err)
