@@ -14,6 +14,7 @@ takes a field is its backend's call.
 
 from __future__ import annotations
 
+import re
 from collections.abc import MutableMapping
 from typing import Any, Literal
 
@@ -46,6 +47,17 @@ class AutoInterval(Model):
 
 # Whose wrapper may hand over to a standby: a Slurm job id or a pod's name (DNS-1123).
 STANDBY_SOURCE = r"^(?:[0-9]{1,12}|[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?)$"
+# A standby's token (``core.wrapper.handoff.new_token``): it names its socket or rendezvous.
+STANDBY_TOKEN = r"^[0-9a-f]{4,32}$"
+
+
+def check_standby_token(token: str | None) -> str:
+    """``token`` if it is a standby's token, else InvalidInput (it reaches file names)."""
+    if not isinstance(token, str) or not re.fullmatch(STANDBY_TOKEN, token):
+        raise errors.InvalidInput(
+            f"standby token {token!r} is not one", hint="a move's plan gives it; do not edit it"
+        )
+    return token
 
 
 class RunSpec(Model):
@@ -86,7 +98,7 @@ class RunSpec(Model):
     home: str
     # A standby wrapper (``core.wrapper.handoff``): it waits up to ``standby_timeout_s`` for
     # the order naming the checkpoint to restore, and exits without one.
-    standby: str | None = Field(default=None, pattern=r"^[0-9a-f]{4,32}$")
+    standby: str | None = Field(default=None, pattern=STANDBY_TOKEN)
     standby_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     # A standby for a wrapper on another node: the Slurm job or the pod whose wrapper may
     # hand over to it (``core.wrapper.handoff_remote``: it waits on TCP, not a local socket),

@@ -49,7 +49,7 @@ from pydantic import ConfigDict
 
 from core import errors, logs
 from core.schema_base import Model
-from core.specs import STANDBY_SOURCE
+from core.specs import STANDBY_SOURCE, STANDBY_TOKEN
 from core.wrapper.faults import fault_on
 from core.wrapper.handoff import HandoffOrder
 
@@ -60,7 +60,7 @@ STATES: tuple[State, ...] = get_args(State)
 RENDEZVOUS_DIR = ".handoff"
 _MAX_LINE = 16384
 ORDER_READ_S = 5.0
-_TOKEN = re.compile(r"^[0-9a-f]{4,32}$")
+_TOKEN = re.compile(STANDBY_TOKEN)
 _SOURCE = re.compile(STANDBY_SOURCE)
 
 
@@ -159,6 +159,17 @@ def find_named(store_root: Path, lineage: str, token: str) -> Rendezvous | None:
         return None
     r = read(store_root, lineage, token, "waiting")
     return r if r is not None and r.lineage == lineage and r.token == token else None
+
+
+def cancel(store_root: Path, lineage: str, token: str, *, alive: Callable[[], bool]) -> bool:
+    """A move gives its standby up (both backends): True when the standby holds no claim
+    on the workload and its job or pod may be removed. One that claimed the order and whose
+    job or pod has died since died in its restore: its claim is void (``failed``). One that
+    took the workload, or restores it now, keeps it (False): the rename decides who won."""
+    if state_of(store_root, lineage, token) == "ordered" and not alive():
+        move(store_root, lineage, token, "ordered", "failed")
+    move(store_root, lineage, token, "waiting", "cancelled")
+    return state_of(store_root, lineage, token) not in ("taken", "ordered")
 
 
 # After the source ended, how long a standby still "waiting" is given to claim an order

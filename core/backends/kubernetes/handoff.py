@@ -25,11 +25,13 @@ from core import errors, logs
 from core.backends.base import ProgressFn
 from core.backends.kubernetes import ids
 from core.backends.kubernetes.context import KubeContext
+from core.backends.kubernetes.inventory import is_standby
 from core.backends.kubernetes.lineages import STANDBY_ANNOTATION
 from core.backends.kubernetes.objects import conditions
-from core.backends.kubernetes.pods import meta
+from core.backends.kubernetes.pods import live, meta
 from core.backends.kubernetes.step_args import TakeoverArgs, WaitStandbyArgs, read
 from core.backends.kubernetes.steps import STEPS as BASE
+from core.specs import check_standby_token
 from core.wrapper import handoff_remote
 
 Obj = dict[str, Any]
@@ -40,7 +42,7 @@ def wait_standby(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
     """The standby listens (``pod``), else it is gone and ``why`` says why."""
     a = read(WaitStandbyArgs, args)
     ns, name = ids.check_namespace(a.namespace), ids.check_name(a.pod)
-    lineage, token = ids.check_name(a.lineage, what="lineage"), _token(a.token)
+    lineage, token = ids.check_name(a.lineage, what="lineage"), check_standby_token(a.token)
     root = _root(b)
 
     def listening() -> Obj | None:
@@ -51,7 +53,7 @@ def wait_standby(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
         if state is not None:
             return {"pod": "", "why": f"the standby is {state}"}
         pod = _pod(b, ns, name)
-        if pod is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        if pod is None or not live(pod):
             return {"pod": "", "why": f"the standby pod {ns}/{name} ended before it listened"}
         scheduled = conditions(pod).get("PodScheduled") or {}
         if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
@@ -77,7 +79,7 @@ def takeover(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
     (``how`` restart, ``why`` says why)."""
     a = read(TakeoverArgs, args)
     ns, name = ids.check_namespace(a.namespace), ids.check_name(a.pod)
-    lineage, token = ids.check_name(a.lineage, what="lineage"), _token(a.token)
+    lineage, token = ids.check_name(a.lineage, what="lineage"), check_standby_token(a.token)
     root = _root(b)
     why = _await_takeover(b, root, ns, name, lineage, token, float(a.timeout_s))
     if not why:
@@ -134,14 +136,12 @@ def _restored(
 
 
 def _drop(b: KubeContext, root: Any, ns: str, name: str, lineage: str, token: str) -> None:
-    """Cancel and delete a standby that has not taken the workload (never one that has)."""
-    if handoff_remote.state_of(root, lineage, token) == "ordered" and not _alive(b, ns, name):
-        handoff_remote.move(root, lineage, token, "ordered", "failed")
-    handoff_remote.move(root, lineage, token, "waiting", "cancelled")
-    if handoff_remote.state_of(root, lineage, token) in ("taken", "ordered"):
-        return  # it won the rename: it runs (or restores) the workload
+    """Cancel and delete a standby that has not taken the workload (never one that has:
+    it won the rename, or a takeover confirmed earlier removed its rendezvous)."""
+    if not handoff_remote.cancel(root, lineage, token, alive=lambda: _alive(b, ns, name)):
+        return
     if _took_over(b, ns, name):
-        return  # a takeover confirmed earlier (its rendezvous removed since)
+        return
     try:
         BASE["delete_pod"](b, {"namespace": ns, "name": name, "grace_s": 0}, lambda *_: None)
     except errors.ClawpointError as exc:  # its wrapper exits by itself at its timeout
@@ -165,8 +165,7 @@ def _unmark(b: KubeContext, ns: str, name: str) -> bool:
 def _took_over(b: KubeContext, ns: str, name: str) -> bool:
     """The standby runs as the workload (unmarked): a takeover that already happened."""
     pod = _pod(b, ns, name)
-    notes = ((pod or {}).get("metadata") or {}).get("annotations") or {}
-    return pod is not None and _alive(b, ns, name) and STANDBY_ANNOTATION not in notes
+    return pod is not None and live(pod) and not is_standby(pod)
 
 
 def _pod(b: KubeContext, ns: str, name: str) -> Obj | None:
@@ -176,7 +175,7 @@ def _pod(b: KubeContext, ns: str, name: str) -> Obj | None:
 
 def _alive(b: KubeContext, ns: str, name: str) -> bool:
     pod = _pod(b, ns, name)
-    return pod is not None and (pod.get("status") or {}).get("phase") in ("Pending", "Running")
+    return pod is not None and live(pod)
 
 
 def _root(b: KubeContext) -> Any:
@@ -188,9 +187,3 @@ def _root(b: KubeContext) -> Any:
             hint="set [k8s] checkpoint_dir to the volume as mounted here, or live_handoff = false",
         )
     return store.root
-
-
-def _token(token: str) -> str:
-    if not token.isalnum() or len(token) > 32:
-        raise errors.InvalidInput(f"standby token {token!r} is not one")
-    return token

@@ -21,17 +21,16 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
 
 from core import errors
-from core.model import CheckpointInfo, validate_name
+from core.model import validate_name
+from core.specs import check_standby_token
 from core.wrapper.control import ControlClient
 
 SOCKET_WAIT_S = 60.0
-_TOKEN = re.compile(r"^[0-9a-f]{4,32}$")
 # How long a container may go without a wrapper holding the lineage's lock before the exec
 # concludes none runs here: the interpreter's start, or a restart after an exit.
 NO_WRAPPER_S = 5.0
@@ -118,17 +117,11 @@ def run_dir() -> Path:
     return load_settings().run_dir
 
 
-def _print_and_exit(info: CheckpointInfo) -> None:
-    sys.stdout.write(info.model_dump_json() + "\n")
+def _print_and_exit(line: str) -> None:
+    """The checkpoint as one JSON line (a handoff's: its fields and ``handoff``), then exit."""
+    sys.stdout.write(line + "\n")
     sys.stdout.flush()
     os._exit(0)  # the socket stays open until this process is gone
-
-
-def _print_dict_and_exit(result: dict[str, object]) -> None:
-    """A handoff's result: the checkpoint's fields and ``handoff`` (what became of it)."""
-    sys.stdout.write(json.dumps(result, default=str) + "\n")
-    sys.stdout.flush()
-    os._exit(0)
 
 
 def main(argv: list[str]) -> int:
@@ -141,8 +134,8 @@ def main(argv: list[str]) -> int:
         lineage = validate_name(argv[1], what="lineage")
         extra = argv[2:]
         token = extra[2] if extra[:2] == ["--stop", "--hand-over"] and len(extra) == 3 else None
-        if token is not None and not _TOKEN.match(token):
-            raise errors.InvalidInput(f"standby token {token!r} is not one", hint="see --help")
+        if token is not None:
+            check_standby_token(token)
         known = extra in ([], ["--stop"]) or token is not None
         if not known or (extra and argv[0] != "checkpoint"):
             raise errors.InvalidInput(f"unexpected arguments {extra!r}", hint="see --help")
@@ -151,16 +144,18 @@ def main(argv: list[str]) -> int:
         if argv[0] == "status":
             print(json.dumps(client.status(), default=str))
             return 0
-        if token is not None:  # a live move: the standby pod waits for this token's order
-            client.stop_and_hand_over_remote(token=token, on_result=_print_dict_and_exit)
-            raise errors.OperationFailed(  # on_result always exits; this is not reached
-                "the checkpoint's answer was not printed", hint="this is a bug; report it"
-            )
         # Print and exit before hanging up: after a stop checkpoint the wrapper (the
         # container's PID 1) ends once we hang up, and its end kills every process of the
         # container; exiting first leaves our output and our exit status 0 behind.
-        client.checkpoint(stop=bool(extra), on_info=_print_and_exit)
-        raise errors.OperationFailed(  # on_info always exits; this is not reached
+        if token is not None:  # a live move: the standby pod waits for this token's order
+            client.stop_and_hand_over_remote(
+                token=token, on_result=lambda r: _print_and_exit(json.dumps(r, default=str))
+            )
+        else:
+            client.checkpoint(
+                stop=bool(extra), on_info=lambda info: _print_and_exit(info.model_dump_json())
+            )
+        raise errors.OperationFailed(  # the callbacks always exit; this is not reached
             "the checkpoint's answer was not printed", hint="this is a bug; report it"
         )
     except errors.ClawpointError as exc:

@@ -26,7 +26,6 @@ it took over.
 from __future__ import annotations
 
 import copy
-import secrets
 from typing import Any
 
 from core.backends.kubernetes.builders import step
@@ -35,6 +34,7 @@ from core.backends.kubernetes.lineages import STANDBY_ANNOTATION
 from core.backends.kubernetes.pods import container_of, meta, require_wrapped
 from core.model import PlanStep
 from core.specs import STANDBY_ENV
+from core.wrapper import handoff
 
 Obj = dict[str, Any]
 
@@ -89,7 +89,7 @@ def live_move_steps(
     ``body``: the ordinary copy (the fallback's; the standby is made from it)."""
     m = meta(pod)
     ns, old, lineage = m["namespace"], m["name"], require_wrapped(pod)
-    token = secrets.token_hex(6)
+    token = handoff.new_token()
     name = b.next_pod_name(old)
     # The standby waits from its start: its wait, the source's exec, then its dump.
     wait_s = min(3600.0, b.cfg.checkpoint_timeout_s + b.cfg.start_timeout_s + 60.0)

@@ -25,6 +25,7 @@ from core.backends.kubernetes.lineages import lineage_of
 from core.backends.kubernetes.mutations import mutate
 from core.backends.kubernetes.pods import TERMINAL, container_of, live, meta, owner_kind
 from core.backends.kubernetes.resize import run_wait_resized
+from core.specs import check_standby_token
 
 log = logs.get_logger("clawpoint.kubernetes")
 Obj = dict[str, Any]
@@ -178,10 +179,7 @@ def _exec_checkpoint(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
     if args.get("stop"):
         argv.append("--stop")
     if args.get("stop") and args.get("hand_over"):  # a live move (``standby``, ``handoff``)
-        token = str(args["hand_over"])
-        if not token.isalnum() or len(token) > 32:
-            raise errors.InvalidInput(f"standby token {token!r} is not one")
-        argv += ["--hand-over", token]
+        argv += ["--hand-over", check_standby_token(str(args["hand_over"]))]
     code, out, err = exec_in(b, ns, pod, container, argv, float(args.get("timeout_s", 600)))
     if code != 0:
         raise _wrapper_error(out, err, code, f"the checkpoint of {lineage} in pod {ns}/{pod}")

@@ -28,7 +28,6 @@ preempts still requeue; one task on one node, as every wrapped job.
 from __future__ import annotations
 
 import re
-import secrets
 import time
 from typing import Any
 
@@ -42,7 +41,8 @@ from core.backends.slurm.sbatch import submitting_user
 from core.backends.slurm.step_args import StandbyArgs, TakeoverArgs, WaitStandbyArgs, read
 from core.engine_names import ENGINES
 from core.model import WorkloadState, validate_name
-from core.wrapper import handoff_remote
+from core.specs import check_standby_token
+from core.wrapper import handoff, handoff_remote
 
 Args = dict[str, Any]
 log = logs.get_logger("clawpoint.slurm")
@@ -61,7 +61,7 @@ def standby_submit(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
     except _NoStandby as exc:
         log.info("slurm.no_standby", job=job, why=str(exc))
         return {"standby": "", "token": "", "why": str(exc)}
-    token = secrets.token_hex(6)
+    token = handoff.new_token()
     comment = comment_fields(raw)  # the job's own comment: its owner could have edited it
     home = comment["home"] if comment.get("home", "").isdigit() else job
     label = ",".join([f"{b.cfg.marker}:{lineage}", *_kept(comment), f"standby={token}",
@@ -94,7 +94,7 @@ def wait_standby(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
     a = read(WaitStandbyArgs, args)
     if not a.standby:
         return {"node": "", "why": "no standby"}
-    standby, token = job_id(a.standby), _token(a.token)
+    standby, token = job_id(a.standby), check_standby_token(a.token)
     root = b.store(a.owner).root
     lineage = validate_name(a.lineage, what="lineage")
 
@@ -134,7 +134,7 @@ def takeover(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
     fields = base_steps.placement_fields(a.fields)
     why = "no standby"
     if a.standby:
-        standby, token = job_id(a.standby), _token(a.token)
+        standby, token = job_id(a.standby), check_standby_token(a.token)
         done = _taken_over(b, standby, lineage, a.owner)
         if done is not None:  # this step ran before, up to the relabel (a crash since)
             return done
@@ -282,14 +282,8 @@ def _alive(b: SlurmContext, standby: str) -> bool:
 
 
 def _drop(b: SlurmContext, root: Any, lineage: str, token: str, standby: str) -> None:
-    """Cancel a standby that has not taken the workload (never one that has). One that
-    claimed the order and whose job ended since died in its restore: its claim is void."""
-    if handoff_remote.state_of(root, lineage, token) == "ordered" and not _alive(b, standby):
-        handoff_remote.move(root, lineage, token, "ordered", "failed")
-    if handoff_remote.state_of(root, lineage, token) in ("taken", "ordered"):
-        return
-    handoff_remote.move(root, lineage, token, "waiting", "cancelled")
-    if handoff_remote.state_of(root, lineage, token) in ("taken", "ordered"):
+    """Cancel a standby that has not taken the workload (never one that has)."""
+    if not handoff_remote.cancel(root, lineage, token, alive=lambda: _alive(b, standby)):
         return  # it won the rename: it runs (or restores) the workload
     try:
         b.transport.run("scancel", [standby])
@@ -319,12 +313,6 @@ def _relabel(b: SlurmContext, standby: str, lineage: str) -> None:
         b.transport.run("scontrol", ["update", f"jobid={standby}", f"comment={label}"])
     except errors.ClawpointError as exc:
         log.warning("slurm.relabel_failed", job=standby, error=exc.message)
-
-
-def _token(token: str | None) -> str:
-    if not token or not token.isalnum() or len(token) > 32:
-        raise errors.InvalidInput(f"standby token {token!r} is not one")
-    return token
 
 
 def _bounded(timeout_s: float | None) -> float:
