@@ -27,10 +27,8 @@ machine plays every node: no network in the figure.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -40,8 +38,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.docs_section import write_section  # noqa: E402
 from bench.migration import Clawpoint, Watcher, command  # noqa: E402
+from bench.move_report import Rows, alternate, in_home, pause_table, publish, step_lines, step_times  # noqa: E402
 from core.backends.kubernetes.backend import KubernetesBackend  # noqa: E402
 from core.backends.kubernetes.config import KubernetesConfig  # noqa: E402
 from core.config import load_settings  # noqa: E402
@@ -87,37 +85,19 @@ class PodCounter:
         steps = {s.name: s.output or {} for s in done.execution.steps}
         moved = steps.get("takeover") or steps.get("wait_restored") or {}
         self.name, self.node = str(moved["pod"]), str(moved.get("node") or dest)
-        took = {
-            s.name: round((s.finished_at - s.started_at).total_seconds(), 3)
-            for s in done.execution.steps
-            if s.started_at is not None and s.finished_at is not None
-        }
         self.watch.wait_steps(20)
         return {**self.watch.freeze(t0, t1), "command_s": t1 - t0, "node": self.node,
-                "steps_s": took, "how": moved.get("how", "restart")}  # fmt: skip
+                "steps_s": step_times(done.execution), "how": moved.get("how", "restart")}  # fmt: skip
 
     def close(self) -> None:
         self.watch.stop()
         self.backend.close()
 
 
-def markdown(rows: dict[str, list[dict[str, Any]]], mb: int, machine: dict[str, Any]) -> str:
-    med = {k: statistics.median(r["freeze_s"] for r in v) for k, v in rows.items()}
-    ratio = {k: med[k] / med["local"] if med["local"] else float("nan") for k in rows}
-    runs = {k: ", ".join(f"{r['freeze_s']:.3f}" for r in v) for k, v in rows.items()}
+def markdown(rows: Rows, mb: int, machine: dict[str, Any]) -> str:
+    table, ratio = pause_table(rows, LABELS)
     handed = sum(r.get("how") == "handoff" for r in rows["live"])
     verdict = "met" if ratio["live"] <= TARGET_RATIO else "not met"
-    table = [
-        f"| {LABELS[k]} | {med[k]:.3f} s | x{ratio[k]:.2f} | {runs[k]} | "
-        f"{statistics.median(r['command_s'] for r in rows[k]):.2f} s |"
-        for k in rows
-    ]
-    steps = [
-        f"The {LABELS[k]}'s steps (the journal's start to end, median of the runs): "
-        + ", ".join(f"`{n}` {_median_step(rows[k], n):.2f} s" for n in rows[k][0]["steps_s"])
-        + "."
-        for k in ("live", "ordinary")
-    ]
     return "\n".join([
         "## Kubernetes migrate against the local handoff",
         "",
@@ -131,20 +111,14 @@ def markdown(rows: dict[str, list[dict[str, Any]]], mb: int, machine: dict[str, 
         f"interval. Machine: {machine['cpus']} CPUs, kernel {machine['kernel']}, load "
         f"{machine['load_before']:.2f} before, {machine['load_after']:.2f} after.",
         "",
-        "| move | median pause | / local | runs (s) | command wall (median) |",
-        "|---|---|---|---|---|",
         *table,
         "",
         f"Live move / local, medians: x{ratio['live']:.2f} (target <= {TARGET_RATIO}x: "
         f"{verdict}); {handed} of {len(rows['live'])} live moves were handoffs (the others "
         "fell back to the ordinary copy).",
         "",
-        *steps,
+        *step_lines(rows, LABELS, ("live", "ordinary")),
     ])  # fmt: skip
-
-
-def _median_step(runs: list[dict[str, Any]], name: str) -> float:
-    return statistics.median(r["steps_s"][name] for r in runs if name in r["steps_s"])
 
 
 def cluster(emu: Emulator, work: Path) -> FakeKubelet:
@@ -177,7 +151,6 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="k8s-move-bench-"))
     machine = {"cpus": os.cpu_count(), "kernel": platform.release(),
                "load_before": os.getloadavg()[0]}  # fmt: skip
-    rows: dict[str, list[dict[str, Any]]] = {"local": [], "live": [], "ordinary": []}
     pods: dict[str, PodCounter] = {}
     with Emulator(schema_version=KUBERNETES_VERSION) as emu:
         emu.namespace("default")
@@ -196,33 +169,19 @@ def main() -> int:
                     home = work / f"{kind}-home"
                     home.mkdir()
                     pods[kind] = PodCounter(emu, kubelet, home, cfg, args.mb, kind)
-                for rep in range(args.reps):
-                    for kind in rows:
-                        os.sync()
-                        time.sleep(1)
-                        if kind == "local":
-                            os.environ["CLAWPOINT_HOME"] = str(work / "local-home")
-                            got = local.move("stop-and-copy")
-                        else:
-                            os.environ["CLAWPOINT_HOME"] = str(work / f"{kind}-home")
-                            got = pods[kind].move()
-                        rows[kind].append(got)
-                        print(f"  rep {rep + 1} {kind:>8}: pause {got['freeze_s']:.3f} s "
-                              f"(command {got['command_s']:.2f} s) {got.get('how', '')} "
-                              f"{got.get('steps_s', '')}", flush=True)  # fmt: skip
+
+                rows = alternate(args.reps, {
+                    "local": in_home(work / "local-home", lambda: local.move("stop-and-copy")),
+                    "live": in_home(work / "live-home", pods["live"].move),
+                    "ordinary": in_home(work / "ordinary-home", pods["ordinary"].move),
+                })  # fmt: skip
             finally:
                 for p in pods.values():
                     p.close()
                 os.environ["CLAWPOINT_HOME"] = str(work / "local-home")
                 local.close()
     machine["load_after"] = os.getloadavg()[0]
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "k8s_migration.json").write_text(json.dumps({"machine": machine, **rows}, indent=2))
-    md = markdown(rows, args.mb, machine)
-    print(md)
-    if not args.no_docs:
-        write_section("k8s-migration", md)
+    publish("k8s-migration", machine, rows, markdown(rows, args.mb, machine), docs=not args.no_docs)
     return 0
 
 

@@ -27,10 +27,8 @@ wrapper's start and restore inside the pause.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,9 +39,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.docs_section import write_section  # noqa: E402
 from bench.elastic_slurm import CLUSTER, ensure_cluster  # noqa: E402
 from bench.migration import Clawpoint, Watcher, command  # noqa: E402
+from bench.move_report import (  # noqa: E402
+    Rows,
+    alternate,
+    in_home,
+    pause_table,
+    publish,
+    step_lines,
+    step_times,
+)
 from core.backends.slurm import SbatchSpec, SlurmBackend, submit  # noqa: E402
 from core.backends.slurm.config import SlurmConfig  # noqa: E402
 from core.backends.slurm.sbatch import job_homes  # noqa: E402
@@ -90,15 +96,9 @@ class SlurmCounter:
         moved = steps.get("takeover") or steps.get("wait_running") or {}
         self.node = str(moved.get("node") or dest)
         self.job = str(moved.get("job") or self.job)  # a live move's standby job runs it now
-        # Where the command's time went, step by step (the journal's start and end).
-        took = {
-            s.name: round((s.finished_at - s.started_at).total_seconds(), 3)
-            for s in done.execution.steps
-            if s.started_at is not None and s.finished_at is not None
-        }
         self.watch.wait_steps(20)
         return {**self.watch.freeze(t0, t1), "command_s": t1 - t0, "node": self.node,
-                "steps_s": took, "how": moved.get("how", "restart")}  # fmt: skip
+                "steps_s": step_times(done.execution), "how": moved.get("how", "restart")}  # fmt: skip
 
     def close(self) -> None:
         self.watch.stop()
@@ -109,17 +109,10 @@ class SlurmCounter:
 LABELS = {"local": "local handoff", "slurm": "Slurm live move", "requeue": "Slurm requeue"}
 
 
-def markdown(rows: dict[str, list[dict[str, Any]]], mb: int, machine: dict[str, Any]) -> str:
-    med = {k: statistics.median(r["freeze_s"] for r in v) for k, v in rows.items()}
-    ratio = {k: med[k] / med["local"] if med["local"] else float("nan") for k in rows}
-    runs = {k: ", ".join(f"{r['freeze_s']:.3f}" for r in v) for k, v in rows.items()}
+def markdown(rows: Rows, mb: int, machine: dict[str, Any]) -> str:
+    table, ratio = pause_table(rows, LABELS)
     handed = sum(r.get("how") == "handoff" for r in rows["slurm"])
     verdict = "met" if ratio["slurm"] <= TARGET_RATIO else "not met"
-    table = [
-        f"| {LABELS[k]} | {med[k]:.3f} s | x{ratio[k]:.2f} | {runs[k]} | "
-        f"{statistics.median(r['command_s'] for r in rows[k]):.2f} s |"
-        for k in rows
-    ]
     return "\n".join(
         [
             "## Slurm migrate against the local handoff",
@@ -134,29 +127,15 @@ def markdown(rows: dict[str, list[dict[str, Any]]], mb: int, machine: dict[str, 
             f"usual step interval. Machine: {machine['cpus']} CPUs, kernel {machine['kernel']}, "
             f"load {machine['load_before']:.2f} before, {machine['load_after']:.2f} after.",
             "",
-            "| move | median pause | / local | runs (s) | command wall (median) |",
-            "|---|---|---|---|---|",
             *table,
             "",
             f"Live move / local, medians: x{ratio['slurm']:.2f} (target <= {TARGET_RATIO}x: "
             f"{verdict}); {handed} of {len(rows['slurm'])} live moves were handoffs (the others "
             "fell back to the requeue).",
             "",
-            *(
-                f"The {LABELS[k]}'s steps (the journal's start to end, median of the runs): "
-                + ", ".join(
-                    f"`{name}` {_median_step(rows[k], name):.2f} s"
-                    for name in rows[k][0]["steps_s"]
-                )
-                + "."
-                for k in ("slurm", "requeue")
-            ),
+            *step_lines(rows, LABELS, ("slurm", "requeue")),
         ]
     )
-
-
-def _median_step(runs: list[dict[str, Any]], name: str) -> float:
-    return statistics.median(r["steps_s"][name] for r in runs if name in r["steps_s"])
 
 
 def main() -> int:
@@ -181,37 +160,23 @@ def main() -> int:
                "load_before": os.getloadavg()[0]}  # fmt: skip
     local = Clawpoint(work / "local-home", "bench-local-move", command("counter", args.mb))
     jobs: dict[str, SlurmCounter] = {}
-    rows: dict[str, list[dict[str, Any]]] = {"local": [], "slurm": [], "requeue": []}
     try:
         for kind, home in homes.items():
             os.environ["CLAWPOINT_HOME"] = str(home)
             jobs[kind] = SlurmCounter(home, args.mb, kind)
-        for rep in range(args.reps):
-            for kind in rows:
-                os.sync()
-                time.sleep(1)
-                if kind == "local":
-                    got = local.move("stop-and-copy")
-                else:
-                    os.environ["CLAWPOINT_HOME"] = str(homes[kind])  # Clawpoint sets its own
-                    got = jobs[kind].move()
-                rows[kind].append(got)
-                print(f"  rep {rep + 1} {kind:>7}: pause {got['freeze_s']:.3f} s "
-                      f"(command {got['command_s']:.2f} s) {got.get('how', '')} "
-                      f"{got.get('steps_s', '')}", flush=True)  # fmt: skip
+        rows = alternate(args.reps, {
+            "local": in_home(work / "local-home", lambda: local.move("stop-and-copy")),
+            "slurm": in_home(homes["slurm"], jobs["slurm"].move),
+            "requeue": in_home(homes["requeue"], jobs["requeue"].move),
+        })  # fmt: skip
     finally:
         for job in jobs.values():
             job.close()
         os.environ["CLAWPOINT_HOME"] = str(work / "local-home")
         local.close()
     machine["load_after"] = os.getloadavg()[0]
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "slurm_migration.json").write_text(json.dumps({"machine": machine, **rows}, indent=2))
-    md = markdown(rows, args.mb, machine)
-    print(md)
-    if not args.no_docs:
-        write_section("slurm-migration", md)
+    publish("slurm-migration", machine, rows, markdown(rows, args.mb, machine),
+            docs=not args.no_docs)  # fmt: skip
     return 0
 
 
