@@ -142,9 +142,14 @@ def leftovers(store_dir: Path) -> list[str]:
     return sorted(p.name for p in store_dir.rglob(".handoff/*") if ".job-" not in p.name)
 
 
-def start_on_n1(emu: Any, kubelet: Any, lineage: str, **env: str) -> int:
+def start_on_n1(
+    emu: Any, kubelet: Any, lineage: str, container: dict[str, Any] | None = None, **env: str
+) -> int:
+    """The wrapped counter ``lineage`` running on n1 (its container's fields updated with
+    ``container``, ``env`` added); its step once it has made progress."""
     manifest = wrapped_pod(lineage, lineage)
     manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "n1"}
+    manifest["spec"]["containers"][0].update(container or {})
     manifest["spec"]["containers"][0]["env"] += [{"name": k, "value": v} for k, v in env.items()]
     emu.seed(manifest)
     wait_for(f"{lineage} on n1", lambda: running(emu, lineage))
@@ -215,15 +220,11 @@ def test_the_files_a_workload_writes_go_with_it_to_the_standby(
     # Its output goes to a file in the pod's own emptyDir, open for writing: the standby's
     # emptyDir has no such file, so CRIU could not restore the staged images there. The
     # source publishes first and the standby's restore puts the file back (files.put_back).
-    manifest = wrapped_pod("writer", "writer")
-    manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "n1"}
-    manifest["spec"]["containers"][0]["args"] = [
+    output = [
         "sh", "-c", "exec python -m core.workloads.counter --state-mb 8 --step-seconds 0.02 "
         "--print-every 5 > \"$CLAWPOINT_HOME/out.log\"",
     ]  # fmt: skip
-    emu.seed(manifest)
-    wait_for("writer on n1", lambda: running(emu, "writer"))
-    before = int(wait_for("progress", lambda: (s := step_of(kubelet, "writer")) > 20 and s))
+    before = start_on_n1(emu, kubelet, "writer", {"args": output})
     result = act(svc, Action.MIGRATE, "k8s:Pod/default/writer", to="k8s:n3")
     took = {s.name: s.output for s in result.execution.steps}["takeover"]
     assert (took["how"], took["node"]) == ("handoff", "n3"), took
@@ -250,15 +251,10 @@ def test_a_standby_that_cannot_fit_beside_its_source_gives_way_at_once(
     # the source's 5 do not fit on an 8-CPU node until the source has ended. The standby is
     # dropped as soon as the scheduler says so, and the ordinary copy takes the room after.
     size = {"cpu": "5", "memory": "512Mi"}
-    manifest = wrapped_pod("big", "big")
-    manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "n1"}
-    manifest["spec"]["containers"][0]["resources"] = {"limits": size, "requests": dict(size)}
-    manifest["spec"]["containers"][0]["resizePolicy"] = [
-        {"resourceName": "cpu", "restartPolicy": "RestartContainer"}
-    ]
-    emu.seed(manifest)
-    wait_for("big on n1", lambda: running(emu, "big"))
-    before = int(wait_for("progress", lambda: (s := step_of(kubelet, "big")) > 20 and s))
+    before = start_on_n1(emu, kubelet, "big", {
+        "resources": {"limits": size, "requests": dict(size)},
+        "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "RestartContainer"}],
+    })  # fmt: skip
     result = act(svc, Action.RESIZE, "k8s:Pod/default/big", cpus=6)
     steps = {s.name: s for s in result.execution.steps}
     assert "does not fit" in steps["wait_standby"].output["why"], steps["wait_standby"].output
