@@ -38,6 +38,7 @@ import os
 import re
 import secrets
 import socket
+import stat
 import subprocess
 import threading
 import time
@@ -140,6 +141,21 @@ def read(store_root: Path, lineage: str, token: str, state: State) -> Rendezvous
         return None
 
 
+def _ours(store_root: Path, lineage: str, token: str) -> Rendezvous | None:
+    """A waiting rendezvous a source may use: a regular file of its own user (its standby
+    runs as the same user). Another user who can write the directory (a shared volume's
+    other pods) cannot plant one that steers the workload to a listener of theirs."""
+    path = _path(store_root, lineage, token, "waiting")
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        log.warning("wrapper.rendezvous_not_ours", path=str(path), uid=st.st_uid)
+        return None
+    return read(store_root, lineage, token, "waiting")
+
+
 def find_waiting(store_root: Path, lineage: str, source_job: str) -> Rendezvous | None:
     """The newest waiting standby of ``lineage`` that ``source_job`` may hand over to."""
     d = rendezvous_dir(store_root)
@@ -147,7 +163,7 @@ def find_waiting(store_root: Path, lineage: str, source_job: str) -> Rendezvous 
     with contextlib.suppress(OSError):
         for p in d.glob(f"{lineage}.*.waiting.json"):
             token = p.name[len(lineage) + 1 :].split(".")[0]
-            r = read(store_root, lineage, token, "waiting") if _TOKEN.match(token) else None
+            r = _ours(store_root, lineage, token) if _TOKEN.match(token) else None
             if r is not None and r.source_job == source_job and r.lineage == lineage:
                 found.append(r)
     return max(found, key=lambda r: r.created_at) if found else None
@@ -157,7 +173,7 @@ def find_named(store_root: Path, lineage: str, token: str) -> Rendezvous | None:
     """The waiting standby ``token`` of ``lineage`` (a move's exec names it), if it waits."""
     if not _TOKEN.match(token):
         return None
-    r = read(store_root, lineage, token, "waiting")
+    r = _ours(store_root, lineage, token)
     return r if r is not None and r.lineage == lineage and r.token == token else None
 
 

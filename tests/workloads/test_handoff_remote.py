@@ -6,6 +6,7 @@ Slurm cluster, is tests/slurm/test_live_handoff.py.)"""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import stat
 import threading
@@ -190,3 +191,26 @@ def test_bad_tokens_and_jobs_are_refused_before_anything_listens(tmp_path: Path)
         with pytest.raises(errors.InvalidInput):
             hr.TcpStandby(tmp_path, "lin", token, job, node=None)
     assert not (tmp_path / hr.RENDEZVOUS_DIR).exists()
+
+
+@pytest.mark.parametrize("plant", ["another user's file", "a link"])
+def test_a_source_never_uses_a_rendezvous_another_user_planted(tmp_path: Path, plant: str) -> None:
+    # Whoever else can write the directory (the other pods of a shared checkpoint volume)
+    # must not steer the workload to a listener of theirs: a source takes only a regular
+    # file of its own user, whatever it says.
+    s = standby(tmp_path)
+    try:
+        f = tmp_path / hr.RENDEZVOUS_DIR / "lin.a1b2c3.waiting.json"
+        assert hr.find_named(tmp_path, "lin", "a1b2c3") is not None  # its own: used
+        if plant == "a link":
+            real = tmp_path / "elsewhere.json"
+            f.rename(real)
+            f.symlink_to(real)
+        elif os.geteuid() == 0:
+            os.chown(f, 4242, 4242)
+        else:
+            pytest.skip("making a file of another user needs root")
+        assert hr.find_named(tmp_path, "lin", "a1b2c3") is None
+        assert hr.find_waiting(tmp_path, "lin", "41") is None
+    finally:
+        s.close()
