@@ -91,11 +91,15 @@ def test_the_ordinary_move_where_a_standby_could_run_twice_or_is_turned_off(
 ) -> None:
     emu.seed(node("n1"), node("n2"), running_pod("p", "n1", restartPolicy=policy))
     b = plan_backend(emu, tmp_path if mounted else None, live_handoff=live)
-    ops = [s.op for s in b.plan(Action.MIGRATE, "k8s:Pod/default/p", {"to": "n2"}).steps]
+    steps = b.plan(Action.MIGRATE, "k8s:Pod/default/p", {"to": "n2"}).steps
+    ops = [s.op for s in steps]
     assert "wait_standby" not in ops and "takeover" not in ops
     if policy == "Never":  # stop, wait, then the copy (which restores), then delete
         assert ops == ["exec_checkpoint", "wait_pod_ended", "create_pod", "wait_restored",
                        "delete_pod"]  # fmt: skip
+        create = next(s for s in steps if s.op == "create_pod")
+        said = "live_handoff = false" if not live else "checkpoint_dir"
+        assert "not a live move" in create.description and said in create.description
     b.close()
 
 

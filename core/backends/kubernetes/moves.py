@@ -79,8 +79,11 @@ def move_pod_steps(
             step(f"{prefix}create", "create_pod", f"create pod {ns}/{new_name} {where} ({same}; its wrapper restores {lineage})", namespace=ns, body=body),
             wait_restored_step(b, f"{prefix}wait_restored", ns, f"metadata.name={new_name}", lineage, f"${prefix}checkpoint.seq"),
         ]  # fmt: skip
-    if take_checkpoint and standby.why_not_live(b, pod) is None:
+    not_live = standby.why_not_live(b, pod) if take_checkpoint else None
+    if take_checkpoint and not_live is None:
         return standby.live_move_steps(b, pod, body, where=where, prefix=prefix)
+    if not_live is not None:  # the plan says why this move stops the pod before its copy
+        same += f"; not a live move: {not_live}"
     if take_checkpoint:
         steps.append(checkpoint_step(b, pod, stop=True, prefix=prefix))
         steps.append(
