@@ -190,7 +190,10 @@ def test_a_standby_requeued_before_any_order_restores_nothing(
     # Once it pends (Slurm sets its begin time 2 min ahead when the requeue completes):
     backend.wait_until("the standby to pend", 60,
                        lambda: backend.get_workload(standby).state is WorkloadState.PENDING)  # fmt: skip
-    sh("scontrol", "update", f"jobid={standby}", "StartTime=now")
+    # Not within the second its first run's credential was revoked: slurmd kills a launch
+    # whose credential is not newer, in whole seconds ("Job credential revoked"; Slurm's
+    # src/common/slurm_cred.c, cred->ctime <= j->revoked), as wait_running knows too.
+    sh("scontrol", "update", f"jobid={standby}", "StartTime=now+2")
     backend.wait_until("the requeued standby to end", 120,
                        lambda: backend.get_workload(standby).state is WorkloadState.COMPLETED)  # fmt: skip
     assert lineage_jobs(lineage) == [(job, "R", w.node)]
