@@ -323,13 +323,23 @@ class CheckpointStore:
             ) from exc
         info.extra.pop(disk.UNTRUSTED_REASON, None)  # only ever set here, never believed from disk
         info.extra.pop(disk.UNVERIFIED_REASON, None)
-        status, reason = trust.authenticate(path, raw, info, owner, uid=self.uid, key=self.key)
+        try:
+            status, reason = trust.authenticate(path, raw, info, owner, uid=self.uid, key=self.key)
+            corrupt = None
+            if status is not CheckpointStatus.UNTRUSTED and (path / disk.CORRUPT_MARK).exists():
+                corrupt = (path / disk.CORRUPT_MARK).read_text(errors="replace")
+        except FileNotFoundError as exc:
+            # Deleted after its manifest was read: retention pruned it, or someone deleted it.
+            raise errors.NotFound(
+                f"checkpoint {path.parent.name}@{path.name} was deleted while being read",
+                hint="list the checkpoints again to see which exist",
+            ) from exc
         if status is CheckpointStatus.UNTRUSTED:
             info.status = status
             info.extra[disk.UNTRUSTED_REASON] = reason
-        elif (path / disk.CORRUPT_MARK).exists():
+        elif corrupt is not None:
             info.status = CheckpointStatus.CORRUPT
-            info.extra["corrupt_reason"] = (path / disk.CORRUPT_MARK).read_text(errors="replace")
+            info.extra["corrupt_reason"] = corrupt
         else:
             info.status = status
             if reason:
@@ -363,9 +373,18 @@ class CheckpointStore:
                     found.append((d, owner))
         out: builtins.list[CheckpointInfo] = []
         for d, owner in found:
-            for p in self._published(d):
+            try:
+                published = self._published(d)
+            except FileNotFoundError:  # the lineage's last checkpoint was deleted meanwhile
+                continue
+            for p in published:
                 try:
                     out.append(self._load(p, owner))
+                except errors.NotFound:
+                    # Pruned by retention (a periodic checkpoint's publish keeps the newest
+                    # N) or deleted between the directory listing and its read: not listed,
+                    # as it would not be a moment later. A listing never fails for it.
+                    continue
                 except errors.CorruptCheckpoint as exc:
                     log.warning("checkpoint.unreadable_manifest", path=str(p), error=str(exc))
         for info in out:

@@ -107,6 +107,35 @@ def test_retention_keeps_newest_good(tmp_path: Path) -> None:
     assert {i.id for i in store2.list("w2")} == {a, b}
 
 
+@pytest.mark.parametrize("all_lineages", [False, True])
+def test_a_checkpoint_pruned_while_listed_is_left_out_not_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, all_lineages: bool
+) -> None:
+    """Retention (another process's publish) deletes a checkpoint between the listing of its
+    lineage and the read of its directory: the listing goes on without it. Before, the
+    authenticity check's lstat raised FileNotFoundError and `clawpoint checkpoints` showed a
+    traceback (met by an ordinary user's listing beside a 2 s periodic checkpoint)."""
+    from core.store import perms
+
+    store = stores.keyed(tmp_path, keep=5)
+    old, new = _make(store, "w1"), _make(store, "w1")
+    old_dir = store.path_of(old)
+    assert old_dir is not None
+    read = perms.read_nofollow
+
+    def read_then_prune(path: Path) -> bytes | None:
+        raw = read(path)
+        if path.parent == old_dir and old_dir.exists():
+            shutil.rmtree(old_dir)  # what apply_retention does, right after the manifest read
+        return raw
+
+    monkeypatch.setattr(perms, "read_nofollow", read_then_prune)
+    listed = store.list(None if all_lineages else "w1")
+    assert [i.id for i in listed] == [new] and listed[0].status is CheckpointStatus.GOOD
+    with pytest.raises(errors.NotFound):  # one checkpoint asked for by id: it is gone, said so
+        store.get(old)
+
+
 def _killed_mid_publish(root: str) -> None:
     store = stores.keyed(Path(root))
     pending = store.begin("w1", engine="test", node=None)
