@@ -307,7 +307,13 @@ def validate_runbook(data: Any, *, source: str = "<runbook>") -> Runbook:
     return rb
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+# libyaml's parser where PyYAML was built with it (the wheels are): the pure-Python one took
+# 20 ms per runbook, most of an MCP server's start-up beyond the SDK's own imports. Both build
+# the same nodes for the constructor below and refuse the same documents.
+_SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _UniqueKeyLoader(_SafeLoader):  # type: ignore[misc]
     """Safe YAML loading that refuses duplicate keys (PyYAML keeps the last one silently)."""
 
 
@@ -320,7 +326,8 @@ def _mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]
                 None, None, f"duplicate key {key!r}", key_node.start_mark
             )
         seen.add(key)
-    return loader.construct_mapping(node)
+    mapping: dict[Any, Any] = loader.construct_mapping(node)
+    return mapping
 
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
