@@ -198,3 +198,20 @@ def test_a_restart_that_fails_puts_the_job_back_as_it_was(
     assert _allocation(job) == before  # 1 CPU, 300M, on n1, running
     saved = ex.result["outputs"]["wait_checkpoint"]["checkpoint"]
     assert_resumed(backend, lineage, job, saved)
+
+
+def test_start_now_of_a_job_slurm_already_started_is_what_was_wanted(
+    backend: SlurmBackend, counter: tuple[str, str]
+) -> None:
+    """A released job that Slurm starts before the step that asks it to start now (a busy
+    machine: a resize's put_back failed that way in CI, its job running again): Slurm's "no
+    longer pending" is the job started, not a failure. What else it refuses still fails."""
+    job, _ = counter
+
+    def quiet(*_: object) -> None:
+        return None
+
+    out = backend.run_step("update_job", {"job": job, "fields": {"StartTime": "now"}}, quiet)
+    assert out["job"] == job and _allocation(job)["JobState"] == "RUNNING"
+    with pytest.raises(errors.OperationFailed):  # a running job is never resized in place
+        backend.run_step("update_job", {"job": job, "fields": {"NumCPUs": "2"}}, quiet)

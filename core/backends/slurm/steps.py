@@ -151,8 +151,23 @@ def update_job(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
     a = read(UpdateJobArgs, args)
     job, fields = job_id(a.job), a.fields
     pairs = _field_pairs(fields)
-    b.transport.run("scontrol", ["update", f"jobid={job}", *pairs])
+    try:
+        b.transport.run("scontrol", ["update", f"jobid={job}", *pairs])
+    except errors.OperationFailed:
+        if set(fields) != {"StartTime"} or not _started(b, job):
+            raise
+        # Released a moment before, Slurm started it before this asked it to start now
+        # ("Job is no longer pending execution"): what the step was for. Failing here
+        # failed a move or a resize's put_back whose job already ran (a busy machine).
+        log.info("slurm.started_before_start_now", job=job)
     return {"job": job, **{k: str(v) for k, v in fields.items()}}
+
+
+def _started(b: SlurmContext, job: str) -> bool:
+    """The job left the queue: it runs, or ran and ended (``wait_running`` handles that)."""
+    w = maybe_job(b, job)
+    started = (WorkloadState.RUNNING, WorkloadState.COMPLETED, WorkloadState.FAILED)
+    return w is not None and w.state in started
 
 
 def release(b: SlurmContext, args: Args, progress: ProgressFn) -> Args:
