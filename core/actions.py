@@ -473,6 +473,13 @@ def command(action: Action, interface: Interface) -> str:
     return s.runbook_call if interface is Interface.RUNBOOK else s.mcp_tool
 
 
+def undo_step(action: Action, target: object, **args: Any) -> str:
+    """A plan's way back, ``action`` on ``target``, as a neutral next step
+    (``core.errors.step``): an agent reads the tool call, a person the command."""
+    s = CATALOGUE[action]
+    return errors.step(s.mcp_tool, **{s.target.value: str(target)}, **args)
+
+
 def _arg(name: str, interface: Interface) -> str:
     return "--" + name.replace("_", "-") if interface is Interface.CLI else name
 

@@ -15,7 +15,14 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    model_serializer,
+)
 
 from core import errors
 from core.schema_base import Model
@@ -451,6 +458,11 @@ class PlanScope(Model):
         return {k: v for k, v in data.items() if k in self.model_fields_set}
 
 
+# Serialization context of a record written to the state database: next steps stay neutral.
+STORED = "stored"
+STORED_CONTEXT = {STORED: True}
+
+
 class Plan(Model):
     action: Action
     target: str
@@ -493,6 +505,18 @@ class Plan(Model):
 
     def sealed(self) -> Plan:
         return self.model_copy(update={"hash": self.compute_hash()})
+
+    def undo(self, renderer: errors.StepRenderer = errors.as_tool_call) -> str:
+        """``rollback`` as an interface shows it: its next step (``core.errors.step``) as a
+        tool call (MCP, runbooks, approval messages) or, with the CLI's renderer, the
+        command a person types. The stored text stays neutral, so every reader gets its own."""
+        return errors.render(self.rollback, renderer)
+
+    @field_serializer("rollback")
+    def _rollback_said(self, rollback: str, info: SerializationInfo) -> str:
+        # What leaves the process (MCP, runbooks, the audit) reads one text with the tool
+        # call; the state database keeps the neutral form (``STORED``) for the CLI's words.
+        return rollback if (info.context or {}).get(STORED) else errors.render(rollback)
 
 
 class ExecutionStatus(StrEnum):

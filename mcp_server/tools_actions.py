@@ -75,7 +75,7 @@ def _question(plan: Plan) -> str:
     lines = [plan.summary + ".", f"Risk: {plan.risk.value}."]
     if plan.expected_pause_s is not None:
         lines.append(f"Expected pause: about {plan.expected_pause_s:.0f} s.")
-    for label, text in (("Saves", plan.saves), ("Cost", plan.cost_effect), ("Undo", plan.rollback)):
+    for label, text in (("Saves", plan.saves), ("Cost", plan.cost_effect), ("Undo", plan.undo())):
         if text:
             lines.append(f"{label}: {text}.")
     lines.append("Approve this exact plan?")

@@ -22,8 +22,9 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from core import errors
+from core.actions import undo_step
 from core.backends.base import PlanDraft
-from core.model import NodeInfo, PlanScope, PlanStep, PoolInfo, RiskClass
+from core.model import Action, NodeInfo, PlanScope, PlanStep, PoolInfo, RiskClass
 
 
 @runtime_checkable
@@ -108,7 +109,7 @@ def grow_draft(
         steps=steps,
         summary=f"Grow {pool.id} from {pool.size} to {size} node(s): {', '.join(added)}",
         saves="nothing to save: no work moves",
-        rollback=f"shrink it again: clawpoint pools scale {pool.id} --size {pool.size}",
+        rollback=f"shrink it again: {undo_step(Action.SCALE_POOL, pool.id, size=pool.size)}",
         cost_effect=cost_note(per_hour),
         scope=scope,
         risk=scale_risk(moves=0),
@@ -134,7 +135,7 @@ def shrink_draft(
         f"{', '.join(sorted(gone))}; {what}",
         saves=f"the full state of every {unit} on those nodes" if moved or held
         else "nothing to save: those nodes are idle",
-        rollback=f"grow it again: clawpoint pools scale {pool.id} --size {pool.size}",
+        rollback=f"grow it again: {undo_step(Action.SCALE_POOL, pool.id, size=pool.size)}",
         cost_effect=cost_note(per_hour),
         scope=scope,
         risk=scale_risk(moves=len(moved) + len(held)),

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from core import errors
 from core.action_params import ResizeParams
+from core.actions import undo_step
 from core.backends.base import PlanDraft
-from core.model import NodeHealth, NodeInfo, PlanScope, PlanStep, RiskClass, WorkloadInfo
+from core.model import Action, NodeHealth, NodeInfo, PlanScope, PlanStep, RiskClass, WorkloadInfo
 from core.sizes import memory_text
 
 
@@ -192,20 +194,21 @@ def resize_risk(*, moves: bool, gives_less: bool) -> RiskClass:
 
 
 def _undo(workload: WorkloadInfo, before: Size) -> str:
-    """How a person puts the old size back (plan text is plain words, like every plan's
-    rollback; a limit that was not set cannot be unset by a resize, so it says so)."""
-    args = []
+    """How the old size is put back (a neutral next step, like every plan's rollback: the
+    tool call for an agent, the command for a person; a limit that was not set cannot be
+    unset by a resize, so it says so)."""
+    args: dict[str, Any] = {}
     if before.cpus is not None:
-        args.append(f"--cpus {before.cpus:g}")
+        args["cpus"] = f"{before.cpus:g}"
     if before.memory_mb is not None:
-        args.append(f"--memory {memory_text(before.memory_mb)}")
+        args["memory"] = memory_text(before.memory_mb)
     if before.gpus or before.gpu_class:
-        args.append(f"--gpus {before.gpus}")
+        args["gpus"] = before.gpus
     if before.gpu_class:
-        args.append(f"--gpu-class {before.gpu_class}")
+        args["gpu_class"] = before.gpu_class
     if not args:
         return f"none by resize: {workload.id} had no limits (migrate or restart it without them)"
-    return f"resize it back: clawpoint resize {workload.id} {' '.join(args)}"
+    return f"resize it back: {undo_step(Action.RESIZE, workload.id, **args)}"
 
 
 def resize_draft(

@@ -46,7 +46,11 @@ def _show_plan(plan: Plan) -> None:
         output.plain(f"  {i}. {step.description}")
     if plan.expected_pause_s is not None:
         output.plain(f"  expected pause: ~{plan.expected_pause_s:.1f} s")
-    for label, text in (("saves", plan.saves), ("cost", plan.cost_effect), ("undo", plan.rollback)):
+    for label, text in (
+        ("saves", plan.saves),
+        ("cost", plan.cost_effect),
+        ("undo", plan.undo(wording.cli)),
+    ):
         if text:
             output.plain(f"  {label}: {text}")
 
@@ -101,8 +105,8 @@ def _act(
 
 
 def in_cli_words(result: ActionResult) -> ActionResult:
-    """``result`` with the next steps of its execution's errors named as commands
-    (``core.cli.wording``) instead of MCP tools, as the journal recorded them neutrally."""
+    """``result`` with the next steps of its execution's errors and its plan's rollback named
+    as commands (``core.cli.wording``) instead of MCP tools, as they are recorded neutrally."""
 
     def cli(text: str | None, neutral: str | None) -> str | None:
         return errors.render(neutral, wording.cli) if neutral else text
@@ -117,7 +121,8 @@ def in_cli_words(result: ActionResult) -> ActionResult:
             said["result"] = {**ex.result, "error": error}
         ex = ex.model_copy(update=said)
     message = cli(result.message, result.message_neutral) or result.message
-    return result.model_copy(update={"execution": ex, "message": message})
+    plan = wording.plan_in_cli_words(result.plan) if result.plan is not None else None
+    return result.model_copy(update={"execution": ex, "message": message, "plan": plan})
 
 
 def _render_result(result: ActionResult, *, json_: bool) -> None:

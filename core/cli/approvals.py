@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from core import errors
-from core.cli import output
+from core.cli import output, wording
 from core.config import load_settings
 from core.guardrails.approvals import MAX_PAGE, ApprovalStatus
 from core.model import Action, Principal, PrincipalKind
@@ -82,6 +82,7 @@ def show(approval_id: Annotated[str, typer.Argument(metavar="ID")], json_: JsonO
     any other (approved, denied, used, expired, locked) with its state, for review."""
     service = _service()
     view = service.get_approval(approval_id)
+    view = view.model_copy(update={"plan": wording.plan_in_cli_words(view.plan)})
     text = service.approval_text(approval_id, principal=_person())
     if json_:
         return output.emit_json({"approval": view, "text": text})

@@ -18,9 +18,14 @@ live tool list and the CLI's commands, so that happens only for a tool with no c
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from core import actions
 
-__all__ = ["READS", "cli"]
+if TYPE_CHECKING:
+    from core.model import Plan
+
+__all__ = ["READS", "cli", "plan_in_cli_words"]
 
 # Read tools -> (the command's words, the argument given positionally, if any).
 READS: dict[str, tuple[str, str | None]] = {
@@ -65,3 +70,8 @@ def cli(name: str, args: dict[str, str]) -> str:
             spelled = _option(key) if value == "true" else f"{_option(key)} {value}"
         said.append(spelled)
     return "'" + " ".join(said) + "'"
+
+
+def plan_in_cli_words(plan: Plan) -> Plan:
+    """``plan`` with its rollback named as the command (it is recorded neutrally)."""
+    return plan.model_copy(update={"rollback": plan.undo(cli)})

@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from core import errors
-from core.model import Plan, Principal, utcnow
+from core.model import STORED_CONTEXT, Plan, Principal, utcnow
 
 MAX_PAGE = 500  # requests per page at most
 SUPERSEDED = "superseded: the situation it was planned for changed; a new request replaces it"
@@ -119,7 +119,7 @@ def insert_pending(
         "status, code_hash, created_at, expires_at, needs, action, target, identity) "
         "VALUES(?,?,?,?,?,?,'pending',?,?,?,?,?,?,?)",
         (
-            approval_id, plan.hash, plan.model_dump_json(), requester.id,
+            approval_id, plan.hash, plan.model_dump_json(context=STORED_CONTEXT), requester.id,
             requester.kind.value, reason, code_hash, utcnow().isoformat(),
             expires_at.isoformat(), needs, plan.action.value, plan.target, identity,
         ),

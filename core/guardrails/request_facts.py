@@ -35,7 +35,7 @@ from core.schema_base import Model
 NOTICE_TRIGGERS = ("spot-interruption", "maintenance")
 # A notice the watch recorded with a deadline says so in its detail ("aws terminate at ...").
 _HAS_DEADLINE = re.compile(r" at \d\d:\d\d:\d\d UTC")
-_TO_NODE = re.compile(r"--to\s+(\S+)")
+_TO_NODE = re.compile(r"(?:--to\s+|\bto=)([^\s,)]+)")  # a command's --to, a tool call's to=
 LOSS_BY_RISK = {
     RiskClass.READ: "Nothing: it only reads.",
     RiskClass.SAFE: "Nothing: it only adds a checkpoint; the workload keeps running.",
@@ -203,7 +203,7 @@ def _if_nothing(plan: Plan, situation: Situation, deadline_at: datetime | None) 
 
 def _undo(plan: Plan, situation: Situation) -> str:
     """The plan's undo, unless it sends the workload onto a node that cannot take it."""
-    undo = plan.rollback.strip() or "no undo stated: treat as one-way"
+    undo = plan.undo().strip() or "no undo stated: treat as one-way"
     match = _TO_NODE.search(undo)
     if match is None:
         return undo

@@ -25,6 +25,7 @@ from typing import Any
 
 from core import errors, processes
 from core.model import (
+    STORED_CONTEXT,
     Action,
     Execution,
     ExecutionStatus,
@@ -88,7 +89,11 @@ class Journal:
         with self.db.write() as conn:
             conn.execute(
                 "INSERT OR IGNORE INTO plans(hash, body, created_at) VALUES(?, ?, ?)",
-                (plan.hash, plan.model_dump_json(), plan.created_at.isoformat()),
+                (
+                    plan.hash,
+                    plan.model_dump_json(context=STORED_CONTEXT),
+                    plan.created_at.isoformat(),
+                ),
             )
 
     def get_plan(self, plan_hash: str) -> Plan:

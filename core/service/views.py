@@ -141,7 +141,7 @@ def plan(p: Plan, *, detail: bool = False) -> dict[str, Any]:
         "action": p.action.value, "target": p.target, "to": p.scope.target_node,
         "risk": p.risk.value, "summary": p.summary, "steps": [s.description for s in p.steps],
         "expected_pause_s": p.expected_pause_s, "saves": p.saves,
-        "cost_effect": p.cost_effect, "rollback": p.rollback, "hash": p.hash,
+        "cost_effect": p.cost_effect, "rollback": p.undo(), "hash": p.hash,
     })  # fmt: skip
 
 

@@ -32,6 +32,7 @@ from core import errors
 from core.actions import CATALOGUE, NoParams, params_for, parse, risk_of
 from core.backends import capacity
 from core.backends.capacity import PoolSource
+from core.cli import wording
 from core.model import Action, NodeInfo, RiskClass, WorkloadState
 from tests.backends.conftest import Subject, execute
 from tests.backends.named import NOT_TOOLS, InstalledCli, command_refs, config_keys, tool_like
@@ -257,12 +258,17 @@ def test_rollbacks_and_hints_name_real_commands_and_tools(
             what = f"{subject.name} {action.value} {params}"
             try:
                 draft = subject.backend.plan(action, target, params_for(action, **params))
-                texts.append((f"{what} rollback", draft.rollback))
             except errors.ClawpointError as exc:
                 texts.append((f"{what} hint", exc.hint))
+                continue
+            # Recorded neutrally (core.errors.step): never in one interface's words.
+            assert not command_refs(draft.rollback), f"{what}: {draft.rollback!r}"
+            texts.append((f"{what} rollback", errors.render(draft.rollback, wording.cli)))
+            texts.append((f"{what} rollback", errors.render(draft.rollback)))
     rollbacks = [t for w, t in texts if w.endswith("rollback")]
     assert any("clawpoint " in t for t in rollbacks), texts
     assert any("nodes undrain" in t for t in rollbacks), "a drain names its undo"
+    assert any("undrain_node(" in t for t in rollbacks), "and an agent reads its tool call"
     keys = config_keys() | NOT_TOOLS
     problems = []
     for where, text in texts:

@@ -9,6 +9,7 @@ import pytest
 
 from core import actions, errors
 from core.backends.sizing import Size, gives_less, misfit, pick_node, resize_risk, wanted
+from core.cli import wording
 from core.model import Action, NodeHealth, NodeInfo, RiskClass, WorkloadInfo, WorkloadState
 from core.sizes import memory_mib, memory_text
 
@@ -142,7 +143,13 @@ def test_the_undo_is_the_command_that_puts_the_old_size_back() -> None:
             "scope": PlanScope()}  # fmt: skip
     w = workload(cpus=2, memory_mb=1536)
     undo = resize_draft(w, Size(cpus=2, memory_mb=1536), Size(cpus=2, memory_mb=4096), **args)  # type: ignore[arg-type]
-    assert undo.rollback == "resize it back: clawpoint resize local:w --cpus 2 --memory 1536Mi"
+    # Recorded neutrally; an agent reads the tool call, a person the command.
+    assert errors.render(undo.rollback) == (
+        "resize it back: resize_workload(workload=local:w, cpus=2, memory=1536Mi)"
+    )
+    assert errors.render(undo.rollback, wording.cli) == (
+        "resize it back: 'clawpoint resize local:w --cpus 2 --memory 1536Mi'"
+    )
     unlimited = resize_draft(workload(), Size(), Size(memory_mb=4096), **args)  # type: ignore[arg-type]
     assert unlimited.rollback.startswith("none by resize: local:w had no limits")
-    assert "⟦" not in undo.rollback + unlimited.rollback  # plan text is plain words
+    assert "⟦" not in unlimited.rollback  # no step to name: plain words

@@ -51,10 +51,10 @@ def test_the_drains_undo_command_returns_the_node(tmp_path: Path) -> None:
     assert result["status"] == "executed"
     assert node(home, "node-b")["schedulable"] is False
 
-    # The plan's own undo, run as written.
+    # The plan's own undo, run as written (the CLI names it as the command, quoted).
     rollback = result["plan"]["rollback"]
-    line = rollback[rollback.index("clawpoint ") :]
-    argv = shlex.split(line)[1:]
+    line = shlex.split(rollback[rollback.index("'clawpoint ") :])[0]
+    argv = line.split()[1:]
     assert argv == ["nodes", "undrain", "local:node-b"]
     undone = clawpoint(home, *argv, "--json")
     assert undone.returncode == 0, undone.stdout + undone.stderr

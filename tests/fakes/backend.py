@@ -142,7 +142,7 @@ class FakeBackend:
                              rollback="nothing to undo: a checkpoint only adds an image")  # fmt: skip
         if action is Action.PREEMPT:
             return PlanDraft(steps=self._move(target, None, tag=""), summary=f"Preempt {w.id}",
-                             rollback=f"clawpoint resume {w.id}")  # fmt: skip
+                             rollback=catalogue.undo_step(Action.RESUME, w.id))  # fmt: skip
         to = catalogue.expect(params, MoveParams).to
         if action is Action.RESUME:
             if w.state is not WorkloadState.STOPPED:
@@ -151,13 +151,13 @@ class FakeBackend:
             step = PlanStep(name="start", op="start", args={"workload": target, "node": dest},
                             description=f"start {w.id} on {dest}")  # fmt: skip
             return PlanDraft(steps=[step], summary=f"Resume {w.id} on {dest}",
-                             rollback=f"clawpoint preempt {w.id}")  # fmt: skip
+                             rollback=catalogue.undo_step(Action.PREEMPT, w.id))  # fmt: skip
         dest = self._free_node(w.node, to)
         return PlanDraft(steps=self._move(target, dest, tag=""), summary=f"Move {w.id} to {dest}",
-                         rollback=f"clawpoint migrate {w.id} --to {w.node}")  # fmt: skip
+                         rollback=catalogue.undo_step(Action.MIGRATE, w.id, to=w.node))  # fmt: skip
 
     def _plan_node(self, action: Action, node: NodeInfo, params: ActionParams) -> PlanDraft:
-        undo = f"clawpoint nodes undrain {node.id}"
+        undo = catalogue.undo_step(Action.UNDRAIN_NODE, node.id)
         if action is Action.UNDRAIN_NODE:
             if node.schedulable:
                 raise errors.Conflict(f"{node.id} is in service", hint="nothing to undo")

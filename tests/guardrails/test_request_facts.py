@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from core.actions import undo_step
 from core.config import load_settings
 from core.guardrails.approvals import ApprovalStore, ApprovalView
 from core.guardrails.evidence import NOTICE_GRACE_S, Evidence
@@ -40,11 +41,18 @@ def test_durations_read_at_a_glance(seconds: float, said: str) -> None:
     assert human_duration(seconds) == said
 
 
-def _spot_request(approvals: ApprovalStore, pause: float = 0.4) -> ApprovalView:
+# As a backend records it (a neutral step) and as plans made before that recorded it.
+NEUTRAL_UNDO = f"migrate it back: {undo_step(Action.MIGRATE, 'local:train-1', to='node-a')}"
+CLI_UNDO = "migrate it back: clawpoint migrate local:train-1 --to node-a"
+
+
+def _spot_request(
+    approvals: ApprovalStore, pause: float = 0.4, undo: str = NEUTRAL_UNDO
+) -> ApprovalView:
     plan = make_plan(Action.MIGRATE).model_copy(
         update={
             "expected_pause_s": pause,
-            "rollback": "migrate it back: clawpoint migrate local:train-1 --to node-a",
+            "rollback": undo,
             "summary": "Move local:train-1 from node-a to node-b without losing progress",
         }
     )
@@ -73,8 +81,9 @@ def _spot_situation(left_s: float = 110, checkpoint_age_s: float = 720) -> Situa
     )
 
 
-def test_the_spot_notice_request_tells_the_truth(approvals: ApprovalStore) -> None:
-    facts = request_facts(_spot_request(approvals), _spot_situation())
+@pytest.mark.parametrize("undo", [NEUTRAL_UNDO, CLI_UNDO])
+def test_the_spot_notice_request_tells_the_truth(approvals: ApprovalStore, undo: str) -> None:
+    facts = request_facts(_spot_request(approvals, undo=undo), _spot_situation())
     # The deadline is the node's reclaim time, not the request's expiry.
     assert facts.urgent and "node-a is reclaimed in 1 min 50 s" in facts.deadline
     assert "aws-imds notice" in facts.deadline
@@ -82,7 +91,8 @@ def test_the_spot_notice_request_tells_the_truth(approvals: ApprovalStore) -> No
     # A sub-second pause is not "about 0 seconds".
     assert facts.pause == "about 0.4 s"
     # No undo onto the node being reclaimed.
-    assert "--to node-a" not in facts.undo and "no way back to node-a" in facts.undo
+    assert "node-a" not in facts.undo.replace("no way back to node-a", "")
+    assert "no way back to node-a" in facts.undo
     # Doing nothing: the node dies, failover loses the work since the last good checkpoint.
     assert "node-a goes away and local:train-1 dies with it" in facts.if_nothing
     assert "local:train-1/3 (taken 12 min ago)" in facts.if_nothing
@@ -93,7 +103,8 @@ def test_without_a_notice_the_plan_words_stand(approvals: ApprovalStore) -> None
     facts = request_facts(_spot_request(approvals, pause=0.0))
     assert not facts.urgent and facts.deadline.startswith("none observed")
     assert facts.pause == "none expected"
-    assert facts.undo == "migrate it back: clawpoint migrate local:train-1 --to node-a"
+    # An approval message is read by a person beside the agent's tool call: the tool words.
+    assert facts.undo == "migrate it back: migrate_workload(workload=local:train-1, to=node-a)"
     assert "after the deadline" not in facts.expires
     assert "no good checkpoint" in facts.if_nothing
 

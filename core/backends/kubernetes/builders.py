@@ -7,21 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from core import actions as catalogue
 from core.backends.kubernetes import node_info
 from core.backends.kubernetes.context import KubeContext
 from core.backends.kubernetes.pods import container_of, meta, require_wrapped
 from core.backends.kubernetes.step_args import step_of
-from core.model import Action, PlanStep
+from core.model import PlanStep
 
 Obj = dict[str, Any]
 
 REASON_ANNOTATION = node_info.CORDON_REASON_ANNOTATION
-
-
-def command_of(action: Action) -> str:
-    """The CLI command of an action (``clawpoint nodes undrain``), from the catalogue."""
-    return catalogue.command(action, catalogue.Interface.CLI)
 
 
 def step(step_name: str, op: str, description: str, /, **args: Any) -> PlanStep:

@@ -9,12 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core import errors
-from core.actions import CordonParams, DrainParams, FailoverParams, NoParams
+from core.actions import CordonParams, DrainParams, FailoverParams, NoParams, undo_step
 from core.backends.base import PlanDraft
 from core.backends.kubernetes import ids, jobs, lineages, nodes
 from core.backends.kubernetes.builders import (
     REASON_ANNOTATION,
-    command_of,
     patch_step,
     step,
     wait_restored_step,
@@ -109,7 +108,7 @@ def plan_drain(b: KubeContext, node: str, params: DrainParams) -> PlanDraft:
         saves="every wrapped workload's state (restored elsewhere); evicted pods restart per their controllers"
         if save
         else "only what each wrapper saves on SIGTERM within the grace period",
-        rollback=f"undrain it: {command_of(Action.UNDRAIN_NODE)} {ids.PREFIX}{node}",
+        rollback=f"undrain it: {undo_step(Action.UNDRAIN_NODE, ids.PREFIX + node)}",
         scope=PlanScope(
             node=node,
             not_handled=not_handled,
@@ -204,13 +203,13 @@ def plan_cordon(b: KubeContext, node: str, params: CordonParams) -> PlanDraft:
     if b.node_detail(node).unschedulable:
         raise errors.Conflict(
             f"node {node} is already cordoned",
-            hint=f"undrain it first: {command_of(Action.UNDRAIN_NODE)} {ids.PREFIX}{node}",
+            hint=f"undrain it first: {undo_step(Action.UNDRAIN_NODE, ids.PREFIX + node)}",
         )
     reason = params.reason
     return PlanDraft(
         steps=[cordon_step(node, reason, f"cordon {node}: nothing new lands there; what runs stays")],
         summary=f"cordon {node}",
-        rollback=f"undrain it: {command_of(Action.UNDRAIN_NODE)} {ids.PREFIX}{node}",
+        rollback=f"undrain it: {undo_step(Action.UNDRAIN_NODE, ids.PREFIX + node)}",
         scope=PlanScope(node=node),
     )  # fmt: skip
 
@@ -232,7 +231,7 @@ def plan_undrain(b: KubeContext, node: str, params: NoParams) -> PlanDraft:
     return PlanDraft(
         steps=[patch_step("uncordon", "Node", "", node, patch, f"uncordon {node}")],
         summary=f"undrain {node}: it takes pods again",
-        rollback=f"drain it again: {command_of(Action.DRAIN_NODE)} {ids.PREFIX}{node}",
+        rollback=f"drain it again: {undo_step(Action.DRAIN_NODE, ids.PREFIX + node)}",
         scope=PlanScope(node=node),
     )  # fmt: skip
 
@@ -313,7 +312,7 @@ def plan_failover(
         ""
         if detail.ready
         else f"; once {node} is repaired, undrain it (removes the out-of-service taint, "
-        f"uncordons it): {command_of(Action.UNDRAIN_NODE)} {ids.PREFIX}{node}"
+        f"uncordons it): {undo_step(Action.UNDRAIN_NODE, ids.PREFIX + node)}"
     )
     return PlanDraft(
         steps=steps,

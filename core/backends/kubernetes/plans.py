@@ -25,13 +25,13 @@ from core.actions import (
     PoolSizeParams,
     ScaleParams,
     StartParams,
+    undo_step,
 )
 from core.backends.base import PlanDraft
 from core.backends.dispatch import PlanEntry
 from core.backends.kubernetes import ids, jobs, lineages, node_plans, pools
 from core.backends.kubernetes.builders import (
     checkpoint_step,
-    command_of,
     patch_step,
     wait_pods_gone_step,
     wait_restored_step,
@@ -151,7 +151,7 @@ def plan_preempt(b: KubeContext, ref: ids.WorkloadRef, raw: Obj, params: NoParam
         steps=steps,
         summary=f"preempt {ref}: checkpoint its wrapped pods, then {what}",
         saves="each wrapped pod's state on the checkpoint volume; the wrapper restores it on resume",
-        rollback=f"resume it: {command_of(Action.RESUME)} {ref}",
+        rollback=f"resume it: {undo_step(Action.RESUME, ref)}",
         scope=_scope(b, ref),
     )
 
@@ -178,7 +178,7 @@ def plan_resume(b: KubeContext, ref: ids.WorkloadRef, raw: Obj, params: StartPar
             if not jobs.suspended(raw):
                 raise errors.Conflict(
                     f"{ref} runs: resume --to moves a suspended Job",
-                    hint=f"migrate it instead: {command_of(Action.MIGRATE)} {ref} --to {ids.PREFIX}{to}",
+                    hint=f"migrate it instead: {undo_step(Action.MIGRATE, ref, to=ids.PREFIX + to)}",
                 )
             # The server takes a template change only while suspended and never started:
             # clear startTime through jobs/status first, then place it, then unsuspend.
@@ -202,7 +202,7 @@ def plan_resume(b: KubeContext, ref: ids.WorkloadRef, raw: Obj, params: StartPar
         steps=steps,
         summary=f"resume {ref}: {what}",
         saves="nothing new: the wrapper restores the newest good checkpoint",
-        rollback=f"preempt it again: {command_of(Action.PREEMPT)} {ref}",
+        rollback=f"preempt it again: {undo_step(Action.PREEMPT, ref)}",
         scope=_scope(b, ref, to),
     )
 
@@ -275,7 +275,7 @@ def plan_migrate(b: KubeContext, ref: ids.WorkloadRef, raw: Obj, params: MovePar
         + "".join(f". Warning: {w}" for w in warnings),
         expected_pause_s=None,
         saves="the pod's full state: the new pod's wrapper restores the checkpoint just taken",
-        rollback=f"migrate it back: {command_of(Action.MIGRATE)} {ref} --to {ids.PREFIX}{source}",
+        rollback=f"migrate it back: {undo_step(Action.MIGRATE, ref, to=ids.PREFIX + source)}",
         scope=scope,
     )
 
@@ -327,7 +327,7 @@ def plan_scale(b: KubeContext, ref: ids.WorkloadRef, raw: Obj, params: ScalePara
         steps=[s],
         summary=f"scale {ref} from {current} to {replicas} (floor {floor})",
         saves="nothing: scaling down removes pods the controller picks",
-        rollback=f"scale it back: {command_of(Action.SCALE)} {ref} --replicas {current}",
+        rollback=f"scale it back: {undo_step(Action.SCALE, ref, replicas=current)}",
         scope=_scope(b, ref),
     )
 

@@ -10,7 +10,7 @@ lock when it runs (``planning.last_good``).
 from __future__ import annotations
 
 from core import errors
-from core.actions import CordonParams, DrainParams, NoParams
+from core.actions import CordonParams, DrainParams, NoParams, undo_step
 from core.backends.base import PlanDraft
 from core.backends.local.common import _LIVE, NAME
 from core.backends.local.context import LocalContext
@@ -23,7 +23,7 @@ from core.backends.local.step_args import (
     WorkloadArgs,
     step,
 )
-from core.model import PlanScope, PlanStep, WorkloadInfo
+from core.model import Action, PlanScope, PlanStep, WorkloadInfo
 
 
 def plan_delete(ctx: LocalContext, checkpoint_id: str, params: NoParams) -> PlanDraft:
@@ -92,7 +92,7 @@ def plan_drain(ctx: LocalContext, node: str, params: DrainParams) -> PlanDraft:
         )
         + ", then cordon it",
         saves="the full state of every workload on it" if save else "nothing: running work is lost",
-        rollback=f"return it to service: clawpoint nodes undrain {info.id}",
+        rollback=f"return it to service: {undo_step(Action.UNDRAIN_NODE, info.id)}",
         scope=PlanScope(
             backend=NAME,
             node=node,
@@ -149,7 +149,7 @@ def plan_cordon(ctx: LocalContext, node: str, params: CordonParams) -> PlanDraft
         summary=f"Cordon {info.id}: nothing new lands there; "
         f"{len(info.workloads)} workload(s) keep running",
         saves="nothing to save: no workload moves",
-        rollback=f"return it to service: clawpoint nodes undrain {info.id}",
+        rollback=f"return it to service: {undo_step(Action.UNDRAIN_NODE, info.id)}",
         scope=PlanScope(backend=NAME, node=node, node_labels=info.labels),
     )
 
@@ -172,6 +172,6 @@ def plan_undrain(ctx: LocalContext, node: str, params: NoParams) -> PlanDraft:
         ],
         summary=f"Undrain {info.id}: return it to service (new workloads may land there)",
         saves="nothing to save: no workload moves",
-        rollback=f"drain it again: clawpoint drain {info.id}",
+        rollback=f"drain it again: {undo_step(Action.DRAIN_NODE, info.id)}",
         scope=PlanScope(backend=NAME, node=node, node_labels=info.labels),
     )

@@ -21,6 +21,7 @@ from core.actions import (
     PoolSizeParams,
     ResizeParams,
     StartParams,
+    undo_step,
 )
 from core.backends.base import PlanDraft
 from core.backends.dispatch import PlanEntry
@@ -109,7 +110,7 @@ def plan_migrate(ctx: LocalContext, target: str, params: MoveParams) -> PlanDraf
         summary=f"Move {ref} from {rec.node} to {dest} without losing progress",
         expected_pause_s=estimate_pause(ctx, target, move=stops),
         saves=f"the full process state of {ref}{size}",
-        rollback=f"migrate it back: clawpoint migrate {ref} --to {rec.node}",
+        rollback=f"migrate it back: {undo_step(Action.MIGRATE, ref, to=rec.node)}",
         cost_effect=cost_effect(ctx, rec.node, dest),
         scope=move_scope(ctx, rec, dest),
     )
@@ -132,7 +133,7 @@ def plan_preempt(ctx: LocalContext, target: str, params: NoParams) -> PlanDraft:
         summary=f"Preempt {ref}: save its state and stop it, freeing node {rec.node}",
         expected_pause_s=None,
         saves=f"the full process state of {ref}{size}",
-        rollback=f"resume it: clawpoint resume {ref}",
+        rollback=f"resume it: {undo_step(Action.RESUME, ref)}",
         cost_effect=f"frees {rec.node}" + price_note(ctx, rec.node),
         scope=scope(ctx, rec),
     )
@@ -160,7 +161,7 @@ def plan_resume(ctx: LocalContext, target: str, params: StartParams) -> PlanDraf
         ],
         summary=f"Resume {ref} on {dest} from its newest good checkpoint",
         saves="nothing new; restores the saved state",
-        rollback=f"preempt it again: clawpoint preempt {ref}",
+        rollback=f"preempt it again: {undo_step(Action.PREEMPT, ref)}",
         scope=move_scope(ctx, rec, dest),
     )
 
@@ -203,7 +204,7 @@ def plan_failover(ctx: LocalContext, target: str, params: StartParams) -> PlanDr
         ],
         summary=f"Fail over {ref} from {rec.node} to {dest}, restoring checkpoint {NAME}:{good.id}",
         saves=with_files(ctx, f"resumes from {NAME}:{good.id}; {lost}", good),
-        rollback=f"migrate it back: clawpoint migrate {ref} --to {rec.node}",
+        rollback=f"migrate it back: {undo_step(Action.MIGRATE, ref, to=rec.node)}",
         cost_effect=cost_effect(ctx, rec.node, dest),
         scope=move_scope(ctx, rec, dest),
     )
@@ -225,7 +226,7 @@ def plan_kill(ctx: LocalContext, target: str, params: NoParams) -> PlanDraft:
         ],
         summary=f"Kill {ref} without saving: work since its last checkpoint is lost",
         saves="nothing",
-        rollback=f"resume from its newest checkpoint: clawpoint failover {ref}",
+        rollback=f"resume from its newest checkpoint: {undo_step(Action.FAILOVER, ref)}",
         scope=scope(ctx, rec),
     )
 
@@ -252,7 +253,7 @@ def _plan_gpu(ctx: LocalContext, target: str, action: Action) -> PlanDraft:
             else f"Resume the GPU state of {ref} on its GPU"
         ),
         saves="the workload's GPU state is kept in its host memory; nothing is lost",
-        rollback=(f"clawpoint resume-gpu {ref}" if suspend else f"clawpoint suspend-gpu {ref}"),
+        rollback=undo_step(Action.RESUME_GPU if suspend else Action.SUSPEND_GPU, ref),
         scope=scope(ctx, rec),
     )
 
@@ -300,7 +301,7 @@ def plan_set_interval(ctx: LocalContext, target: str, params: IntervalParams) ->
         + ("" if live else f"; it applies when {ref} runs again"),
         saves="nothing is paused; "
         + ("only checkpoints asked for save its work" if new is None else f"{what} saves it"),
-        rollback=f"clawpoint checkpoint-interval {ref} --every {_in_force(rec)}",
+        rollback=undo_step(Action.SET_CHECKPOINT_INTERVAL, ref, every=_in_force(rec)),
         scope=scope(ctx, rec),
         risk=RiskClass.DISRUPTIVE if longer else RiskClass.SAFE,
     )
@@ -355,7 +356,7 @@ def _plan_auto_interval(
         f"{now}; between {interval_text(auto.min_s)} and the cap {cap} "
         f"(was {_in_force(rec)})" + ("" if live else f"; it applies when {ref} runs again"),
         saves=f"nothing is paused; a checkpoint at least every {cap} saves it",
-        rollback=f"clawpoint checkpoint-interval {ref} --every {_in_force(rec)}",
+        rollback=undo_step(Action.SET_CHECKPOINT_INTERVAL, ref, every=_in_force(rec)),
         scope=scope(ctx, rec),
         risk=RiskClass.SAFE if was is None or auto.max_s <= was else RiskClass.DISRUPTIVE,
     )
@@ -391,7 +392,7 @@ def _plan_fresh(ctx: LocalContext, rec: WorkloadRecord, dest: str, *, fence: boo
         summary=f"Start {ref} on {dest} from scratch (--fresh): none of its {n} checkpoint(s) "
         "is restored and all its progress is lost",
         saves="nothing: the workload starts over (its checkpoints are kept)",
-        rollback=f"its checkpoints stay in the store: clawpoint checkpoints {ref}",
+        rollback=f"its checkpoints stay in the store: {errors.step('list_checkpoints', workload=ref)}",
         scope=move_scope(ctx, rec, dest),
     )
 
@@ -433,7 +434,7 @@ def plan_restore(ctx: LocalContext, checkpoint_id: str, params: MoveParams) -> P
         saves=with_files(
             ctx, f"restores the state saved at {ckpt.created_at:%Y-%m-%d %H:%M:%S} UTC", ckpt
         ),
-        rollback=f"preempt it: clawpoint preempt {NAME}:{ckpt.lineage}",
+        rollback=f"preempt it: {undo_step(Action.PREEMPT, f'{NAME}:{ckpt.lineage}')}",
         scope=move_scope(ctx, rec, dest),
     )
 

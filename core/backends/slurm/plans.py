@@ -21,6 +21,7 @@ from core.actions import (
     PoolSizeParams,
     ResizeParams,
     StartParams,
+    undo_step,
 )
 from core.backends.base import PlanDraft
 from core.backends.dispatch import PlanEntry
@@ -118,7 +119,7 @@ def plan_preempt(b: SlurmContext, w: WorkloadInfo, params: NoParams) -> PlanDraf
         steps=_save_and_stop(b, w),
         summary=f"preempt Slurm job {w.name}: checkpoint, stop, requeue held (frees {w.node})",
         saves="the job's state; it resumes from it when released",
-        rollback=f"resume it: clawpoint resume slurm:{w.name}",
+        rollback=f"resume it: {undo_step(Action.RESUME, f'slurm:{w.name}')}",
         scope=_scope(w),
     )
 
@@ -136,7 +137,7 @@ def plan_resume(b: SlurmContext, w: WorkloadInfo, params: StartParams) -> PlanDr
         summary=f"resume Slurm job {w.name}: release it and start it now"
         + (f" on {target}" if target else ""),
         saves="nothing new: the wrapper restores the newest good checkpoint",
-        rollback=f"preempt it again: clawpoint preempt slurm:{w.name}",
+        rollback=f"preempt it again: {undo_step(Action.PREEMPT, f'slurm:{w.name}')}",
         scope=_scope(w),
     )
 
@@ -158,7 +159,7 @@ def plan_migrate(b: SlurmContext, w: WorkloadInfo, params: MoveParams) -> PlanDr
         + how,
         expected_pause_s=30.0,
         saves="the job's full state, restored by the wrapper on the new node",
-        rollback=f"migrate it back: clawpoint migrate slurm:{w.name} --to {source}"
+        rollback=f"migrate it back: {undo_step(Action.MIGRATE, f'slurm:{w.name}', to=source)}"
         if source
         else "",
         scope=_scope(w),
@@ -196,7 +197,7 @@ def plan_drain(b: SlurmContext, node: NodeInfo, params: DrainParams) -> PlanDraf
         + (live if save and wrapped and b.cfg.live_handoff else "")
         + note,
         saves="each wrapped job's state, restored on another node" if save else "",
-        rollback=f"return it to service: clawpoint nodes undrain slurm:{node.name}",
+        rollback=f"return it to service: {undo_step(Action.UNDRAIN_NODE, f'slurm:{node.name}')}",
         scope=PlanScope(node=node.name, partitions=node.partitions),
     )
 
@@ -221,7 +222,7 @@ def plan_cordon(b: SlurmContext, node: NodeInfo, params: CordonParams) -> PlanDr
         summary=f"cordon Slurm node {node.name}: no new job starts there; "
         f"{len(node.workloads)} job(s) keep running",
         saves="nothing to save: no job moves",
-        rollback=f"return it to service: clawpoint nodes undrain slurm:{node.name}",
+        rollback=f"return it to service: {undo_step(Action.UNDRAIN_NODE, f'slurm:{node.name}')}",
         scope=PlanScope(node=node.name, partitions=node.partitions),
     )
 
@@ -244,7 +245,7 @@ def plan_undrain(b: SlurmContext, node: NodeInfo, params: NoParams) -> PlanDraft
         ],
         summary=f"undrain Slurm node {node.name} ({node.state}): jobs may start there again",
         saves="nothing to save: no job moves",
-        rollback=f"drain it again: clawpoint drain slurm:{node.name}",
+        rollback=f"drain it again: {undo_step(Action.DRAIN_NODE, f'slurm:{node.name}')}",
         scope=PlanScope(node=node.name, partitions=node.partitions),
     )
 
