@@ -3,7 +3,9 @@ live server lists and, rendered for the command line (``core.cli.wording``), a c
 installed script parses; and each interface sees its own words.
 
 The steps are read from core/ and mcp_server/ with ``ast``: each ``errors.step("NAME",
-KEY=VALUE, ...)`` call, a value that is not a constant standing for an id (``X``).
+KEY=VALUE, ...)`` call, a value that is not a constant standing for an id (``X``), and each
+plan rollback's ``undo_step(Action.NAME, TARGET, KEY=VALUE, ...)`` (the action's tool from
+the catalogue, its target as the target's argument).
 """
 
 from __future__ import annotations
@@ -15,29 +17,57 @@ from pathlib import Path
 import pytest
 
 from core import errors
+from core.actions import CATALOGUE
 from core.cli import wording
+from core.model import Action
 from tests.backends.named import ROOT, InstalledCli
+
+
+def _keywords(node: ast.Call) -> dict[str, str]:
+    return {
+        str(k.arg): (str(k.value.value).lower() if isinstance(k.value.value, bool)
+                     else str(k.value.value))
+        if isinstance(k.value, ast.Constant) else "X"
+        for k in node.keywords
+        if k.arg is not None  # a **mapping: its keys are checked where they are made
+    }  # fmt: skip
+
+
+def _actions(node: ast.expr) -> list[Action]:
+    """The actions an ``undo_step`` call's first argument can be (``Action.X``, or either
+    arm of a conditional)."""
+    if isinstance(node, ast.IfExp):
+        return _actions(node.body) + _actions(node.orelse)
+    assert isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name), ast.dump(node)
+    assert node.value.id == "Action", ast.dump(node)
+    return [Action[node.attr]]
 
 
 def _steps() -> list[tuple[str, str, dict[str, str]]]:
     found: list[tuple[str, str, dict[str, str]]] = []
     for root in ("core", "mcp_server"):
         for path in sorted((ROOT / root).rglob("*.py")):
+            where_file = str(Path(path).relative_to(ROOT))
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                        and node.func.attr == "step" and isinstance(node.func.value, ast.Name)
-                        and node.func.value.id == "errors"):  # fmt: skip
+                if not isinstance(node, ast.Call):
+                    continue
+                where = f"{where_file}:{node.lineno}"
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if name == "undo_step" and where_file != "core/actions.py":
+                    for action in _actions(node.args[0]):
+                        spec = CATALOGUE[action]
+                        found.append((where, spec.mcp_tool,
+                                      {spec.target.value: "X", **_keywords(node)}))  # fmt: skip
+                    continue
+                if not (isinstance(func, ast.Attribute) and func.attr == "step"
+                        and isinstance(func.value, ast.Name) and func.value.id == "errors"):  # fmt: skip
                     continue
                 first = node.args[0]
-                assert isinstance(first, ast.Constant) and isinstance(first.value, str)
-                args = {
-                    str(k.arg): (str(k.value.value).lower() if isinstance(k.value.value, bool)
-                                 else str(k.value.value))
-                    if isinstance(k.value, ast.Constant) else "X"
-                    for k in node.keywords
-                }  # fmt: skip
-                where = f"{Path(path).relative_to(ROOT)}:{node.lineno}"
-                found.append((where, first.value, args))
+                if where_file == "core/actions.py" and not isinstance(first, ast.Constant):
+                    continue  # undo_step itself: its callers are read above
+                assert isinstance(first, ast.Constant) and isinstance(first.value, str), where
+                found.append((where, first.value, _keywords(node)))
     return found
 
 
