@@ -375,7 +375,7 @@ class CheckpointStore:
         for d, owner in found:
             try:
                 published = self._published(d)
-            except FileNotFoundError:  # the lineage's last checkpoint was deleted meanwhile
+            except FileNotFoundError:  # the lineage directory itself went away meanwhile
                 continue
             for p in published:
                 try:
