@@ -122,6 +122,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         own, children = ((a.ru_utime + a.ru_stime) - (b.ru_utime + b.ru_stime)
                          for a, b in zip(after, before, strict=True))  # fmt: skip
         line = {"test": item.nodeid, "own_s": round(own, 3), "children_s": round(children, 3),
-                "wall_s": round(time.monotonic() - started, 3)}  # fmt: skip
+                "wall_s": round(time.monotonic() - started, 3),
+                # Which worker, and when (epoch s): the run's timeline, its idle tail.
+                "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                "ended": round(time.time(), 1)}  # fmt: skip
         with open(_CPU_REPORT, "a") as out:
             out.write(json.dumps(line) + "\n")
