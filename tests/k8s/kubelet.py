@@ -20,8 +20,9 @@
 - **Kubelet**: a pod bound to a managed node runs its first container's ``command + args`` as
   a real local process (its own session), with the container's ``env`` (values and the
   downward API's ``fieldRef``), and reports
-  ``phase``, ``conditions`` (Ready, ContainersReady, PodScheduled) and ``containerStatuses``
-  (running, then terminated with the exit code; the container's cpu/memory ``resources``,
+  ``phase``, ``conditions`` (Ready, ContainersReady, PodScheduled; conditions it does not own
+  are kept, and Ready waits for every ``readinessGates`` condition: ``merged_pod_status``)
+  and ``containerStatuses`` (running, then terminated with the exit code; the container's cpu/memory ``resources``,
   resized in place by ``resizer``). ``restartPolicy`` is honoured: Always
   restarts the container after any exit, OnFailure after a non-zero one (``restartCount``,
   ``lastState``; the pod stays Running), with a short back-off (``restart_backoff_s``). A pod being deleted gets SIGTERM, then
@@ -287,9 +288,7 @@ class FakeKubelet:
                  "message": "Taint manager: deleting due to NoExecute taint", "lastTransitionTime": _now()}
             )  # fmt: skip
             with contextlib.suppress(status.ApiError):
-                self.store.set_status(
-                    self.pods_kind, meta["namespace"], meta["name"], {**st, "conditions": conds}
-                )
+                self._set_pod_status(meta["namespace"], meta["name"], {**st, "conditions": conds})
                 self.store.delete(self.pods_kind, meta["namespace"], meta["name"])
         self._evict_at = pending
 
@@ -347,7 +346,7 @@ class FakeKubelet:
         st.update(phase=st.get("phase") or "Pending", conditions=conds)
         meta = pod["metadata"]
         with contextlib.suppress(status.ApiError):
-            self.store.set_status(self.pods_kind, meta["namespace"], meta["name"], st)
+            self._set_pod_status(meta["namespace"], meta["name"], st)
 
     # ----- Job controller ---------------------------------------------------------------
     def _jobs(self) -> None:
@@ -471,6 +470,8 @@ class FakeKubelet:
                 self._start(pod, key)
                 continue
             code = proc.popen.poll()
+            if code is None and (pod.get("spec") or {}).get("readinessGates"):
+                self._sync_ready(pod)
             if code is not None and not proc.reported_exit:
                 proc.reported_exit = True
                 if _restarts(pod, code):
@@ -483,6 +484,27 @@ class FakeKubelet:
         for key in [k for k in self.procs if k not in seen]:
             proc = self.procs.pop(key)
             self._kill(proc, signal.SIGKILL)
+
+    # ----- pod status: the kubelet's conditions, and everyone else's -------------------------
+    def _set_pod_status(self, namespace: str, name: str, new_status: Obj) -> None:
+        """Write a pod's status as the kubelet does: the conditions it does not own (a
+        readiness gate's, set through pods/status by someone else) are kept from the API's
+        current copy, not from the possibly older one it read, and Ready follows the gates."""
+        with self.store.lock:
+            current = self.store.get(self.pods_kind, namespace, name)
+            self.store.set_status(
+                self.pods_kind, namespace, name, merged_pod_status(current, new_status)
+            )
+
+    def _sync_ready(self, pod: Obj) -> None:
+        """A gate's condition changed (the kubelet syncs the pod on every update it sees):
+        Ready again from the API's current copy, written only when it changes."""
+        meta = pod["metadata"]
+        with self.store.lock, contextlib.suppress(status.ApiError):
+            current = self.store.get(self.pods_kind, meta["namespace"], meta["name"])
+            st = current.get("status") or {}
+            if merged_pod_status(current, st) != st:
+                self._set_pod_status(meta["namespace"], meta["name"], st)
 
     def _terminate(self, pod: Obj, key: tuple[str, str, str], proc: _Proc | None) -> None:
         meta = pod["metadata"]
@@ -622,8 +644,7 @@ class FakeKubelet:
             time.sleep(0.005)
         started = _now()
         cname = container.get("name", "main")
-        self.store.set_status(
-            self.pods_kind,
+        self._set_pod_status(
             meta["namespace"],
             meta["name"],
             {
@@ -666,8 +687,7 @@ class FakeKubelet:
         container = ((pod.get("spec") or {}).get("containers") or [{}])[0]
         reason = {"reason": "CreateContainerConfigError", "message": message}
         with contextlib.suppress(status.ApiError):
-            self.store.set_status(
-                self.pods_kind,
+            self._set_pod_status(
                 meta["namespace"],
                 meta["name"],
                 {
@@ -713,7 +733,7 @@ class FakeKubelet:
             c["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
         st["containerStatuses"] = cs
         with contextlib.suppress(status.ApiError):
-            self.store.set_status(self.pods_kind, meta["namespace"], meta["name"], st)
+            self._set_pod_status(meta["namespace"], meta["name"], st)
 
     def _restart(self, pod: Obj, key: tuple[str, str, str], proc: _Proc) -> None:
         """Start the container again in the same pod (same home, volumes and name);
@@ -738,7 +758,7 @@ class FakeKubelet:
                 if i < len(last) and last[i]:
                     c["lastState"] = last[i]
             st["containerStatuses"] = cs
-            self.store.set_status(self.pods_kind, meta["namespace"], meta["name"], st)
+            self._set_pod_status(meta["namespace"], meta["name"], st)
 
     def _report_exit(self, pod: Obj, code: int) -> None:
         meta = pod["metadata"]
@@ -764,7 +784,7 @@ class FakeKubelet:
             }
         st["containerStatuses"] = cs
         with contextlib.suppress(status.ApiError):
-            self.store.set_status(self.pods_kind, meta["namespace"], meta["name"], st)
+            self._set_pod_status(meta["namespace"], meta["name"], st)
 
     # ----- signals and exec -------------------------------------------------------------
     @staticmethod
@@ -849,6 +869,57 @@ def _field_ref(pod: Obj, path: str) -> str:
     if path not in simple:
         raise RuntimeError(f"unsupported downward API fieldPath {path!r}")
     return str(simple[path] or "")
+
+
+# The pod conditions the kubelet owns (pkg/kubelet/types/pod_status.go
+# PodConditionsByKubelet); DisruptionTarget is shared with the controllers that evict.
+KUBELET_CONDITIONS = frozenset({
+    "PodScheduled", "Ready", "Initialized", "ContainersReady", "PodReadyToStartContainers",
+    "PodResizePending", "PodResizeInProgress",
+})  # fmt: skip
+
+
+def merged_pod_status(current: Obj, new_status: Obj) -> Obj:
+    """``new_status`` as the kubelet writes it over ``current`` (the API's copy).
+
+    pkg/kubelet/kubelet_pods.go generateAPIPodStatus: conditions not owned by the kubelet
+    are preserved from the API's copy (here: unless ``new_status`` sets that type itself, as
+    the taint eviction's DisruptionTarget does). pkg/kubelet/status/generate.go
+    GeneratePodReadyCondition: with every container ready, Ready is True only if each of
+    ``spec.readinessGates`` has its condition, status True; else False, reason
+    ReadinessGatesNotReady, a message per gate joined by ", "."""
+    st = dict(new_status)
+    conds = [dict(c) for c in st.get("conditions") or []]
+    mine = {c.get("type") for c in conds}
+    conds += [
+        dict(c) for c in (current.get("status") or {}).get("conditions") or []
+        if c.get("type") not in KUBELET_CONDITIONS and c.get("type") not in mine
+    ]  # fmt: skip
+    gates = (current.get("spec") or {}).get("readinessGates") or []
+    by_type = {c.get("type"): c for c in conds}
+    if gates and (by_type.get("ContainersReady") or {}).get("status") == "True":
+        unready = []
+        for gate in gates:
+            kind = str(gate.get("conditionType"))
+            found = by_type.get(kind)
+            if found is None:
+                unready.append(
+                    f'corresponding condition of pod readiness gate "{kind}" does not exist.'
+                )
+            elif found.get("status") != "True":
+                unready.append(
+                    f'the status of pod readiness gate "{kind}" is not "True", but {found.get("status")}'
+                )
+        ready: Obj = {"type": "Ready", "status": "True"}
+        if unready:
+            ready = {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady",
+                     "message": ", ".join(unready)}  # fmt: skip
+        conds = [ready if c.get("type") == "Ready" else c for c in conds]
+        if "Ready" not in mine:
+            conds.append(ready)
+    if conds or "conditions" in st:
+        st["conditions"] = conds
+    return st
 
 
 def _restarts(pod: Obj, code: int) -> bool:

@@ -9,6 +9,10 @@ under the wrapper: every dump and restore is CRIU's, with the self-checking coun
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +20,12 @@ import pytest
 
 from core.backends.kubernetes.backend import KubernetesBackend
 from core.backends.kubernetes.config import KubernetesConfig
-from core.backends.kubernetes.lineages import STANDBY_ANNOTATION
+from core.backends.kubernetes.lineages import READY_GATE, STANDBY_ANNOTATION
 from core.model import Action
 from core.service.facade import Service
 from core.specs import STANDBY_ENV
 from tests.k8s.conftest import node, wait_for, wrapped_pod
+from tests.k8s.emulator.rbac import Rule
 from tests.k8s.test_actions import (  # noqa: F401 - svc and need_criu are fixtures
     act,
     assert_intact,
@@ -70,11 +75,14 @@ def test_a_never_pod_moves_live_through_a_marked_standby_copy(emu: Any, tmp_path
     assert env["CLAWPOINT_STANDBY_HOST"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert float(env["CLAWPOINT_STANDBY_TIMEOUT"]) > 0
     assert body["metadata"]["annotations"][STANDBY_ANNOTATION] == "mover"
+    # not Ready (so no Service routes to it) until its gate's condition is set at the takeover
+    assert body["spec"]["readinessGates"] == [{"conditionType": READY_GATE}]
     # the source's exec names that standby; the fallback copy is an ordinary one
     assert checkpoint.args["hand_over"] == token and checkpoint.args["stop"] is True
     fallback = takeover.args["body"]
     assert not set(env_of(fallback)) & set(STANDBY_ENV)
     assert STANDBY_ANNOTATION not in fallback["metadata"]["annotations"]
+    assert "readinessGates" not in fallback["spec"]  # nobody would ever open it
     assert fallback["metadata"]["name"] != body["metadata"]["name"]
     assert takeover.args["min_seq"] == "$checkpoint.seq"
     assert delete.args["name"] == "mover"  # last: only once the workload runs elsewhere
@@ -112,6 +120,9 @@ def test_a_copy_of_a_former_standby_is_never_a_standby_by_mistake(emu: Any, tmp_
         {"name": "CLAWPOINT_STANDBY", "value": "0123456789ab"},
         {"name": "CLAWPOINT_STANDBY_FOR", "value": "older"},
     ]
+    # its gate stayed too, beside one of the user's own (a load balancer's, say)
+    user_gate = {"conditionType": "example.com/lb-registered"}
+    was["spec"]["readinessGates"] = [{"conditionType": READY_GATE}, user_gate]
     emu.seed(node("n1"), node("n2"), was)
     for live in (True, False):
         b = plan_backend(emu, tmp_path, live_handoff=live)
@@ -125,6 +136,10 @@ def test_a_copy_of_a_former_standby_is_never_a_standby_by_mistake(emu: Any, tmp_
             (c,) = body["spec"]["containers"]
             names = [e["name"] for e in c["env"]]
             assert len(names) == len(set(names)), names
+            # the user's gate stays; clawpoint's only on this move's standby, once
+            standby = STANDBY_ANNOTATION in body["metadata"]["annotations"]
+            ours = [{"conditionType": READY_GATE}] if standby else []
+            assert body["spec"]["readinessGates"] == [user_gate, *ours]
         b.close()
 
 
@@ -160,6 +175,35 @@ def start_on_n1(
     return int(wait_for("progress", lambda: (s := step_of(kubelet, lineage)) > 20 and s))
 
 
+def condition(pod: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in (pod.get("status") or {}).get("conditions") or []
+                 if c.get("type") == kind), {})  # fmt: skip
+
+
+@contextmanager
+def standby_readiness(emu: Any) -> Iterator[set[tuple[str, str]]]:
+    """Every (Ready status, reason) a running standby (still marked) was seen with, polled
+    from the emulator's store every 20 ms while the block runs."""
+    seen: set[tuple[str, str]] = set()
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.wait(0.02):
+            for p in pods(emu).values():
+                marked = STANDBY_ANNOTATION in (p["metadata"].get("annotations") or {})
+                if marked and (p.get("status") or {}).get("phase") == "Running":
+                    ready = condition(p, "Ready")
+                    seen.add((str(ready.get("status")), str(ready.get("reason", ""))))
+
+    watcher = threading.Thread(target=poll, daemon=True)
+    watcher.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        watcher.join()
+
+
 @pytest.mark.usefixtures("need_criu")
 def test_migrate_hands_the_pod_over_to_its_standby_on_the_target(
     emu: Any,
@@ -168,7 +212,10 @@ def test_migrate_hands_the_pod_over_to_its_standby_on_the_target(
     store_dir: Path,
 ) -> None:
     before = start_on_n1(emu, kubelet, "live")
-    result = act(svc, Action.MIGRATE, "k8s:Pod/default/live", to="k8s:n3")
+    with standby_readiness(emu) as seen:
+        result = act(svc, Action.MIGRATE, "k8s:Pod/default/live", to="k8s:n3")
+    # while it stood by, the kubelet held it not Ready: no Service sent it anything
+    assert ("False", "ReadinessGatesNotReady") in seen, seen
     steps = {s.name: s.output for s in result.execution.steps}
     standby = steps["wait_standby"]["pod"]
     assert standby and steps["wait_standby"]["node"] == "n3"
@@ -181,6 +228,13 @@ def test_migrate_hands_the_pod_over_to_its_standby_on_the_target(
     (name,) = pods(emu)
     assert name == standby
     assert STANDBY_ANNOTATION not in pods(emu)[name]["metadata"]["annotations"]
+    # and Ready: its gate opened at the takeover, the kubelet's own conditions kept
+    gate = condition(pods(emu)[name], READY_GATE)
+    assert (gate.get("status"), gate.get("reason")) == ("True", "TookOver"), gate
+    wait_for(
+        "the moved pod Ready", lambda: condition(pods(emu)[name], "Ready").get("status") == "True"
+    )
+    assert condition(pods(emu)[name], "ContainersReady").get("status") == "True"
     assert [w.id for w in svc.workloads() if w.id.startswith("k8s:")] == [f"k8s:Pod/default/{name}"]
     assert leftovers(store_dir) == []
     # the move is recorded under the id the workload has now (the SLA projection's)
@@ -212,6 +266,52 @@ def test_a_standby_that_fails_leaves_the_move_to_an_ordinary_copy_losing_nothing
     wait_for("only the copy left", lambda: set(pods(emu)) == {took["pod"]})
     assert leftovers(store_dir) == []
     wait_for("progress on n3", lambda: step_of(kubelet, "fall") > before + 10)
+    assert_intact(kubelet)
+
+
+def deployed_rules(*, pods_status: bool) -> list[Rule]:
+    """deploy/kubernetes/rbac.yaml's rules, its Roles bound in ``default`` (where these tests'
+    pods run), with or without its ``pods/status`` rule."""
+    from tests.k8s.test_deploy import rules_from_manifests
+
+    rules = []
+    for r in rules_from_manifests():
+        if r.namespaces is not None and r.namespaces != ("kube-node-lease",):
+            r = dataclasses.replace(r, namespaces=("default",))
+        if pods_status or "pods/status" not in r.resources:
+            rules.append(r)
+    assert any("pods/status" in r.resources for r in rules_from_manifests())
+    return rules
+
+
+@pytest.mark.usefixtures("need_criu")
+def test_a_live_move_needs_pods_status_which_the_deployed_rbac_grants(
+    emu: Any,
+    kubelet: Any,
+    svc: Service,  # noqa: F811
+) -> None:
+    # Without pods/status the standby's gate could never open: it is dropped before any order
+    # and the move goes the ordinary way, losing nothing.
+    before = start_on_n1(emu, kubelet, "rbac")
+    emu.rules = deployed_rules(pods_status=False)
+    result = act(svc, Action.MIGRATE, "k8s:Pod/default/rbac", to="k8s:n3")
+    steps = {s.name: s.output for s in result.execution.steps}
+    assert "pods/status" in steps["wait_standby"]["why"], steps["wait_standby"]
+    took = steps["takeover"]
+    assert (took["how"], took["node"]) == ("restart", "n3"), took
+    wait_for("only the copy left", lambda: set(pods(emu)) == {took["pod"]})
+    assert "readinessGates" not in pods(emu)[took["pod"]]["spec"]
+    wait_for("progress on n3", lambda: step_of(kubelet, "rbac") > before + 10)
+    # With the deployed rules as they are, the next move is live.
+    emu.rules = deployed_rules(pods_status=True)
+    moved = step_of(kubelet, "rbac")
+    result = act(svc, Action.MIGRATE, took["workload"], to="k8s:n1")
+    took = {s.name: s.output for s in result.execution.steps}["takeover"]
+    assert (took["how"], took["node"]) == ("handoff", "n1"), took
+    wait_for(
+        "Ready on n1", lambda: condition(pods(emu)[took["pod"]], "Ready").get("status") == "True"
+    )
+    wait_for("progress on n1", lambda: step_of(kubelet, "rbac") > moved + 10)
     assert_intact(kubelet)
 
 

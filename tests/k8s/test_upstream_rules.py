@@ -16,7 +16,9 @@ Sources (kubernetes/kubernetes unless named):
   reason Unschedulable, ``0/N nodes are available: ...``.
 - Pods: pkg/apis/core/v1/defaults.go; the kubelet's restart policy
   (pkg/kubelet/kuberuntime/kuberuntime_manager.go computePodActions, pkg/kubelet/status
-  getPhase).
+  getPhase); readiness gates (pkg/apis/core/validation/validation.go
+  validateReadinessGates; pkg/kubelet/status/generate.go GeneratePodReadyCondition;
+  pkg/kubelet/kubelet_pods.go generateAPIPodStatus keeps the conditions it does not own).
 - Pod Security admission: staging/src/k8s.io/pod-security-admission/policy/check_*.go and
   admission/admission.go (``pods "x" is forbidden: violates PodSecurity "baseline:latest":
   ...``, 403 Forbidden; warn/audit never refuse).
@@ -766,6 +768,58 @@ def test_node_affinity_match_fields_and_gt(api: Any, kubelet: Any) -> None:
 
 
 # ===== Restart policy ======================================================================
+def test_readiness_gate_condition_types_are_qualified_names(api: Any) -> None:
+    core = core_v1(api)
+    for bad in ("Bad Gate", "example.com/", "-x", "UPPER.example.com/ok", "x" * 64):
+        body = simple_pod("gated", readinessGates=[{"conditionType": bad}])
+        code, status = refused(lambda b=body: core.create_namespaced_pod(NS, b))
+        assert code == 422, bad
+        fields = [c["field"] for c in status["details"]["causes"]]
+        assert "spec.readinessGates[0].conditionType" in fields, (bad, status)
+    for good in ("example.com/ready", "Ready2", "a.b_c-d"):
+        body = simple_pod("gated", readinessGates=[{"conditionType": good}])
+        core.create_namespaced_pod(NS, body, dry_run="All")
+
+
+def ready_condition(core: Any, name: str) -> Any:
+    conds = core.read_namespaced_pod(name, NS).status.conditions or []
+    return next((c for c in conds if c.type == "Ready"), None)
+
+
+def test_a_pod_is_ready_only_once_each_readiness_gate_is_true(api: Any, kubelet: Any) -> None:
+    core = core_v1(api)
+    gates = [{"conditionType": "example.com/one"}, {"conditionType": "example.com/two"}]
+    with pods_cleanup(core, "g1"):
+        core.create_namespaced_pod(NS, simple_pod("g1", readinessGates=gates))
+        wait_for("g1 running", lambda: core.read_namespaced_pod("g1", NS).status.phase == "Running")
+        ready = wait_for("g1's Ready condition", lambda: ready_condition(core, "g1"))
+        assert (ready.status, ready.reason) == ("False", "ReadinessGatesNotReady")
+        assert ready.message == (
+            'corresponding condition of pod readiness gate "example.com/one" does not exist., '
+            'corresponding condition of pod readiness gate "example.com/two" does not exist.'
+        )
+
+        def set_gate(kind: str, value: str) -> None:
+            patch = {"status": {"conditions": [{"type": kind, "status": value}]}}
+            # a strategic merge patch: the list merges by type, the kubelet's stay
+            core.patch_namespaced_pod_status("g1", NS, patch, _content_type=(
+                "application/strategic-merge-patch+json"))  # fmt: skip
+
+        set_gate("example.com/one", "True")
+        set_gate("example.com/two", "False")
+        wait_for("the kubelet to see the gates", lambda: "two" in (
+            ready_condition(core, "g1").message or ""))  # fmt: skip
+        ready = ready_condition(core, "g1")
+        assert (ready.status, ready.message) == (
+            "False",
+            'the status of pod readiness gate "example.com/two" is not "True", but False',
+        )
+        set_gate("example.com/two", "True")
+        wait_for("Ready", lambda: ready_condition(core, "g1").status == "True")
+        types = {c.type for c in core.read_namespaced_pod("g1", NS).status.conditions}
+        assert {"PodScheduled", "ContainersReady", "example.com/one", "example.com/two"} <= types
+
+
 def container_status(core: Any, name: str) -> Any:
     statuses = core.read_namespaced_pod(name, NS).status.container_statuses or []
     return statuses[0] if statuses else None

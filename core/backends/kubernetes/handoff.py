@@ -1,11 +1,14 @@
 """The steps of a live pod move (planned by ``standby``): ``wait_standby`` and ``takeover``.
 
 ``wait_standby`` waits until the standby pod's wrapper announces itself in the checkpoint
-volume (its rendezvous, ``core.wrapper.handoff_remote``); a standby that cannot be
-scheduled, ends, or does not announce itself in time is cancelled and deleted, and the
+volume (its rendezvous, ``core.wrapper.handoff_remote``), then sets its readiness gate's
+condition False (``lineages.READY_GATE``: it proves clawpoint may write ``pods/status``
+before any order depends on it); a standby that cannot be scheduled, ends, does not
+announce itself in time or whose condition cannot be set is cancelled and deleted, and the
 move goes on the ordinary way (the source's exec then finds no standby: a plain stop).
 ``takeover`` runs once the source has ended: the standby's word ("taken") is confirmed by
-its wrapper's status (it runs, restored from the move's checkpoint or a newer one) and its
+its wrapper's status (it runs, restored from the move's checkpoint or a newer one), its
+gate's condition is set True (the kubelet reports it Ready: Services route to it) and its
 standby annotation is removed, so that listings show it as the workload; otherwise the
 standby is cancelled and deleted and the ordinary copy is created, which restores the
 checkpoint the source published. A standby is cancelled only by winning the rendezvous's
@@ -19,6 +22,7 @@ clawpoint runs); the standby's liveness is the pod's phase, read every poll inte
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from core import errors, logs
@@ -26,7 +30,7 @@ from core.backends.base import ProgressFn
 from core.backends.kubernetes import ids
 from core.backends.kubernetes.context import KubeContext
 from core.backends.kubernetes.inventory import is_standby
-from core.backends.kubernetes.lineages import STANDBY_ANNOTATION
+from core.backends.kubernetes.lineages import READY_GATE, STANDBY_ANNOTATION
 from core.backends.kubernetes.objects import conditions
 from core.backends.kubernetes.pods import live, meta
 from core.backends.kubernetes.step_args import TakeoverArgs, WaitStandbyArgs, read
@@ -68,6 +72,13 @@ def wait_standby(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
     except errors.OperationFailed:
         out = {"pod": "", "why": f"the standby pod {ns}/{name} did not listen in time (it "
                "may not fit on the target)"}  # fmt: skip
+    if out["pod"]:
+        try:
+            _set_gate(b, ns, name, took_over=False)
+        except errors.ClawpointError as exc:
+            # Without it the standby could never be reported Ready once it runs the workload.
+            out = {"pod": "", "why": f"its readiness condition could not be set, which needs "
+                   f"patch on pods/status ({exc.message})"}  # fmt: skip
     if not out["pod"]:
         log.info("kubernetes.no_standby", pod=f"{ns}/{name}", why=out["why"])
         _drop(b, root, ns, name, lineage, token)
@@ -84,7 +95,9 @@ def takeover(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
     why = _await_takeover(b, root, ns, name, lineage, token, float(a.timeout_s))
     if not why:
         found = _restored(b, ns, name, lineage, int(a.min_seq or 0), float(a.timeout_s), progress)
-        if _unmark(b, ns, name):  # else kept "taken": a repeat of this step unmarks it
+        # Ready first, then unmarked: an unmarked standby is one that took over in full
+        # (``_took_over``). Else kept "taken": a repeat of this step finishes both.
+        if _open_gate(b, ns, name) and _unmark(b, ns, name):
             handoff_remote.remove(root, lineage, token)
         log.info("kubernetes.handed_over", pod=f"{ns}/{name}", lineage=lineage)
         return {**found, "how": "handoff", "why": ""}
@@ -148,6 +161,32 @@ def _drop(b: KubeContext, root: Any, ns: str, name: str, lineage: str, token: st
         log.warning("kubernetes.standby_not_deleted", pod=f"{ns}/{name}", error=exc.message)
     # It may have announced itself meanwhile: no source may hand over to it now.
     handoff_remote.move(root, lineage, token, "waiting", "cancelled")
+
+
+def _set_gate(b: KubeContext, ns: str, name: str, *, took_over: bool) -> None:
+    """The standby's readiness gate condition, through ``pods/status``. A strategic merge
+    patch: the condition list merges by ``type`` (the kubelet's own conditions stay), as
+    ``kubectl patch --subresource=status`` does."""
+    condition = {
+        "type": READY_GATE,
+        "status": "True" if took_over else "False",
+        "reason": "TookOver" if took_over else "StandingBy",
+        "message": "runs the workload" if took_over else "waits for the workload's handoff",
+        "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    patch = {"status": {"conditions": [condition]}}
+    BASE["patch"](b, {"kind": "Pod", "namespace": ns, "name": name, "patch": patch,
+                      "subresource": "status"}, lambda *_: None)  # fmt: skip
+
+
+def _open_gate(b: KubeContext, ns: str, name: str) -> bool:
+    """The standby took over: its gate's condition True, so the kubelet reports it Ready."""
+    try:
+        _set_gate(b, ns, name, took_over=True)
+    except errors.ClawpointError as exc:  # it runs the workload; Services do not see it yet
+        log.warning("kubernetes.standby_gate_not_opened", pod=f"{ns}/{name}", error=exc.message)
+        return False
+    return True
 
 
 def _unmark(b: KubeContext, ns: str, name: str) -> bool:

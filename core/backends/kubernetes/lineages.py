@@ -38,6 +38,11 @@ REPLICAS_ANNOTATION = "clawpoint.io/preempted-replicas"
 # On a pod started as a live move's standby (``standby``), naming the pod it stands by for;
 # removed once it took the workload over. Listings hide a pod that carries it.
 STANDBY_ANNOTATION = "clawpoint.io/standby-for"
+# The standby's readiness gate (spec.readinessGates): the kubelet reports a pod Ready only
+# once every gate's condition is True (pkg/kubelet/status/generate.go
+# GeneratePodReadyCondition), so a Service selecting the workload's labels routes nothing to
+# a standby until clawpoint sets this condition True at its takeover.
+READY_GATE = "clawpoint.io/took-over"
 
 
 def _meta(obj: Obj) -> Obj:

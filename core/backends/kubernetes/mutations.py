@@ -107,7 +107,13 @@ def mutate(b: KubeContext, op: str, args: Obj, *, dry_run: bool) -> Obj:
             if sub in ("scale", "resize"):  # pods/resize: an in-place resize (``resize``)
                 method += f"_{sub}"
             kw = dict(extra)
-            if sub == "status":
+            if sub == "status" and wk.kind == "Pod":
+                # pods/status: a standby's readiness condition. A strategic merge patch, so
+                # that the condition list merges by type (a JSON merge patch would replace
+                # the kubelet's conditions with this one)
+                method += "_status"
+                kw["_content_type"] = "application/strategic-merge-patch+json"
+            elif sub == "status":
                 # jobs/status: clearing startTime before a move, as a JSON merge patch
                 # (RFC 7386: null removes the field), the same for every client and kind
                 method += "_status"

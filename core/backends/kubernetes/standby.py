@@ -17,10 +17,15 @@ the source's container after its handover, or the standby's as a standby), with 
 checkpoint volume readable here (``[k8s] checkpoint_dir``: the rendezvous is read there),
 and ``[k8s] live_handoff`` on. Everything else moves the ordinary way.
 
-Limits: the standby carries the pod's labels from its start, so a Service selecting them
-may count it before it runs the workload (it serves nothing until then: connections to it
-are refused); it is hidden from the workload listing (``clawpoint.io/standby-for``) until
-it took over.
+The standby carries the pod's labels from its start (NetworkPolicies, PodDisruptionBudgets
+and affinity rules see it as the workload, so the source can reach it), and a readiness gate
+(``clawpoint.io/took-over``, ``lineages.READY_GATE``) whose condition clawpoint sets False
+while it stands by and True at its takeover (``handoff``): until then the kubelet reports it
+not Ready, and a Service selecting those labels sends it no traffic. Setting the condition
+needs ``patch`` on ``pods/status``; a standby whose condition cannot be set is dropped before
+any order and the move goes the ordinary way. It is hidden from the workload listing
+(``clawpoint.io/standby-for``) until it took over. A copy made later of a pod that was once a
+standby has neither the gate nor the standby's environment (``without_standby``).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import Any
 
 from core.backends.kubernetes.builders import step
 from core.backends.kubernetes.context import KubeContext
-from core.backends.kubernetes.lineages import STANDBY_ANNOTATION
+from core.backends.kubernetes.lineages import READY_GATE, STANDBY_ANNOTATION
 from core.backends.kubernetes.pods import container_of, meta, require_wrapped
 from core.model import PlanStep
 from core.specs import STANDBY_ENV
@@ -56,9 +61,16 @@ def without_standby(body: Obj) -> Obj:
     second move) must start as the workload, not wait for an order."""
     out = copy.deepcopy(body)
     (out.get("metadata") or {}).get("annotations", {}).pop(STANDBY_ANNOTATION, None)
-    for c in (out.get("spec") or {}).get("containers") or []:
+    spec = out.get("spec") or {}
+    for c in spec.get("containers") or []:
         if c.get("env"):
             c["env"] = [e for e in c["env"] if e.get("name") not in STANDBY_ENV]
+    # Nobody would set the gate's condition on an ordinary copy: it would never be Ready.
+    gates = [g for g in spec.get("readinessGates") or [] if g.get("conditionType") != READY_GATE]
+    if gates:
+        spec["readinessGates"] = gates
+    else:
+        spec.pop("readinessGates", None)
     return out
 
 
@@ -67,6 +79,10 @@ def standby_body(body: Obj, *, name: str, token: str, source: str, wait_s: float
     out = without_standby(body)
     out["metadata"]["name"] = name
     out["metadata"].setdefault("annotations", {})[STANDBY_ANNOTATION] = source
+    out["spec"]["readinessGates"] = [
+        *(out["spec"].get("readinessGates") or []),
+        {"conditionType": READY_GATE},
+    ]
     wrapped = container_of(out)
     for c in out["spec"]["containers"]:
         if c.get("name") == wrapped:

@@ -2,7 +2,7 @@
 
 Covered: object names (RFC 1123 subdomain or label, by kind), ``generateName``, label keys
 and values, and a few kind rules clawpoint can trip over: pods need containers with names
-and images; Deployments and StatefulSets need a selector that matches their template and
+and images, and their readiness gates' condition types are qualified names; Deployments and StatefulSets need a selector that matches their template and
 non-negative replicas; Jobs need ``restartPolicy`` Never or OnFailure (and an Indexed Job
 ``completions``). Defaults: those the
 server fills in and code reads back (pod phase Pending, replicas 1, Job parallelism,
@@ -166,6 +166,35 @@ def _security_context(sc: dict[str, Any], path: str, host_users: bool) -> list[C
     return causes
 
 
+QUALIFIED_NAME_MSG = (
+    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and "
+    "end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
+    "used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+
+
+def _readiness_gates(gates: list[Any]) -> list[Cause]:
+    """kubernetes/kubernetes pkg/apis/core/validation/validation.go validateReadinessGates:
+    each ``conditionType`` is a qualified name (ValidateQualifiedName: an optional DNS
+    subdomain prefix and ``/``, then a name of at most 63 characters)."""
+    causes: list[Cause] = []
+    for i, gate in enumerate(gates):
+        value = str((gate or {}).get("conditionType") or "") if isinstance(gate, dict) else ""
+        prefix, slash, name = value.rpartition("/")
+        at = f"spec.readinessGates[{i}].conditionType"
+        if slash and (not prefix or len(prefix) > 253 or not _SUBDOMAIN.fullmatch(prefix)):
+            causes.append((at, "Invalid value", f'"{value}": prefix part {SUBDOMAIN_MSG}'))
+        if not name:
+            causes.append((at, "Invalid value", f'"{value}": name part must be non-empty'))
+        elif len(name) > 63:
+            causes.append(
+                (at, "Invalid value", f'"{value}": name part must be no more than 63 characters')
+            )
+        elif not _QUALIFIED_NAME.fullmatch(name):
+            causes.append((at, "Invalid value", f'"{value}": {QUALIFIED_NAME_MSG}'))
+    return causes
+
+
 def check(kind: Kind, obj: dict[str, Any]) -> None:
     """Raise 422 Invalid, with every cause, when ``obj`` breaks the rules above."""
     meta = obj.get("metadata") or {}
@@ -180,6 +209,7 @@ def check(kind: Kind, obj: dict[str, Any]) -> None:
     spec = obj.get("spec") or {}
     if kind.builtin and kind.kind == "Pod":
         causes += _containers(spec, "spec")
+        causes += _readiness_gates(spec.get("readinessGates") or [])
     if kind.builtin and kind.kind in ("Deployment", "StatefulSet", "Job"):
         template = spec.get("template") or {}
         causes += _containers(template.get("spec") or {}, "spec.template.spec")
