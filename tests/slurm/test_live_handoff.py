@@ -154,7 +154,8 @@ def test_a_job_others_depend_on_keeps_its_id(cli: Cli, backend: SlurmBackend, li
     """Its dependents follow its id, and the source of a live move ends COMPLETED: they
     would start while the workload still runs. Requeued instead, with the reason said."""
     job = submit(cli, backend, lineage)
-    dependent = sh("sbatch", "--parsable", f"--dependency=afterok:{job}", "--wrap", "true")
+    dependent = sh("sbatch", "--parsable", "-o", "/dev/null", f"--dependency=afterok:{job}",
+                   "--wrap", "true")  # fmt: skip
     try:
         out = migrate(cli, job)
     finally:
