@@ -12,6 +12,8 @@ signed with that key (HMAC-SHA256 over the token and the order): an order from a
 (another user on the node, anything on the network) is refused, so nothing but the source
 can make a standby restore while the workload still runs. The standby answers once its
 restore is done (or failed), and the source publishes the checkpoint after that answer.
+It reads every connection at once (``core.wrapper.peer_lines``), each for at most
+``ORDER_READ_S``: a peer that connects and sends nothing does not hold the source up.
 
 The rendezvous's state is its file name, and every change of it is one ``rename``, atomic
 also on a shared filesystem: ``waiting`` -> ``ordered`` (the standby took a signed order)
@@ -53,13 +55,13 @@ from core.schema_base import Model
 from core.specs import STANDBY_SOURCE, STANDBY_TOKEN
 from core.wrapper.faults import fault_on
 from core.wrapper.handoff import HandoffOrder
+from core.wrapper.peer_lines import MAX_LINE, PeerLines
 
 log = logs.get_logger(__name__)
 
 State = Literal["waiting", "ordered", "taken", "failed", "expired", "cancelled"]
 STATES: tuple[State, ...] = get_args(State)
 RENDEZVOUS_DIR = ".handoff"
-_MAX_LINE = 16384
 ORDER_READ_S = 5.0
 _TOKEN = re.compile(STANDBY_TOKEN)
 _SOURCE = re.compile(STANDBY_SOURCE)
@@ -320,31 +322,10 @@ class TcpStandby:
         if fault_on("CLAWPOINT_TEST_STANDBY_DEAF"):  # announced, then nothing listens (hung)
             self._sock.close()
             time.sleep(timeout_s)
-        while (left := deadline - time.monotonic()) > 0:
-            self._sock.settimeout(left)
-            try:
-                conn, peer = self._sock.accept()
-            except TimeoutError:
-                break
-            order, why = self._read_order(conn, deadline)
-            if order is not None and move(
-                self.root, self.lineage, self.token, "waiting", "ordered"
-            ):
-                self.state, self._conn = "ordered", conn
-                self.rendezvous.checkpoint = order.checkpoint  # for the move's report
-                log.info("wrapper.remote_order", workload=self.lineage, peer=peer[0])
+        else:
+            order = self._first_order(deadline)
+            if order is not None or self.state == "cancelled":
                 return order
-            if order is not None:
-                why = "this standby was cancelled"
-            log.warning(
-                "wrapper.remote_order_refused", workload=self.lineage, peer=peer[0], why=why
-            )
-            _answer(conn, {"refused": why})
-            conn.close()
-            if why == "this standby was cancelled":
-                self.state = "cancelled"
-                remove(self.root, self.lineage, self.token)
-                return None
         if move(self.root, self.lineage, self.token, "waiting", "expired"):
             self.state = "expired"
         else:  # the move cancelled it meanwhile
@@ -352,14 +333,42 @@ class TcpStandby:
         remove(self.root, self.lineage, self.token)  # nobody waits for its word
         return None
 
-    def _read_order(self, conn: socket.socket, deadline: float) -> tuple[HandoffOrder | None, str]:
-        """One line ``{"order": ..., "mac": ...}`` within the wait; (order, "") when signed
-        with our key, else (None, why)."""
-        # The source connects after its dump, with the order ready: a peer that sends
-        # nothing holds the standby up for seconds, not for the rest of its wait.
-        conn.settimeout(max(0.1, min(ORDER_READ_S, deadline - time.monotonic())))
+    def _first_order(self, deadline: float) -> HandoffOrder | None:
+        """The first signed order, claimed (state ``ordered``); None at the deadline, or when
+        the move cancelled this standby (state ``cancelled``, the rendezvous removed)."""
+        # Every peer is read at once: one that connects and sends nothing (a port scan, a
+        # health check) must not hold up the source, whose workload is paused meanwhile.
+        peers = PeerLines(self._sock, ORDER_READ_S)
         try:
-            line = _read_line(conn)
+            while (got := peers.next(deadline)) is not None:
+                conn, peer = got.conn, got.address
+                order, why = self._verify(got.line) if got.line is not None else (None, got.why)
+                if order is not None and move(
+                    self.root, self.lineage, self.token, "waiting", "ordered"
+                ):
+                    self.state, self._conn = "ordered", conn
+                    self.rendezvous.checkpoint = order.checkpoint  # for the move's report
+                    log.info("wrapper.remote_order", workload=self.lineage, peer=peer)
+                    return order
+                if order is not None:
+                    why = "this standby was cancelled"
+                log.warning(
+                    "wrapper.remote_order_refused", workload=self.lineage, peer=peer, why=why
+                )
+                _answer(conn, {"refused": why})
+                conn.close()
+                if why == "this standby was cancelled":
+                    self.state = "cancelled"
+                    remove(self.root, self.lineage, self.token)
+                    return None
+        finally:
+            peers.close()
+        return None
+
+    def _verify(self, line: bytes) -> tuple[HandoffOrder | None, str]:
+        """One line ``{"order": ..., "mac": ...}``: (order, "") when signed with our key,
+        else (None, why)."""
+        try:
             msg = json.loads(line)
             body = json.dumps(msg["order"], sort_keys=True).encode()
             good = hmac.compare_digest(
@@ -368,7 +377,7 @@ class TcpStandby:
             if not good:
                 return None, "the order is not signed with this standby's key"
             return HandoffOrder.model_validate(msg["order"]), ""
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError) as exc:
             return None, f"unreadable order: {exc}"
 
     def answer(self, taken: bool, why: str = "") -> None:
@@ -406,7 +415,7 @@ def _read_line(conn: socket.socket) -> bytes:
         if not chunk:
             break
         buf += chunk
-        if len(buf) > _MAX_LINE:
+        if len(buf) > MAX_LINE:
             raise ValueError("message too long")
     return buf.split(b"\n", 1)[0]
 

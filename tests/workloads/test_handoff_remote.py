@@ -116,6 +116,49 @@ def test_an_order_not_signed_with_its_key_is_refused_and_it_waits_on(
     s.close()
 
 
+def test_peers_that_send_nothing_do_not_hold_up_the_sources_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A port scan or a stray health check connects first and says nothing; the source,
+    its workload paused, must not wait behind it. With each peer given 10 minutes to send
+    its line, only reading them all at once takes the order within the standby's wait."""
+    monkeypatch.setattr(hr, "ORDER_READ_S", 600.0)
+    s = standby(tmp_path)
+    t, got = waiting(s, 20)
+    silent = [socket.create_connection(("127.0.0.1", s.rendezvous.port)) for _ in range(3)]
+    try:
+        source = hr.RemoteStandby(s.rendezvous)
+        source.send(ORDER)
+        t.join(30)
+        assert got == [ORDER]
+        s.answer(True)
+        assert source.answer(5) == (True, "")
+        # the silent ones were let go, unanswered, once the order was taken
+        for c in silent:
+            c.settimeout(5)
+            assert c.recv(100) == b""
+    finally:
+        for c in silent:
+            c.close()
+        s.close()
+
+
+def test_a_peer_that_sends_nothing_in_time_is_told_so_and_the_standby_waits_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hr, "ORDER_READ_S", 0.3)
+    s = standby(tmp_path)
+    t, got = waiting(s, 20)
+    with socket.create_connection(("127.0.0.1", s.rendezvous.port), timeout=10) as silent:
+        said = json.loads(silent.makefile("rb").readline() or b"{}")
+    assert "sent no order within 0.3 s" in said.get("refused", ""), said
+    assert hr.state_of(tmp_path, "lin", "a1b2c3") == "waiting"
+    hr.RemoteStandby(s.rendezvous).send(ORDER)
+    t.join(30)
+    assert got == [ORDER]
+    s.close()
+
+
 def test_an_order_signed_for_another_standby_is_refused(tmp_path: Path) -> None:
     """The signature covers the token: an order meant for one standby (say, of an earlier
     move) does not work on another that happens to share its key."""
