@@ -19,9 +19,10 @@ fi
 cleanup() { (( started_slurm )) && scripts/slurm-cluster.sh down >/dev/null 2>&1; }
 trap cleanup EXIT
 # Most tests wait (on CRIU, the wrappers, the Slurm daemons, the OpenClaw gateway) rather than
-# compute, so they run in parallel on more workers than there are CPUs: two per CPU, between 2
-# and 8 (on 2 CPUs, six workers instead of four kept them busier, 158% against 140%, but each
-# test then cost more CPU: 951 s against 975 s of pytest, within the runs' spread). Tests that
+# compute, so they run in parallel on more workers than there are CPUs: three per CPU,
+# between 2 and 12. On 2 CPUs (2026-12-04, the same commit, back to back): four workers left
+# the CPUs idle a fifth of the run (312 s of 1,624 CPU-s) and took 806 s of pytest; six kept
+# them 95% busy and took 718 s, with no more failures. Tests that
 # share something (the Slurm cluster, a module-scoped fixture) stay on one worker: see
 # tests/conftest.py. PYTEST_WORKERS sets the count; arguments come last, so
 # `scripts/run-tests.sh -n 0` runs serially and `scripts/run-tests.sh tests/cli -k name` one test.
@@ -30,7 +31,7 @@ trap cleanup EXIT
 # each of those starts would compile core from source again: compile it once here.
 .venv/bin/python -m compileall -q core mcp_server >/dev/null || true
 cpus=$(nproc 2>/dev/null || echo 2)
-workers=${PYTEST_WORKERS:-$(( cpus * 2 < 2 ? 2 : (cpus * 2 > 8 ? 8 : cpus * 2) ))}
+workers=${PYTEST_WORKERS:-$(( cpus * 3 < 2 ? 2 : (cpus * 3 > 12 ? 12 : cpus * 3) ))}
 # TYPECHECK=1 (what `make test` sets): mypy runs beside the suite and fails the run as well.
 mypy_pid=""
 if [[ ${TYPECHECK:-0} == 1 ]]; then
