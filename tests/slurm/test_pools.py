@@ -10,7 +10,10 @@ SuspendProgram stops it). With ``[slurm.pools.elastic]`` configured:
 - shrinking to 0 under a wrapped, self-verifying counter is a person's call (exit 6,
   nothing changed); confirmed, the counter is checkpointed and held and n4 is powered down
   (its slurmd gone); grown again, the counter resumes from its checkpoint and counts on
-  with its state intact.
+  with its state intact;
+- shrinking 2 -> 1 with a counter on each node hands the released node's counter to a
+  standby job on the node that stays (a live move, as a drain's), leaves the other alone,
+  and powers the released node down.
 
 Every node is powered down again afterwards, so the other Slurm tests see n1..n3 only.
 """
@@ -29,7 +32,7 @@ import pytest
 
 from core.backends.slurm import SbatchSpec, SlurmBackend, submit
 from tests.slurm.conftest import CLUSTER_DIR, ROOT, sh
-from tests.slurm.test_e2e import assert_resumed, wait_step
+from tests.slurm.test_e2e import assert_resumed, progress, wait_step
 
 pytestmark = [pytest.mark.slurm, pytest.mark.criu, pytest.mark.timeout(400)]
 
@@ -141,3 +144,44 @@ def test_pool_grows_shrinks_with_save_and_grows_back(
     assert code == 0 and out["status"] == "executed", said
     assert elastic.get_workload(job).node == "n4"
     assert_resumed(elastic, lineage, job, saved)
+
+
+def test_a_shrink_hands_the_released_nodes_jobs_to_standbys_on_the_node_that_stays(
+    elastic: SlurmBackend, slurm_env: dict[str, str], tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(CONFIG)
+    code, out, said = _cli(home, slurm_env, "pools", "scale", "slurm:elastic", "--size", "2",
+                           "--json")  # fmt: skip
+    assert code == 0 and out["status"] == "executed", said
+    jobs: dict[str, tuple[str, str]] = {}  # node -> (job, lineage): a counter on each
+    for node in ELASTIC:
+        lineage = f"shrink-{node}-{os.getpid()}"
+        spec = SbatchSpec(
+            lineage=lineage, partition="elastic", nodelist=node,
+            command=[sys.executable, "-m", "core.workloads.counter", "--state-mb", "16"],
+            output=str(CLUSTER_DIR / "log" / f"{lineage}.out"), workdir=str(ROOT),
+        )  # fmt: skip
+        jobs[node] = (submit(spec, elastic.cfg, elastic.transport).job_id, lineage)
+    for node, (job, _) in jobs.items():
+        elastic.wait_until(f"the counter to run on {node}", 60,
+                           lambda j=job, n=node: elastic.get_workload(j).node == n)  # fmt: skip
+        wait_step(job, 20)
+
+    code, out, said = _cli(home, slurm_env, "pools", "scale", "slurm:elastic", "--size", "1",
+                           "--yes", "--json")  # fmt: skip
+    assert code == 0 and out["status"] == "executed", said
+    steps = {s["name"]: s["output"] for s in out["execution"]["steps"]}
+    [gone] = [n for n in ELASTIC if f"power_down-{n}" in steps]
+    [stays] = [n for n in ELASTIC if n != gone]
+    job, lineage = jobs[gone]
+    took = steps[f"job{job}-takeover"]
+    assert (took["how"], took["node"]) == ("handoff", stays) and took["job"] != job, took
+    assert elastic.power_state(gone).powered_down and not _slurmd_running(gone)
+    other = jobs[stays][0]
+    assert elastic.get_workload(other).node == stays  # the node that stays: left alone
+    # It counts on in the standby's job (its progress file keeps the first job's id).
+    wait_step(job, int(str(progress(job).get("step", 0))) + 20)
+    log = (CLUSTER_DIR / "log" / f"{lineage}.out").read_text()
+    assert "STATE CHECK FAILED" not in log

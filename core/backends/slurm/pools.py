@@ -8,9 +8,11 @@ not failures). Slurm itself powers a node up when a pending job needs one; clawp
 when to power nodes down, and powers them up ahead of demand.
 
 Shrinking releases the nodes that lose least (``core.backends.capacity.victims``): each is
-drained first (nothing new starts there); every wrapped job on it is checkpointed, requeued
-held and released away from the nodes going down, or, when no node of the pool stays up for
-it, left held with its state saved (release it later); then the node is powered down. A node
+drained first (nothing new starts there); every wrapped job on it moves away from the nodes
+going down as a drain moves it (with ``live_handoff``: to a standby job that takes the
+workload over, a new job id, else requeued; without: checkpointed, requeued held and
+released), or, when no node of the pool stays up for it, is left held with its state saved
+(release it later); then the node is powered down. A node
 that runs a job not under the wrapper cannot be saved, so it is never chosen. Growing powers
 nodes up, waiting until each answers.
 
@@ -29,7 +31,7 @@ from core.backends.base import PlanDraft, ProgressFn
 from core.backends.slurm.context import SlurmContext
 from core.backends.slurm.ids import check_reason, check_value
 from core.backends.slurm.inventory import RELEASED_FLAGS, flags_of, node_states
-from core.backends.slurm.moving import place, restart, save_and_stop
+from core.backends.slurm.moving import live_move, place, restart, save_and_stop
 from core.backends.slurm.step_args import NodeStateArgs, PowerArgs, ResumeNodeArgs, step
 from core.backends.slurm.step_args import read as read_args
 from core.model import NodeInfo, PlanScope, PlanStep, PoolInfo, WorkloadInfo, WorkloadState, utcnow
@@ -132,13 +134,17 @@ def _shrink(b: SlurmContext, pool: PoolInfo, size: int) -> PlanDraft:
         for w in jobs[node.name]:
             if w.state is not WorkloadState.RUNNING:
                 continue
-            steps += save_and_stop(b, w, prefix="job")
             # Away from every node going down; with none of the pool left, it stays held.
             if stays or w.partition != _partition(b, pool):
-                away = place(None, check_value(",".join(sorted(gone))))
-                steps += restart(b, w.name, away, prefix="job")
+                avoid = check_value(",".join(sorted(gone)))
+                if b.cfg.live_handoff:  # as a drain moves it: a standby first, else requeued
+                    steps += live_move(b, w, None, avoid, prefix="job")
+                else:
+                    steps += save_and_stop(b, w, prefix="job")
+                    steps += restart(b, w.name, place(None, avoid), prefix="job")
                 moved.append(w.id)
             else:
+                steps += save_and_stop(b, w, prefix="job")
                 held.append(w.id)
         steps.append(step(f"power_down-{node.name}", "power_down",
                           PowerArgs(node=node.name, timeout_s=b.cfg.power_timeout_s),
