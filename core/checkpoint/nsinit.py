@@ -295,20 +295,26 @@ def _serve_as_init(argv: list[str]) -> None:
         signal.signal(sig, forward)
     # Named before the program starts: whoever sees the program sees its init by name.
     _libc().prctl(_PR_SET_NAME, b"clawpoint-init", 0, 0, 0)
+    # Held back from the fork until the program's group exists: a signal in between would
+    # find no group to go to (or ``program`` not yet known) and be lost, and the init of a
+    # PID namespace ignores it by itself. Pending meanwhile, it is forwarded once unblocked.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
     program = os.fork()
     if program == 0:
         try:
             for sig in _FORWARDED:
                 signal.signal(sig, signal.SIG_DFL)
             os.setpgid(0, 0)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # an exec keeps the mask
             os.execvp(argv[0], argv)
         except OSError as exc:
             print(f"nsinit: cannot run {argv[0]!r}: {exc}", file=sys.stderr)
         os._exit(127)
     try:
-        os.setpgid(program, program)  # also here: a signal may come before the child's own
+        os.setpgid(program, program)  # also here: whichever of the two runs first
     except OSError:
         pass  # it already exec'd (and set it) or ended
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     while True:
         try:
             pid, status = os.waitpid(-1, 0)
