@@ -93,8 +93,12 @@ class PeerLines:
             return self._done(conn, None, f"unreadable order: {exc}")
         if not chunk:
             # What it sent before it closed may still be the whole line (no newline).
-            return self._done(conn, peer.buf, "") if peer.buf else self._done(
-                conn, None, "unreadable order: it closed the connection without one"
+            return (
+                self._done(conn, peer.buf, "")
+                if peer.buf
+                else self._done(
+                    conn, None, "unreadable order: it closed the connection without one"
+                )
             )
         peer.buf += chunk
         if b"\n" in peer.buf:
