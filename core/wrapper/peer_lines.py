@@ -92,14 +92,9 @@ class PeerLines:
         except OSError as exc:
             return self._done(conn, None, f"unreadable order: {exc}")
         if not chunk:
-            # What it sent before it closed may still be the whole line (no newline).
-            return (
-                self._done(conn, peer.buf, "")
-                if peer.buf
-                else self._done(
-                    conn, None, "unreadable order: it closed the connection without one"
-                )
-            )
+            if peer.buf:  # what it sent before it closed may still be the whole line
+                return self._done(conn, peer.buf, "")
+            return self._done(conn, None, "unreadable order: it closed the connection without one")
         peer.buf += chunk
         if b"\n" in peer.buf:
             return self._done(conn, peer.buf.split(b"\n", 1)[0], "")
