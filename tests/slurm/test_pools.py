@@ -24,7 +24,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,16 +90,29 @@ def _cli(home: Path, env: dict[str, str], *args: str) -> tuple[int, Any, str]:
     return proc.returncode, out, proc.stdout + proc.stderr
 
 
-def test_pool_grows_shrinks_with_save_and_grows_back(
-    elastic: SlurmBackend, slurm_env: dict[str, str], tmp_path: Path
-) -> None:
+Cli = Callable[..., tuple[int, Any, str]]
+
+
+@pytest.fixture
+def cli(slurm_env: dict[str, str], tmp_path: Path) -> Cli:
+    """The installed clawpoint in a Slurm-only home with the elastic pool configured."""
     home = tmp_path / "home"
     home.mkdir()
     (home / "config.toml").write_text(CONFIG)
+    return lambda *args: _cli(home, slurm_env, *args)
 
-    def cli(*args: str) -> tuple[int, Any, str]:
-        return _cli(home, slurm_env, *args)
 
+def counter(elastic: SlurmBackend, lineage: str, **fields: Any) -> str:
+    """A self-verifying 16 MiB counter submitted to the elastic partition: its job id."""
+    spec = SbatchSpec(
+        lineage=lineage, partition="elastic",
+        command=[sys.executable, "-m", "core.workloads.counter", "--state-mb", "16"],
+        output=str(CLUSTER_DIR / "log" / f"{lineage}.out"), workdir=str(ROOT), **fields,
+    )  # fmt: skip
+    return submit(spec, elastic.cfg, elastic.transport).job_id
+
+
+def test_pool_grows_shrinks_with_save_and_grows_back(elastic: SlurmBackend, cli: Cli) -> None:
     code, pools, said = cli("pools", "--json")
     assert code == 0, said
     assert [(p["id"], p["size"], p["max_size"], p["released"]) for p in pools] == [
@@ -115,12 +128,7 @@ def test_pool_grows_shrinks_with_save_and_grows_back(
     assert "n4" in {n.name for n in elastic.nodes()}
 
     lineage = f"pool-{os.getpid()}"
-    spec = SbatchSpec(
-        lineage=lineage, partition="elastic",
-        command=[sys.executable, "-m", "core.workloads.counter", "--state-mb", "16"],
-        output=str(CLUSTER_DIR / "log" / f"{lineage}.out"), workdir=str(ROOT),
-    )  # fmt: skip
-    job = submit(spec, elastic.cfg, elastic.transport).job_id
+    job = counter(elastic, lineage)
     elastic.wait_until("the counter to run on n4", 60,
                        lambda: elastic.get_workload(job).node == "n4")  # fmt: skip
     wait_step(job, 20)
@@ -147,30 +155,20 @@ def test_pool_grows_shrinks_with_save_and_grows_back(
 
 
 def test_a_shrink_hands_the_released_nodes_jobs_to_standbys_on_the_node_that_stays(
-    elastic: SlurmBackend, slurm_env: dict[str, str], tmp_path: Path
+    elastic: SlurmBackend, cli: Cli
 ) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "config.toml").write_text(CONFIG)
-    code, out, said = _cli(home, slurm_env, "pools", "scale", "slurm:elastic", "--size", "2",
-                           "--json")  # fmt: skip
+    code, out, said = cli("pools", "scale", "slurm:elastic", "--size", "2", "--json")
     assert code == 0 and out["status"] == "executed", said
     jobs: dict[str, tuple[str, str]] = {}  # node -> (job, lineage): a counter on each
     for node in ELASTIC:
         lineage = f"shrink-{node}-{os.getpid()}"
-        spec = SbatchSpec(
-            lineage=lineage, partition="elastic", nodelist=node,
-            command=[sys.executable, "-m", "core.workloads.counter", "--state-mb", "16"],
-            output=str(CLUSTER_DIR / "log" / f"{lineage}.out"), workdir=str(ROOT),
-        )  # fmt: skip
-        jobs[node] = (submit(spec, elastic.cfg, elastic.transport).job_id, lineage)
+        jobs[node] = (counter(elastic, lineage, nodelist=node), lineage)
     for node, (job, _) in jobs.items():
         elastic.wait_until(f"the counter to run on {node}", 60,
                            lambda j=job, n=node: elastic.get_workload(j).node == n)  # fmt: skip
         wait_step(job, 20)
 
-    code, out, said = _cli(home, slurm_env, "pools", "scale", "slurm:elastic", "--size", "1",
-                           "--yes", "--json")  # fmt: skip
+    code, out, said = cli("pools", "scale", "slurm:elastic", "--size", "1", "--yes", "--json")
     assert code == 0 and out["status"] == "executed", said
     steps = {s["name"]: s["output"] for s in out["execution"]["steps"]}
     [gone] = [n for n in ELASTIC if f"power_down-{n}" in steps]
