@@ -95,9 +95,7 @@ def takeover(b: KubeContext, args: Obj, progress: ProgressFn) -> Obj:
     why = _await_takeover(b, root, ns, name, lineage, token, float(a.timeout_s))
     if not why:
         found = _restored(b, ns, name, lineage, int(a.min_seq or 0), float(a.timeout_s), progress)
-        # Ready first, then unmarked: an unmarked standby is one that took over in full
-        # (``_took_over``). Else kept "taken": a repeat of this step finishes both.
-        if _open_gate(b, ns, name) and _unmark(b, ns, name):
+        if _become_workload(b, ns, name):  # else kept "taken": a repeat of this step
             handoff_remote.remove(root, lineage, token)
         log.info("kubernetes.handed_over", pod=f"{ns}/{name}", lineage=lineage)
         return {**found, "how": "handoff", "why": ""}
@@ -179,24 +177,19 @@ def _set_gate(b: KubeContext, ns: str, name: str, *, took_over: bool) -> None:
                       "subresource": "status"}, lambda *_: None)  # fmt: skip
 
 
-def _open_gate(b: KubeContext, ns: str, name: str) -> bool:
-    """The standby took over: its gate's condition True, so the kubelet reports it Ready."""
+def _become_workload(b: KubeContext, ns: str, name: str) -> bool:
+    """The standby is the workload now: its gate's condition True (the kubelet reports it
+    Ready: Services route to it), then its annotation removed (listings show it), in that
+    order, so that an unmarked standby is one that took over in full (``_took_over``).
+    False when a request failed: it runs the workload and only Services or listings lag;
+    a repeat of the step finishes it."""
+    unmark = {"metadata": {"annotations": {STANDBY_ANNOTATION: None}}}
     try:
         _set_gate(b, ns, name, took_over=True)
-    except errors.ClawpointError as exc:  # it runs the workload; Services do not see it yet
-        log.warning("kubernetes.standby_gate_not_opened", pod=f"{ns}/{name}", error=exc.message)
-        return False
-    return True
-
-
-def _unmark(b: KubeContext, ns: str, name: str) -> bool:
-    """The standby is the workload now: without its annotation, listings show it."""
-    patch = {"metadata": {"annotations": {STANDBY_ANNOTATION: None}}}
-    try:
-        BASE["patch"](b, {"kind": "Pod", "namespace": ns, "name": name, "patch": patch},
+        BASE["patch"](b, {"kind": "Pod", "namespace": ns, "name": name, "patch": unmark},
                       lambda *_: None)  # fmt: skip
-    except errors.ClawpointError as exc:  # it runs the workload; only listings lag
-        log.warning("kubernetes.standby_unmark_failed", pod=f"{ns}/{name}", error=exc.message)
+    except errors.ClawpointError as exc:
+        log.warning("kubernetes.takeover_unfinished", pod=f"{ns}/{name}", error=exc.message)
         return False
     return True
 
