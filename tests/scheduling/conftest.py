@@ -3,6 +3,13 @@ fake AWS metadata endpoint on loopback, a small workload on the spot node, and (
 OpenClaw tests) a real OpenClaw gateway on loopback in a throwaway HOME.
 
 Everything goes through the installed ``clawpoint`` console script, as a scheduler runs it.
+Jobs are added and run with the ``openclaw cron`` commands of docs/scheduling.md; the tests read
+the gateway's records (and remove a job) through its admin HTTP RPC
+(``POST /api/v1/admin/rpc``, OpenClaw's bundled ``admin-http-rpc`` plugin, docs/plugins/
+admin-http-rpc.md in its package), which dispatches to the same gateway methods as the
+``openclaw cron`` commands' WebSocket RPC (``cron.get`` and ``cron.runs`` answer the same JSON
+as ``openclaw cron get|runs --json``, less the ``*Iso`` fields the CLI adds). Each ``openclaw``
+command starts Node (about 2.5 s of CPU); an RPC is a loopback request.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,29 +183,66 @@ class Gateway:
             "PATH": f"{NODE_BIN}:/usr/bin:/bin", "HOME": str(self.home), "LANG": "C.UTF-8", **kept,
         }  # fmt: skip
 
-    def openclaw(self, *args: str, check: bool = True) -> Any:
+    def openclaw(self, *args: str) -> Any:
+        """``openclaw ARGS --port P --token T`` (the CLI a person runs): its JSON output."""
         proc = subprocess.run(
             [str(NODE_BIN / "openclaw"), *args, "--port", str(self.port), "--token", self.token],
             env=self.env(), capture_output=True, text=True, timeout=120, cwd=self.home,
         )  # fmt: skip
-        if check:
-            assert proc.returncode == 0, f"openclaw {args}: {proc.returncode}\n{proc.stderr}"
-        try:
-            return json.loads(proc.stdout)
-        except ValueError:
-            return {"raw": proc.stdout, "stderr": proc.stderr, "code": proc.returncode}
+        assert proc.returncode == 0, f"openclaw {args}: {proc.returncode}\n{proc.stderr}"
+        return json.loads(proc.stdout)
+
+    def rpc(self, method: str, **params: Any) -> Any:
+        """The gateway method's payload (its admin HTTP RPC); an error answer fails the test."""
+        ok, got = gateway_rpc(self.port, self.token, method, params)
+        assert ok, f"gateway {method} {params}: {got}"
+        return got
 
     def add(self, *args: str) -> str:
         job = self.openclaw("cron", "add", *args, "--json")
         return str(job["id"])
 
+    def run(self, job_id: str) -> None:
+        # The CLI, not the RPC: a run enqueued over HTTP is refused when it is dispatched
+        # ("Gateway client authority closed before dispatching cron.run": the request that
+        # asked for it has ended), where the CLI's connection lasts until the run is queued.
+        self.openclaw("cron", "run", job_id, "--json")
+
+    def remove(self, job_id: str) -> None:
+        """Remove the job if it is there (the tests' cleanup)."""
+        gateway_rpc(self.port, self.token, "cron.remove", {"id": job_id})
+
     def job(self, job_id: str) -> dict[str, Any]:
-        got = self.openclaw("cron", "get", job_id, "--json")
-        return dict(got)
+        return dict(self.rpc("cron.get", id=job_id))
 
     def runs(self, job_id: str) -> list[dict[str, Any]]:
-        got = self.openclaw("cron", "runs", job_id, "--json", "--limit", "50")
-        return list(got.get("entries", []))
+        return list(self.rpc("cron.runs", id=job_id, limit=50).get("entries", []))
+
+
+def gateway_rpc(port: int, token: str, method: str, params: dict[str, Any]) -> tuple[bool, Any]:
+    """One admin HTTP RPC call: (True, payload) or (False, the error); a gateway that does not
+    answer yet raises ``OSError``."""
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/v1/admin/rpc",
+        data=json.dumps({"method": method, "params": params}).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310 (loopback)
+            body = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:  # 4xx/5xx carry the gateway's error JSON
+        return False, f"HTTP {exc.code}: {exc.read()[:2000]!r}"
+    return (True, body.get("payload")) if body.get("ok") else (False, body.get("error"))
+
+
+def _enable_admin_rpc(home: Path) -> None:
+    """Turn on the bundled admin-http-rpc plugin in the config ``openclaw config set`` wrote
+    (the documented ``plugins.entries.<id>.enabled``; one Node start less than
+    ``openclaw plugins enable``)."""
+    path = home / ".openclaw" / "openclaw.json"
+    config = json.loads(path.read_text())
+    config.setdefault("plugins", {}).setdefault("entries", {})["admin-http-rpc"] = {"enabled": True}
+    path.write_text(json.dumps(config, indent=2))
 
 
 def start_gateway(root: Path) -> Gateway:
@@ -209,6 +255,7 @@ def start_gateway(root: Path) -> Gateway:
         [str(NODE_BIN / "openclaw"), "config", "set", "gateway.mode", "local"],
         env=env, capture_output=True, timeout=120, check=True,
     )  # fmt: skip
+    _enable_admin_rpc(home)
     log = root / "gateway.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -221,14 +268,12 @@ def start_gateway(root: Path) -> Gateway:
     def up() -> bool:
         if proc.poll() is not None:
             pytest.fail(f"the gateway exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
-        probe = subprocess.run(
-            [str(NODE_BIN / "openclaw"), "cron", "status", "--json", "--port", str(port),
-             "--token", token],
-            env=env, capture_output=True, timeout=60, check=False,
-        )  # fmt: skip
-        return probe.returncode == 0
+        try:
+            return gateway_rpc(port, token, "cron.status", {})[0]
+        except OSError:  # not listening yet
+            return False
 
-    wait_for("the OpenClaw gateway to answer", up, timeout=180, every=2)
+    wait_for("the OpenClaw gateway to answer", up, timeout=180, every=0.5)
     return gw
 
 

@@ -6,10 +6,11 @@ answers fire:false leaves no run, only `triggerEvalCount` in `openclaw cron get 
 model is configured, so a fired agent turn ends with an auth error: the run is still
 recorded, which is what "the agent was woken" means here.
 
-Each read of those records starts `openclaw` (a Node process: about 2.5 s of CPU), so the
-waits read them sparingly: the trigger job's only around its evaluations (OpenClaw's own 30 s
-minimum interval sets this module's time, not the polling), the stream job's every few
-seconds. Where the workloads are, is read in-process (tests/service_reads.py).
+Jobs are added with the `openclaw cron add` commands of the recipes; the records are read
+through the gateway's admin HTTP RPC (`cron.get`, `cron.runs`: the same gateway methods and
+JSON, without a Node start per read: see tests/scheduling/conftest.py). OpenClaw's own 30 s
+minimum trigger interval sets this module's time. Where the workloads are, is read
+in-process (tests/service_reads.py).
 """
 
 from __future__ import annotations
@@ -42,42 +43,6 @@ def _latest_run(gw: Gateway, job: str, after: int) -> dict[str, Any] | None:
     return runs[0] if len(runs) > after else None
 
 
-AFTER_DUE_S = 20.0  # how long after an evaluation is due its outcome is polled for (every 2 s)
-
-
-def wait_for_evaluation(
-    gateway: Gateway, job: str, what: str, check: Callable[[], Any], timeout: float
-) -> Any:
-    """``wait_for(what, check)`` where only a trigger evaluation of ``job`` can make ``check``
-    true: between evaluations, sleep until the next is due (``state.nextRunAtMs``), then poll
-    every 2 s for AFTER_DUE_S (the evaluation's watch pass, the agent turn it may start). The
-    same checks and timeout as polling every 2 s throughout, a fraction of the reads."""
-    deadline = time.monotonic() + timeout
-    window_end = 0.0  # wall-clock time until which to keep polling
-    while True:
-        got = check()
-        if got:
-            return got
-        left = deadline - time.monotonic()
-        if left <= 0:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        now = time.time()
-        if now > window_end:
-            due = _next_due(gateway, job)
-            if due is not None and due > now:
-                time.sleep(min(due - now, left))  # nothing can change before it
-                window_end = due + AFTER_DUE_S
-                continue
-            window_end = now + AFTER_DUE_S  # one under way (or not said): watch its outcome
-        time.sleep(min(2.0, left))
-
-
-def _next_due(gateway: Gateway, job: str) -> float | None:
-    """When the job's next evaluation is due (epoch seconds; None: the gateway does not say)."""
-    due_ms = gateway.job(job).get("state", {}).get("nextRunAtMs")
-    return due_ms / 1000 if isinstance(due_ms, int | float) else None
-
-
 def test_quiet_command_job_reports_only_news_and_never_fails_on_20_or_21(
     gateway: Gateway, site: Site
 ) -> None:
@@ -87,14 +52,14 @@ def test_quiet_command_job_reports_only_news_and_never_fails_on_20_or_21(
         "--command-env", f"CLAWPOINT_HOME={site.home}", "--announce",
     )  # fmt: skip
     try:
-        gateway.openclaw("cron", "run", job, "--json")
+        gateway.run(job)
         quiet = wait_for("the quiet run", lambda: _latest_run(gateway, job, 0), every=2)
         assert quiet["status"] == "ok", quiet
         assert not quiet.get("summary")  # nothing printed: nothing to announce
         assert quiet.get("deliveryError") is None and quiet.get("delivered") is False
 
         site.imds.mark_instance_action("terminate", in_seconds=120)
-        gateway.openclaw("cron", "run", job, "--json")
+        gateway.run(job)
         news = wait_for("the run after the notice", lambda: _latest_run(gateway, job, 1), every=2)
         # watch exited 20 (a person must approve): a success for the scheduler, not an error.
         assert news["status"] == "ok", news
@@ -104,7 +69,7 @@ def test_quiet_command_job_reports_only_news_and_never_fails_on_20_or_21(
         pending = json.loads(site.cli("approvals", "list", "--json").stdout)["approvals"]
         assert any(a["status"] == "pending" for a in pending)
     finally:
-        gateway.openclaw("cron", "rm", job, "--json", check=False)
+        gateway.remove(job)
 
 
 def test_trigger_job_wakes_the_agent_once_and_only_when_needed(
@@ -122,7 +87,7 @@ def test_trigger_job_wakes_the_agent_once_and_only_when_needed(
             return int(gateway.job(job).get("state", {}).get("triggerEvalCount", 0))
 
         def until(what: str, check: Callable[[], Any], timeout: float) -> Any:
-            return wait_for_evaluation(gateway, job, what, check, timeout)
+            return wait_for(what, check, timeout=timeout, every=2)
 
         until("a quiet evaluation", lambda: evals() >= 1, timeout=150)
         assert gateway.runs(job) == []  # fire:false: no agent turn, no run history
@@ -134,7 +99,7 @@ def test_trigger_job_wakes_the_agent_once_and_only_when_needed(
         until("two more evaluations", lambda: evals() >= seen + 2, timeout=300)
         assert len([r for r in gateway.runs(job) if r.get("action") == "finished"]) == 1
     finally:
-        gateway.openclaw("cron", "rm", job, "--json", check=False)
+        gateway.remove(job)
 
 
 def _stream_job(gateway: Gateway, site: Site) -> str:
@@ -153,10 +118,10 @@ def test_stream_job_wakes_the_agent_on_a_line_that_needs_it(gateway: Gateway, si
         time.sleep(12)  # let the source make passes while all is quiet
         assert gateway.runs(job) == []
         site.imds.mark_instance_action("terminate", in_seconds=120)
-        woke = wait_for("the wake-up", lambda: _latest_run(gateway, job, 0), timeout=120, every=3)
+        woke = wait_for("the wake-up", lambda: _latest_run(gateway, job, 0), timeout=120, every=1)
         assert woke.get("sessionKey"), woke
     finally:
-        gateway.openclaw("cron", "rm", job, "--json", check=False)
+        gateway.remove(job)
 
 
 def test_stream_job_does_not_wake_for_what_watch_settled(gateway: Gateway, site: Site) -> None:
@@ -180,4 +145,4 @@ def test_stream_job_does_not_wake_for_what_watch_settled(gateway: Gateway, site:
         time.sleep(max(added + 35 - time.monotonic(), 5))
         assert gateway.runs(job) == []  # "acted: ..." does not match: nobody is woken
     finally:
-        gateway.openclaw("cron", "rm", job, "--json", check=False)
+        gateway.remove(job)
