@@ -6,7 +6,7 @@ answers fire:false leaves no run, only `triggerEvalCount` in `openclaw cron get 
 model is configured, so a fired agent turn ends with an auth error: the run is still
 recorded, which is what "the agent was woken" means here.
 
-Jobs are added with the `openclaw cron add` commands of the recipes; the records are read
+Jobs are added (and run) with the recipes' `openclaw cron` commands; the records are read
 through the gateway's admin HTTP RPC (`cron.get`, `cron.runs`: the same gateway methods and
 JSON, without a Node start per read: see tests/scheduling/conftest.py). OpenClaw's own 30 s
 minimum trigger interval sets this module's time. Where the workloads are, is read
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,17 +85,14 @@ def test_trigger_job_wakes_the_agent_once_and_only_when_needed(
         def evals() -> int:
             return int(gateway.job(job).get("state", {}).get("triggerEvalCount", 0))
 
-        def until(what: str, check: Callable[[], Any], timeout: float) -> Any:
-            return wait_for(what, check, timeout=timeout, every=2)
-
-        until("a quiet evaluation", lambda: evals() >= 1, timeout=150)
+        wait_for("a quiet evaluation", lambda: evals() >= 1, timeout=150, every=2)
         assert gateway.runs(job) == []  # fire:false: no agent turn, no run history
 
         site.imds.mark_instance_action("terminate", in_seconds=120)
-        woke = until("the wake-up", lambda: _latest_run(gateway, job, 0), timeout=150)
+        woke = wait_for("the wake-up", lambda: _latest_run(gateway, job, 0), timeout=150, every=2)
         assert woke.get("sessionKey"), woke  # an agent turn was started for it
         seen = evals()
-        until("two more evaluations", lambda: evals() >= seen + 2, timeout=300)
+        wait_for("two more evaluations", lambda: evals() >= seen + 2, timeout=300, every=2)
         assert len([r for r in gateway.runs(job) if r.get("action") == "finished"]) == 1
     finally:
         gateway.remove(job)
