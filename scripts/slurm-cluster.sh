@@ -24,6 +24,11 @@
 # A power-down takes SuspendTimeout (3 s) and then the power-save thread's next look
 # (power_save_interval, 1 s here; 10 by default): about 5 s instead of 11, which the pool
 # tests wait out at every shrink and fixture.
+# A job whose begin time passes with nothing else happening waits for a periodic scheduling
+# pass (the main loop's sched_interval, 60 s by default; the backfill's 30 s, when something
+# changed): 2 s here, so such a start takes 2-4 s, not up to half a minute (a standby test,
+# requeued with a begin time 2 s ahead, started 29 s later; jobs submitted with --begin=now+2
+# started 2-19 s later with the defaults, 2.5-4.0 s with this).
 # slurmrestd runs as the system user clawpoint-rest: one instance on a unix socket
 # (rest_auth/local) and one on TCP 127.0.0.1 with JWT (rest_auth/jwt).
 # Works with Debian 12 (Slurm 22.05) and Debian 13 (Slurm 24.11). Needs root.
@@ -138,6 +143,7 @@ SlurmdLogFile=$DIR/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
