@@ -16,6 +16,8 @@ from core.specs import RunSpec
 from core.wrapper import launch
 from tests.checkpoint.conftest import Harness, counter_cmd
 
+pytestmark = pytest.mark.criu  # the wrapper under test checkpoints with CRIU
+
 
 def test_sigquit_writes_the_stacks_and_changes_nothing(harness: Harness) -> None:
     h = harness

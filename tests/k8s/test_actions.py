@@ -20,20 +20,12 @@ import pytest
 from core import errors
 from core.backends.kubernetes.backend import KubernetesBackend
 from core.backends.kubernetes.config import KubernetesConfig
-from core.checkpoint.criu import criu_status
 from core.config import load_settings
 from core.model import Action, Principal, PrincipalKind
 from core.service.facade import Service, bootstrap
 from tests.k8s.conftest import node, pod, wait_for, wrapped_job, wrapped_pod
 
 PERSON = Principal(id="tester", kind=PrincipalKind.PERSON)
-
-
-@pytest.fixture
-def need_criu() -> None:
-    status = criu_status()
-    if not status.available:
-        pytest.skip(f"CRIU unavailable here: {status.reason}")
 
 
 def k8s_config(kubeconfig: Path, store_dir: Path | None, **kw: Any) -> KubernetesConfig:

@@ -5,7 +5,6 @@ the API emulator and a model of Karpenter's disruption controller (tests/k8s/kar
 whose rules are pinned here too. The end-to-end test runs a real wrapped Job under the fake
 kubelet (real CRIU checkpoints)."""
 
-# The need_criu fixture comes from test_actions; tests name it as a parameter.
 # ruff: noqa: F811
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ from tests.k8s.test_actions import (  # noqa: F401 - fixtures
     act,
     assert_intact,
     k8s_config,
-    need_criu,
     pods,
     running,
     step_of,

@@ -15,7 +15,6 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from tests.k8s.conftest import wrapped_pod
-from tests.k8s.test_actions import need_criu as need_criu
 from tests.k8s.test_actions import pods, running, step_of, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

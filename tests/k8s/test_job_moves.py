@@ -9,7 +9,7 @@ admitted by Kueue is preempted and resumed through its Workload's ``spec.active`
 writing the Job's ``spec.suspend``, and a move Kueue cannot make is refused at plan time.
 """
 
-# The svc and need_criu fixtures come from test_actions; tests name them as parameters.
+# The svc fixture comes from test_actions; tests name it as a parameter.
 # ruff: noqa: F811
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from tests.k8s.test_actions import (  # noqa: F401 - fixtures
     PERSON,
     act,
     assert_intact,
-    need_criu,
     pods,
     running,
     step_of,

@@ -15,7 +15,7 @@ from tests.k8s.conftest import wait_for, wrapped_pod
 
 
 def test_pod_runs_execs_and_checkpoints_on_termination(
-    emu: Any, api: Any, kubelet: Any, store_dir: Path
+    need_criu: None, emu: Any, api: Any, kubelet: Any, store_dir: Path
 ) -> None:
     core = client.CoreV1Api(api)
     core.create_namespaced_pod("default", wrapped_pod("p1", "ctr-p1", grace_s=20))

@@ -26,10 +26,9 @@ from core.service.facade import Service
 from core.specs import STANDBY_ENV
 from tests.k8s.conftest import node, wait_for, wrapped_pod
 from tests.k8s.emulator.rbac import Rule
-from tests.k8s.test_actions import (  # noqa: F401 - svc and need_criu are fixtures
+from tests.k8s.test_actions import (  # noqa: F401 - svc is a fixture
     act,
     assert_intact,
-    need_criu,
     pods,
     running,
     step_of,

@@ -26,7 +26,6 @@ from tests.k8s.test_actions import (  # noqa: F401 - fixtures
     PERSON,
     act,
     assert_intact,
-    need_criu,
     pods,
     running,
     step_of,

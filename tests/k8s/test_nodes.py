@@ -33,7 +33,6 @@ from tests.k8s.emulator.rbac import Rule
 from tests.k8s.test_actions import (
     assert_intact,
     k8s_config,
-    need_criu,  # noqa: F401  (a fixture)
     pods,
     running,
     step_of,

@@ -12,11 +12,10 @@ from core import errors
 from core.model import Action
 from core.service.facade import Service
 from tests.k8s.conftest import node, wrapped_pod
-from tests.k8s.test_actions import (  # noqa: F401 - svc and need_criu are fixtures
+from tests.k8s.test_actions import (  # noqa: F401 - svc is a fixture
     PERSON,
     act,
     assert_intact,
-    need_criu,
     pods,
     running,
     step_of,

@@ -11,7 +11,6 @@ its state intact, before its node's Machine goes. The autoscalers' rules are pin
 upstream cases they cite.
 """
 
-# The need_criu fixture comes from test_actions; tests name it as a parameter.
 # ruff: noqa: F811
 
 from __future__ import annotations
@@ -43,7 +42,6 @@ from tests.k8s.test_actions import (  # noqa: F401 - fixtures
     act,
     assert_intact,
     k8s_config,
-    need_criu,
     pods,
     running,
     step_of,

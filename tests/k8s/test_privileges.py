@@ -20,7 +20,6 @@ from kubernetes import client
 from kubernetes.stream import stream
 
 from core.checkpoint import nsinit
-from core.checkpoint.criu import criu_status
 from core.errors import EngineUnavailable
 from tests.k8s.conftest import (
     CONTAINER_SECURITY_CONTEXT,
@@ -29,13 +28,6 @@ from tests.k8s.conftest import (
     wait_for,
     wrapped_pod,
 )
-
-
-@pytest.fixture
-def need_criu() -> None:
-    status = criu_status()
-    if not status.available:
-        pytest.skip(f"CRIU unavailable here: {status.reason}")
 
 
 def phase(core: Any, name: str) -> str | None:

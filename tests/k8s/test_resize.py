@@ -24,7 +24,6 @@ from core.model import Action, RiskClass
 from core.service.facade import Service, bootstrap
 from tests.k8s.conftest import node, pod, wait_for, wrapped_pod
 from tests.k8s.test_actions import PERSON, act, assert_intact, k8s_config, pods, running, step_of
-from tests.k8s.test_actions import need_criu as need_criu
 from tests.k8s.test_actions import svc as svc
 
 ROOT = Path(__file__).resolve().parents[2]

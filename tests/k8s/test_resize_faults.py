@@ -33,7 +33,6 @@ from core.model import Action
 from core.service.facade import bootstrap
 from tests.k8s.conftest import wait_for
 from tests.k8s.test_actions import assert_intact, pods, running, step_of
-from tests.k8s.test_actions import need_criu as need_criu
 from tests.k8s.test_resize import home as home
 from tests.k8s.test_resize import sized_pod
 from tests.reliability.test_fault_matrix import env, kill_then_reconcile
