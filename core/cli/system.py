@@ -38,7 +38,6 @@ def serve(
     json_: JsonOpt = False,
 ) -> None:
     """Run the MCP server (stdio by default)."""
-    from mcp_server.http_app import serve_http
     from mcp_server.server import check_toolsets, serve_stdio
 
     if not http and (host is not None or port is not None):
@@ -49,6 +48,10 @@ def serve(
     config = settings()
     chosen = check_toolsets(toolsets.split(",")) if toolsets is not None else None
     if http:
+        # Only here: the HTTP stack (Starlette, the approval page, the auth) is not what
+        # a stdio server needs, and an agent's client starts one per session.
+        from mcp_server.http_app import serve_http
+
         serve_http(
             config,
             host=host or config.mcp.host,

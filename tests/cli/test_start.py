@@ -151,3 +151,14 @@ def test_help_is_plain_text_off_a_terminal(cli: Cli) -> None:
     seen = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
                           text=True, timeout=120, check=False)  # fmt: skip
     assert seen.stdout.split() == ["False", "False"], seen.stdout + seen.stderr
+
+
+def test_a_stdio_server_loads_no_http_side(cli: Cli) -> None:
+    """``clawpoint serve`` over stdio (what an agent's client starts, once a session) loads
+    none of our HTTP side: the Starlette app, the approval page, the bearer-token check. Its
+    stdin is closed at once, so it starts, reads the end of input and stops."""
+    proc, modules = _run(cli, "serve")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "mcp_server.server" in modules  # it did build the server
+    http_side = ("mcp_server.http_app", "mcp_server.approval_page", "mcp_server.auth")
+    assert not _hits(modules, http_side), _hits(modules, http_side)
