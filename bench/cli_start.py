@@ -19,6 +19,10 @@ person sees it (Rich's boxes). Results go to ``bench/results/cli_start.json``.
 
 Limits: one machine, whatever else runs on it; wall varies with load far more than CPU does,
 which is why CPU is the target. The console script's own Python start is in both sides.
+The bare start is an installed interpreter's only where nothing in site-packages runs at start:
+`make venv` installs the checkout in setuptools' compat editable mode (a path line); the
+default editable finder ran in every start and doubled the bare one (11 -> 23 ms), so the
+ratios measured before 2026-12-04 are about half of what an installed copy shows.
 """
 
 from __future__ import annotations
