@@ -10,8 +10,13 @@ time something is logged through it. ``configure`` (the CLI, the MCP server) and
 ``configure_console`` (the wrapper, whose start is inside a restore's pause) only record
 what they ask for until then.
 
+A line below the level ``configure`` asked for is dropped by the proxy itself, as
+structlog's filtering logger would drop it, so a command whose only lines are below the
+level (``watch --once`` on a host without NVML says so at INFO) never loads structlog.
+
 Limits: the proxy forwards attribute access (``info``, ``warning``, ``bind``...) to the real
-structlog logger; ``isinstance`` checks against structlog's classes see the proxy.
+structlog logger; ``isinstance`` checks against structlog's classes see the proxy. Only the
+plain level methods are dropped early; anything else (``bind``, ``log``) loads structlog.
 """
 
 from __future__ import annotations
@@ -119,6 +124,19 @@ def _apply() -> Any:
     return structlog
 
 
+# structlog's level of each method of its filtering bound logger (``exception`` logs at
+# error), the methods a line below the configured level goes to.
+_METHOD_LEVELS = {
+    "debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+    "warn": logging.WARNING, "error": logging.ERROR, "exception": logging.ERROR,
+    "critical": logging.CRITICAL, "fatal": logging.CRITICAL,
+}  # fmt: skip
+
+
+def _dropped(*args: Any, **kwargs: Any) -> None:
+    """A line below the configured level: what structlog's filtering logger does with it."""
+
+
 class Logger:
     """A structlog logger made on first use (see the module's docstring)."""
 
@@ -130,6 +148,10 @@ class Logger:
 
     def __getattr__(self, attr: str) -> Any:
         if self._real is None:
+            level = _METHOD_LEVELS.get(attr)
+            if level is not None and _wanted is not None and _wanted[0] == "json":
+                if level < _wanted[1]:
+                    return _dropped
             structlog = _apply()
             self._real = structlog.get_logger(self._name) if self._name else structlog.get_logger()
         return getattr(self._real, attr)

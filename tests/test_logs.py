@@ -76,3 +76,24 @@ def test_configure_console_writes_readable_lines_of_every_level_to_stderr() -> N
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""
     assert "wrapper.detail" in proc.stderr and "pid=7" in proc.stderr
+
+
+def test_a_line_below_the_level_loads_nothing_and_says_nothing() -> None:
+    """The CLI's default level is WARNING: an INFO line (``watch --once`` on a host without
+    NVML says so) is dropped by the proxy, as structlog's filtering logger would drop it,
+    without loading structlog; a WARNING line then loads it and is written."""
+    proc = _python(
+        """
+        import sys
+        from core import logs
+        logs.configure()
+        log = logs.get_logger("clawpoint.test")
+        log.debug("below.debug"); log.info("below.info", n=1)
+        assert "structlog" not in sys.modules, "loaded for a dropped line"
+        log.warning("at.level")
+        assert "structlog" in sys.modules
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    assert [json.loads(line)["event"] for line in proc.stderr.splitlines()] == ["at.level"]
