@@ -149,9 +149,9 @@ class Logger:
     def __getattr__(self, attr: str) -> Any:
         if self._real is None:
             level = _METHOD_LEVELS.get(attr)
-            if level is not None and _wanted is not None and _wanted[0] == "json":
-                if level < _wanted[1]:
-                    return _dropped
+            json_level = _wanted[1] if _wanted is not None and _wanted[0] == "json" else None
+            if level is not None and json_level is not None and level < json_level:
+                return _dropped
             structlog = _apply()
             self._real = structlog.get_logger(self._name) if self._name else structlog.get_logger()
         return getattr(self._real, attr)

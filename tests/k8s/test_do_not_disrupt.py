@@ -5,8 +5,6 @@ the API emulator and a model of Karpenter's disruption controller (tests/k8s/kar
 whose rules are pinned here too. The end-to-end test runs a real wrapped Job under the fake
 kubelet (real CRIU checkpoints)."""
 
-# ruff: noqa: F811
-
 from __future__ import annotations
 
 import re
@@ -27,7 +25,7 @@ from core.service.facade import Service, bootstrap
 from core.watch.loop import watch_once
 from tests.k8s.conftest import node, pod, wait_for, wrapped_job, wrapped_pod
 from tests.k8s.karpenter import Karpenter, Refused, go_duration_s
-from tests.k8s.test_actions import (  # noqa: F401 - fixtures
+from tests.k8s.test_actions import (
     act,
     assert_intact,
     k8s_config,

@@ -251,7 +251,7 @@ def test_failover_of_a_notready_node_whose_lease_is_renewed_is_refused(
 
 
 def test_failover_with_a_persons_word_fences_then_restores(
-    need_criu: None,  # noqa: F811
+    need_criu: None,
     emu: Any,
     kubelet: Any,
     service: Service,

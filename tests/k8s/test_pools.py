@@ -11,8 +11,6 @@ its state intact, before its node's Machine goes. The autoscalers' rules are pin
 upstream cases they cite.
 """
 
-# ruff: noqa: F811
-
 from __future__ import annotations
 
 import json
