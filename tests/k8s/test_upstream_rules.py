@@ -312,13 +312,16 @@ def test_indexed_job_three_completions_two_parallel(api: Any, kubelet: Any) -> N
     most_running = 0
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
+        # The Job is read before its Pods: the controller counts a Pod only once it has
+        # Succeeded, so a Job seen Complete guarantees the listing after it shows every Pod
+        # finished. Read the other way round, a Pod can finish between the two reads.
+        job = batch.read_namespaced_job("ix", NS)
         pods = core.list_namespaced_pod(NS, label_selector="batch.kubernetes.io/job-name=ix").items
         for p in pods:
             seen[p.metadata.name] = p
         active = [p for p in pods if p.status.phase in (None, "Pending", "Running")]
         active = [p for p in active if p.metadata.deletion_timestamp is None]
         most_running = max(most_running, len(active))
-        job = batch.read_namespaced_job("ix", NS)
         if any(c.type == "Complete" and c.status == "True" for c in job.status.conditions or []):
             break
         time.sleep(0.05)
