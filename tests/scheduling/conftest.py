@@ -175,7 +175,8 @@ class Gateway:
     port: int
     token: str
     proc: subprocess.Popen[bytes]
-    log: Path
+    log: Path  # its stdout and stderr
+    file_log: Path  # its log file (logging.file): every subsystem, JSON lines
 
     def env(self) -> dict[str, str]:
         kept = {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
@@ -239,14 +240,39 @@ def gateway_rpc(port: int, token: str, method: str, params: dict[str, Any]) -> t
     return (True, body.get("payload")) if body.get("ok") else (False, body.get("error"))
 
 
-def _enable_admin_rpc(home: Path) -> None:
-    """Turn on the bundled admin-http-rpc plugin in the config ``openclaw config set`` wrote
-    (the documented ``plugins.entries.<id>.enabled``; one Node start less than
-    ``openclaw plugins enable``)."""
+def _write_test_config(home: Path, log_file: Path) -> None:
+    """Finish the config ``openclaw config set`` wrote (documented keys, one Node start less
+    than ``openclaw config set`` for each):
+
+    - ``plugins.entries.admin-http-rpc.enabled``: the admin HTTP RPC the tests read with;
+    - ``models.catalogRefresh.enabled: false`` and ``update.checkOnStart: false``: by default
+      the gateway fetches https://catalog.openclaw.ai and checks telemetry.openclaw.ai for
+      updates (docs/gateway/config-runtime.md in its package); tests talk only to loopback,
+      and without these the gateway looked the catalog's name up on the machine's DNS
+      server;
+    - ``logging.file``: the gateway's log in this test's folder, not the host-wide
+      /tmp/openclaw, so the teardown can read what this gateway tried.
+    """
     path = home / ".openclaw" / "openclaw.json"
     config = json.loads(path.read_text())
     config.setdefault("plugins", {}).setdefault("entries", {})["admin-http-rpc"] = {"enabled": True}
+    config.setdefault("models", {})["catalogRefresh"] = {"enabled": False}
+    config.setdefault("update", {})["checkOnStart"] = False
+    config.setdefault("logging", {})["file"] = str(log_file)
     path.write_text(json.dumps(config, indent=2))
+
+
+# What OpenClaw logs when a lookup or fetch of a name fails: on a machine without outside
+# DNS (CI) any outbound attempt shows up as one of these.
+OUTBOUND_FAILURES = ("ENOTFOUND", "EAI_AGAIN", "ENETUNREACH", "catalog refresh failed")
+
+
+def outbound_attempts(log_file: Path) -> list[str]:
+    """The gateway log's lines that show it tried to reach past loopback."""
+    if not log_file.exists():
+        return []
+    lines = log_file.read_text(errors="replace").splitlines()
+    return [line[:300] for line in lines if any(m in line for m in OUTBOUND_FAILURES)]
 
 
 def start_gateway(root: Path) -> Gateway:
@@ -259,7 +285,8 @@ def start_gateway(root: Path) -> Gateway:
         [str(NODE_BIN / "openclaw"), "config", "set", "gateway.mode", "local"],
         env=env, capture_output=True, timeout=120, check=True,
     )  # fmt: skip
-    _enable_admin_rpc(home)
+    file_log = root / "openclaw.log"
+    _write_test_config(home, file_log)
     log = root / "gateway.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -267,7 +294,7 @@ def start_gateway(root: Path) -> Gateway:
              "loopback", "--auth", "token", "--token", token],
             env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
-    gw = Gateway(home=home, port=port, token=token, proc=proc, log=log)
+    gw = Gateway(home=home, port=port, token=token, proc=proc, log=log, file_log=file_log)
 
     def up() -> bool:
         if proc.poll() is not None:
@@ -299,3 +326,5 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         yield gw
     finally:
         stop_gateway(gw)
+    tried = outbound_attempts(gw.file_log)
+    assert not tried, "the test gateway tried to reach past loopback:\n" + "\n".join(tried)
