@@ -206,20 +206,24 @@ def test_http_refuses_to_start_without_token(settings: Settings) -> None:
 
 
 CLAWPOINT = Path(sys.executable).parent / "clawpoint"
+# A command of the case marked offline runs in a new network namespace (only a loopback that is
+# down): the host name must not resolve, tests talk only to loopback, and outside such a
+# namespace the lookup of even a .invalid name is sent to the machine's DNS server.
+NEW_NETNS = ["unshare", "--net", "--map-root-user"]
 
 
 @pytest.mark.parametrize(
-    ("where", "code", "says"),
+    ("where", "code", "says", "offline"),
     [
-        (["--port", "0"], 2, "port 0 is out of range"),
-        (["--port", "70000"], 2, "port 70000 is out of range"),
-        (["--host", "no-such-host.invalid"], 2, "is no address of this machine"),
-        (["--host", "192.0.2.1"], 2, "cannot serve on 192.0.2.1:"),  # TEST-NET-1, not ours
-        (["--port", "IN-USE"], 10, "something else listens there"),
+        (["--port", "0"], 2, "port 0 is out of range", False),
+        (["--port", "70000"], 2, "port 70000 is out of range", False),
+        (["--host", "no-such-host.invalid"], 2, "is no address of this machine", True),
+        (["--host", "192.0.2.1"], 2, "cannot serve on 192.0.2.1:", False),  # TEST-NET-1
+        (["--port", "IN-USE"], 10, "something else listens there", False),
     ],
 )  # fmt: skip
 def test_http_refuses_an_address_it_cannot_serve(
-    settings: Settings, where: list[str], code: int, says: str
+    settings: Settings, where: list[str], code: int, says: str, offline: bool
 ) -> None:
     """The installed command, as a person types it: exit 2 (or 10 for a port in use) with
     our message and hint, no traceback and no library log line; before a port was taken
@@ -232,7 +236,7 @@ def test_http_refuses_an_address_it_cannot_serve(
         taken.listen(1)
         argv = [a.replace("IN-USE", str(taken.getsockname()[1])) for a in where]
         proc = subprocess.run(
-            [str(CLAWPOINT), "serve", "--http", *argv],
+            [*(NEW_NETNS if offline else []), str(CLAWPOINT), "serve", "--http", *argv],
             env=env, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
     assert proc.returncode == code, proc.stderr
