@@ -23,6 +23,7 @@ from core.guardrails.approvals import ApprovalStatus
 from tests.adversarial.conftest import Lab, agent_session, approval_id_of
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+PAGE_HOST = "127.0.0.1"  # where the tests' servers listen (tests/adversarial/conftest.py)
 
 pytestmark = [
     pytest.mark.anyio,
@@ -45,6 +46,11 @@ class Browser:
             CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
             "--no-first-run", "--disable-background-networking", "--disable-component-update",
             "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
+            # Tests talk only to loopback. The switches above still left Chromium 156 looking
+            # up content-autofill.googleapis.com (a page with a form), accounts.google.com,
+            # update.googleapis.com and clients2.google.com: its resolver answers every name
+            # but the page's address with "not found", so no lookup leaves the machine.
+            f"--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE {PAGE_HOST}",
             "--remote-debugging-pipe", "--window-size=900,1100", "about:blank",
         ]  # fmt: skip
         self.proc = subprocess.Popen(

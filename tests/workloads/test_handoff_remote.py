@@ -76,6 +76,18 @@ def test_taken_the_standby_job_is_the_workloads_and_its_sources_marker_goes(
     """A Slurm rerun of the job that took over restores the workload (``took_over``); its
     source (here a former standby itself: it has a marker) ended and is never rerun."""
     monkeypatch.setenv("SLURM_JOB_ID", "57")
+    # No Slurm here: the relabel after the takeover runs ``scontrol``, which, with no
+    # slurm.conf, looks its controller up in DNS (configless mode, an SRV query leaving the
+    # machine). This one answers as a scontrol that reaches no controller does.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scontrol = bin_dir / "scontrol"
+    calls = tmp_path / "scontrol.calls"
+    scontrol.write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\necho "scontrol: error: no controller" >&2\nexit 1\n'
+    )
+    scontrol.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     s = standby(tmp_path)  # standing by for job 41
     (tmp_path / hr.RENDEZVOUS_DIR / "lin.job-41").touch()
     assert not hr.took_over(tmp_path, "lin")
@@ -88,6 +100,12 @@ def test_taken_the_standby_job_is_the_workloads_and_its_sources_marker_goes(
     assert sorted(p.name for p in (tmp_path / hr.RENDEZVOUS_DIR).glob("lin.job-*")) == [
         "lin.job-57"
     ]
+    # The relabel of its own job runs beside the restore; wait for it while PATH still
+    # holds the stand-in (it asked about job 57, got no answer, changed nothing).
+    for thread in threading.enumerate():
+        if thread.name == "relabel":
+            thread.join(15)
+    assert calls.read_text().splitlines() == ["show job -o 57"]
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
     assert hr.is_rerun()
 
