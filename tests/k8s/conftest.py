@@ -12,6 +12,7 @@ import pytest
 
 from tests.k8s.emulator import Emulator
 from tests.k8s.emulator.schema import KUBERNETES_VERSION
+from tests.service.conftest import need_criu  # noqa: F401 (the wrapped pods checkpoint with CRIU)
 
 
 @pytest.fixture
@@ -295,13 +296,3 @@ def wait_for(what: str, check: Any, timeout_s: float = 60) -> Any:
             return got
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
-
-
-@pytest.fixture
-def need_criu() -> None:
-    """Skip where CRIU cannot run (the wrapped pods of these tests checkpoint with it)."""
-    from core.checkpoint.criu import criu_status
-
-    status = criu_status()
-    if not status.available:
-        pytest.skip(f"CRIU unavailable here: {status.reason}")
